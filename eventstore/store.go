@@ -1,0 +1,362 @@
+// Package eventstore is the append-only log of domain events in PostgreSQL.
+//
+// Guarantees (docs/ARCHITECTURE.md explains why):
+//   - optimistic concurrency per stream: an append names the version it expects; a
+//     conflicting append fails with *ConcurrencyError and writes nothing;
+//   - a global position assigned in commit order without gaps, so a reader that follows
+//     positions never skips an event that committed late;
+//   - a hash chain: each event's hash covers its content and the previous event's hash;
+//   - every appended event is published on the Watermill bus in the same transaction.
+package eventstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/postgres"
+)
+
+// Metadata travels with every event: who caused it and why.
+type Metadata struct {
+	RequestID      string `json:"request_id,omitempty"`
+	AccountID      string `json:"account_id,omitempty"`
+	KeyID          string `json:"key_id,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	CausationID    string `json:"causation_id,omitempty"`
+}
+
+// Event is one stored event.
+type Event struct {
+	Position      int64           `json:"position"`
+	StreamID      string          `json:"stream_id"`
+	StreamType    string          `json:"stream_type"`
+	Version       int64           `json:"version"`
+	Type          string          `json:"type"`
+	SchemaVersion int             `json:"schema_version"`
+	Payload       json.RawMessage `json:"payload"`
+	Metadata      json.RawMessage `json:"metadata"`
+	RecordedAt    time.Time       `json:"recorded_at"`
+	Hash          []byte          `json:"hash"`
+}
+
+// Meta decodes the event's metadata.
+func (e Event) Meta() Metadata {
+	var m Metadata
+	_ = json.Unmarshal(e.Metadata, &m) // written by us; an unreadable one is simply empty
+	return m
+}
+
+// New is an event a command wants to append.
+type New struct {
+	Type          string
+	SchemaVersion int
+	Payload       any // marshalled with encoding/json
+}
+
+// ConcurrencyError is returned when a stream's version is not the expected one.
+type ConcurrencyError struct {
+	StreamID string
+	Expected int64
+}
+
+func (e *ConcurrencyError) Error() string {
+	return fmt.Sprintf("stream %s: expected version %d, but it has moved on", e.StreamID, e.Expected)
+}
+
+// ErrConcurrency matches any *ConcurrencyError with errors.Is.
+var ErrConcurrency = errors.New("concurrent append")
+
+func (e *ConcurrencyError) Is(target error) bool { return target == ErrConcurrency }
+
+// Store appends and reads events.
+type Store struct {
+	pool   *pgxpool.Pool
+	topic  func(streamType string) string
+	logger *slog.Logger
+	now    func() time.Time
+}
+
+// Topics maps stream types to the Watermill topic their events are published on.
+// Stream types not listed go to TopicDefault.
+var Topics = map[string]string{
+	"account": "accounts",
+	"key":     "accounts",
+	"email":   "accounts",
+}
+
+// TopicDefault is the topic of stream types Topics does not name.
+const TopicDefault = "accounts"
+
+// BusSchema is the Watermill schema of every topic table.
+var BusSchema = wmsql.DefaultPostgreSQLSchema{}
+
+// NewStore builds a store on pool.
+func NewStore(pool *pgxpool.Pool, logger *slog.Logger) *Store {
+	return &Store{
+		pool:   pool,
+		logger: logger,
+		now:    func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
+		topic: func(t string) string {
+			if topic, ok := Topics[t]; ok {
+				return topic
+			}
+			return TopicDefault
+		},
+	}
+}
+
+// Pool is the store's connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Tx is a transaction that can append events. Appends are checked against stream
+// versions at once, and written to the log when the transaction commits.
+type Tx struct {
+	pgx.Tx
+	store   *Store
+	pending []Event
+}
+
+// Transact runs fn in a transaction and commits it with the events fn appended. When a
+// stream moved on meanwhile (or PostgreSQL reports a serialization failure) fn runs again
+// on fresh state, up to a few times; the final error is returned otherwise.
+func (s *Store) Transact(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) ([]Event, error) {
+	const attempts = 5
+	var err error
+	for i := 0; i < attempts; i++ {
+		var evs []Event
+		evs, err = s.transactOnce(ctx, fn)
+		if err == nil {
+			return evs, nil
+		}
+		if !errors.Is(err, ErrConcurrency) && !postgres.IsRetryable(err) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	return nil, err
+}
+
+func (s *Store) transactOnce(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) (evs []Event, err error) {
+	pgtx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			pgtx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // panicking anyway
+			panic(p)
+		}
+		if err != nil {
+			pgtx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // the first error is the one to report
+		}
+	}()
+	tx := &Tx{Tx: pgtx, store: s}
+	if err := fn(ctx, tx); err != nil {
+		return nil, err
+	}
+	if err := tx.flush(ctx); err != nil {
+		return nil, err
+	}
+	if testHookBeforeCommit != nil {
+		testHookBeforeCommit(tx)
+	}
+	if err := pgtx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return tx.pending, nil
+}
+
+// testHookBeforeCommit lets tests hold a transaction between writing its events and
+// committing them, the window in which a follower must not skip ahead.
+var testHookBeforeCommit func(*Tx)
+
+// Append checks that stream is at version expected (0: the stream must not exist yet),
+// then queues evs as its next versions. The stream's row stays locked until the
+// transaction ends, so a concurrent append with the same expectation waits, then fails.
+func (tx *Tx) Append(ctx context.Context, streamID, streamType string, expected int64, md Metadata, evs ...New) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	n := int64(len(evs))
+	var tag pgconn.CommandTag
+	var err error
+	if expected == 0 {
+		tag, err = tx.Exec(ctx, `INSERT INTO streams (stream_id, stream_type, version) VALUES ($1, $2, $3)
+			ON CONFLICT (stream_id) DO NOTHING`, streamID, streamType, n)
+	} else {
+		tag, err = tx.Exec(ctx, `UPDATE streams SET version = version + $3
+			WHERE stream_id = $1 AND version = $2`, streamID, expected, n)
+	}
+	if err != nil {
+		return fmt.Errorf("append to %s: %w", streamID, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return &ConcurrencyError{StreamID: streamID, Expected: expected}
+	}
+	meta, err := json.Marshal(md)
+	if err != nil {
+		return err
+	}
+	now := tx.store.now()
+	for i, e := range evs {
+		payload, err := json.Marshal(e.Payload)
+		if err != nil {
+			return fmt.Errorf("encode %s: %w", e.Type, err)
+		}
+		sv := e.SchemaVersion
+		if sv == 0 {
+			sv = 1
+		}
+		tx.pending = append(tx.pending, Event{
+			StreamID: streamID, StreamType: streamType, Version: expected + int64(i) + 1,
+			Type: e.Type, SchemaVersion: sv, Payload: payload, Metadata: meta, RecordedAt: now,
+		})
+	}
+	return nil
+}
+
+// flush writes the pending events at the head of the chain. It takes the chain's row
+// lock, which is held until commit: this is what makes positions follow commit order.
+// It runs last, so the lock is held only for these few statements and the commit.
+func (tx *Tx) flush(ctx context.Context) error {
+	if len(tx.pending) == 0 {
+		return nil
+	}
+	var head int64
+	var prev []byte
+	if err := tx.QueryRow(ctx, `SELECT position, hash FROM event_chain FOR UPDATE`).Scan(&head, &prev); err != nil {
+		return fmt.Errorf("lock chain head: %w", err)
+	}
+	n := len(tx.pending)
+	cols := struct {
+		pos, ver             []int64
+		stream, stype, etype []string
+		sv                   []int32
+		payload, meta        []string
+		at                   []time.Time
+		hash                 [][]byte
+	}{}
+	for i := range tx.pending {
+		e := &tx.pending[i]
+		e.Position = head + int64(i) + 1
+		e.Hash = ChainHash(prev, e)
+		prev = e.Hash
+		cols.pos = append(cols.pos, e.Position)
+		cols.ver = append(cols.ver, e.Version)
+		cols.stream = append(cols.stream, e.StreamID)
+		cols.stype = append(cols.stype, e.StreamType)
+		cols.etype = append(cols.etype, e.Type)
+		cols.sv = append(cols.sv, int32(e.SchemaVersion))
+		cols.payload = append(cols.payload, string(e.Payload))
+		cols.meta = append(cols.meta, string(e.Metadata))
+		cols.at = append(cols.at, e.RecordedAt)
+		cols.hash = append(cols.hash, e.Hash)
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(`INSERT INTO events (position, stream_id, stream_type, version, event_type,
+			schema_version, payload, metadata, recorded_at, hash)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[],
+			$6::int[], $7::json[], $8::json[], $9::timestamptz[], $10::bytea[])`,
+		cols.pos, cols.stream, cols.stype, cols.ver, cols.etype, cols.sv, cols.payload, cols.meta, cols.at, cols.hash)
+	batch.Queue(`UPDATE event_chain SET position = $1, hash = $2`, head+int64(n), prev)
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("write events: %w", err)
+	}
+	return tx.publish(ctx)
+}
+
+// publish puts the events on the Watermill bus inside this transaction: a subscriber
+// sees them exactly when they are committed.
+func (tx *Tx) publish(ctx context.Context) error {
+	pub, err := wmsql.NewPublisher(wmsql.TxFromPgx(tx.Tx), wmsql.PublisherConfig{SchemaAdapter: BusSchema}, nil)
+	if err != nil {
+		return err
+	}
+	byTopic := map[string][]*message.Message{}
+	var order []string
+	for _, e := range tx.pending {
+		body, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		msg := message.NewMessage(watermill.NewUUID(), body)
+		msg.Metadata.Set("event_type", e.Type)
+		msg.SetContext(ctx)
+		topic := tx.store.topic(e.StreamType)
+		if _, ok := byTopic[topic]; !ok {
+			order = append(order, topic)
+		}
+		byTopic[topic] = append(byTopic[topic], msg)
+	}
+	for _, topic := range order {
+		if err := pub.Publish(topic, byTopic[topic]...); err != nil {
+			return fmt.Errorf("publish on %s: %w", topic, err)
+		}
+	}
+	return nil
+}
+
+const eventColumns = `position, stream_id, stream_type, version, event_type, schema_version,
+	payload::text, metadata::text, recorded_at, hash`
+
+func scanEvents(rows pgx.Rows) ([]Event, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		var payload, meta string
+		err := r.Scan(&e.Position, &e.StreamID, &e.StreamType, &e.Version, &e.Type, &e.SchemaVersion,
+			&payload, &meta, &e.RecordedAt, &e.Hash)
+		e.Payload, e.Metadata = json.RawMessage(payload), json.RawMessage(meta)
+		e.RecordedAt = e.RecordedAt.UTC()
+		return e, err
+	})
+}
+
+// Load reads a stream's events in version order.
+func Load(ctx context.Context, q postgres.Querier, streamID string) ([]Event, error) {
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE stream_id = $1 ORDER BY version`, streamID)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+// ReadFrom reads up to limit events after position, in position order. Because positions
+// are gapless and follow commit order, a reader that continues from the last position it
+// saw never misses an event.
+func ReadFrom(ctx context.Context, q postgres.Querier, after int64, limit int) ([]Event, error) {
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE position > $1 ORDER BY position LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+// StreamVersion is a stream's current version (0 when it does not exist).
+func StreamVersion(ctx context.Context, q postgres.Querier, streamID string) (int64, error) {
+	var v int64
+	err := q.QueryRow(ctx, `SELECT version FROM streams WHERE stream_id = $1`, streamID).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
+}
+
+// Head is the position of the last committed event.
+func Head(ctx context.Context, q postgres.Querier) (int64, error) {
+	var p int64
+	err := q.QueryRow(ctx, `SELECT position FROM event_chain`).Scan(&p)
+	return p, err
+}

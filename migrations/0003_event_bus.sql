@@ -1,0 +1,19 @@
+-- Watermill (watermill-sql v4, DefaultPostgreSQLSchema and DefaultPostgreSQLOffsetsAdapter)
+-- tables for the event bus topics. Created here rather than by Watermill at run time
+-- because appends publish inside their own transaction, where Watermill may not create
+-- tables; the shape is that of watermill-sql v4.0.0 (pinned in go.mod).
+CREATE TABLE watermill_accounts (
+    "offset"       bigserial,
+    uuid           varchar(36) NOT NULL,
+    created_at     timestamp   NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    payload        json DEFAULT NULL,
+    metadata       json DEFAULT NULL,
+    transaction_id xid8        NOT NULL,
+    PRIMARY KEY (transaction_id, "offset")
+);
+CREATE TABLE watermill_offsets_accounts (
+    consumer_group                varchar(255) NOT NULL,
+    offset_acked                  bigint,
+    last_processed_transaction_id xid8 NOT NULL,
+    PRIMARY KEY (consumer_group)
+);

@@ -1,0 +1,193 @@
+// Package postgres connects to PostgreSQL, applies the embedded migrations and, when no
+// server is given, runs a private cluster in a project-local directory.
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Cluster is a PostgreSQL server this process started (or found running) in Dir.
+// The server listens only on a unix socket inside Dir, so nothing else can reach it.
+type Cluster struct {
+	Dir  string // data directory; the socket lives here too
+	Port int
+	// Fast turns off fsync: for throw-away test clusters only.
+	Fast bool
+
+	bin    string
+	runAs  *user.User // set when running as root: initdb refuses root
+	logger *slog.Logger
+}
+
+// NewCluster describes a cluster in dir on port; nothing is started yet.
+func NewCluster(dir string, port int, logger *slog.Logger) (*Cluster, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	bin, err := findBinDir()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Dir: abs, Port: port, bin: bin, logger: logger}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("running as root needs the postgres system user for initdb: %w", err)
+		}
+		c.runAs = u
+	}
+	return c, nil
+}
+
+// findBinDir locates initdb and pg_ctl: PG_BIN wins, then Debian's versioned directories
+// (newest first), then PATH.
+func findBinDir() (string, error) {
+	if dir := os.Getenv("PG_BIN"); dir != "" {
+		return dir, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", errors.New("PostgreSQL server binaries not found (install postgresql or set PG_BIN)")
+}
+
+func pgMajor(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+// URL is the connection string for database db on this cluster.
+func (c *Cluster) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@/%s?host=%s&port=%d&sslmode=disable", db, c.Dir, c.Port)
+}
+
+// Start initialises the data directory if it is new and starts the server, unless one is
+// already running there.
+func (c *Cluster) Start(ctx context.Context) error {
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return err
+	}
+	if err := c.chown(c.Dir); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(c.Dir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		c.logger.Info("initialising PostgreSQL cluster", "dir", c.Dir)
+		args := []string{"-D", c.Dir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C"}
+		if c.Fast {
+			args = append(args, "--no-sync")
+		}
+		if err := c.run(ctx, "initdb", args...); err != nil {
+			return err
+		}
+	}
+	if c.running(ctx) {
+		c.logger.Info("PostgreSQL already running", "dir", c.Dir)
+		return nil
+	}
+	opts := fmt.Sprintf("-c listen_addresses='' -k %s -p %d -c max_connections=200", c.Dir, c.Port)
+	if c.Fast {
+		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	logFile := filepath.Join(c.Dir, "server.log")
+	if err := c.run(ctx, "pg_ctl", "-D", c.Dir, "-l", logFile, "-w", "-t", "60", "-o", opts, "start"); err != nil {
+		return fmt.Errorf("%w (see %s)", err, logFile)
+	}
+	c.logger.Info("PostgreSQL started", "dir", c.Dir, "port", c.Port)
+	return nil
+}
+
+// Stop shuts the server down, letting running transactions finish or roll back.
+func (c *Cluster) Stop(ctx context.Context) error {
+	if !c.running(ctx) {
+		return nil
+	}
+	err := c.run(ctx, "pg_ctl", "-D", c.Dir, "-w", "-t", "60", "-m", "fast", "stop")
+	if err == nil {
+		c.logger.Info("PostgreSQL stopped", "dir", c.Dir)
+	}
+	return err
+}
+
+func (c *Cluster) running(ctx context.Context) bool {
+	return c.run(ctx, "pg_ctl", "-D", c.Dir, "status") == nil
+}
+
+func (c *Cluster) run(ctx context.Context, tool string, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, tool), args...)
+	cmd.Dir = c.Dir // the postgres user may not be allowed into the caller's cwd
+	// A terminal's Ctrl-C must reach us, not the server: we stop it ourselves.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if c.runAs != nil {
+		uid, _ := strconv.Atoi(c.runAs.Uid)
+		gid, _ := strconv.Atoi(c.runAs.Gid)
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		cmd.Env = append(os.Environ(), "HOME="+c.runAs.HomeDir, "USER=postgres", "LOGNAME=postgres")
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w: %s", tool, err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// chown hands dir to the postgres user when we run as root, and makes sure that user can
+// reach it through its parents.
+func (c *Cluster) chown(dir string) error {
+	if c.runAs == nil {
+		return nil
+	}
+	uid, _ := strconv.Atoi(c.runAs.Uid)
+	gid, _ := strconv.Atoi(c.runAs.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return err
+	}
+	for p := filepath.Dir(dir); p != "/"; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(p, st.Mode().Perm()|0o001); err != nil {
+				return fmt.Errorf("postgres user cannot reach %s: %w", dir, err)
+			}
+		}
+	}
+	return nil
+}
+
+// WaitReady polls until the server accepts connections or ctx ends.
+func WaitReady(ctx context.Context, ping func(context.Context) error) error {
+	for {
+		err := ping(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("PostgreSQL not ready: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
