@@ -1,0 +1,101 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// config is everything the binary reads from its environment (README.md lists it).
+type config struct {
+	Port        int
+	DatabaseURL string // empty: run the embedded cluster in DataDir
+	DataDir     string
+	PGPort      int // the embedded cluster's private port (its socket lives in DataDir)
+	KeyPepper   []byte
+	BaseURL     string
+	LogLevel    slog.Level
+}
+
+func loadConfig(getenv func(string) string) (config, error) {
+	c := config{
+		DatabaseURL: getenv("DATABASE_URL"),
+		DataDir:     or(getenv("CHESSD_DATA_DIR"), ".data"),
+	}
+	var err error
+	if c.Port, err = portEnv(getenv, "PORT", 8080); err != nil {
+		return c, err
+	}
+	if c.PGPort, err = portEnv(getenv, "CHESSD_PG_PORT", 54329); err != nil {
+		return c, err
+	}
+	c.BaseURL = or(getenv("CHESSD_BASE_URL"), fmt.Sprintf("http://localhost:%d/v1", c.Port))
+	if err := c.LogLevel.UnmarshalText([]byte(or(getenv("LOG_LEVEL"), "info"))); err != nil {
+		return c, fmt.Errorf("LOG_LEVEL: %w", err)
+	}
+	if p := getenv("CHESSD_KEY_PEPPER"); p != "" {
+		if len(p) < 16 {
+			return c, errors.New("CHESSD_KEY_PEPPER must be at least 16 characters")
+		}
+		c.KeyPepper = []byte(p)
+	}
+	return c, nil
+}
+
+// pepper returns the configured pepper, or one generated once and kept in the data
+// directory, so a development server's keys survive restarts.
+func (c *config) pepper(logger *slog.Logger) ([]byte, error) {
+	if c.KeyPepper != nil {
+		return c.KeyPepper, nil
+	}
+	path := filepath.Join(c.DataDir, "key-pepper")
+	if b, err := os.ReadFile(path); err == nil {
+		return []byte(strings.TrimSpace(string(b))), nil
+	}
+	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return nil, err
+	}
+	p := hex.EncodeToString(buf)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) { // another process won the race
+			return c.pepper(logger)
+		}
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := f.WriteString(p + "\n"); err != nil {
+		return nil, err
+	}
+	logger.Warn("CHESSD_KEY_PEPPER not set: generated one in the data directory; set it in production", "path", path)
+	return []byte(p), nil
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func portEnv(getenv func(string) string, name string, def int) (int, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 || n > 65535 {
+		return 0, fmt.Errorf("%s must be a port number, got %q", name, v)
+	}
+	return n, nil
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/eventstore"
+	"chessd/postgres"
+	"chessd/projections"
+)
+
+// database is an open, migrated database, and the embedded cluster if we started it.
+type database struct {
+	pool    *pgxpool.Pool
+	cluster *postgres.Cluster // nil unless this process started it
+}
+
+// openDatabase connects to DATABASE_URL, or starts the embedded cluster in the data
+// directory and uses its "chessd" database. Migrations are applied either way.
+func openDatabase(ctx context.Context, cfg config, logger *slog.Logger) (*database, error) {
+	db := &database{}
+	url := cfg.DatabaseURL
+	if url == "" {
+		c, err := postgres.NewCluster(filepath.Join(cfg.DataDir, "pg"), cfg.PGPort, logger)
+		if err != nil {
+			return nil, err
+		}
+		started, err := c.Start(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if started {
+			db.cluster = c
+		}
+		if err := postgres.CreateDatabase(ctx, c.URL("postgres"), "chessd"); err != nil {
+			db.close(logger)
+			return nil, err
+		}
+		url = c.URL("chessd")
+	}
+	pool, err := postgres.Open(ctx, url, 40)
+	if err != nil {
+		db.close(logger)
+		return nil, err
+	}
+	db.pool = pool
+	if err := postgres.Migrate(ctx, pool, logger); err != nil {
+		db.close(logger)
+		return nil, err
+	}
+	return db, nil
+}
+
+// close releases the pool and stops a cluster this process started.
+func (db *database) close(logger *slog.Logger) {
+	if db.pool != nil {
+		db.pool.Close()
+	}
+	if db.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := db.cluster.Stop(ctx); err != nil {
+			logger.Error("stop PostgreSQL", "err", err)
+		}
+	}
+}
+
+func withDatabase(ctx context.Context, cfg config, logger *slog.Logger, fn func(*database) error) error {
+	db, err := openDatabase(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer db.close(logger)
+	return fn(db)
+}
+
+func verify(ctx context.Context, db *database, out io.Writer) error {
+	rep, err := eventstore.Verify(ctx, db.pool)
+	if err != nil {
+		return err
+	}
+	if rep.Tamper != nil {
+		fmt.Fprintf(out, "TAMPERED after %d intact events: %v\n", rep.Events, rep.Tamper)
+		return exitCode(1)
+	}
+	fmt.Fprintf(out, "ok: %d events, chain intact up to position %d\n", rep.Events, rep.Head)
+	return nil
+}
+
+func rebuild(ctx context.Context, db *database, out io.Writer) error {
+	for _, p := range allProjections() {
+		n, err := projections.Rebuild(ctx, db.pool, p)
+		if err != nil {
+			return fmt.Errorf("rebuild %s: %w", p.Name(), err)
+		}
+		fmt.Fprintf(out, "rebuilt %s from %d events\n", p.Name(), n)
+	}
+	return nil
+}
+
+func allProjections() []projections.Projection {
+	return []projections.Projection{projections.Accounts{}}
+}

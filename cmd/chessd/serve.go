@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"chessd/commands"
+	"chessd/eventstore"
+	"chessd/httpapi"
+	"chessd/projections"
+)
+
+func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
+	db, err := openDatabase(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer db.close(logger)
+	pepper, err := cfg.pepper(logger)
+	if err != nil {
+		return err
+	}
+	store := eventstore.NewStore(db.pool, logger)
+	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL}, httpapi.Deps{
+		Pool: db.pool, Commands: commands.New(store, pepper),
+		Auth: projections.NewAuthenticator(db.pool, pepper), Logger: logger,
+	})
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runner := projections.NewRunner(db.pool, logger, allProjections()...)
+	runnerDone := make(chan error, 1)
+	go func() { runnerDone <- runner.Run(ctx, nil) }()
+
+	srv := &http.Server{
+		Addr:              fmt.Sprintf(":%d", cfg.Port),
+		Handler:           api,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      90 * time.Second, // a search may take 60 s plus queueing
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    32 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.ListenAndServe() }()
+	logger.Info("serving", "addr", srv.Addr, "base_url", cfg.BaseURL)
+
+	runnerStopped := false
+	select {
+	case err = <-serveErr:
+	case err = <-runnerDone:
+		runnerStopped = true
+		err = fmt.Errorf("projections stopped: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, stop := context.WithTimeout(context.Background(), 15*time.Second)
+	defer stop()
+	if shutErr := srv.Shutdown(shutdownCtx); shutErr != nil {
+		logger.Error("shutdown", "err", shutErr)
+	}
+	cancel()
+	if !runnerStopped {
+		<-runnerDone
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	logger.Info("stopped")
+	return err
+}

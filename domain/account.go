@@ -1,0 +1,136 @@
+package domain
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/mail"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Plan is a closed set: free, hobby, pro.
+type Plan struct{ name string }
+
+var (
+	PlanFree  = Plan{"free"}
+	PlanHobby = Plan{"hobby"}
+	PlanPro   = Plan{"pro"}
+)
+
+func (p Plan) String() string { return p.name }
+
+// ParsePlan accepts only the known plan names.
+func ParsePlan(s string) (Plan, bool) {
+	for _, p := range []Plan{PlanFree, PlanHobby, PlanPro} {
+		if p.name == s {
+			return p, true
+		}
+	}
+	return Plan{}, false
+}
+
+// AccountCreated: someone signed up.
+type AccountCreated struct {
+	AccountID string    `json:"account_id"`
+	Email     string    `json:"email"`
+	Name      string    `json:"name"`
+	Agent     string    `json:"agent"`
+	Source    string    `json:"source"`
+	Plan      string    `json:"plan"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// EmailClaimed reserves an e-mail address for one account.
+type EmailClaimed struct {
+	AccountID string `json:"account_id"`
+}
+
+func (*AccountCreated) EventType() string { return "AccountCreated" }
+func (*EmailClaimed) EventType() string   { return "EmailClaimed" }
+
+// Signup is what a new account starts from.
+type Signup struct {
+	Email, Name, Agent, Source string
+}
+
+// Account is the account aggregate.
+type Account struct {
+	id       string
+	email    string
+	plan     Plan
+	verified bool
+	version  int64
+}
+
+func (a *Account) ID() string     { return a.id }
+func (a *Account) Email() string  { return a.email }
+func (a *Account) Plan() Plan     { return a.plan }
+func (a *Account) Version() int64 { return a.version }
+func (a *Account) Verified() bool { return a.verified }
+
+// NormalizeEmail validates an address and returns its canonical form (trimmed, lower
+// case) used for uniqueness.
+func NormalizeEmail(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", Invalid("email", "is required")
+	}
+	if len(s) > 254 {
+		return "", Invalid("email", "is longer than 254 characters")
+	}
+	addr, err := mail.ParseAddress(s)
+	if err != nil || addr.Address != s || !strings.Contains(s[strings.LastIndexByte(s, '@')+1:], ".") {
+		return "", Invalid("email", "is not an e-mail address (expected name@example.com)")
+	}
+	return strings.ToLower(s), nil
+}
+
+// EmailHash names the stream that claims an address without putting the address in it.
+func EmailHash(normalized string) string {
+	sum := sha256.Sum256([]byte(normalized))
+	return hex.EncodeToString(sum[:])
+}
+
+// NewAccount validates a signup and returns the account's first event.
+func NewAccount(id string, s Signup, now time.Time) (*AccountCreated, error) {
+	var p Problems
+	email, err := NormalizeEmail(s.Email)
+	if err != nil {
+		p = append(p, err.(*Error).Fields...)
+	}
+	for _, f := range []struct{ name, v string }{{"name", s.Name}, {"agent", s.Agent}, {"source", s.Source}} {
+		if utf8.RuneCountInString(f.v) > 200 {
+			p.Add(f.name, "is longer than 200 characters")
+		}
+		if !utf8.ValidString(f.v) {
+			p.Add(f.name, "is not valid UTF-8")
+		}
+	}
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	return &AccountCreated{
+		AccountID: id, Email: email, Name: strings.TrimSpace(s.Name), Agent: s.Agent, Source: s.Source,
+		Plan: PlanFree.String(), CreatedAt: now,
+	}, nil
+}
+
+// RehydrateAccount rebuilds an account from its stored events. It applies facts and
+// checks nothing: they were checked when they happened.
+func RehydrateAccount(events []Event) *Account {
+	a := &Account{}
+	for _, e := range events {
+		a.apply(e)
+	}
+	return a
+}
+
+func (a *Account) apply(e Event) {
+	a.version++
+	switch e := e.(type) {
+	case *AccountCreated:
+		a.id, a.email = e.AccountID, e.Email
+		a.plan, _ = ParsePlan(e.Plan)
+	}
+}

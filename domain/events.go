@@ -1,0 +1,54 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Event is a past-tense fact. Its type name and schema version are part of the stored
+// schema: never rename one, add a new version and an upcaster instead.
+type Event interface {
+	EventType() string
+}
+
+// Stream types and the streams' ids.
+const (
+	StreamAccount = "account"
+	StreamKey     = "key"
+	StreamEmail   = "email" // claims an e-mail address, so two accounts cannot share one
+)
+
+func AccountStream(id string) string { return "account-" + id }
+func KeyStream(id string) string     { return "key-" + id }
+func EmailStream(hash string) string { return "email-" + hash }
+
+// decoders build an empty event of each stored type. Old schema versions would be
+// upcast here; every type is at version 1 so far.
+var decoders = map[string]func() Event{
+	"AccountCreated": func() Event { return &AccountCreated{} },
+	"EmailClaimed":   func() Event { return &EmailClaimed{} },
+	"KeyCreated":     func() Event { return &KeyCreated{} },
+	"KeyUpdated":     func() Event { return &KeyUpdated{} },
+	"KeyRotated":     func() Event { return &KeyRotated{} },
+	"KeyRevoked":     func() Event { return &KeyRevoked{} },
+}
+
+// RegisterEvent adds an event type to the decoder table (for the packages of later
+// capabilities that keep their events beside their aggregates).
+func RegisterEvent(name string, make func() Event) { decoders[name] = make }
+
+// Decode turns a stored payload back into its event.
+func Decode(eventType string, schemaVersion int, payload []byte) (Event, error) {
+	mk, ok := decoders[eventType]
+	if !ok {
+		return nil, fmt.Errorf("unknown event type %q", eventType)
+	}
+	if schemaVersion != 1 {
+		return nil, fmt.Errorf("%s: no upcaster for schema version %d", eventType, schemaVersion)
+	}
+	e := mk()
+	if err := json.Unmarshal(payload, e); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", eventType, err)
+	}
+	return e, nil
+}

@@ -1,0 +1,269 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"chessd/domain"
+	"chessd/projections"
+)
+
+type signupRequest struct {
+	Email  string `json:"email"`
+	Name   string `json:"name"`
+	Agent  string `json:"agent"`
+	Source string `json:"source"`
+}
+
+func (s *Server) signup(w http.ResponseWriter, r *http.Request) {
+	var req signupRequest
+	if err := decode(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.commands.Signup(r.Context(), domain.Signup(req), requestID(r.Context()))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"api_key": res.Secret, "key_id": res.KeyID, "plan": res.Plan.String(), "account_id": res.AccountID,
+	})
+}
+
+func (s *Server) me(w http.ResponseWriter, r *http.Request) {
+	key := principal(r.Context())
+	acct, err := projections.GetAccount(r.Context(), s.pool, key.AccountID())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"account_id":     acct.AccountID,
+		"email":          acct.Email,
+		"name":           acct.Name,
+		"email_verified": acct.EmailVerified,
+		"plan":           acct.Plan,
+		"created_at":     acct.CreatedAt,
+		"keys":           map[string]int{"active": acct.ActiveKeys, "total": acct.TotalKeys},
+		"key":            map[string]any{"key_id": key.ID(), "env": key.Env().String(), "scopes": key.Scopes()},
+	})
+}
+
+// keyRecord is the JSON form of a key (decisions.md, Keys).
+type keyRecord struct {
+	KeyID       string     `json:"key_id"`
+	Label       string     `json:"label"`
+	Scopes      []string   `json:"scopes"`
+	Env         string     `json:"env"`
+	BudgetUnits *int64     `json:"budget_units"`
+	BudgetUSD   *string    `json:"budget_usd"`
+	SpentUnits  int64      `json:"spent_units"`
+	SpentUSD    string     `json:"spent_usd"`
+	Status      string     `json:"status"`
+	Prefix      string     `json:"prefix"`
+	CreatedAt   time.Time  `json:"created_at"`
+	LastUsedAt  *time.Time `json:"last_used_at"`
+	RotatedAt   *time.Time `json:"rotated_at"`
+	RevokedAt   *time.Time `json:"revoked_at"`
+	APIKey      string     `json:"api_key,omitempty"` // only when a secret is issued
+}
+
+func usd(d decimal.Decimal) string { return d.StringFixed(6) }
+
+func toRecord(k projections.KeyRow) keyRecord {
+	rec := keyRecord{
+		KeyID: k.KeyID, Label: k.Label, Scopes: k.Scopes, Env: k.Env, BudgetUnits: k.BudgetUnits,
+		SpentUSD: usd(decimal.Zero), Status: k.Status, Prefix: k.Prefix, CreatedAt: k.CreatedAt,
+		RotatedAt: k.RotatedAt, RevokedAt: k.RevokedAt,
+	}
+	if rec.Scopes == nil {
+		rec.Scopes = []string{}
+	}
+	if k.BudgetUSD != nil {
+		v := usd(*k.BudgetUSD)
+		rec.BudgetUSD = &v
+	}
+	return rec
+}
+
+func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
+	key := principal(r.Context())
+	env := ""
+	if key.Env() == domain.EnvTest { // a test key sees and manages only test keys
+		env = domain.EnvTest.String()
+	}
+	rows, err := projections.ListKeys(r.Context(), s.pool, key.AccountID(), env)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]keyRecord, 0, len(rows))
+	for _, k := range rows {
+		out = append(out, toRecord(k))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"keys": out})
+}
+
+type createKeyRequest struct {
+	Label       string           `json:"label"`
+	Scopes      *[]string        `json:"scopes"`
+	BudgetUnits *int64           `json:"budget_units"`
+	BudgetUSD   *decimal.Decimal `json:"budget_usd"`
+	Env         *string          `json:"env"`
+}
+
+func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
+	actor := principal(r.Context())
+	var req createKeyRequest
+	if err := decode(r, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	set := domain.KeySettings{Label: req.Label, BudgetUnits: req.BudgetUnits, BudgetUSD: req.BudgetUSD, Env: actor.Env()}
+	var p domain.Problems
+	if req.Env != nil {
+		env, ok := domain.ParseEnv(*req.Env)
+		if !ok {
+			p.Add("env", "must be live or test")
+		}
+		set.Env = env
+	}
+	set.Scopes = actor.Scopes()
+	if req.Scopes != nil {
+		scopes, err := domain.ParseScopes(*req.Scopes)
+		if err != nil {
+			p = append(p, err.(*domain.Error).Fields...)
+		} else if len(scopes) == 0 {
+			p.Add("scopes", "must name at least one scope")
+		}
+		set.Scopes = scopes
+	}
+	if err := p.Err(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	k, secret, err := s.commands.CreateKey(r.Context(), s.actor(r), set)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.settle(r.Context(), k)
+	rec := toRecord(projections.KeyRowFrom(k))
+	rec.APIKey = secret
+	writeJSON(w, http.StatusCreated, rec)
+}
+
+// settle gives the keys projection a moment to catch up with a change, so that the
+// client's next GET /keys shows it. Correctness never depends on it: authentication
+// reads the events themselves.
+func (s *Server) settle(ctx context.Context, k *domain.Key) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := projections.WaitForKey(ctx, s.pool, k.ID(), k.Version()); err != nil {
+		s.logger.WarnContext(ctx, "keys projection behind", "key_id", k.ID(), "err", err)
+	}
+}
+
+// updateKey takes a PATCH body field by field, so that an absent field (unchanged) and
+// a null budget (cleared) can be told apart.
+func (s *Server) updateKey(w http.ResponseWriter, r *http.Request) {
+	var raw map[string]json.RawMessage
+	if err := decode(r, &raw, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var c domain.KeyChange
+	var p domain.Problems
+	for name, v := range raw {
+		isNull := string(v) == "null"
+		switch name {
+		case "label":
+			var label string
+			if err := json.Unmarshal(v, &label); err != nil || isNull {
+				p.Add("label", "must be a string")
+			}
+			c.Label = &label
+		case "scopes":
+			var names []string
+			if err := json.Unmarshal(v, &names); err != nil || isNull {
+				p.Add("scopes", "must be an array of scope names")
+				continue
+			}
+			scopes, err := domain.ParseScopes(names)
+			if err != nil {
+				p = append(p, err.(*domain.Error).Fields...)
+			} else if len(scopes) == 0 {
+				p.Add("scopes", "must name at least one scope")
+			}
+			c.Scopes = scopes
+		case "budget_units":
+			if isNull {
+				c.ClearBudgetUnits = true
+			} else if err := json.Unmarshal(v, &c.BudgetUnits); err != nil {
+				p.Add("budget_units", "must be an integer or null")
+			}
+		case "budget_usd":
+			if isNull {
+				c.ClearBudgetUSD = true
+			} else if err := json.Unmarshal(v, &c.BudgetUSD); err != nil {
+				p.Add("budget_usd", "must be a decimal number (or a string such as \"5.00\") or null")
+			}
+		default:
+			p.Add(name, "is not a field that can be changed (label, scopes, budget_units, budget_usd)")
+		}
+	}
+	if len(raw) == 0 {
+		p.Add("body", "names no field to change (label, scopes, budget_units, budget_usd)")
+	}
+	if err := p.Err(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	k, err := s.commands.UpdateKey(r.Context(), s.actor(r), pathVar(r, "id"), c)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.settle(r.Context(), k)
+	writeJSON(w, http.StatusOK, toRecord(projections.KeyRowFrom(k)))
+}
+
+func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
+	k, err := s.commands.RevokeKey(r.Context(), s.actor(r), pathVar(r, "id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.settle(r.Context(), k)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type rotateRequest struct {
+	GraceSeconds int64 `json:"grace_seconds"`
+}
+
+func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request) {
+	var req rotateRequest
+	if err := decode(r, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.GraceSeconds < 0 || req.GraceSeconds > int64(domain.MaxRotationGrace/time.Second) {
+		s.writeError(w, r, domain.Invalid("grace_seconds", "must be from 0 to 86400"))
+		return
+	}
+	k, secret, err := s.commands.RotateKey(r.Context(), s.actor(r), pathVar(r, "id"), time.Duration(req.GraceSeconds)*time.Second)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.settle(r.Context(), k)
+	rec := toRecord(projections.KeyRowFrom(k))
+	rec.APIKey = secret
+	writeJSON(w, http.StatusCreated, rec)
+}

@@ -1,0 +1,58 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+
+	"chessd/domain"
+)
+
+// bearer extracts the secret of an Authorization: Bearer header. ok is false when the
+// header is absent; a present but unusable header is an error.
+func bearer(r *http.Request) (secret string, ok bool, err error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return "", false, nil
+	}
+	scheme, value, found := strings.Cut(h, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(value) == "" {
+		return "", true, domain.Errorf(domain.CodeBadCredential, "the Authorization header must be `Bearer <API key>`")
+	}
+	return strings.TrimSpace(value), true, nil
+}
+
+// authenticate resolves the request's key; nil with no error means no credential.
+func (s *Server) authenticate(r *http.Request) (*domain.Key, error) {
+	secret, present, err := bearer(r)
+	if err != nil || !present {
+		return nil, err
+	}
+	key, err := s.auth.Authenticate(r.Context(), secret)
+	if err != nil {
+		return nil, err
+	}
+	if box, _ := r.Context().Value(ctxPrincipal).(*principalBox); box != nil {
+		box.key = key
+	}
+	return key, nil
+}
+
+// authed requires a key holding scope.
+func (s *Server) authed(scope domain.Scope, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, err := s.authenticate(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if key == nil {
+			s.writeError(w, r, domain.Errorf(domain.CodeNoCredential, "this endpoint needs an API key: send Authorization: Bearer <key> (POST /v1/signup gives one)"))
+			return
+		}
+		if !key.HasScope(scope) {
+			s.writeError(w, r, domain.Errorf(domain.CodeScope, "this key lacks the scope %q that %s %s needs", scope, r.Method, r.URL.Path))
+			return
+		}
+		h(w, r)
+	}
+}

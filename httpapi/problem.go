@@ -1,0 +1,115 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"chessd/domain"
+)
+
+// Problem is an RFC 9457 problem document with our next_action.
+type Problem struct {
+	Type       string              `json:"type"`
+	Title      string              `json:"title"`
+	Status     int                 `json:"status"`
+	Detail     string              `json:"detail"`
+	NextAction string              `json:"next_action"`
+	Instance   string              `json:"instance,omitempty"`
+	RequestID  string              `json:"request_id,omitempty"`
+	Errors     []domain.FieldError `json:"errors,omitempty"`
+}
+
+// problemKind is one row of the table that maps a condition to what the client sees.
+type problemKind struct {
+	slug, title string
+	status      int
+	next        string
+	about       string
+}
+
+// problemKinds is the one table from error code to status and next_action
+// (decisions.md, Errors).
+var problemKinds = map[domain.Code]problemKind{
+	domain.CodeInvalid:          {"invalid-request", "Invalid request", 400, "fix_request", "The request is malformed or a value is out of range; `errors` names each field."},
+	domain.CodeTooLarge:         {"body-too-large", "Request body too large", 413, "fix_request", "The body is over the size limit; send less."},
+	domain.CodeNoCredential:     {"credential-required", "API key required", 401, "sign_up", "This endpoint needs `Authorization: Bearer <key>`; POST /v1/signup gives one."},
+	domain.CodeBadCredential:    {"invalid-credential", "Invalid API key", 401, "fix_request", "The key is unknown, malformed, revoked or rotated out."},
+	domain.CodeScope:            {"missing-scope", "Scope missing", 403, "fix_request", "The key does not hold the scope this endpoint needs."},
+	domain.CodeVerifyEmail:      {"email-unverified", "E-mail address not verified", 403, "verify_email", "Verify the account's e-mail address first."},
+	domain.CodeNotFound:         {"not-found", "Not found", 404, "fix_request", "No such resource on this account."},
+	domain.CodeConflict:         {"conflict", "Conflict", 409, "fix_request", "The resource's state does not allow this."},
+	domain.CodeUpgrade:          {"plan-limit", "Plan limit", 402, "upgrade", "The request is above the plan's caps."},
+	domain.CodeBudget:           {"budget-exceeded", "Budget exceeded", 402, "raise_budget", "The key's budget would be exceeded; raise it with PATCH /v1/keys/{id}."},
+	domain.CodeKeylessExhausted: {"keyless-allowance-exhausted", "Keyless allowance used up", 402, "sign_up", "Calls without a key are limited per address; sign up for a key."},
+	domain.CodeRateLimited:      {"rate-limited", "Too many requests", 429, "retry_after", "Slow down; Retry-After says when."},
+	domain.CodeNotEnabled:       {"not-enabled", "Not enabled", 409, "contact", "This is not enabled yet; contact us."},
+	domain.CodeUnavailable:      {"engine-unavailable", "Engine unavailable", 503, "retry_after", "The engines are busy or restarting; retry after Retry-After seconds."},
+	domain.CodeInternal:         {"internal-error", "Internal error", 500, "contact", "Something unexpected happened; contact us with the request id."},
+	codeMethodNotAllowed:        {"method-not-allowed", "Method not allowed", 405, "fix_request", "The path exists, but not with this method; see Allow."},
+}
+
+const codeMethodNotAllowed domain.Code = "method_not_allowed"
+
+// retryAfterer is an error that knows when to try again.
+type retryAfterer interface{ RetryAfter() time.Duration }
+
+// writeError answers err as problem+json. Unexpected errors are logged with the request
+// id and reported without internals.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code := domain.ErrorCode(err)
+	kind, ok := problemKinds[code]
+	if !ok {
+		code, kind = domain.CodeInternal, problemKinds[domain.CodeInternal]
+	}
+	p := Problem{
+		Type: s.problemType(kind.slug), Title: kind.title, Status: kind.status, NextAction: kind.next,
+		Instance: r.URL.Path, RequestID: requestID(r.Context()),
+	}
+	var de *domain.Error
+	if code == domain.CodeInternal || !errors.As(err, &de) {
+		p.Detail = "unexpected error; quote request id " + p.RequestID
+		s.logger.ErrorContext(r.Context(), "request failed", "request_id", p.RequestID, "err", err)
+	} else {
+		p.Detail, p.Errors = de.Message, de.Fields
+	}
+	var ra retryAfterer
+	if errors.As(err, &ra) {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(ra.RetryAfter().Round(time.Second)/time.Second))))
+	} else if kind.next == "retry_after" {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeProblem(w, p)
+}
+
+func writeProblem(w http.ResponseWriter, p Problem) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	json.NewEncoder(w).Encode(p) //nolint:errcheck // the client went away
+}
+
+func (s *Server) problemType(slug string) string { return s.baseURL + "/problems/" + slug }
+
+// problemPage serves the document a problem's type URI points at.
+func (s *Server) problemPage(w http.ResponseWriter, r *http.Request) {
+	slug := pathVar(r, "slug")
+	for _, k := range problemKinds {
+		if k.slug == slug {
+			writeJSON(w, http.StatusOK, map[string]any{
+				"type": s.problemType(k.slug), "title": k.title, "status": k.status,
+				"next_action": k.next, "description": k.about,
+			})
+			return
+		}
+	}
+	s.writeError(w, r, domain.Errorf(domain.CodeNotFound, "no problem type %q", slug))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v) //nolint:errcheck // the client went away
+}

@@ -1,0 +1,224 @@
+// Package httpapi is the HTTP interface under /v1: routing, authentication, request
+// decoding and problem+json. It is the only package that knows status codes.
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/projections"
+)
+
+// Config is what the HTTP layer needs to know about its deployment.
+type Config struct {
+	// BaseURL is the public address including /v1, used in problem type URIs.
+	BaseURL string
+	// MaxBodyBytes bounds every request body.
+	MaxBodyBytes int64
+}
+
+// Server holds the handlers' dependencies.
+type Server struct {
+	baseURL  string
+	maxBody  int64
+	pool     *pgxpool.Pool
+	commands *commands.Handler
+	auth     *projections.Authenticator
+	logger   *slog.Logger
+	router   *mux.Router
+}
+
+// Deps are the parts the server is built from.
+type Deps struct {
+	Pool     *pgxpool.Pool
+	Commands *commands.Handler
+	Auth     *projections.Authenticator
+	Logger   *slog.Logger
+}
+
+// New builds the server and its routes.
+func New(cfg Config, d Deps) *Server {
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	s := &Server{
+		baseURL: strings.TrimRight(cfg.BaseURL, "/"), maxBody: cfg.MaxBodyBytes,
+		pool: d.Pool, commands: d.Commands, auth: d.Auth, logger: d.Logger,
+	}
+	s.routes()
+	return s
+}
+
+// ServeHTTP runs every request through the middleware chain.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.middleware(s.router).ServeHTTP(w, r)
+}
+
+func (s *Server) routes() {
+	root := mux.NewRouter()
+	root.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, domain.Errorf(domain.CodeNotFound, "no endpoint %s %s (every path is under /v1)", r.Method, r.URL.Path))
+	})
+	root.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		allowed := allowedMethods(root, r)
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		s.writeError(w, r, &domain.Error{Code: codeMethodNotAllowed,
+			Message: fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allowed, ", "))})
+	})
+	handle := func(method, path string, h http.HandlerFunc) { root.HandleFunc("/v1"+path, h).Methods(method) }
+	handle("GET", "/healthz", s.healthz)
+	handle("GET", "/readyz", s.readyz)
+	handle("GET", "/problems/{slug}", s.problemPage)
+
+	handle("POST", "/signup", s.signup)
+	handle("GET", "/me", s.authed(domain.ScopeUsageRead, s.me))
+	handle("GET", "/keys", s.authed(domain.ScopeKeysWrite, s.listKeys))
+	handle("POST", "/keys", s.authed(domain.ScopeKeysWrite, s.createKey))
+	handle("PATCH", "/keys/{id}", s.authed(domain.ScopeKeysWrite, s.updateKey))
+	handle("DELETE", "/keys/{id}", s.authed(domain.ScopeKeysWrite, s.revokeKey))
+	handle("POST", "/keys/{id}/rotate", s.authed(domain.ScopeKeysWrite, s.rotateKey))
+
+	handle("POST", "/validate", s.authed(domain.ScopeEval, s.validate))
+	handle("POST", "/legal-moves", s.authed(domain.ScopeEval, s.legalMoves))
+	s.router = root
+}
+
+// allowedMethods lists the methods the router would accept for r's path.
+func allowedMethods(router *mux.Router, r *http.Request) []string {
+	var out []string
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		var match mux.RouteMatch
+		if router.Match(probe, &match) && match.MatchErr == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// middleware: request id, panic recovery, body limit and an access log line.
+func (s *Server) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := r.Header.Get("X-Request-Id")
+		if !validRequestID(id) {
+			id = newRequestID()
+		}
+		w.Header().Set("X-Request-Id", id)
+		ctx := context.WithValue(r.Context(), ctxRequestID, id)
+		ctx = context.WithValue(ctx, ctxPrincipal, &principalBox{})
+		r = r.WithContext(ctx)
+		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.logger.ErrorContext(ctx, "panic", "request_id", id, "panic", p, "stack", string(debug.Stack()))
+				if !rec.wrote {
+					s.writeError(rec, r, errors.New("panic"))
+				}
+			}
+			attrs := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status,
+				"duration_ms", float64(time.Since(start).Microseconds()) / 1000}
+			if k := principal(r.Context()); k != nil {
+				attrs = append(attrs, "key_id", k.ID())
+			}
+			s.logger.LogAttrs(ctx, slog.LevelInfo, "request", argsToAttrs(attrs)...)
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+func argsToAttrs(args []any) []slog.Attr {
+	out := make([]slog.Attr, 0, len(args)/2)
+	for i := 0; i+1 < len(args); i += 2 {
+		out = append(out, slog.Any(args[i].(string), args[i+1]))
+	}
+	return out
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flush, deadlines).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+type ctxKey int
+
+const (
+	ctxRequestID ctxKey = iota
+	ctxPrincipal
+)
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(ctxRequestID).(string)
+	return id
+}
+
+// principal is the authenticated key of the request, nil when keyless.
+func principal(ctx context.Context) *domain.Key {
+	k, _ := ctx.Value(ctxPrincipal).(*principalBox)
+	if k == nil {
+		return nil
+	}
+	return k.key
+}
+
+// principalBox is set by the router before authentication so the access log, which
+// runs outside, can read the key the handler authenticated.
+type principalBox struct{ key *domain.Key }
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	b := make([]byte, 12)
+	rand.Read(b) //nolint:errcheck // crypto/rand does not fail on Linux
+	return "req_" + hex.EncodeToString(b)
+}
+
+func pathVar(r *http.Request, name string) string { return mux.Vars(r)[name] }
+
+func (s *Server) actor(r *http.Request) commands.Actor {
+	return commands.Actor{Key: principal(r.Context()), RequestID: requestID(r.Context())}
+}

@@ -1,0 +1,190 @@
+package projections
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/eventstore"
+)
+
+// KeyRow is a key as the read model (or the key's own events) describe it.
+type KeyRow struct {
+	KeyID       string
+	AccountID   string
+	Label       string
+	Scopes      []string
+	Env         string
+	BudgetUnits *int64
+	BudgetUSD   *decimal.Decimal
+	Status      string
+	Prefix      string
+	CreatedAt   time.Time
+	RotatedAt   *time.Time
+	RevokedAt   *time.Time
+	Version     int64
+}
+
+// KeyRowFrom renders an aggregate the way the read model would, for answers that must
+// not wait for the projection (the response to the command that changed the key).
+func KeyRowFrom(k *domain.Key) KeyRow {
+	return KeyRow{
+		KeyID: k.ID(), AccountID: k.AccountID(), Label: k.Label(), Scopes: scopeStrings(k.Scopes()),
+		Env: k.Env().String(), BudgetUnits: k.BudgetUnits(), BudgetUSD: k.BudgetUSD(), Status: string(k.Status()),
+		Prefix: k.Prefix(), CreatedAt: k.CreatedAt(), RotatedAt: k.RotatedAt(), RevokedAt: k.RevokedAt(), Version: k.Version(),
+	}
+}
+
+const keyColumns = `key_id, account_id, label, scopes, env, budget_units, budget_usd, status, prefix,
+	created_at, rotated_at, revoked_at, version`
+
+func scanKey(row pgx.CollectableRow) (KeyRow, error) {
+	var k KeyRow
+	err := row.Scan(&k.KeyID, &k.AccountID, &k.Label, &k.Scopes, &k.Env, &k.BudgetUnits, &k.BudgetUSD,
+		&k.Status, &k.Prefix, &k.CreatedAt, &k.RotatedAt, &k.RevokedAt, &k.Version)
+	return k, err
+}
+
+// ListKeys lists an account's keys, oldest first; env filters when not empty.
+func ListKeys(ctx context.Context, q eventstore.Querier, accountID, env string) ([]KeyRow, error) {
+	rows, err := q.Query(ctx, `SELECT `+keyColumns+` FROM api_keys
+		WHERE account_id = $1 AND ($2 = '' OR env = $2) ORDER BY created_at, key_id`, accountID, env)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanKey)
+}
+
+// AccountRow is an account as the read model has it.
+type AccountRow struct {
+	AccountID     string
+	Email         string
+	Name          string
+	Plan          string
+	EmailVerified bool
+	CreatedAt     time.Time
+	ActiveKeys    int
+	TotalKeys     int
+}
+
+// GetAccount reads an account and counts its keys.
+func GetAccount(ctx context.Context, q eventstore.Querier, accountID string) (AccountRow, error) {
+	var a AccountRow
+	err := q.QueryRow(ctx, `SELECT a.account_id, a.email, a.name, a.plan, a.email_verified, a.created_at,
+			count(k.key_id) FILTER (WHERE k.status = 'active'), count(k.key_id)
+		FROM accounts a LEFT JOIN api_keys k ON k.account_id = a.account_id
+		WHERE a.account_id = $1 GROUP BY a.account_id`, accountID).
+		Scan(&a.AccountID, &a.Email, &a.Name, &a.Plan, &a.EmailVerified, &a.CreatedAt, &a.ActiveKeys, &a.TotalKeys)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, domain.Errorf(domain.CodeNotFound, "account not found")
+	}
+	return a, err
+}
+
+// WaitForKey waits, at most until ctx ends, until the read model reflects version of a
+// key, so that a client's next read shows its own write. Authentication does not
+// depend on it (see Authenticator).
+func WaitForKey(ctx context.Context, q eventstore.Querier, keyID string, version int64) error {
+	for {
+		var v int64
+		err := q.QueryRow(ctx, `SELECT version FROM api_keys WHERE key_id = $1`, keyID).Scan(&v)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if v >= version {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Authenticator turns a bearer secret into the key it opens, consistent with every
+// committed event whatever the projection's lag:
+//   - the read model maps the secret's hash to a key id, and the streams table gives
+//     the key stream's current version in the same query;
+//   - a key whose cached state is at that version is decided from the cache; otherwise
+//     its events are folded afresh;
+//   - a hash the read model does not know yet (a key created or rotated a moment ago)
+//     is looked up in the events themselves.
+type Authenticator struct {
+	pool   *pgxpool.Pool
+	pepper []byte
+	now    func() time.Time
+	cache  sync.Map // key id -> *domain.Key
+}
+
+// NewAuthenticator builds an Authenticator with the server's pepper.
+func NewAuthenticator(pool *pgxpool.Pool, pepper []byte) *Authenticator {
+	return &Authenticator{pool: pool, pepper: pepper, now: time.Now}
+}
+
+// WellFormedSecret checks the shape of a secret before any lookup.
+func WellFormedSecret(s string) bool {
+	rest, ok := strings.CutPrefix(s, "ce_live_")
+	if !ok {
+		rest, ok = strings.CutPrefix(s, "ce_test_")
+	}
+	if !ok || len(rest) < 40 || len(rest) > 64 {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if !('0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// Authenticate returns the active key that secret opens, or a CodeBadCredential error.
+func (a *Authenticator) Authenticate(ctx context.Context, secret string) (*domain.Key, error) {
+	if !WellFormedSecret(secret) {
+		return nil, domain.Errorf(domain.CodeBadCredential, "malformed API key (expected ce_live_... or ce_test_...)")
+	}
+	hash := domain.HashSecret(a.pepper, secret)
+	var keyID string
+	var version int64
+	err := a.pool.QueryRow(ctx, `SELECT ks.key_id, s.version FROM key_secrets ks
+		JOIN streams s ON s.stream_id = 'key-' || ks.key_id WHERE ks.secret_hash = $1`, hash).Scan(&keyID, &version)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		var stream string
+		err = a.pool.QueryRow(ctx, `SELECT stream_id FROM events
+			WHERE event_type IN ('KeyCreated', 'KeyRotated') AND payload ->> 'secret_hash' = $1 LIMIT 1`,
+			hex.EncodeToString(hash)).Scan(&stream)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, domain.Errorf(domain.CodeBadCredential, "unknown API key")
+		}
+		if err != nil {
+			return nil, err
+		}
+		keyID = strings.TrimPrefix(stream, "key-")
+	case err != nil:
+		return nil, err
+	}
+	k, _ := a.cache.Load(keyID)
+	key, _ := k.(*domain.Key)
+	if key == nil || key.Version() != version || version == 0 {
+		if key, err = commands.LoadKey(ctx, a.pool, keyID); err != nil {
+			return nil, err
+		}
+		a.cache.Store(keyID, key)
+	}
+	if err := key.Authenticate(hash, a.now()); err != nil {
+		return nil, err
+	}
+	return key, nil
+}

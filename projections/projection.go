@@ -1,0 +1,182 @@
+// Package projections builds the read models from the events. Each projection is a
+// Watermill subscriber (consumer group = the projection's name) on the event bus; it
+// writes its rows in the very transaction in which Watermill reads the messages and
+// stores its offset, so a read model and its checkpoint never disagree. Read models
+// can always be dropped and rebuilt from the events table alone.
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/eventstore"
+)
+
+// Projection turns events into rows of a read model.
+type Projection interface {
+	// Name is the consumer group and checkpoint name: part of the schema, never renamed.
+	Name() string
+	// Topic is the bus topic the projection follows.
+	Topic() string
+	// Tables are the read model's tables, truncated by a rebuild.
+	Tables() []string
+	// Apply folds one event into the read model inside tx. It must be idempotent per
+	// event (a rebuild and the live subscriber may both see it) and must cope with
+	// events of one stream arriving out of order (see applyInStreamOrder).
+	Apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) error
+}
+
+// Runner runs projections as Watermill handlers until its context ends.
+type Runner struct {
+	pool        *pgxpool.Pool
+	projections []Projection
+	logger      *slog.Logger
+	// BatchSize is how many messages one subscriber transaction takes.
+	BatchSize int
+	// PollInterval is how long an idle subscriber waits before asking again.
+	PollInterval time.Duration
+}
+
+// NewRunner prepares the projections; Run starts them.
+func NewRunner(pool *pgxpool.Pool, logger *slog.Logger, ps ...Projection) *Runner {
+	return &Runner{pool: pool, projections: ps, logger: logger, BatchSize: 500, PollInterval: 10 * time.Millisecond}
+}
+
+// Run blocks until ctx ends. It returns once the router is running via ready (closed).
+func (r *Runner) Run(ctx context.Context, ready chan<- struct{}) error {
+	wlog := watermill.NewSlogLoggerWithLevelMapping(r.logger, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, wlog)
+	if err != nil {
+		return err
+	}
+	ackDeadline := 5 * time.Second
+	for _, p := range r.projections {
+		sub, err := wmsql.NewSubscriber(wmsql.BeginnerFromPgx(r.pool), wmsql.SubscriberConfig{
+			ConsumerGroup:  p.Name(),
+			SchemaAdapter:  wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: r.BatchSize},
+			OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{},
+			PollInterval:   r.PollInterval,
+			ResendInterval: 50 * time.Millisecond,
+			RetryInterval:  time.Second,
+			AckDeadline:    &ackDeadline,
+		}, wlog)
+		if err != nil {
+			return err
+		}
+		router.AddConsumerHandler(p.Name(), p.Topic(), sub, r.handler(p))
+	}
+	go func() {
+		<-router.Running()
+		if ready != nil {
+			close(ready)
+		}
+	}()
+	return router.Run(ctx)
+}
+
+// handler applies one message inside the subscriber's transaction. An error rolls the
+// whole batch back (offset included) and Watermill delivers it again.
+func (r *Runner) handler(p Projection) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		ctx := msg.Context()
+		wtx, ok := wmsql.TxFromContext(ctx)
+		if !ok {
+			return errors.New("no subscriber transaction in the message context")
+		}
+		pgxTx, ok := wtx.(*wmsql.PgxTx)
+		if !ok {
+			return fmt.Errorf("unexpected transaction type %T", wtx)
+		}
+		var e eventstore.Event
+		if err := json.Unmarshal(msg.Payload, &e); err != nil {
+			return fmt.Errorf("decode event envelope: %w", err)
+		}
+		if err := p.Apply(ctx, pgxTx.Tx, e); err != nil {
+			r.logger.Error("projection failed", "projection", p.Name(), "position", e.Position, "err", err)
+			return err
+		}
+		return advance(ctx, pgxTx.Tx, p.Name(), e.Position)
+	}
+}
+
+// advance records the highest position a projection has applied: the measure of its lag.
+func advance(ctx context.Context, tx pgx.Tx, name string, pos int64) error {
+	_, err := tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
+		ON CONFLICT (name) DO UPDATE SET position = GREATEST(projection_checkpoints.position, excluded.position)`, name, pos)
+	return err
+}
+
+// Rebuild empties p's read model and refills it from the events table alone, in one
+// transaction. It holds the projection's bus offset row meanwhile, so the live
+// subscriber waits and afterwards skips what the rebuild already applied.
+func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection) (int64, error) {
+	var applied int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		offsets := fmt.Sprintf(`watermill_offsets_%s`, p.Topic())
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{offsets}.Sanitize()+` WHERE consumer_group = $1 FOR UPDATE`, p.Name()); err != nil {
+			return err
+		}
+		for _, t := range p.Tables() {
+			if _, err := tx.Exec(ctx, `TRUNCATE `+pgx.Identifier{t}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		var last int64
+		for {
+			evs, err := eventstore.ReadFrom(ctx, tx, last, 1000)
+			if err != nil {
+				return err
+			}
+			if len(evs) == 0 {
+				break
+			}
+			for _, e := range evs {
+				if eventstore.TopicOf(e.StreamType) == p.Topic() {
+					if err := p.Apply(ctx, tx, e); err != nil {
+						return fmt.Errorf("position %d: %w", e.Position, err)
+					}
+					applied++
+				}
+				last = e.Position
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
+			ON CONFLICT (name) DO UPDATE SET position = excluded.position`, p.Name(), last)
+		return err
+	})
+	return applied, err
+}
+
+// applyInStreamOrder applies e to a per-stream row that is at version current. Events
+// already reflected are skipped; when earlier events of the stream are missing (the bus
+// orders by transaction id, not by position), they are read from the events table and
+// applied first, so the row always moves one version at a time.
+func applyInStreamOrder(ctx context.Context, tx pgx.Tx, e eventstore.Event, current int64, apply func(eventstore.Event) error) error {
+	if e.Version <= current {
+		return nil
+	}
+	if e.Version > current+1 {
+		evs, err := eventstore.Load(ctx, tx, e.StreamID)
+		if err != nil {
+			return err
+		}
+		for _, m := range evs {
+			if m.Version > current && m.Version < e.Version {
+				if err := apply(m); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return apply(e)
+}
