@@ -30,6 +30,11 @@ func (s *Server) signup(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	if err := projections.WaitForAccount(ctx, s.pool, res.AccountID, 1); err == nil {
+		err = projections.WaitForKey(ctx, s.pool, res.KeyID, 1)
+	}
+	cancel()
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"api_key": res.Secret, "key_id": res.KeyID, "plan": res.Plan.String(), "account_id": res.AccountID,
 	})

@@ -94,9 +94,18 @@ func GetAccount(ctx context.Context, q eventstore.Querier, accountID string) (Ac
 // key, so that a client's next read shows its own write. Authentication does not
 // depend on it (see Authenticator).
 func WaitForKey(ctx context.Context, q eventstore.Querier, keyID string, version int64) error {
+	return waitForVersion(ctx, q, `SELECT version FROM api_keys WHERE key_id = $1`, keyID, version)
+}
+
+// WaitForAccount is WaitForKey for an account row.
+func WaitForAccount(ctx context.Context, q eventstore.Querier, accountID string, version int64) error {
+	return waitForVersion(ctx, q, `SELECT version FROM accounts WHERE account_id = $1`, accountID, version)
+}
+
+func waitForVersion(ctx context.Context, q eventstore.Querier, query, id string, version int64) error {
 	for {
 		var v int64
-		err := q.QueryRow(ctx, `SELECT version FROM api_keys WHERE key_id = $1`, keyID).Scan(&v)
+		err := q.QueryRow(ctx, query, id).Scan(&v)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}

@@ -61,7 +61,7 @@ func (r *Runner) Run(ctx context.Context, ready chan<- struct{}) error {
 	}
 	ackDeadline := 5 * time.Second
 	for _, p := range r.projections {
-		sub, err := wmsql.NewSubscriber(wmsql.BeginnerFromPgx(r.pool), wmsql.SubscriberConfig{
+		sub, err := wmsql.NewSubscriber(newLockingBeginner(r.pool), wmsql.SubscriberConfig{
 			ConsumerGroup:  p.Name(),
 			SchemaAdapter:  wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: r.BatchSize},
 			OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{},
@@ -93,9 +93,18 @@ func (r *Runner) handler(p Projection) message.NoPublishHandlerFunc {
 		if !ok {
 			return errors.New("no subscriber transaction in the message context")
 		}
-		pgxTx, ok := wtx.(*wmsql.PgxTx)
+		locked, ok := wtx.(*lockedTx)
 		if !ok {
 			return fmt.Errorf("unexpected transaction type %T", wtx)
+		}
+		locked.mu.Lock()
+		defer locked.mu.Unlock()
+		if ctx.Err() != nil { // Watermill gave up on this message; it may roll back now
+			return ctx.Err()
+		}
+		pgxTx, ok := locked.inner.(*wmsql.PgxTx)
+		if !ok {
+			return fmt.Errorf("unexpected transaction type %T", locked.inner)
 		}
 		var e eventstore.Event
 		if err := json.Unmarshal(msg.Payload, &e); err != nil {

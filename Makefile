@@ -1,0 +1,45 @@
+# Set-up is two commands: `make run` and `make test` (README.md).
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+export CHESSD_ENGINES_DIR ?= $(HOME)/.cache/chessd/engines
+
+GO       ?= go
+BIN      := bin/chessd
+FUZZTIME ?= 20s
+
+.PHONY: all build run test engines vet bench fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/chessd
+
+# Installs the engines once per machine into $(CHESSD_ENGINES_DIR); a no-op when present.
+engines:
+	@bash scripts/install-engines.sh
+
+# Builds, installs engines if missing, brings up PostgreSQL (embedded unless
+# DATABASE_URL is set), migrates and serves on :$${PORT:-8080} under /v1.
+run: build engines
+	./$(BIN) serve
+
+vet:
+	$(GO) vet ./...
+
+# Real PostgreSQL (a private throw-away cluster per test binary unless DATABASE_URL is
+# set) and real engines.
+test: engines vet
+	$(GO) test -count=1 -timeout 30m ./...
+
+# Runs each fuzz target for FUZZTIME.
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list 'Fuzz.*' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; done
+
+bench: build engines
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./engine/ ./eventstore/ ./httpapi/
+
+clean:
+	rm -rf bin

@@ -1,0 +1,174 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestHealth(t *testing.T) {
+	e := newEnv(t)
+	if r := e.do("GET", "/v1/healthz", "", nil); r.Status != 200 || r.Body["status"] != "ok" {
+		t.Fatalf("healthz: %d %s", r.Status, r.Raw)
+	}
+	r := e.do("GET", "/v1/readyz", "", nil)
+	checks, _ := r.Body["checks"].(map[string]any)
+	if r.Status != 200 || checks["postgres"] != "ok" || checks["migrations"] != "ok" {
+		t.Fatalf("readyz: %d %s", r.Status, r.Raw)
+	}
+}
+
+func TestRouterErrorsAreProblems(t *testing.T) {
+	e := newEnv(t)
+	key, _ := e.signup("router@example.com")
+	wantProblem(t, e.do("GET", "/v1/nowhere", "", nil), 404, "fix_request")
+	wantProblem(t, e.do("GET", "/eval", "", nil), 404, "fix_request")
+	r := e.do("PUT", "/v1/keys", key, nil)
+	wantProblem(t, r, 405, "fix_request")
+	if allow := r.Header.Get("Allow"); allow != "GET, POST" {
+		t.Fatalf("Allow = %q", allow)
+	}
+	wantProblem(t, e.do("GET", "/v1/signup", "", nil), 405, "fix_request")
+}
+
+func TestProblemTypesResolve(t *testing.T) {
+	e := newEnv(t)
+	key, _ := e.signup("types@example.com")
+	for _, r := range []response{
+		e.do("GET", "/v1/nowhere", "", nil),
+		e.do("POST", "/v1/keys", "", nil),
+		e.do("POST", "/v1/keys", key, `{"bogus":1}`),
+		e.do("DELETE", "/v1/signup", "", nil),
+	} {
+		typ := r.Body["type"].(string)
+		page := e.do("GET", strings.TrimPrefix(typ, "http://chessd.test"), "", nil)
+		if page.Status != 200 || page.Body["type"] != typ || page.Body["next_action"] != r.Body["next_action"] {
+			t.Fatalf("type %s does not resolve: %d %s", typ, page.Status, page.Raw)
+		}
+	}
+	wantProblem(t, e.do("GET", "/v1/problems/no-such-thing", "", nil), 404, "fix_request")
+}
+
+func TestRequestID(t *testing.T) {
+	e := newEnv(t)
+	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/healthz", nil)
+	req.Header.Set("X-Request-Id", "client-chosen-42")
+	res, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if got := res.Header.Get("X-Request-Id"); got != "client-chosen-42" {
+		t.Fatalf("echoed %q", got)
+	}
+	r := e.do("GET", "/v1/nowhere", "", nil)
+	id := r.Header.Get("X-Request-Id")
+	if !strings.HasPrefix(id, "req_") || r.Body["request_id"] != id {
+		t.Fatalf("generated id %q, problem says %v", id, r.Body["request_id"])
+	}
+	req.Header.Set("X-Request-Id", "bad id\twith spaces")
+	res, _ = e.srv.Client().Do(req)
+	res.Body.Close()
+	if got := res.Header.Get("X-Request-Id"); !strings.HasPrefix(got, "req_") {
+		t.Fatalf("an unsafe id must be replaced, got %q", got)
+	}
+}
+
+func TestBodyTooLarge(t *testing.T) {
+	e := newEnv(t)
+	big := `{"email":"` + strings.Repeat("a", 70<<10) + `@example.com"}`
+	wantProblem(t, e.do("POST", "/v1/signup", "", big), 413, "fix_request")
+}
+
+func TestLegalMovesAndValidate(t *testing.T) {
+	e := newEnv(t)
+	key, _ := e.signup("chess@example.com")
+	cases := []struct {
+		name, body string
+		count      int
+		contains   string
+	}{
+		{"start position", `{"fen":"` + startFEN + `"}`, 20, `{"uci":"g1f3","san":"Nf3"}`},
+		{"promotion with check", `{"fen":"8/P6k/8/8/8/8/8/K7 w - - 0 1"}`, 7, `{"uci":"a7a8q","san":"a8=Q"}`},
+		{"castling", `{"fen":"r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1"}`, 26, `{"uci":"e1g1","san":"O-O"}`},
+		{"chess960 castling is king takes rook", `{"fen":"1r2k1r1/8/8/8/8/8/8/1R2K1R1 w GBgb - 0 1","chess960":true}`, 25, `{"uci":"e1b1","san":"O-O-O"}`},
+		{"checkmated has none", `{"fen":"rnb1kbnr/pppp1ppp/8/4p3/6Pq/5P2/PPPPP2P/RNBQKBNR w KQkq - 1 3"}`, 0, `"status":"checkmate"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do("POST", "/v1/legal-moves", key, tc.body)
+			if r.Status != 200 || !strings.Contains(r.Raw, tc.contains) {
+				t.Fatalf("%d %s", r.Status, r.Raw)
+			}
+			if tc.count > 0 && r.Body["count"] != float64(tc.count) {
+				t.Fatalf("count %v, want %d", r.Body["count"], tc.count)
+			}
+		})
+	}
+	for name, body := range map[string]string{
+		"malformed FEN":             `{"fen":"not a fen"}`,
+		"two white kings":           `{"fen":"K6K/8/8/8/8/8/8/7k w - - 0 1"}`,
+		"side not to move in check": `{"fen":"4k3/8/8/8/8/8/4R3/4K3 w - - 0 1"}`,
+		"pawn on rank 8":            `{"fen":"P3k3/8/8/8/8/8/8/4K3 w - - 0 1"}`,
+		"impossible castle":         `{"fen":"4k3/8/8/8/8/8/8/4K3 w K - 0 1"}`,
+		"missing fen":               `{}`,
+		"fen wrong type":            `{"fen":1}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := e.do("POST", "/v1/legal-moves", key, body)
+			wantProblem(t, r, 400, "fix_request")
+			if errs, _ := r.Body["errors"].([]any); len(errs) == 0 {
+				t.Fatalf("no errors list: %s", r.Raw)
+			}
+		})
+	}
+	t.Run("validate says yes", func(t *testing.T) {
+		r := e.do("POST", "/v1/validate", key, `{"fen":"`+startFEN+`"}`)
+		if r.Status != 200 || r.Body["valid"] != true || r.Body["side_to_move"] != "white" || r.Body["legal_moves"] != float64(20) {
+			t.Fatalf("%d %s", r.Status, r.Raw)
+		}
+	})
+	t.Run("validate says no and why", func(t *testing.T) {
+		r := e.do("POST", "/v1/validate", key, `{"fen":"4k3/8/8/8/8/8/4R3/4K3 w - - 0 1"}`)
+		if r.Status != 200 || r.Body["valid"] != false || !strings.Contains(r.Body["reason"].(string), "check") {
+			t.Fatalf("%d %s", r.Status, r.Raw)
+		}
+	})
+}
+
+// FuzzRequestBodies sends arbitrary bodies to every JSON endpoint of the skeleton: no
+// input may produce a 500 or a panic, and every error must be problem+json.
+func FuzzRequestBodies(f *testing.F) {
+	for _, s := range []string{
+		`{"fen":"` + startFEN + `"}`, `{"fen":"8/8/8/8/8/8/8/K6k w - - 0 1","chess960":true}`,
+		`{"email":"a@b.co"}`, `{"label":"x","scopes":["eval"],"budget_usd":"1.5"}`, `{"budget_units":null}`,
+		`{"grace_seconds":10}`, `[]`, `null`, `{"fen":"\u0000"}`, `{"budget_usd":1e400}`, `{"scopes":[1]}`,
+	} {
+		f.Add(s)
+	}
+	e := newEnv(f)
+	key, keyID := e.signup("fuzz@example.com")
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, ep := range []struct{ method, path string }{
+			{"POST", "/v1/validate"}, {"POST", "/v1/legal-moves"}, {"POST", "/v1/keys"},
+			{"PATCH", "/v1/keys/" + keyID}, {"POST", "/v1/keys/key_x/rotate"}, {"POST", "/v1/signup"},
+		} {
+			req := httptest.NewRequest(ep.method, ep.path, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			rec := httptest.NewRecorder()
+			e.api.ServeHTTP(rec, req)
+			if rec.Code >= 500 {
+				t.Fatalf("%s %s with %q: %d %s", ep.method, ep.path, body, rec.Code, rec.Body)
+			}
+			if rec.Code >= 400 && rec.Header().Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("%s %s: error without problem+json", ep.method, ep.path)
+			}
+			var v map[string]any
+			if rec.Code != 204 && json.Unmarshal(rec.Body.Bytes(), &v) != nil {
+				t.Fatalf("%s %s: response is not JSON: %q", ep.method, ep.path, rec.Body)
+			}
+		}
+	})
+}

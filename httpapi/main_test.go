@@ -1,0 +1,167 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/commands"
+	"chessd/eventstore"
+	"chessd/httpapi"
+	"chessd/postgres/pgtest"
+	"chessd/projections"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+var testPepper = []byte("test-pepper-0123456789abcdef")
+
+// env is one API server on a fresh database, with its projections running unless the
+// test asked for them to be held back.
+type env struct {
+	t    testing.TB
+	pool *pgxpool.Pool
+	srv  *httptest.Server
+	api  *httpapi.Server
+}
+
+type envOption func(*envConfig)
+
+type envConfig struct {
+	noProjections bool
+	pool          *pgxpool.Pool
+}
+
+// onPool shares another env's database.
+func onPool(p *pgxpool.Pool) envOption { return func(c *envConfig) { c.pool = p } }
+
+// withoutProjections leaves the read models behind, to prove what must not depend on them.
+func withoutProjections() envOption { return func(c *envConfig) { c.noProjections = true } }
+
+func newEnv(t testing.TB, opts ...envOption) *env {
+	t.Helper()
+	var cfg envConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	pool := cfg.pool
+	if pool == nil {
+		pool = pgtest.NewDB(t)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	store := eventstore.NewStore(pool, logger)
+	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10}, httpapi.Deps{
+		Pool: pool, Commands: commands.New(store, testPepper),
+		Auth: projections.NewAuthenticator(pool, testPepper), Logger: logger,
+	})
+	if !cfg.noProjections {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		ready := make(chan struct{})
+		go func() { done <- projections.NewRunner(pool, logger, projections.Accounts{}).Run(ctx, ready) }()
+		<-ready
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	return &env{t: t, pool: pool, srv: srv, api: api}
+}
+
+// response is a decoded answer.
+type response struct {
+	Status int
+	Header http.Header
+	Body   map[string]any
+	Raw    string
+}
+
+func (e *env) do(method, path, key string, body any) response {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequest(method, e.srv.URL+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	r := response{Status: res.StatusCode, Header: res.Header, Raw: string(raw)}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &r.Body); err != nil {
+			e.t.Fatalf("%s %s: body is not a JSON object: %q", method, path, raw)
+		}
+	}
+	return r
+}
+
+// signup makes an account and returns its key and key id.
+func (e *env) signup(email string) (key, keyID string) {
+	e.t.Helper()
+	r := e.do("POST", "/v1/signup", "", map[string]string{"email": email})
+	if r.Status != 201 {
+		e.t.Fatalf("signup: %d %s", r.Status, r.Raw)
+	}
+	return r.Body["api_key"].(string), r.Body["key_id"].(string)
+}
+
+// createKey makes a key with the given body using key, expecting success.
+func (e *env) createKey(key string, body map[string]any) (secret, keyID string) {
+	e.t.Helper()
+	r := e.do("POST", "/v1/keys", key, body)
+	if r.Status != 201 {
+		e.t.Fatalf("create key: %d %s", r.Status, r.Raw)
+	}
+	return r.Body["api_key"].(string), r.Body["key_id"].(string)
+}
+
+// wantProblem checks a problem+json answer.
+func wantProblem(t testing.TB, r response, status int, next string) {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status %d, want %d: %s", r.Status, status, r.Raw)
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("content type %q, want application/problem+json", ct)
+	}
+	if r.Body["next_action"] != next {
+		t.Fatalf("next_action %v, want %s: %s", r.Body["next_action"], next, r.Raw)
+	}
+	typ, _ := r.Body["type"].(string)
+	if !strings.HasPrefix(typ, "http://chessd.test/v1/problems/") {
+		t.Fatalf("type %q is not a problem URI under the base URL", typ)
+	}
+	if r.Body["title"] == "" || r.Body["detail"] == "" || r.Body["status"] != float64(status) {
+		t.Fatalf("incomplete problem: %s", r.Raw)
+	}
+}
