@@ -83,13 +83,13 @@ func (c *Cluster) URL(db string) string {
 }
 
 // Start initialises the data directory if it is new and starts the server, unless one is
-// already running there.
-func (c *Cluster) Start(ctx context.Context) error {
+// already running there. started says whether this call started it.
+func (c *Cluster) Start(ctx context.Context) (started bool, err error) {
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
-		return err
+		return false, err
 	}
 	if err := c.chown(c.Dir); err != nil {
-		return err
+		return false, err
 	}
 	if _, err := os.Stat(filepath.Join(c.Dir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
 		c.logger.Info("initialising PostgreSQL cluster", "dir", c.Dir)
@@ -98,12 +98,12 @@ func (c *Cluster) Start(ctx context.Context) error {
 			args = append(args, "--no-sync")
 		}
 		if err := c.run(ctx, "initdb", args...); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if c.running(ctx) {
 		c.logger.Info("PostgreSQL already running", "dir", c.Dir)
-		return nil
+		return false, nil
 	}
 	opts := fmt.Sprintf("-c listen_addresses='' -k %s -p %d -c max_connections=200", c.Dir, c.Port)
 	if c.Fast {
@@ -111,10 +111,10 @@ func (c *Cluster) Start(ctx context.Context) error {
 	}
 	logFile := filepath.Join(c.Dir, "server.log")
 	if err := c.run(ctx, "pg_ctl", "-D", c.Dir, "-l", logFile, "-w", "-t", "60", "-o", opts, "start"); err != nil {
-		return fmt.Errorf("%w (see %s)", err, logFile)
+		return false, fmt.Errorf("%w (see %s)", err, logFile)
 	}
 	c.logger.Info("PostgreSQL started", "dir", c.Dir, "port", c.Port)
-	return nil
+	return true, nil
 }
 
 // Stop shuts the server down, letting running transactions finish or roll back.

@@ -70,7 +70,7 @@ func server(tb testing.TB) (string, string) {
 			tb.Fatal(err)
 		}
 		c.Fast = true
-		if err := c.Start(ctx); err != nil {
+		if _, err := c.Start(ctx); err != nil {
 			tb.Fatalf("start test PostgreSQL: %v", err)
 		}
 		cluster = c
@@ -121,7 +121,13 @@ func URL(tb testing.TB) string {
 // NewDB returns a pool on a fresh migrated database, closed when the test ends.
 func NewDB(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
-	pool, err := postgres.Open(context.Background(), URL(tb), 20)
+	return NewDBAt(tb, URL(tb))
+}
+
+// NewDBAt returns a pool on the database at url, closed when the test ends.
+func NewDBAt(tb testing.TB, url string) *pgxpool.Pool {
+	tb.Helper()
+	pool, err := postgres.Open(context.Background(), url, 20)
 	if err != nil {
 		tb.Fatal(err)
 	}
