@@ -1,0 +1,189 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The Depth14 benchmarks measure what the pool adds over driving Stockfish by hand:
+// same binary, same positions in the same order, a fresh game before each search (the
+// pool's reset; timer stopped in the raw benchmark, off the request path in the pool),
+// one search at a time. Each reports the median per-search latency as median-ms;
+// compare the two medians:
+//
+//	go test -run '^$' -bench 'Depth14|Depth1$' -benchtime 40x ./engine
+//
+// BenchmarkPairedDepth14 gives the overhead directly (median of per-search differences).
+
+var benchFENs = []string{
+	"rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
+	"r1bqkbnr/pppp1ppp/2n5/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R b KQkq - 3 3",
+	fenMiddlegame,
+	"8/2p5/3p4/KP5r/1R3p1k/8/4P1P1/8 w - - 0 1",
+	"r4rk1/1pp1qppp/p1np1n2/2b1p1B1/2B1P1b1/P1NP1N2/1PP1QPPP/R4RK1 w - - 0 10",
+}
+
+// rawEngine drives a Stockfish process by hand, with nothing of this package: the
+// baseline the pool is measured against.
+type rawEngine struct {
+	in  io.WriteCloser
+	out *bufio.Scanner
+	tb  testing.TB
+}
+
+func startRaw(tb testing.TB) *rawEngine {
+	tb.Helper()
+	cmd := exec.Command(enginePath(tb, "sf-17.1", PathNative))
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		_, _ = io.WriteString(in, "quit\n")
+		_ = in.Close()
+		_ = cmd.Wait()
+	})
+	r := &rawEngine{in: in, out: bufio.NewScanner(out), tb: tb}
+	r.send("uci")
+	r.until("uciok")
+	return r
+}
+
+func (r *rawEngine) send(s string) { _, _ = io.WriteString(r.in, s+"\n") }
+
+func (r *rawEngine) until(prefix string) {
+	for r.out.Scan() {
+		if strings.HasPrefix(r.out.Text(), prefix) {
+			return
+		}
+	}
+	r.tb.Fatalf("engine output ended before %q", prefix)
+}
+
+func (r *rawEngine) newGame() {
+	r.send("ucinewgame\nisready")
+	r.until("readyok")
+}
+
+func (r *rawEngine) depth14(fen string) time.Duration {
+	start := time.Now()
+	r.send("position fen " + fen + "\ngo depth 14")
+	r.until("bestmove")
+	return time.Since(start)
+}
+
+func BenchmarkRawUCIDepth14(b *testing.B) {
+	r := startRaw(b)
+	durs := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		r.newGame()
+		b.StartTimer()
+		durs = append(durs, r.depth14(benchFENs[i%len(benchFENs)]))
+	}
+	reportMedian(b, durs)
+}
+
+// BenchmarkPairedDepth14 alternates a raw search and a pool search of the same
+// position (the engine is deterministic: same nodes, same work) and reports the median
+// of the per-pair differences, which cancels most noise from a busy machine.
+func BenchmarkPairedDepth14(b *testing.B) {
+	r := startRaw(b)
+	pl := newPool(b, "sf-17.1", PathNative, nil)
+	ctx := context.Background()
+	var raws, pools, diffs []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		fen := benchFENs[i%len(benchFENs)]
+		r.newGame()
+		onlyProcess(b, pl)
+		viaPool := func() time.Duration {
+			start := time.Now()
+			if _, err := pl.Search(ctx, Interactive, Search{FEN: fen, Depth: 14}); err != nil {
+				b.Fatal(err)
+			}
+			return time.Since(start)
+		}
+		// Alternate which goes first so neither gains from running second.
+		var raw, pool time.Duration
+		if i%2 == 0 {
+			raw, pool = r.depth14(fen), viaPool()
+		} else {
+			pool, raw = viaPool(), r.depth14(fen)
+		}
+		raws, pools, diffs = append(raws, raw), append(pools, pool), append(diffs, pool-raw)
+	}
+	b.StopTimer()
+	med := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(med(raws), "raw-median-ms")
+	b.ReportMetric(med(pools), "pool-median-ms")
+	b.ReportMetric(med(diffs), "overhead-median-ms")
+}
+
+func BenchmarkPoolDepth14(b *testing.B) {
+	pl := newPool(b, "sf-17.1", PathNative, nil)
+	ctx := context.Background()
+	durs := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		onlyProcess(b, pl) // the previous search's background reset is done
+		b.StartTimer()
+		start := time.Now()
+		if _, err := pl.Search(ctx, Interactive, Search{FEN: benchFENs[i%len(benchFENs)], Depth: 14}); err != nil {
+			b.Fatal(err)
+		}
+		durs = append(durs, time.Since(start))
+	}
+	reportMedian(b, durs)
+}
+
+func reportMedian(b *testing.B, durs []time.Duration) {
+	b.Helper()
+	if len(durs) == 0 {
+		return
+	}
+	slices.Sort(durs)
+	b.ReportMetric(float64(durs[len(durs)/2].Microseconds())/1000, "median-ms")
+}
+
+// BenchmarkPoolOverhead isolates the pool's own per-request cost: a depth-1 search
+// from the start position takes the engine a fraction of a millisecond.
+func BenchmarkPoolOverheadDepth1(b *testing.B) {
+	pl := newPool(b, "sf-17.1", PathNative, nil)
+	ctx := context.Background()
+	durs := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		onlyProcess(b, pl)
+		b.StartTimer()
+		start := time.Now()
+		if _, err := pl.Search(ctx, Interactive, Search{Depth: 1}); err != nil {
+			b.Fatal(err)
+		}
+		durs = append(durs, time.Since(start))
+	}
+	reportMedian(b, durs)
+}
+
+func BenchmarkParseInfo(b *testing.B) {
+	line := "info depth 14 seldepth 19 multipv 1 score cp 34 wdl 61 925 14 nodes 170239 nps 1203178 hashfull 60 tbhits 0 time 141 pv e2e4 e7e5 g1f3 b8c6 f1b5 a7a6 b5a4 g8f6"
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, ok := ParseInfo(line); !ok {
+			b.Fatal("not parsed")
+		}
+	}
+}

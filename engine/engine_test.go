@@ -1,0 +1,700 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	// White to move mates with Qxf7# (scholar's mate).
+	fenWhiteMateIn1 = "r1bqkb1r/pppp1ppp/2n2n2/4p2Q/2B1P3/8/PPPP1PPP/RNB1K1NR w KQkq - 4 4"
+	// Black to move mates with Qh4# (fool's mate, after 1.f3 e5 2.g4).
+	fenBlackMateIn1 = "rnbqkbnr/pppp1ppp/8/4p3/6P1/5P2/PPPPP2P/RNBQKBNR b KQkq g3 0 2"
+	// A quiet middlegame for searches that must take a while.
+	fenMiddlegame = "r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1"
+	// Chess960: the king stands on g1 with its rook on h1. Castling king side leaves the
+	// king on g1 and puts the rook on f1, which mates the black king boxed in on f8.
+	// In Chess960 mode UCI writes castling as king-takes-rook: g1h1.
+	fen960CastleMate = "4rkr1/4p1p1/8/8/8/8/8/6KR w H - 0 1"
+)
+
+func TestHandshakeAndOptions(t *testing.T) {
+	t.Parallel()
+	cat := catalog(t)
+	for _, e := range allEngines {
+		t.Run(engineLabel(e.id, e.path), func(t *testing.T) {
+			t.Parallel()
+			pl, err := cat.Pool(context.Background(), e.id, e.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := pl.Identity()
+			if id.Name != e.name {
+				t.Errorf("id name = %q, want %q", id.Name, e.name)
+			}
+			if !strings.Contains(id.Author, "Stockfish developers") {
+				t.Errorf("id author = %q", id.Author)
+			}
+			want := map[string]Option{
+				"Hash":        {Name: "Hash", Type: OptionSpin, Default: "16", Min: 1, Max: 33554432, HasRange: true},
+				"MultiPV":     {Name: "MultiPV", Type: OptionSpin, Default: "1", Min: 1},
+				"Skill Level": {Name: "Skill Level", Type: OptionSpin, Default: "20", Min: 0, Max: 20, HasRange: true},
+				"UCI_ShowWDL": {Name: "UCI_ShowWDL", Type: OptionCheck, Default: "false"},
+				"Clear Hash":  {Name: "Clear Hash", Type: OptionButton},
+			}
+			for name, w := range want {
+				o := id.option(name)
+				if o == nil {
+					t.Errorf("option %q missing", name)
+					continue
+				}
+				if o.Type != w.Type || o.Default != w.Default || o.Min != w.Min || (w.Max != 0 && o.Max != w.Max) {
+					t.Errorf("option %q = %+v, want %+v", name, *o, w)
+				}
+			}
+			if o := id.option("UCI_Elo"); o == nil || !o.HasRange || o.Min >= o.Max {
+				t.Errorf("UCI_Elo = %+v, want a spin range", o)
+			}
+		})
+	}
+}
+
+func TestCatalogListing(t *testing.T) {
+	t.Parallel()
+	cat := catalog(t)
+	vs := cat.Versions()
+	var ids []string
+	for _, v := range vs {
+		ids = append(ids, v.ID)
+	}
+	if !slices.Equal(ids, []string{"sf-17.1", "sf-15.1"}) {
+		t.Fatalf("versions = %v, want [sf-17.1 sf-15.1] (newest first)", ids)
+	}
+	if cat.Default() != "sf-17.1" {
+		t.Errorf("default = %q", cat.Default())
+	}
+	tests := []struct {
+		version   string
+		path      Path
+		wantID    string
+		wantPath  Path
+		wantError bool
+	}{
+		{"latest", PathAuto, "sf-17.1", PathNative, false},
+		{"", "", "sf-17.1", PathNative, false},
+		{"sf-17.1", PathWasm, "sf-17.1", PathWasm, false},
+		{"sf-15.1", PathAuto, "sf-15.1", PathNative, false},
+		{"sf-15.1", PathWasm, "", "", true},
+		{"sf-99", PathAuto, "", "", true},
+	}
+	for _, tt := range tests {
+		id, p, err := cat.Resolve(tt.version, tt.path)
+		if tt.wantError {
+			if !errors.Is(err, ErrUnknownEngine) {
+				t.Errorf("Resolve(%q,%q) err = %v, want ErrUnknownEngine", tt.version, tt.path, err)
+			}
+			continue
+		}
+		if err != nil || id != tt.wantID || p != tt.wantPath {
+			t.Errorf("Resolve(%q,%q) = %q,%q,%v; want %q,%q", tt.version, tt.path, id, p, err, tt.wantID, tt.wantPath)
+		}
+	}
+	sf17, sf15 := vs[0], vs[1]
+	if sf17.Name != "Stockfish 17.1" || !slices.Equal(sf17.NNUE, []string{"nn-1c0000000000.nnue", "nn-37f18f62d772.nnue"}) {
+		t.Errorf("sf-17.1 = %q %v", sf17.Name, sf17.NNUE)
+	}
+	if len(sf17.Paths) != 2 || sf17.Paths[0].Path != PathNative || sf17.Paths[1].Path != PathWasm {
+		t.Fatalf("sf-17.1 paths = %+v", sf17.Paths)
+	}
+	if w := sf17.Paths[1]; w.Name != "Stockfish 17.1 Lite WASM" || !slices.Equal(w.NNUE, []string{"nn-9067e33176e8.nnue"}) {
+		t.Errorf("sf-17.1 wasm = %q %v", w.Name, w.NNUE)
+	}
+	if sf15.Name != "Stockfish 15.1" || !slices.Equal(sf15.NNUE, []string{"nn-ad9b42354671.nnue"}) || len(sf15.Paths) != 1 {
+		t.Errorf("sf-15.1 = %q %v %d paths", sf15.Name, sf15.NNUE, len(sf15.Paths))
+	}
+	if len(sf17.Paths[0].Options) < 15 {
+		t.Errorf("sf-17.1 native lists %d options", len(sf17.Paths[0].Options))
+	}
+}
+
+// TestMateInOne: the score is the side to move's, so a mate for the mover is +1
+// whichever colour moves.
+func TestMateInOne(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		s     Search
+		best  string
+		score Score
+	}{
+		{"white to move", Search{FEN: fenWhiteMateIn1, Depth: 8}, "h5f7", Score{Mate: true, Value: 1}},
+		{"black to move", Search{FEN: fenBlackMateIn1, Depth: 8}, "d8h4", Score{Mate: true, Value: 1}},
+		{"black to move via startpos moves", Search{Moves: []string{"f2f3", "e7e5", "g2g4"}, Depth: 8}, "d8h4", Score{Mate: true, Value: 1}},
+		{"white mated: fen plus moves", Search{FEN: fenBlackMateIn1, Moves: []string{"d8h4"}, Depth: 8}, "", Score{Mate: true, Value: 0}},
+	}
+	for _, e := range allEngines {
+		for _, tt := range tests {
+			t.Run(engineLabel(e.id, e.path)+"/"+tt.name, func(t *testing.T) {
+				t.Parallel()
+				res := search(t, e.id, e.path, tt.s)
+				if res.BestMove != tt.best {
+					t.Errorf("bestmove = %q, want %q", res.BestMove, tt.best)
+				}
+				if len(res.Lines) == 0 {
+					t.Fatalf("no lines")
+				}
+				if got := res.Lines[0].Score; got != tt.score {
+					t.Errorf("score = %+v, want %+v", got, tt.score)
+				}
+				if tt.best != "" && (len(res.Lines[0].PV) == 0 || res.Lines[0].PV[0] != tt.best) {
+					t.Errorf("pv = %v, want it to start with %s", res.Lines[0].PV, tt.best)
+				}
+			})
+		}
+	}
+}
+
+func TestMultiPV(t *testing.T) {
+	t.Parallel()
+	for _, e := range allEngines {
+		t.Run(engineLabel(e.id, e.path), func(t *testing.T) {
+			t.Parallel()
+			res := search(t, e.id, e.path, Search{Depth: 10, MultiPV: 3})
+			if len(res.Lines) != 3 {
+				t.Fatalf("got %d lines, want 3: %+v", len(res.Lines), res.Lines)
+			}
+			seen := map[string]bool{}
+			for i, l := range res.Lines {
+				if l.MultiPV != i+1 {
+					t.Errorf("line %d has rank %d", i, l.MultiPV)
+				}
+				if len(l.PV) == 0 || seen[l.PV[0]] {
+					t.Errorf("line %d pv %v: empty or first move repeated", i, l.PV)
+					continue
+				}
+				seen[l.PV[0]] = true
+				if i > 0 && !l.Score.Mate && !res.Lines[i-1].Score.Mate && l.Score.Value > res.Lines[i-1].Score.Value {
+					t.Errorf("rank %d scores %d above rank %d's %d", i+1, l.Score.Value, i, res.Lines[i-1].Score.Value)
+				}
+			}
+			if res.BestMove != res.Lines[0].PV[0] {
+				t.Errorf("bestmove %s is not rank 1's first move %s", res.BestMove, res.Lines[0].PV[0])
+			}
+		})
+	}
+}
+
+func TestWDL(t *testing.T) {
+	t.Parallel()
+	for _, e := range allEngines {
+		t.Run(engineLabel(e.id, e.path), func(t *testing.T) {
+			t.Parallel()
+			res := search(t, e.id, e.path, Search{FEN: fenMiddlegame, Depth: 8, MultiPV: 2,
+				Options: map[string]string{"UCI_ShowWDL": "true"}})
+			for _, l := range res.Lines {
+				if l.WDL == nil {
+					t.Fatalf("rank %d has no WDL", l.MultiPV)
+				}
+				if s := l.WDL.W + l.WDL.D + l.WDL.L; s != 1000 {
+					t.Errorf("rank %d WDL %+v sums to %d, want 1000", l.MultiPV, *l.WDL, s)
+				}
+			}
+			// The option was reset: the next search on the same pool shows none.
+			res = search(t, e.id, e.path, Search{FEN: fenMiddlegame, Depth: 6})
+			if res.Lines[0].WDL != nil {
+				t.Errorf("WDL leaked into the next search: %+v", *res.Lines[0].WDL)
+			}
+		})
+	}
+}
+
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		s        Search
+		depth    int // exact expected depth, 0: don't check
+		maxDepth int
+		minTime  time.Duration
+	}{
+		{name: "depth", s: Search{FEN: fenMiddlegame, Depth: 7}, depth: 7},
+		{name: "movetime", s: Search{FEN: fenMiddlegame, MoveTime: 400 * time.Millisecond}, minTime: 350 * time.Millisecond},
+		{name: "movetime before depth", s: Search{FEN: fenMiddlegame, Depth: 60, MoveTime: 300 * time.Millisecond},
+			maxDepth: 59, minTime: 250 * time.Millisecond},
+		{name: "depth before movetime", s: Search{FEN: fenMiddlegame, Depth: 3, MoveTime: 30 * time.Second}, depth: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			res := search(t, "sf-17.1", PathNative, tt.s)
+			el := time.Since(start)
+			if tt.depth != 0 && res.Depth != tt.depth {
+				t.Errorf("depth = %d, want %d", res.Depth, tt.depth)
+			}
+			if tt.maxDepth != 0 && res.Depth > tt.maxDepth {
+				t.Errorf("depth = %d, want at most %d", res.Depth, tt.maxDepth)
+			}
+			if el < tt.minTime {
+				t.Errorf("returned after %v, before the movetime", el)
+			}
+			if el > 20*time.Second {
+				t.Errorf("took %v", el)
+			}
+			if tt.minTime > 0 && res.TimeMS < tt.minTime.Milliseconds()-100 {
+				t.Errorf("engine reports %d ms", res.TimeMS)
+			}
+			if res.BestMove == "" || res.Nodes == 0 {
+				t.Errorf("result %+v", res)
+			}
+		})
+	}
+	t.Run("no limit is refused", func(t *testing.T) {
+		t.Parallel()
+		_, err := catalog(t).Search(context.Background(), "latest", PathAuto, Interactive, Search{FEN: fenMiddlegame})
+		if !errors.Is(err, ErrInvalidSearch) {
+			t.Errorf("err = %v, want ErrInvalidSearch", err)
+		}
+	})
+}
+
+// TestChess960 checks the castling notation: in Chess960 mode the engine writes
+// castling as king-takes-rook, and accepts it in "position ... moves".
+func TestChess960(t *testing.T) {
+	t.Parallel()
+	opts := map[string]string{"UCI_Chess960": "true"}
+	for _, e := range allEngines {
+		t.Run(engineLabel(e.id, e.path), func(t *testing.T) {
+			t.Parallel()
+			res := search(t, e.id, e.path, Search{FEN: fen960CastleMate, Depth: 6, Options: opts})
+			if res.BestMove != "g1h1" {
+				t.Errorf("bestmove = %q, want g1h1 (king takes own rook = castling)", res.BestMove)
+			}
+			if got := res.Lines[0].Score; got != (Score{Mate: true, Value: 1}) {
+				t.Errorf("score = %+v, want mate 1", got)
+			}
+			// After castling the king stays on g1 and the rook mates from f1.
+			res = search(t, e.id, e.path, Search{FEN: fen960CastleMate, Moves: []string{"g1h1"}, Depth: 6, Options: opts})
+			if res.BestMove != "" || res.Lines[0].Score != (Score{Mate: true, Value: 0}) {
+				t.Errorf("after g1h1: bestmove %q score %+v, want none and mate 0", res.BestMove, res.Lines[0].Score)
+			}
+		})
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	t.Parallel()
+	cat := catalog(t)
+	tests := []struct {
+		name string
+		opts map[string]string
+	}{
+		{"unknown", map[string]string{"Contempt": "10"}},
+		{"file path", map[string]string{"EvalFile": "/etc/passwd"}},
+		{"log file", map[string]string{"Debug Log File": "/tmp/x"}},
+		{"hash above cap", map[string]string{"Hash": "100000"}},
+		{"threads above cap", map[string]string{"Threads": "8"}},
+		{"skill out of range", map[string]string{"Skill Level": "25"}},
+		{"newline injection", map[string]string{"UCI_Chess960": "false\ngo infinite"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := cat.Search(context.Background(), "latest", PathAuto, Interactive,
+				Search{Depth: 1, Options: tt.opts})
+			if !errors.Is(err, ErrInvalidOption) {
+				t.Errorf("err = %v, want ErrInvalidOption", err)
+			}
+		})
+	}
+}
+
+// TestOptionsIsolation: a weakened search must not weaken the next one on the same
+// process. Checked on the tracked state and behaviourally: with hash and histories
+// cleared and options back to default, a single-threaded fixed-depth search is
+// deterministic, so the full-strength search after the Skill Level 0 one must match a
+// search on a fresh process exactly, node count included.
+func TestOptionsIsolation(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-17.1", PathNative, nil)
+	ctx := context.Background()
+	full := Search{FEN: fenMiddlegame, Depth: 12}
+
+	fresh, err := pl.Search(ctx, Interactive, full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := onlyProcess(t, pl)
+
+	weak := Search{FEN: fenMiddlegame, Depth: 12, MultiPV: 2, Options: map[string]string{
+		"Skill Level": "0", "UCI_LimitStrength": "true", "UCI_Elo": "1320", "UCI_ShowWDL": "true", "Hash": "32",
+	}}
+	wres, err := pl.Search(ctx, Interactive, weak)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wres.Lines[0].WDL == nil || len(wres.Lines) != 2 {
+		t.Fatalf("weak search did not apply its options: %+v", wres.Lines)
+	}
+	if p2 := onlyProcess(t, pl); p2 != p {
+		t.Fatalf("process replaced (pid %d -> %d); the test needs the same one", p.pid, p2.pid)
+	}
+	for k, def := range p.defaults {
+		if p.current[k] != def {
+			t.Errorf("after reset %q = %q, default %q", p.names[k], p.current[k], def)
+		}
+	}
+	if p.current["skill level"] != "20" || p.current["uci_limitstrength"] != "false" || p.current["multipv"] != "1" {
+		t.Errorf("tracked state not reset: %v", p.current)
+	}
+
+	again, err := pl.Search(ctx, Interactive, full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if onlyProcess(t, pl) != p {
+		t.Fatal("process replaced")
+	}
+	if again.BestMove != fresh.BestMove || again.Nodes != fresh.Nodes || again.Lines[0].Score != fresh.Lines[0].Score ||
+		len(again.Lines) != 1 || again.Lines[0].WDL != nil {
+		t.Errorf("full-strength search after a weak one differs from a fresh one:\n fresh %s %d nodes %+v\n again %s %d nodes %+v (%d lines)",
+			fresh.BestMove, fresh.Nodes, fresh.Lines[0].Score, again.BestMove, again.Nodes, again.Lines[0].Score, len(again.Lines))
+	}
+}
+
+// longSearch is a search that runs until stopped (for kill, cancel and saturation).
+var longSearch = Search{FEN: fenMiddlegame, MoveTime: 60 * time.Second}
+
+func TestKilledMidSearch(t *testing.T) {
+	t.Parallel()
+	for _, path := range []Path{PathNative, PathWasm} {
+		t.Run(string(path), func(t *testing.T) {
+			t.Parallel()
+			pl := newPool(t, "sf-17.1", path, nil)
+			p := onlyProcess(t, pl)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := pl.Search(context.Background(), Interactive, longSearch)
+				errc <- err
+			}()
+			waitBusy(t, pl)
+			time.Sleep(200 * time.Millisecond) // let it get into the search
+			if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-errc:
+				if !errors.Is(err, ErrEngineFailed) {
+					t.Fatalf("err = %v, want ErrEngineFailed", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("search did not return within 10 s of the kill")
+			}
+			// The pool heals: a new process, then a normal search.
+			np := onlyProcess(t, pl)
+			if np == p {
+				t.Fatal("dead process back in the pool")
+			}
+			if st := pl.Stats(); st.Live != 1 {
+				t.Errorf("live = %d, want 1", st.Live)
+			}
+			res, err := pl.Search(context.Background(), Interactive, Search{FEN: fenWhiteMateIn1, Depth: 5})
+			if err != nil || res.BestMove != "h5f7" {
+				t.Fatalf("after healing: %+v, %v", res, err)
+			}
+		})
+	}
+}
+
+// TestIdleProcessDied: a process that dies between requests is noticed at the next
+// acquisition and replaced, and that request still succeeds.
+func TestIdleProcessDied(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-15.1", PathNative, nil)
+	p := onlyProcess(t, pl)
+	if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("killed process not reaped")
+	}
+	res, err := pl.Search(context.Background(), Interactive, Search{FEN: fenWhiteMateIn1, Depth: 5})
+	if err != nil || res.BestMove != "h5f7" {
+		t.Fatalf("search after idle death: %+v, %v", res, err)
+	}
+	if np := onlyProcess(t, pl); np == p {
+		t.Fatal("dead process still in the pool")
+	}
+}
+
+// TestHungEngine: a process that stops talking (SIGSTOP) is killed after HangTimeout.
+func TestHungEngine(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-17.1", PathNative, func(c *PoolConfig) { c.HangTimeout = 2 * time.Second })
+	p := onlyProcess(t, pl)
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := pl.Search(context.Background(), Interactive, Search{FEN: fenMiddlegame, Depth: 60})
+		errc <- err
+	}()
+	waitBusy(t, pl)
+	if err := syscall.Kill(p.pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrEngineFailed) {
+			t.Fatalf("err = %v, want ErrEngineFailed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("hung engine not detected within 30 s")
+	}
+	t.Logf("hung engine detected after %v", time.Since(start).Round(time.Millisecond))
+	if np := onlyProcess(t, pl); np == p {
+		t.Fatal("hung process back in the pool")
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	for _, path := range []Path{PathNative, PathWasm} {
+		t.Run(string(path), func(t *testing.T) {
+			t.Parallel()
+			pl := newPool(t, "sf-17.1", path, nil)
+			p := onlyProcess(t, pl)
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				_, err := pl.Search(ctx, Interactive, longSearch)
+				errc <- err
+			}()
+			waitBusy(t, pl)
+			time.Sleep(300 * time.Millisecond)
+			start := time.Now()
+			cancel()
+			select {
+			case err := <-errc:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("err = %v, want context.Canceled", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("cancelled search did not return within 10 s")
+			}
+			t.Logf("returned %v after cancel", time.Since(start).Round(time.Millisecond))
+			// The engine answered stop, so the same process is reused.
+			if np := onlyProcess(t, pl); np != p {
+				t.Errorf("process replaced after a clean stop (pid %d -> %d)", p.pid, np.pid)
+			}
+			res, err := pl.Search(context.Background(), Interactive, Search{FEN: fenBlackMateIn1, Depth: 5})
+			if err != nil || res.BestMove != "d8h4" {
+				t.Fatalf("after cancel: %+v, %v", res, err)
+			}
+		})
+	}
+}
+
+func TestSaturation(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-17.1", PathNative, func(c *PoolConfig) { c.QueueWait = 300 * time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := pl.Search(ctx, Batch, longSearch)
+		done <- err
+	}()
+	waitBusy(t, pl)
+	start := time.Now()
+	_, err := pl.Search(context.Background(), Interactive, Search{Depth: 1})
+	if !errors.Is(err, ErrSaturated) {
+		t.Fatalf("err = %v, want ErrSaturated", err)
+	}
+	if el := time.Since(start); el < 250*time.Millisecond || el > 10*time.Second {
+		t.Errorf("ErrSaturated after %v, want about the 300 ms queue wait", el)
+	}
+	if st := pl.Stats(); st.Live != 1 || st.Waiting != [numPriorities]int{} {
+		t.Errorf("stats = %+v, want 1 live process and nobody waiting", st)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("long search: %v", err)
+	}
+}
+
+// TestPriority: with the only process busy, a batch search queues first and an
+// interactive one second; the interactive one is served first.
+func TestPriority(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-17.1", PathNative, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	blocker := make(chan error, 1)
+	go func() {
+		_, err := pl.Search(ctx, Batch, longSearch)
+		blocker <- err
+	}()
+	waitBusy(t, pl)
+
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	enqueue := func(name string, prio Priority, want [numPriorities]int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// 300 ms each: completions are far enough apart to show the serving order.
+			if _, err := pl.Search(context.Background(), prio, Search{MoveTime: 300 * time.Millisecond}); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+		}()
+		waitStats(t, pl, func(s PoolStats) bool { return s.Waiting == want })
+	}
+	enqueue("batch-1", Batch, [numPriorities]int{0, 1})
+	enqueue("batch-2", Batch, [numPriorities]int{0, 2})
+	enqueue("interactive-1", Interactive, [numPriorities]int{1, 2})
+	enqueue("interactive-2", Interactive, [numPriorities]int{2, 2})
+	cancel() // free the process
+	if err := <-blocker; !errors.Is(err, context.Canceled) {
+		t.Errorf("blocker: %v", err)
+	}
+	wg.Wait()
+	want := []string{"interactive-1", "interactive-2", "batch-1", "batch-2"}
+	if !slices.Equal(order, want) {
+		t.Errorf("served in order %v, want %v", order, want)
+	}
+}
+
+// TestAllEnginesAnswer: every version and path answers through the catalog.
+func TestAllEnginesAnswer(t *testing.T) {
+	t.Parallel()
+	for _, e := range allEngines {
+		t.Run(engineLabel(e.id, e.path), func(t *testing.T) {
+			t.Parallel()
+			res := search(t, e.id, e.path, Search{FEN: fenMiddlegame, Depth: 10})
+			if res.Engine != e.id || res.Path != e.path || res.BestMove == "" || res.Depth != 10 || res.Nodes == 0 {
+				t.Errorf("result %+v", res)
+			}
+		})
+	}
+	res := search(t, "latest", PathAuto, Search{Depth: 5})
+	if res.Engine != "sf-17.1" || res.Path != PathNative {
+		t.Errorf("latest/auto answered as %s/%s", res.Engine, res.Path)
+	}
+}
+
+func TestCloseReapsProcesses(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-15.1", PathNative, func(c *PoolConfig) { c.Size = 2 })
+	var pids []int
+	pl.mu.Lock()
+	for p := range pl.all {
+		pids = append(pids, p.pid)
+	}
+	pl.mu.Unlock()
+	if len(pids) != 2 {
+		t.Fatalf("pool has %d processes, want 2", len(pids))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := pl.Search(ctx, Interactive, longSearch)
+		errc <- err
+	}()
+	waitStats(t, pl, func(s PoolStats) bool { return s.Idle == 1 })
+	if err := pl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("busy search after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("busy search did not end after Close")
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("pid %d still exists after Close (kill 0: %v)", pid, err)
+		}
+	}
+	if _, err := pl.Search(context.Background(), Interactive, Search{Depth: 1}); !errors.Is(err, ErrClosed) {
+		t.Errorf("search on closed pool: %v", err)
+	}
+}
+
+func waitBusy(t *testing.T, pl *Pool) {
+	t.Helper()
+	waitStats(t, pl, func(s PoolStats) bool { return s.Idle == 0 && s.Live == s.Size })
+}
+
+func waitStats(t *testing.T, pl *Pool, ok func(PoolStats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !ok(pl.Stats()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool never reached the expected state: %+v", pl.Stats())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestLazyPools: a non-eager catalog starts only the default pool; another path's
+// pool starts on first use, once, even with concurrent first users.
+func TestLazyPools(t *testing.T) {
+	t.Parallel()
+	catalog(t) // fails with the `make engines` hint when engines are missing
+	ctx := context.Background()
+	cat, err := Open(ctx, Config{Dir: shared.dir, PoolSize: 1, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cat.Close() })
+	started := func() []poolKey {
+		cat.mu.Lock()
+		defer cat.mu.Unlock()
+		var ks []poolKey
+		for k := range cat.pools {
+			ks = append(ks, k)
+		}
+		return ks
+	}
+	if ks := started(); len(ks) != 1 || ks[0] != (poolKey{"sf-17.1", PathNative}) {
+		t.Fatalf("pools at open = %v, want only sf-17.1/native", ks)
+	}
+	var wg sync.WaitGroup
+	pools := make([]*Pool, 3)
+	for i := range pools {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pl, err := cat.Pool(ctx, "sf-15.1", PathAuto)
+			if err != nil {
+				t.Error(err)
+			}
+			pools[i] = pl
+		}()
+	}
+	wg.Wait()
+	if pools[0] == nil || pools[0] != pools[1] || pools[1] != pools[2] {
+		t.Fatalf("concurrent first users got different pools: %p %p %p", pools[0], pools[1], pools[2])
+	}
+	if n := len(started()); n != 2 {
+		t.Errorf("%d pools after first use of sf-15.1, want 2", n)
+	}
+	if got := pools[0].Identity().Name; got != "Stockfish 15.1" {
+		t.Errorf("sf-15.1 pool runs %q", got)
+	}
+}

@@ -1,0 +1,524 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Priority is the class a search waits in when every process is busy. Waiting
+// Interactive searches are served before waiting Batch ones; within a class, first
+// come first served. A running search is never preempted: priority only orders the
+// queue, so a batch job cannot starve single evaluations, while an interactive burst
+// can delay batch work (jobs are asynchronous; that is the intended trade).
+type Priority uint8
+
+const (
+	Interactive Priority = iota // a client waiting on POST /eval or /bestmove
+	Batch                       // the job executor (analyze, batch)
+	numPriorities
+)
+
+func (p Priority) String() string {
+	if p == Batch {
+		return "batch"
+	}
+	return "interactive"
+}
+
+// PoolConfig configures one pool of identical engine processes.
+type PoolConfig struct {
+	Path string   // engine executable
+	Args []string // its arguments (none for Stockfish)
+
+	Size         int           // processes; default runtime.NumCPU()
+	QueueWait    time.Duration // how long a search waits for a free process; default 2 s
+	StopGrace    time.Duration // stop -> bestmove before a kill; default 1 s
+	HangTimeout  time.Duration // longest silence of a searching engine; default 60 s
+	StartTimeout time.Duration // handshake and reset limit; default 30 s
+
+	MaxHashMB  int               // cap on a request's Hash (MiB); default 256, <0: engine max
+	MaxThreads int               // cap on a request's Threads; default 1, <0: engine max
+	Options    map[string]string // set on every process after the handshake; they are
+	// the values a process is reset to (e.g. "Hash": "64"). String options allowed here.
+
+	Logger *slog.Logger // default slog.Default()
+}
+
+func (c *PoolConfig) withDefaults() {
+	if c.Size <= 0 {
+		c.Size = runtime.NumCPU()
+	}
+	if c.QueueWait <= 0 {
+		c.QueueWait = 2 * time.Second
+	}
+	if c.StopGrace <= 0 {
+		c.StopGrace = time.Second
+	}
+	if c.HangTimeout <= 0 {
+		c.HangTimeout = 60 * time.Second
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 30 * time.Second
+	}
+	if c.MaxHashMB == 0 {
+		c.MaxHashMB = 256
+	}
+	if c.MaxThreads == 0 {
+		c.MaxThreads = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Pool is a fixed-size set of warm engine processes of one executable.
+//
+//   - Processes are started and handshaken up front and reused.
+//   - After each search the process is reset in the background (options back to
+//     defaults, ucinewgame, isready) before anyone else gets it, so nothing leaks
+//     between requests and the reset's cost is not on the request's latency path.
+//   - A process that dies, hangs, or fails its reset is killed and replaced in the
+//     background; the request gets ErrEngineFailed. The number of processes never
+//     exceeds Size: a replacement only takes a dead process's slot.
+//   - When all are busy a search queues up to QueueWait, by Priority, then gets
+//     ErrSaturated.
+type Pool struct {
+	cfg   PoolConfig
+	pcfg  procConfig
+	lim   limits
+	ident Identity
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	idle    []*process
+	waiting [numPriorities][]*waiter
+	all     map[*process]struct{} // every live process, idle or busy
+	healing int                   // replacements being started
+	closed  bool
+	closing chan struct{}
+	bg      sync.WaitGroup // resets and heals
+}
+
+type waiter struct {
+	ch chan *process // buffered 1; nil value means the pool closed
+}
+
+// NewPool starts cfg.Size processes concurrently and returns when all are warm.
+func NewPool(ctx context.Context, cfg PoolConfig) (*Pool, error) {
+	cfg.withDefaults()
+	pl := &Pool{
+		cfg:     cfg,
+		log:     cfg.Logger.With("engine", cfg.Path),
+		all:     make(map[*process]struct{}, cfg.Size),
+		closing: make(chan struct{}),
+	}
+	pl.lim = limits{maxHashMB: int64(cfg.MaxHashMB), maxThreads: int64(cfg.MaxThreads)}
+	pl.pcfg = procConfig{
+		path: cfg.Path, args: cfg.Args,
+		startTimeout: cfg.StartTimeout, stopGrace: cfg.StopGrace, hangTimeout: cfg.HangTimeout,
+		log: pl.log,
+	}
+
+	// The first process tells us the option list, which the base options are checked
+	// against; the others start in parallel after it.
+	first, err := startProcess(ctx, &pl.pcfg)
+	if err != nil {
+		return nil, err
+	}
+	pl.ident = first.ident
+	base, err := pl.baseOptions(cfg.Options)
+	if err != nil {
+		first.quit(cfg.StopGrace)
+		return nil, err
+	}
+	pl.pcfg.baseOptions = base
+	if len(base) > 0 {
+		// Apply them to the first process the same way the others get them.
+		first.quit(cfg.StopGrace)
+		if first, err = startProcess(ctx, &pl.pcfg); err != nil {
+			return nil, err
+		}
+	}
+	procs := []*process{first}
+	errs := make([]error, cfg.Size)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 1; i < cfg.Size; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := startProcess(ctx, &pl.pcfg)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			procs = append(procs, p)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, p := range procs {
+			p.quit(cfg.StopGrace)
+		}
+		return nil, err
+	}
+	for _, p := range procs {
+		pl.all[p] = struct{}{}
+	}
+	pl.idle = procs
+	pl.log.Debug("engine pool started", "size", cfg.Size, "name", pl.ident.Name)
+	return pl, nil
+}
+
+// baseOptions validates the pool's configured options. Unlike request options they may
+// be strings (the operator, not a client, chose them).
+func (pl *Pool) baseOptions(m map[string]string) ([]optionValue, error) {
+	var out []optionValue
+	for name, v := range m {
+		o := pl.ident.option(name)
+		if o == nil {
+			return nil, fmt.Errorf("%w: %s has no option %q", ErrInvalidOption, pl.ident.Name, name)
+		}
+		if o.Type == OptionString {
+			out = append(out, optionValue{key: strings.ToLower(o.Name), name: o.Name, typ: o.Type, value: v})
+			continue
+		}
+		ov, err := validateOption(&pl.ident, name, v, &limits{})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ov)
+	}
+	return out, nil
+}
+
+// Identity returns what the engine reported in its handshake.
+func (pl *Pool) Identity() Identity { return pl.ident }
+
+// Size is the configured number of processes.
+func (pl *Pool) Size() int { return pl.cfg.Size }
+
+// PoolStats is a snapshot for metrics and tests.
+type PoolStats struct {
+	Size    int // configured
+	Live    int // processes alive (idle, busy or resetting)
+	Idle    int
+	Healing int // replacements being started
+	Waiting [numPriorities]int
+}
+
+// Stats returns a snapshot of the pool's state.
+func (pl *Pool) Stats() PoolStats {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	s := PoolStats{Size: pl.cfg.Size, Live: len(pl.all), Idle: len(pl.idle), Healing: pl.healing}
+	for i := range pl.waiting {
+		s.Waiting[i] = len(pl.waiting[i])
+	}
+	return s
+}
+
+// Prepare validates a search against this pool's engine and returns its options in
+// the form a process applies. Pool.Search calls it; it is exported so a caller can
+// reject a bad request before queueing.
+func (pl *Pool) Prepare(s *Search) error {
+	_, err := pl.prepare(s)
+	return err
+}
+
+func (pl *Pool) prepare(s *Search) ([]optionValue, error) {
+	if s.Depth < 0 || s.MoveTime < 0 || s.MultiPV < 0 {
+		return nil, fmt.Errorf("%w: negative limit", ErrInvalidSearch)
+	}
+	if s.Depth == 0 && s.MoveTime == 0 {
+		// Never "go infinite": every search must end by itself.
+		return nil, fmt.Errorf("%w: need a depth or a movetime", ErrInvalidSearch)
+	}
+	if strings.ContainsAny(s.FEN, "\n\r") {
+		return nil, fmt.Errorf("%w: newline in FEN", ErrInvalidSearch)
+	}
+	for _, m := range s.Moves {
+		if !isMove(m) {
+			return nil, fmt.Errorf("%w: %q is not a UCI move", ErrInvalidSearch, m)
+		}
+	}
+	n := len(s.Options)
+	if s.MultiPV > 0 {
+		n++
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	opts := make([]optionValue, 0, n)
+	for name, v := range s.Options {
+		if strings.EqualFold(name, "MultiPV") && s.MultiPV > 0 {
+			continue // the field wins over the option
+		}
+		if strings.ContainsAny(name, "\n\r") || strings.ContainsAny(v, "\n\r") {
+			return nil, fmt.Errorf("%w: newline in option", ErrInvalidOption)
+		}
+		ov, err := validateOption(&pl.ident, name, v, &pl.lim)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, ov)
+	}
+	if s.MultiPV > 0 {
+		ov, err := validateOption(&pl.ident, "MultiPV", fmt.Sprint(s.MultiPV), &pl.lim)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, ov)
+	}
+	return opts, nil
+}
+
+// Search runs s on a free process. It waits up to QueueWait for one (ErrSaturated
+// after that), returns ctx's error if ctx ends first (the engine is told to stop), and
+// ErrEngineFailed if the process dies or hangs. It never blocks past
+// ctx's end + StopGrace, or past HangTimeout of engine silence.
+func (pl *Pool) Search(ctx context.Context, prio Priority, s Search) (*Result, error) {
+	opts, err := pl.prepare(&s)
+	if err != nil {
+		return nil, err
+	}
+	p, err := pl.acquire(ctx, prio)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.search(ctx, &s, opts)
+	pl.release(p)
+	if err != nil && !errIsContext(err) && !errors.Is(err, ErrClosed) {
+		pl.mu.Lock()
+		closed := pl.closed
+		pl.mu.Unlock()
+		if closed {
+			return nil, fmt.Errorf("%w: %v", ErrClosed, err)
+		}
+		pl.log.Warn("engine search failed", "pid", p.pid, "err", err)
+	}
+	return res, err
+}
+
+// acquire takes an idle process or waits in its priority queue.
+func (pl *Pool) acquire(ctx context.Context, prio Priority) (*process, error) {
+	if prio >= numPriorities {
+		prio = Batch
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	pl.mu.Lock()
+	if pl.closed {
+		pl.mu.Unlock()
+		return nil, ErrClosed
+	}
+	// Invariant: a process is idle only when nobody waits (release hands processes to
+	// waiters first), so taking an idle one never jumps the queue.
+	for n := len(pl.idle); n > 0; n = len(pl.idle) {
+		p := pl.idle[n-1]
+		pl.idle = pl.idle[:n-1]
+		if p.hasExited() {
+			// It died while idle (OOM killer, operator): replace it, try the next.
+			pl.mu.Unlock()
+			pl.log.Warn("idle engine process had exited; replacing", "pid", p.pid)
+			pl.replace(p)
+			pl.mu.Lock()
+			if pl.closed {
+				pl.mu.Unlock()
+				return nil, ErrClosed
+			}
+			continue
+		}
+		pl.mu.Unlock()
+		return p, nil
+	}
+	w := &waiter{ch: make(chan *process, 1)}
+	pl.waiting[prio] = append(pl.waiting[prio], w)
+	pl.mu.Unlock()
+
+	t := time.NewTimer(pl.cfg.QueueWait)
+	defer t.Stop()
+	var err error
+	select {
+	case p := <-w.ch:
+		if p == nil {
+			return nil, ErrClosed
+		}
+		return p, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C:
+		err = fmt.Errorf("%w: no free process within %v", ErrSaturated, pl.cfg.QueueWait)
+	}
+	// Leave the queue. If we are no longer in it, a process (or the close signal) was
+	// handed to us concurrently: pass it on rather than leak it.
+	pl.mu.Lock()
+	q := pl.waiting[prio]
+	found := false
+	for i, x := range q {
+		if x == w {
+			pl.waiting[prio] = append(q[:i:i], q[i+1:]...)
+			found = true
+			break
+		}
+	}
+	pl.mu.Unlock()
+	if !found {
+		if p := <-w.ch; p != nil {
+			pl.put(p)
+		}
+	}
+	return nil, err
+}
+
+// release takes a process back after a search: a dead one is replaced, a live one
+// reset in the background and then made available.
+func (pl *Pool) release(p *process) {
+	if p.quitting.Load() {
+		pl.forget(p) // Close is reaping it
+		return
+	}
+	if p.isDead() {
+		pl.replace(p)
+		return
+	}
+	pl.bg.Add(1)
+	go func() {
+		defer pl.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), pl.cfg.StartTimeout)
+		defer cancel()
+		if err := p.reset(ctx); err != nil {
+			pl.log.Warn("engine reset failed; replacing", "pid", p.pid, "err", err)
+			p.kill()
+			pl.replace(p)
+			return
+		}
+		pl.put(p)
+	}()
+}
+
+// put makes a warm process available: to the first interactive waiter, else the first
+// batch waiter, else the idle list.
+func (pl *Pool) put(p *process) {
+	pl.mu.Lock()
+	if pl.closed {
+		pl.mu.Unlock()
+		p.quit(pl.cfg.StopGrace)
+		pl.forget(p)
+		return
+	}
+	for prio := range pl.waiting {
+		if q := pl.waiting[prio]; len(q) > 0 {
+			w := q[0]
+			q[0] = nil
+			pl.waiting[prio] = q[1:]
+			pl.mu.Unlock()
+			w.ch <- p
+			return
+		}
+	}
+	pl.idle = append(pl.idle, p)
+	pl.mu.Unlock()
+}
+
+func (pl *Pool) forget(p *process) {
+	pl.mu.Lock()
+	delete(pl.all, p)
+	pl.mu.Unlock()
+}
+
+// replace reaps a dead process and starts another in its slot, retrying with backoff
+// while the executable fails to start (logged once per attempt, at most every 10 s).
+func (pl *Pool) replace(dead *process) {
+	pl.mu.Lock()
+	delete(pl.all, dead)
+	if pl.closed {
+		pl.mu.Unlock()
+		<-dead.exited
+		return
+	}
+	pl.healing++
+	pl.mu.Unlock()
+	pl.bg.Add(1)
+	go func() {
+		defer pl.bg.Done()
+		<-dead.exited // reaped by its read loop; wait so no zombie outlives the slot
+		backoff := 100 * time.Millisecond
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), pl.cfg.StartTimeout)
+			p, err := startProcess(ctx, &pl.pcfg)
+			cancel()
+			if err == nil {
+				pl.mu.Lock()
+				pl.healing--
+				if pl.closed {
+					pl.mu.Unlock()
+					p.quit(pl.cfg.StopGrace)
+					return
+				}
+				pl.all[p] = struct{}{}
+				pl.mu.Unlock()
+				pl.log.Info("engine process replaced", "old_pid", dead.pid, "pid", p.pid)
+				pl.put(p)
+				return
+			}
+			pl.log.Error("engine restart failed", "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-pl.closing:
+				pl.mu.Lock()
+				pl.healing--
+				pl.mu.Unlock()
+				return
+			}
+			backoff = min(backoff*2, 10*time.Second)
+		}
+	}()
+}
+
+// Close stops the pool: waiters get ErrClosed, every process is sent "quit" (a busy
+// one's search then fails with ErrClosed) and reaped. Safe to call more than once.
+func (pl *Pool) Close() error {
+	pl.mu.Lock()
+	if pl.closed {
+		pl.mu.Unlock()
+		pl.bg.Wait()
+		return nil
+	}
+	pl.closed = true
+	close(pl.closing)
+	for prio := range pl.waiting {
+		for _, w := range pl.waiting[prio] {
+			w.ch <- nil
+		}
+		pl.waiting[prio] = nil
+	}
+	procs := make([]*process, 0, len(pl.all))
+	for p := range pl.all {
+		procs = append(procs, p)
+	}
+	pl.idle = nil
+	pl.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.quit(pl.cfg.StopGrace)
+			pl.forget(p)
+		}()
+	}
+	wg.Wait()
+	pl.bg.Wait()
+	return nil
+}

@@ -1,0 +1,13 @@
+//go:build !unix
+
+package engine
+
+import "os/exec"
+
+func setProcAttrs(cmd *exec.Cmd) {}
+
+func killProcess(cmd *exec.Cmd) {
+	if cmd.Process != nil {
+		_ = cmd.Process.Kill()
+	}
+}
