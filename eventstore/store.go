@@ -82,7 +82,6 @@ func (e *ConcurrencyError) Is(target error) bool { return target == ErrConcurren
 // Store appends and reads events.
 type Store struct {
 	pool   *pgxpool.Pool
-	topic  func(streamType string) string
 	logger *slog.Logger
 	now    func() time.Time
 }
@@ -107,13 +106,15 @@ func NewStore(pool *pgxpool.Pool, logger *slog.Logger) *Store {
 		pool:   pool,
 		logger: logger,
 		now:    func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
-		topic: func(t string) string {
-			if topic, ok := Topics[t]; ok {
-				return topic
-			}
-			return TopicDefault
-		},
 	}
+}
+
+// TopicOf is the bus topic of a stream type's events.
+func TopicOf(streamType string) string {
+	if topic, ok := Topics[streamType]; ok {
+		return topic
+	}
+	return TopicDefault
 }
 
 // Pool is the store's connection pool.
@@ -295,7 +296,7 @@ func (tx *Tx) publish(ctx context.Context) error {
 		msg := message.NewMessage(watermill.NewUUID(), body)
 		msg.Metadata.Set("event_type", e.Type)
 		msg.SetContext(ctx)
-		topic := tx.store.topic(e.StreamType)
+		topic := TopicOf(e.StreamType)
 		if _, ok := byTopic[topic]; !ok {
 			order = append(order, topic)
 		}
@@ -360,3 +361,6 @@ func Head(ctx context.Context, q postgres.Querier) (int64, error) {
 	err := q.QueryRow(ctx, `SELECT position FROM event_chain`).Scan(&p)
 	return p, err
 }
+
+// Querier is a pool or a transaction.
+type Querier = postgres.Querier
