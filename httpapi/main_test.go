@@ -10,18 +10,50 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"chessd/analysis"
 	"chessd/commands"
+	"chessd/engine"
 	"chessd/eventstore"
 	"chessd/httpapi"
 	"chessd/postgres/pgtest"
 	"chessd/projections"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m)
+	if catalog != nil {
+		catalog.Close()
+	}
+	os.Exit(code)
+}
+
+var (
+	catalogOnce sync.Once
+	catalog     *engine.Catalog
+	catalogErr  error
+)
+
+// testCatalog starts the real engines once per test binary. One process per pool, so a
+// test can tell what a request leaves behind on the next one.
+func testCatalog(t testing.TB) *engine.Catalog {
+	t.Helper()
+	catalogOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		catalog, catalogErr = engine.Open(ctx, engine.Config{PoolSize: 1, QueueWait: 20 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	})
+	if catalogErr != nil {
+		t.Fatalf("engines: %v (run `make engines`)", catalogErr)
+	}
+	return catalog
+}
 
 var testPepper = []byte("test-pepper-0123456789abcdef")
 
@@ -32,6 +64,7 @@ type env struct {
 	pool *pgxpool.Pool
 	srv  *httptest.Server
 	api  *httpapi.Server
+	svc  *analysis.Service
 }
 
 type envOption func(*envConfig)
@@ -62,9 +95,10 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	store := eventstore.NewStore(pool, logger)
+	svc := analysis.NewService(testCatalog(t), pool, logger)
 	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, testPepper),
-		Auth: projections.NewAuthenticator(pool, testPepper), Logger: logger,
+		Auth: projections.NewAuthenticator(pool, testPepper), Analysis: svc, Logger: logger,
 	})
 	if !cfg.noProjections {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -76,7 +110,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	return &env{t: t, pool: pool, srv: srv, api: api}
+	return &env{t: t, pool: pool, srv: srv, api: api, svc: svc}
 }
 
 // response is a decoded answer.

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"chessd/analysis"
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/projections"
@@ -37,6 +38,7 @@ type Server struct {
 	pool     *pgxpool.Pool
 	commands *commands.Handler
 	auth     *projections.Authenticator
+	analysis *analysis.Service
 	logger   *slog.Logger
 	router   *mux.Router
 }
@@ -46,6 +48,7 @@ type Deps struct {
 	Pool     *pgxpool.Pool
 	Commands *commands.Handler
 	Auth     *projections.Authenticator
+	Analysis *analysis.Service
 	Logger   *slog.Logger
 }
 
@@ -56,7 +59,7 @@ func New(cfg Config, d Deps) *Server {
 	}
 	s := &Server{
 		baseURL: strings.TrimRight(cfg.BaseURL, "/"), maxBody: cfg.MaxBodyBytes,
-		pool: d.Pool, commands: d.Commands, auth: d.Auth, logger: d.Logger,
+		pool: d.Pool, commands: d.Commands, auth: d.Auth, analysis: d.Analysis, logger: d.Logger,
 	}
 	s.routes()
 	return s
@@ -91,6 +94,10 @@ func (s *Server) routes() {
 	handle("DELETE", "/keys/{id}", s.authed(domain.ScopeKeysWrite, s.revokeKey))
 	handle("POST", "/keys/{id}/rotate", s.authed(domain.ScopeKeysWrite, s.rotateKey))
 
+	handle("GET", "/engines", s.engines)
+	handle("POST", "/eval", s.eval) // keyless allowed: analyse authenticates itself
+	handle("POST", "/bestmove", s.bestMove)
+	handle("GET", "/price", s.authed(domain.ScopeEval, s.price))
 	handle("POST", "/validate", s.authed(domain.ScopeEval, s.validate))
 	handle("POST", "/legal-moves", s.authed(domain.ScopeEval, s.legalMoves))
 	s.router = root

@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
+
+	"chessd/engine"
 )
 
 // config is everything the binary reads from its environment (README.md lists it).
@@ -21,6 +24,7 @@ type config struct {
 	KeyPepper   []byte
 	BaseURL     string
 	LogLevel    slog.Level
+	Engines     engine.Config
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -38,6 +42,25 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.BaseURL = or(getenv("CHESSD_BASE_URL"), fmt.Sprintf("http://localhost:%d/v1", c.Port))
 	if err := c.LogLevel.UnmarshalText([]byte(or(getenv("LOG_LEVEL"), "info"))); err != nil {
 		return c, fmt.Errorf("LOG_LEVEL: %w", err)
+	}
+	c.Engines = engine.Config{Dir: or(getenv("CHESSD_ENGINES_DIR"), engine.DefaultDir())}
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{"CHESSD_ENGINE_QUEUE_WAIT", &c.Engines.QueueWait},
+		{"CHESSD_ENGINE_HANG_TIMEOUT", &c.Engines.HangTimeout},
+	} {
+		if v := getenv(d.name); v != "" {
+			if *d.dst, err = time.ParseDuration(v); err != nil {
+				return c, fmt.Errorf("%s: %w", d.name, err)
+			}
+		}
+	}
+	if v := getenv("CHESSD_ENGINE_POOL_SIZE"); v != "" {
+		if c.Engines.PoolSize, err = strconv.Atoi(v); err != nil || c.Engines.PoolSize < 1 || c.Engines.PoolSize > 64 {
+			return c, fmt.Errorf("CHESSD_ENGINE_POOL_SIZE must be from 1 to 64, got %q", v)
+		}
 	}
 	if p := getenv("CHESSD_KEY_PEPPER"); p != "" {
 		if len(p) < 16 {

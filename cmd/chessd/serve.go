@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	"chessd/analysis"
 	"chessd/commands"
+	"chessd/engine"
 	"chessd/eventstore"
 	"chessd/httpapi"
 	"chessd/projections"
@@ -24,10 +26,18 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	cfg.Engines.Logger = logger
+	catalog, err := engine.Open(ctx, cfg.Engines)
+	if err != nil {
+		return err
+	}
+	defer catalog.Close()
 	store := eventstore.NewStore(db.pool, logger)
 	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL}, httpapi.Deps{
 		Pool: db.pool, Commands: commands.New(store, pepper),
-		Auth: projections.NewAuthenticator(db.pool, pepper), Logger: logger,
+		Auth:     projections.NewAuthenticator(db.pool, pepper),
+		Analysis: analysis.NewService(catalog, db.pool, logger),
+		Logger:   logger,
 	})
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -1,0 +1,251 @@
+package analysis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/domain"
+	"chessd/domain/position"
+	"chessd/engine"
+)
+
+// Score is an evaluation from White's point of view: centipawns, or moves to mate
+// (negative: Black mates). Bound is "lower" or "upper" when the engine reported only a
+// bound for the line.
+type Score struct {
+	Type  string `json:"type"`
+	Value int    `json:"value"`
+	Bound string `json:"bound,omitempty"`
+}
+
+// WDL is a win/draw/loss estimate in per mille, from White's point of view.
+type WDL struct {
+	W int `json:"w"`
+	D int `json:"d"`
+	L int `json:"l"`
+}
+
+// PV is one principal variation.
+type PV struct {
+	Rank     int      `json:"rank"`
+	Eval     Score    `json:"eval"`
+	Moves    []string `json:"moves"`
+	MovesSAN []string `json:"moves_san"`
+	Depth    int      `json:"depth"`
+	SelDepth int      `json:"seldepth"`
+	Nodes    int64    `json:"nodes"`
+	WDL      *WDL     `json:"wdl,omitempty"`
+}
+
+// Result is a finished analysis.
+type Result struct {
+	FEN         string  `json:"fen"`
+	Eval        Score   `json:"eval"`
+	BestMove    *string `json:"bestmove"`
+	BestMoveSAN *string `json:"bestmove_san"`
+	Ponder      string  `json:"ponder,omitempty"`
+	PVs         []PV    `json:"pvs"`
+	Depth       int     `json:"depth"`
+	SelDepth    int     `json:"seldepth"`
+	Nodes       int64   `json:"nodes"`
+	TimeMS      int64   `json:"time_ms"`
+	Engine      string  `json:"engine"`
+	EngineName  string  `json:"engine_name"`
+	Path        string  `json:"path"`
+	Cached      bool    `json:"cached"`
+	// Terminal is set when the position is already over: no engine ran.
+	Terminal string `json:"-"`
+}
+
+// Service answers analysis requests.
+type Service struct {
+	catalog *engine.Catalog
+	cache   *Cache
+	logger  *slog.Logger
+}
+
+// NewService builds a Service; pool holds the persistent eval cache.
+func NewService(cat *engine.Catalog, pool *pgxpool.Pool, logger *slog.Logger) *Service {
+	return &Service{catalog: cat, cache: NewCache(pool, 20000, logger), logger: logger}
+}
+
+// Catalog is the engine catalog behind the service.
+func (s *Service) Catalog() *engine.Catalog { return s.catalog }
+
+// Cache is the service's eval cache.
+func (s *Service) Cache() *Cache { return s.cache }
+
+// Analyse answers spec: from the position itself when the game is over, from the cache
+// when a deep enough result is stored, else from an engine of the pool at priority prio.
+// useCache false skips the cache lookup (a result is still stored).
+func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, useCache bool) (*Result, error) {
+	pos, err := position.Parse(spec.FEN, spec.Chess960)
+	if err != nil {
+		var pe *position.Error
+		if errors.As(err, &pe) {
+			return nil, domain.Invalid("fen", pe.Reason)
+		}
+		return nil, err
+	}
+	if st := pos.Status(); st != position.Ongoing {
+		return s.terminal(pos, spec), nil
+	}
+	key := cacheKey(pos, spec)
+	if useCache && !spec.LimitStrength {
+		if hit, ok := s.cache.Get(ctx, key, spec.Depth, spec.MultiPV); ok {
+			return trim(hit, spec, true), nil
+		}
+	}
+	search := engine.Search{FEN: pos.FEN(), Depth: spec.Depth, MultiPV: spec.MultiPV, Options: map[string]string{}}
+	for k, v := range spec.UCIOptions {
+		search.Options[k] = v
+	}
+	// WDL does not change the search, so always ask for it when the build has it: the
+	// cached result can then serve requests with and without show_wdl.
+	info, _ := pathInfo(s.catalog, spec.Engine, spec.Path)
+	if _, ok := findOption(info.Options, "UCI_ShowWDL"); ok {
+		search.Options["UCI_ShowWDL"] = "true"
+	}
+	search.MoveTime = SearchCap
+	if spec.MoveTimeMS > 0 {
+		search.MoveTime = time.Duration(spec.MoveTimeMS) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, search.MoveTime+30*time.Second)
+	defer cancel()
+	raw, err := s.catalog.Search(ctx, spec.Engine, spec.Path, prio, search)
+	if err != nil {
+		return nil, engineError(err)
+	}
+	res, err := convert(pos, raw, info.Name)
+	if err != nil {
+		return nil, err
+	}
+	if !spec.LimitStrength {
+		s.cache.Put(key, spec.MultiPV, res)
+	}
+	return trim(res, spec, false), nil
+}
+
+// terminal answers a position whose game is over without any engine: checkmate is
+// mate 0 (decisions.md), stalemate a draw, and there is no best move.
+func (s *Service) terminal(pos *position.Position, spec Spec) *Result {
+	res := &Result{FEN: pos.FEN(), Eval: Score{Type: "cp"}, PVs: []PV{}, Engine: spec.Engine, Path: string(spec.Path)}
+	if info, ok := pathInfo(s.catalog, spec.Engine, spec.Path); ok {
+		res.EngineName = info.Name
+	}
+	res.Terminal = "stalemate"
+	if pos.Status() == position.Checkmate {
+		res.Eval.Type, res.Terminal = "mate", "checkmate"
+	}
+	return res
+}
+
+// convert turns the engine's answer (side to move's view, UCI) into ours.
+func convert(pos *position.Position, raw *engine.Result, engineName string) (*Result, error) {
+	stm := pos.SideToMove()
+	res := &Result{
+		FEN: pos.FEN(), Depth: raw.Depth, SelDepth: raw.SelDepth, Nodes: raw.Nodes, TimeMS: raw.TimeMS,
+		Engine: raw.Engine, EngineName: engineName, Path: string(raw.Path), Ponder: raw.Ponder, PVs: make([]PV, 0, len(raw.Lines)),
+	}
+	for _, l := range raw.Lines {
+		san, err := pos.LineSAN(l.PV)
+		if err != nil {
+			return nil, fmt.Errorf("engine %s gave a line that does not replay (%v): %w", raw.Engine, l.PV, err)
+		}
+		pv := PV{Rank: l.MultiPV, Eval: whiteScore(stm, l.Score), Moves: l.PV, MovesSAN: san,
+			Depth: l.Depth, SelDepth: l.SelDepth, Nodes: l.Nodes}
+		if l.WDL != nil {
+			w := position.WDLWhitePOV(stm, position.WDL{W: l.WDL.W, D: l.WDL.D, L: l.WDL.L})
+			pv.WDL = &WDL{W: w.W, D: w.D, L: w.L}
+		}
+		if pv.Moves == nil {
+			pv.Moves, pv.MovesSAN = []string{}, []string{}
+		}
+		res.PVs = append(res.PVs, pv)
+	}
+	if len(res.PVs) > 0 {
+		res.Eval = res.PVs[0].Eval
+	}
+	if raw.BestMove != "" {
+		_, mv, err := pos.Play(raw.BestMove)
+		if err != nil {
+			return nil, fmt.Errorf("engine %s gave an illegal best move %q: %w", raw.Engine, raw.BestMove, err)
+		}
+		best, san := mv.UCI, mv.SAN
+		res.BestMove, res.BestMoveSAN = &best, &san
+	}
+	return res, nil
+}
+
+// whiteScore flips a side-to-move score to White's view; a bound flips with it.
+func whiteScore(stm position.Color, s engine.Score) Score {
+	out := Score{Type: "cp", Value: position.WhitePOV(stm, s.Value)}
+	if s.Mate {
+		out.Type = "mate"
+	}
+	bound := s.Bound
+	if stm == position.Black {
+		switch bound {
+		case engine.BoundLower:
+			bound = engine.BoundUpper
+		case engine.BoundUpper:
+			bound = engine.BoundLower
+		}
+	}
+	switch bound {
+	case engine.BoundLower:
+		out.Bound = "lower"
+	case engine.BoundUpper:
+		out.Bound = "upper"
+	}
+	return out
+}
+
+// trim cuts a (possibly cached, possibly richer) result down to what spec asked for.
+func trim(r *Result, spec Spec, cached bool) *Result {
+	out := *r
+	out.Cached = cached
+	if len(out.PVs) > spec.MultiPV {
+		out.PVs = out.PVs[:spec.MultiPV]
+	}
+	if !spec.ShowWDL {
+		pvs := make([]PV, len(out.PVs))
+		for i, pv := range out.PVs {
+			pv.WDL = nil
+			pvs[i] = pv
+		}
+		out.PVs = pvs
+	}
+	return &out
+}
+
+// engineError maps engine failures to the service's error codes.
+func engineError(err error) error {
+	switch {
+	case errors.Is(err, engine.ErrSaturated):
+		return &unavailable{msg: "every engine is busy; retry shortly", after: time.Second, err: err}
+	case errors.Is(err, engine.ErrEngineFailed), errors.Is(err, engine.ErrClosed):
+		return &unavailable{msg: "the engine failed during the search and is being replaced; retry", after: time.Second, err: err}
+	case errors.Is(err, engine.ErrInvalidOption), errors.Is(err, engine.ErrInvalidSearch):
+		return domain.Errorf(domain.CodeInvalid, "%v", err)
+	}
+	return err
+}
+
+// unavailable is a 503 with a Retry-After.
+type unavailable struct {
+	msg   string
+	after time.Duration
+	err   error
+}
+
+func (u *unavailable) Error() string { return u.msg }
+func (u *unavailable) Unwrap() []error {
+	return []error{u.err, &domain.Error{Code: domain.CodeUnavailable, Message: u.msg}}
+}
+func (u *unavailable) RetryAfter() time.Duration { return u.after }

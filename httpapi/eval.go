@@ -1,0 +1,256 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"chessd/analysis"
+	"chessd/domain"
+	"chessd/engine"
+)
+
+// Keyless calls (decisions.md: a small daily allowance per client address and a low
+// depth cap; everything above needs a key).
+const (
+	KeylessPerDay     = 50
+	KeylessMaxDepth   = 12
+	KeylessMaxMultiPV = 3
+)
+
+// evalAnswer is the body of a 200 from POST /eval.
+type evalAnswer struct {
+	*analysis.Result
+	CostUnits int64 `json:"cost_units"`
+}
+
+// bestMoveAnswer is the body of a 200 from POST /bestmove.
+type bestMoveAnswer struct {
+	BestMove    *string        `json:"bestmove"`
+	BestMoveSAN *string        `json:"bestmove_san"`
+	Ponder      string         `json:"ponder,omitempty"`
+	Eval        analysis.Score `json:"eval"`
+	Depth       int            `json:"depth"`
+	Engine      string         `json:"engine"`
+	Cached      bool           `json:"cached"`
+	CostUnits   int64          `json:"cost_units"`
+}
+
+func (s *Server) eval(w http.ResponseWriter, r *http.Request) {
+	res, units, err := s.analyse(r, domain.EndpointEval)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, evalAnswer{Result: res, CostUnits: units})
+}
+
+func (s *Server) bestMove(w http.ResponseWriter, r *http.Request) {
+	res, units, err := s.analyse(r, domain.EndpointBestMove)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, bestMoveAnswer{
+		BestMove: res.BestMove, BestMoveSAN: res.BestMoveSAN, Ponder: res.Ponder, Eval: res.Eval,
+		Depth: res.Depth, Engine: res.Engine, Cached: res.Cached, CostUnits: units,
+	})
+}
+
+// analyse runs the shared path of /eval and /bestmove: credentials (optional), the
+// request, the keyless limits, the analysis and its price.
+func (s *Server) analyse(r *http.Request, ep domain.Endpoint) (res *analysis.Result, units int64, err error) {
+	key, err := s.authenticate(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	if key != nil && !key.HasScope(domain.ScopeEval) {
+		return nil, 0, domain.Errorf(domain.CodeScope, "this key lacks the scope \"eval\"")
+	}
+	var req analysis.Request
+	if err := decode(r, &req, false); err != nil {
+		return nil, 0, err
+	}
+	spec, err := analysis.Validate(req, s.analysis.Catalog())
+	if err != nil {
+		return nil, 0, err
+	}
+	if key == nil {
+		release, err := s.keylessAllowance(r, spec)
+		if err != nil {
+			return nil, 0, err
+		}
+		defer func() { release(err) }() // err: the named result, whatever happens below
+	}
+	res, err = s.analysis.Analyse(r.Context(), spec, engine.Interactive, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	price, err := domain.Quote(domain.Call{Endpoint: ep, Depth: spec.Depth, MultiPV: spec.MultiPV, MoveTimeMS: spec.MoveTimeMS, Positions: 1})
+	if err != nil {
+		return nil, 0, err
+	}
+	units = price.Units
+	if res.Cached || res.Terminal != "" { // no search ran: the cached price
+		units = price.CachedUnits
+	}
+	return res, units, nil
+}
+
+// keylessAllowance enforces the keyless caps and takes one call from the client
+// address's daily allowance in one conditional statement, so concurrent calls cannot
+// overdraw it. The returned function gives the call back when the analysis failed.
+func (s *Server) keylessAllowance(r *http.Request, spec analysis.Spec) (func(error), error) {
+	if spec.Depth > KeylessMaxDepth || spec.MultiPV > KeylessMaxMultiPV {
+		return nil, domain.Errorf(domain.CodeKeylessExhausted,
+			"without a key, depth is capped at %d and multipv at %d; sign up for a key (POST /v1/signup)", KeylessMaxDepth, KeylessMaxMultiPV)
+	}
+	ip := clientIP(r)
+	day := time.Now().UTC().Format(time.DateOnly)
+	var calls int
+	err := s.pool.QueryRow(r.Context(), `INSERT INTO keyless_usage (ip, day, calls) VALUES ($1, $2, 1)
+		ON CONFLICT (ip, day) DO UPDATE SET calls = keyless_usage.calls + 1 WHERE keyless_usage.calls < $3
+		RETURNING calls`, ip, day, KeylessPerDay).Scan(&calls)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil, err
+		}
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, domain.Errorf(domain.CodeKeylessExhausted,
+				"the keyless allowance of %d calls a day for your address is used up; sign up for a key (POST /v1/signup)", KeylessPerDay)
+		}
+		return nil, err
+	}
+	return func(failed error) {
+		if failed == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+		defer cancel()
+		if _, err := s.pool.Exec(ctx, `UPDATE keyless_usage SET calls = calls - 1 WHERE ip = $1 AND day = $2 AND calls > 0`, ip, day); err != nil {
+			s.logger.Warn("keyless allowance refund failed", "err", err)
+		}
+	}, nil
+}
+
+// clientIP is the connection's peer address. Behind a proxy, configure it to pass the
+// real address; we do not trust X-Forwarded-For from the open internet.
+func clientIP(r *http.Request) netip.Addr {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.IPv4Unspecified()
+	}
+	return ip.Unmap()
+}
+
+func (s *Server) engines(w http.ResponseWriter, r *http.Request) {
+	cat := s.analysis.Catalog()
+	type pathJSON struct {
+		Path    engine.Path           `json:"path"`
+		Name    string                `json:"name"`
+		NNUE    []string              `json:"nnue"`
+		Options []analysis.OptionSpec `json:"options"`
+	}
+	type versionJSON struct {
+		ID      string                `json:"id"`
+		Version string                `json:"version"`
+		Name    string                `json:"name"`
+		NNUE    []string              `json:"nnue"`
+		Paths   []pathJSON            `json:"paths"`
+		Options []analysis.OptionSpec `json:"options"`
+	}
+	var versions []versionJSON
+	var defaultOptions []analysis.OptionSpec
+	for _, v := range cat.Versions() {
+		vj := versionJSON{ID: v.ID, Version: v.Version, Name: v.Name, NNUE: v.NNUE}
+		for _, p := range v.Paths {
+			vj.Paths = append(vj.Paths, pathJSON{Path: p.Path, Name: p.Name, NNUE: p.NNUE, Options: analysis.OptionSchema(p)})
+		}
+		vj.Options = vj.Paths[0].Options
+		if v.ID == cat.Default() {
+			defaultOptions = vj.Options
+		}
+		versions = append(versions, vj)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"default": cat.Default(), "versions": versions, "options": defaultOptions,
+		"limits": map[string]any{
+			"depth":       map[string]int{"min": 1, "max": analysis.MaxDepth, "default": analysis.DefaultDepth},
+			"multipv":     map[string]int{"min": 1, "max": analysis.MaxMultiPV, "default": 1},
+			"movetime_ms": map[string]int{"min": analysis.MinMoveTime, "max": analysis.MaxMoveTime},
+			"keyless":     map[string]int{"calls_per_day": KeylessPerDay, "max_depth": KeylessMaxDepth, "max_multipv": KeylessMaxMultiPV},
+		},
+	})
+}
+
+// price answers GET /price with the same function that prices every charge.
+func (s *Server) price(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var p domain.Problems
+	ep, ok := domain.ParseEndpoint(q.Get("endpoint"))
+	if !ok {
+		p.Add("endpoint", "must be eval, bestmove, analyze or batch")
+	}
+	job := ep == domain.EndpointAnalyze || ep == domain.EndpointBatch
+	maxDepth, maxPV, defDepth := analysis.MaxDepth, analysis.MaxMultiPV, analysis.DefaultDepth
+	if job {
+		maxDepth, maxPV = 14, 3
+	}
+	intParam := func(name string, def, lo, hi int) int {
+		v := q.Get(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			p.Add(name, fmt.Sprintf("must be an integer from %d to %d", lo, hi))
+			return def
+		}
+		return n
+	}
+	call := domain.Call{Endpoint: ep, Positions: 1}
+	call.Depth = intParam("depth", defDepth, 1, maxDepth)
+	call.MultiPV = intParam("multipv", 1, 1, maxPV)
+	call.MoveTimeMS = intParam("movetime_ms", 0, analysis.MinMoveTime, analysis.MaxMoveTime)
+	switch ep {
+	case domain.EndpointBatch:
+		call.Positions = intParam("items", 1, 1, 50)
+	case domain.EndpointAnalyze:
+		call.Positions = intParam("plies", 1, 1, 50)
+	}
+	for _, name := range []string{"endpoint", "depth", "multipv", "movetime_ms", "items", "plies"} {
+		delete(q, name)
+	}
+	for name := range q {
+		p.Add(name, "is not a parameter of /price")
+	}
+	if err := p.Err(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	price, err := domain.Quote(call)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"endpoint": ep, "units": price.Units, "usd": usd(price.USD),
+		"cached_units": price.CachedUnits * int64(call.Positions), "cached_usd": usd(domain.USD(price.CachedUnits * int64(call.Positions))),
+		"breakdown": map[string]any{
+			"depth": call.Depth, "multipv": call.MultiPV, "movetime_ms": call.MoveTimeMS, "positions": call.Positions,
+			"units_per_position": price.PerPosition, "cached_units_per_position": price.CachedUnits,
+			"unit_usd": domain.UnitPriceUSD.StringFixed(6),
+		},
+	})
+}
