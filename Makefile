@@ -38,8 +38,12 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
+# Go benchmarks, then the load driver on loopback (raw Stockfish vs the service).
+# Results go to bench.out; docs/BENCHMARKS.md quotes them.
 bench: build engines
-	$(GO) test -run '^$$' -bench . -benchtime 20x ./engine/ ./eventstore/ ./httpapi/
+	@set -o pipefail; { \
+	  $(GO) test -run '^$$' -bench . -benchtime 40x ./engine/ ./domain/... && \
+	  $(GO) run ./cmd/chessbench; } | tee bench.out
 
 clean:
 	rm -rf bin

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -64,10 +65,18 @@ type Result struct {
 
 // Service answers analysis requests.
 type Service struct {
-	catalog *engine.Catalog
-	cache   *Cache
-	logger  *slog.Logger
+	catalog  *engine.Catalog
+	cache    *Cache
+	cacheOff atomic.Bool
+	logger   *slog.Logger
 }
+
+// DisableCache makes every request search afresh and store nothing: for benchmarks
+// that compare the service with the raw engine.
+func (s *Service) DisableCache() { s.cacheOff.Store(true) }
+
+// EnableCache undoes DisableCache.
+func (s *Service) EnableCache() { s.cacheOff.Store(false) }
 
 // NewService builds a Service; pool holds the persistent eval cache.
 func NewService(cat *engine.Catalog, pool *pgxpool.Pool, logger *slog.Logger) *Service {
@@ -96,7 +105,7 @@ func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 		return s.terminal(pos, spec), nil
 	}
 	key := cacheKey(pos, spec)
-	if useCache && !spec.LimitStrength {
+	if useCache && !spec.LimitStrength && !s.cacheOff.Load() {
 		if hit, ok := s.cache.Get(ctx, key, spec.Depth, spec.MultiPV); ok {
 			return trim(hit, spec, true), nil
 		}
@@ -125,7 +134,7 @@ func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 	if err != nil {
 		return nil, err
 	}
-	if !spec.LimitStrength {
+	if !spec.LimitStrength && !s.cacheOff.Load() {
 		s.cache.Put(key, spec.MultiPV, res)
 	}
 	return trim(res, spec, false), nil

@@ -1,0 +1,98 @@
+package analysis
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"chessd/domain/position"
+	"chessd/engine"
+	"chessd/postgres/pgtest"
+)
+
+var catalog *engine.Catalog
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	var err error
+	// one process per pool: consecutive searches run on the same process
+	catalog, err = engine.Open(ctx, engine.Config{PoolSize: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cancel()
+	if err != nil {
+		slog.Error("engines missing: run `make engines`", "err", err)
+		os.Exit(1)
+	}
+	code := pgtest.Main(m)
+	catalog.Close()
+	os.Exit(code)
+}
+
+func spec(t *testing.T, req Request) Spec {
+	t.Helper()
+	s, err := Validate(req, catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// A request at skill level 0 must leave nothing behind: the next full-strength search
+// on the same process is exactly the search a fresh process would make (Stockfish is
+// deterministic single-threaded after ucinewgame, so nodes and moves match).
+func TestOptionsDoNotLeakBetweenRequests(t *testing.T) {
+	svc := NewService(catalog, pgtest.NewDB(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx := context.Background()
+	fen := "r1bqk2r/pppp1ppp/2n2n2/2b1p3/2B1P3/3P1N2/PPP2PPP/RNBQK2R w KQkq - 1 5"
+	full := spec(t, Request{FEN: &fen, Depth: ptr(11)})
+	weak := spec(t, Request{FEN: &fen, Depth: ptr(11), Options: &Options{SkillLevel: ptr(0), HashMB: ptr(64), MoveOverheadMS: ptr(500)}})
+	if !weak.LimitStrength {
+		t.Fatal("skill level 0 must count as limited strength")
+	}
+	baseline, err := svc.Analyse(ctx, full, engine.Interactive, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := svc.Analyse(ctx, weak, engine.Interactive, false); err != nil {
+			t.Fatal(err)
+		}
+		got, err := svc.Analyse(ctx, full, engine.Interactive, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Nodes != baseline.Nodes || *got.BestMove != *baseline.BestMove || got.Eval != baseline.Eval {
+			t.Fatalf("round %d after a skill-0 search: nodes %d move %s eval %+v; a clean process gives nodes %d move %s eval %+v",
+				i, got.Nodes, *got.BestMove, got.Eval, baseline.Nodes, *baseline.BestMove, baseline.Eval)
+		}
+	}
+}
+
+func TestWhiteScore(t *testing.T) {
+	cases := []struct {
+		stm  string
+		in   engine.Score
+		want Score
+	}{
+		{"w", engine.Score{Value: 35}, Score{Type: "cp", Value: 35}},
+		{"b", engine.Score{Value: 35}, Score{Type: "cp", Value: -35}},
+		{"b", engine.Score{Mate: true, Value: 2}, Score{Type: "mate", Value: -2}},
+		{"w", engine.Score{Mate: true, Value: -3}, Score{Type: "mate", Value: -3}},
+		{"b", engine.Score{Value: 10, Bound: engine.BoundLower}, Score{Type: "cp", Value: -10, Bound: "upper"}},
+		{"w", engine.Score{Value: 10, Bound: engine.BoundUpper}, Score{Type: "cp", Value: 10, Bound: "upper"}},
+	}
+	for _, tc := range cases {
+		fen := "4k3/8/8/8/8/8/8/4K3 " + tc.stm + " - - 0 1"
+		pos, err := position.Parse(fen, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := whiteScore(pos.SideToMove(), tc.in); got != tc.want {
+			t.Errorf("%s %+v: got %+v, want %+v", tc.stm, tc.in, got, tc.want)
+		}
+	}
+}
