@@ -1,0 +1,432 @@
+package position
+
+import (
+	"strconv"
+	"strings"
+)
+
+// MaxFENLength bounds the FEN text Parse reads; real FENs are under 100 bytes.
+const MaxFENLength = 256
+
+// maxCounter bounds the halfmove clock and fullmove number.
+const maxCounter = 100000
+
+// Parse reads and validates a FEN, then (in standard chess) has notnil/chess
+// decode it; see the package comment. Surrounding white space is ignored, fields
+// may be separated by any run of white space, and a FEN of only the first four
+// fields gets the counters "0 1". With chess960 the castling field may use
+// X-FEN (KQkq: the outermost rook on that side) or Shredder-FEN rook files
+// (HAha, Bb...); without it only KQkq with king on e1/e8 and rooks on the
+// corners. Every refusal is an *Error naming what is wrong.
+func Parse(fen string, chess960 bool) (*Position, error) {
+	if len(fen) > MaxFENLength {
+		return nil, fenErr("FEN is %d bytes long; at most %d are accepted", len(fen), MaxFENLength)
+	}
+	var fields [7]string
+	n := 0
+	for rest := strings.TrimSpace(fen); rest != ""; {
+		i := strings.IndexAny(rest, " \t\r\n")
+		if i < 0 {
+			i = len(rest)
+		}
+		if n == len(fields) {
+			n++
+			break
+		}
+		fields[n] = rest[:i]
+		n++
+		rest = strings.TrimLeft(rest[i:], " \t\r\n")
+	}
+	switch n {
+	case 0:
+		return nil, fenErr("FEN is empty")
+	case 4:
+		fields[4], fields[5] = "0", "1"
+	case 6:
+	default:
+		if n > 6 {
+			return nil, fenErr("FEN has more than 6 fields; expected placement, side to move, castling, en passant, halfmove clock and fullmove number")
+		}
+		return nil, fenErr("FEN has %d fields; expected 6 (placement, side to move, castling, en passant, halfmove clock, fullmove number) or the first 4", n)
+	}
+
+	p := &Position{ep: -1, chess960: chess960, castle: [2][2]int8{{-1, -1}, {-1, -1}}}
+	if err := p.parsePlacement(fields[0]); err != nil {
+		return nil, err
+	}
+	switch fields[1] {
+	case "w":
+		p.turn = White
+	case "b":
+		p.turn = Black
+	default:
+		return nil, fenErr("side to move %q must be \"w\" or \"b\"", fields[1])
+	}
+	castling := fields[2]
+	if castling != "-" {
+		if len(castling) > 4 {
+			return nil, fenErr("castling field %q has more than 4 letters", castling)
+		}
+		for i := 0; i < len(castling); i++ {
+			c := castling[i]
+			switch {
+			case strings.IndexByte("KQkq", c) >= 0:
+			case (c >= 'A' && c <= 'H') || (c >= 'a' && c <= 'h'):
+				if !chess960 {
+					return nil, fenErr("castling field %q: rook-file letter %q is Shredder-FEN, valid only with chess960; standard chess uses KQkq", castling, c)
+				}
+			default:
+				return nil, fenErr("castling field %q: invalid character %q (expected KQkq, rook files A-H/a-h with chess960, or -)", castling, c)
+			}
+		}
+	}
+	epText := fields[3]
+	if epText != "-" {
+		sq, ok := parseSquare(epText)
+		if !ok {
+			return nil, fenErr("en passant field %q must be a square such as e3, or -", epText)
+		}
+		p.ep = sq
+	}
+	var err error
+	if p.halfmove, err = parseCounter(fields[4], "halfmove clock", 0); err != nil {
+		return nil, err
+	}
+	if p.fullmove, err = parseCounter(fields[5], "fullmove number", 1); err != nil {
+		return nil, err
+	}
+
+	if err := p.validateMaterial(); err != nil {
+		return nil, err
+	}
+	if err := p.parseCastling(castling); err != nil {
+		return nil, err
+	}
+	if err := p.validateEnPassant(); err != nil {
+		return nil, err
+	}
+	if err := p.validateChecks(); err != nil {
+		return nil, err
+	}
+	if !chess960 {
+		// notnil reads only six fields separated by single spaces.
+		np, err := decodeNotnil(fields[0] + " " + fields[1] + " " + castling + " " + epText + " " + fields[4] + " " + fields[5])
+		if err != nil {
+			return nil, err
+		}
+		p.std = newStdState(np)
+	}
+	return p, nil
+}
+
+func parseCounter(s, name string, min int) (int, error) {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, fenErr("%s %q must be a whole number", name, s)
+		}
+	}
+	if len(s) > 6 {
+		return 0, fenErr("%s %q is too large (at most %d)", name, s, maxCounter)
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fenErr("%s %q must be a whole number", name, s)
+	}
+	if v > maxCounter {
+		return 0, fenErr("%s %q is too large (at most %d)", name, s, maxCounter)
+	}
+	if v < min {
+		return 0, fenErr("%s %q must be at least %d", name, s, min)
+	}
+	return v, nil
+}
+
+func (p *Position) parsePlacement(s string) *Error {
+	rank, file := int8(7), int8(0)
+	start := 0
+	rankText := func(end int) string { return s[start:end] }
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == '/' {
+			if file != 8 {
+				end := i
+				return fenErr("piece placement: rank %d (%q) describes %d squares; expected 8", rank+1, rankText(end), file)
+			}
+			if i == len(s) {
+				break
+			}
+			if rank == 0 {
+				return fenErr("piece placement %q has more than 8 ranks", s)
+			}
+			rank--
+			file = 0
+			start = i + 1
+			continue
+		}
+		c := s[i]
+		if c >= '1' && c <= '8' {
+			file += int8(c - '0')
+			if file > 8 {
+				return fenErr("piece placement: rank %d (%q) describes more than 8 squares", rank+1, restOfRank(s, start))
+			}
+			continue
+		}
+		pc := pieceFromFEN(c)
+		if pc == noPiece {
+			return fenErr("piece placement: rank %d has invalid character %q (pieces are PNBRQK/pnbrqk, empty squares 1-8)", rank+1, c)
+		}
+		if file >= 8 {
+			return fenErr("piece placement: rank %d (%q) describes more than 8 squares", rank+1, restOfRank(s, start))
+		}
+		p.board[rank*8+file] = pc
+		file++
+	}
+	if rank != 0 {
+		return fenErr("piece placement has %d ranks; expected 8 separated by '/'", 8-rank)
+	}
+	return nil
+}
+
+func restOfRank(s string, start int) string {
+	if i := strings.IndexByte(s[start:], '/'); i >= 0 {
+		return s[start : start+i]
+	}
+	return s[start:]
+}
+
+// validateMaterial: one king each, no pawn on rank 1/8, piece counts possible.
+func (p *Position) validateMaterial() *Error {
+	var count [2][7]int
+	p.kings = [2]int8{-1, -1}
+	for sq := int8(0); sq < 64; sq++ {
+		pc := p.board[sq]
+		if pc == noPiece {
+			continue
+		}
+		c, k := pc.color(), pc.kind()
+		count[c][k]++
+		if k == king {
+			p.kings[c] = sq
+		}
+		if k == pawn && (rankOf(sq) == 0 || rankOf(sq) == 7) {
+			return illegalErr("%s pawn on %s: pawns cannot stand on rank 1 or 8", c, squareName(sq))
+		}
+	}
+	for c := White; c <= Black; c++ {
+		cnt := &count[c]
+		if cnt[king] != 1 {
+			return illegalErr("%s has %d kings; exactly one king per side is required", c, cnt[king])
+		}
+		total := 0
+		for k := pawn; k <= king; k++ {
+			total += cnt[k]
+		}
+		if total > 16 {
+			return illegalErr("%s has %d pieces; at most 16 (pawns included) are possible", c, total)
+		}
+		if cnt[pawn] > 8 {
+			return illegalErr("%s has %d pawns; at most 8 are possible", c, cnt[pawn])
+		}
+		extra := max(0, cnt[queen]-1) + max(0, cnt[rook]-2) + max(0, cnt[bishop]-2) + max(0, cnt[knight]-2)
+		if cnt[pawn]+extra > 8 {
+			return illegalErr("%s has %d pawns and %d promoted pieces (%d queens, %d rooks, %d bishops, %d knights); together at most 8 are possible",
+				c, cnt[pawn], extra, cnt[queen], cnt[rook], cnt[bishop], cnt[knight])
+		}
+	}
+	return nil
+}
+
+// parseCastling fills p.castle from a syntactically checked castling field.
+func (p *Position) parseCastling(s string) *Error {
+	if s == "-" {
+		return nil
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		color := White
+		if c >= 'a' {
+			color = Black
+		}
+		home := backRank(color)
+		k := p.kings[color]
+		if rankOf(k) != rankOf(home) {
+			return illegalErr("castling right %q needs the %s king on rank %d, but it is on %s", c, color, rankOf(home)+1, squareName(k))
+		}
+		myRook := makePiece(color, rook)
+		side, r := 0, int8(-1)
+		switch c {
+		case 'K', 'k', 'Q', 'q':
+			kingSide := c == 'K' || c == 'k'
+			if !kingSide {
+				side = 1
+			}
+			if !p.chess960 {
+				corner := home + 7
+				if !kingSide {
+					corner = home
+				}
+				if k != home+4 || p.board[corner] != myRook {
+					return illegalErr("castling right %q needs the %s king on %s and a %s rook on %s (for other setups set chess960)",
+						c, color, squareName(home+4), color, squareName(corner))
+				}
+				r = corner
+				break
+			}
+			// X-FEN: the outermost rook on that side of the king.
+			if kingSide {
+				for s := home + 7; s > k; s-- {
+					if p.board[s] == myRook {
+						r = s
+						break
+					}
+				}
+			} else {
+				for s := home; s < k; s++ {
+					if p.board[s] == myRook {
+						r = s
+						break
+					}
+				}
+			}
+			if r < 0 {
+				dir := "king side (towards h)"
+				if !kingSide {
+					dir = "queen side (towards a)"
+				}
+				return illegalErr("castling right %q needs a %s rook on rank %d on the %s of the king on %s", c, color, rankOf(home)+1, dir, squareName(k))
+			}
+		default: // Shredder-FEN rook file, chess960 only (checked by Parse)
+			f := int8(c - 'A')
+			if color == Black {
+				f = int8(c - 'a')
+			}
+			r = home + f
+			if p.board[r] != myRook {
+				return illegalErr("castling right %q needs a %s rook on %s", c, color, squareName(r))
+			}
+			if r < k {
+				side = 1
+			}
+		}
+		if p.castle[color][side] >= 0 {
+			name := "king-side"
+			if side == 1 {
+				name = "queen-side"
+			}
+			return illegalErr("castling field %q gives %s two %s castling rights", s, color, name)
+		}
+		p.castle[color][side] = r
+	}
+	return nil
+}
+
+// validateEnPassant: the square must be behind a pawn of the side not to move
+// that just advanced two squares.
+func (p *Position) validateEnPassant() *Error {
+	if p.ep < 0 {
+		return nil
+	}
+	them := p.turn.Other()
+	wantRank, dir := int8(5), int8(-8) // white to move: square on rank 6, pawn below it on rank 5
+	if p.turn == Black {
+		wantRank, dir = 2, 8
+	}
+	name := squareName(p.ep)
+	if rankOf(p.ep) != wantRank {
+		return illegalErr("en passant square %s is impossible with %s to move; it must be on rank %d", name, p.turn, wantRank+1)
+	}
+	if p.board[p.ep] != noPiece {
+		return illegalErr("en passant square %s must be empty", name)
+	}
+	if p.board[p.ep+dir] != makePiece(them, pawn) {
+		return illegalErr("en passant square %s needs a %s pawn on %s that has just advanced two squares", name, them, squareName(p.ep+dir))
+	}
+	if origin := p.ep - dir; p.board[origin] != noPiece {
+		return illegalErr("en passant square %s is impossible: %s, where the %s pawn came from, is occupied", name, squareName(origin), them)
+	}
+	return nil
+}
+
+func (p *Position) validateChecks() *Error {
+	them := p.turn.Other()
+	if attacked(&p.board, p.kings[them], p.turn) {
+		return illegalErr("the %s king on %s is in check, but it is %s to move", them, squareName(p.kings[them]), p.turn)
+	}
+	n := p.checkersCount()
+	if n > 2 {
+		return illegalErr("the %s king on %s is attacked by %d pieces; at most 2 checkers are possible", p.turn, squareName(p.kings[p.turn]), n)
+	}
+	p.inCheck = n > 0
+	return nil
+}
+
+// appendFEN writes the canonical FEN; counters only when withCounters.
+func (p *Position) appendFEN(b []byte, withCounters bool) []byte {
+	for r := int8(7); r >= 0; r-- {
+		empty := byte(0)
+		for f := int8(0); f < 8; f++ {
+			pc := p.board[r*8+f]
+			if pc == noPiece {
+				empty++
+				continue
+			}
+			if empty > 0 {
+				b = append(b, '0'+empty)
+				empty = 0
+			}
+			b = append(b, pc.fenLetter())
+		}
+		if empty > 0 {
+			b = append(b, '0'+empty)
+		}
+		if r > 0 {
+			b = append(b, '/')
+		}
+	}
+	if p.turn == White {
+		b = append(b, " w "...)
+	} else {
+		b = append(b, " b "...)
+	}
+	b = p.appendCastling(b)
+	b = append(b, ' ')
+	if ep := p.effectiveEP(); ep >= 0 {
+		b = append(b, squareName(ep)...)
+	} else {
+		b = append(b, '-')
+	}
+	if withCounters {
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(p.halfmove), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(p.fullmove), 10)
+	}
+	return b
+}
+
+// appendCastling writes KQkq in standard chess and Shredder-FEN rook files
+// (HAha), as Stockfish prints them with UCI_Chess960, in Chess960.
+func (p *Position) appendCastling(b []byte) []byte {
+	start := len(b)
+	for c := White; c <= Black; c++ {
+		for side := 0; side < 2; side++ {
+			r := p.castle[c][side]
+			if r < 0 {
+				continue
+			}
+			var l byte
+			if p.chess960 {
+				l = 'A' + byte(fileOf(r))
+			} else {
+				l = "KQ"[side]
+			}
+			if c == Black {
+				l += 'a' - 'A'
+			}
+			b = append(b, l)
+		}
+	}
+	if len(b) == start {
+		b = append(b, '-')
+	}
+	return b
+}

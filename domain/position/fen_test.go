@@ -1,0 +1,167 @@
+package position
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func mustParse(t testing.TB, fen string, chess960 bool) *Position {
+	t.Helper()
+	p, err := Parse(fen, chess960)
+	if err != nil {
+		t.Fatalf("Parse(%q, %v): %v", fen, chess960, err)
+	}
+	return p
+}
+
+func TestParseRefuses(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		fen      string
+		chess960 bool
+		code     Code
+		reason   string // substring the reason must contain
+	}{
+		// Syntax.
+		{"empty", "   ", false, CodeInvalidFEN, "FEN is empty"},
+		{"too long", strings.Repeat("8/", 200), false, CodeInvalidFEN, "at most 256"},
+		{"3 fields", "8/8/8/8/8/8/8/8 w -", false, CodeInvalidFEN, "FEN has 3 fields"},
+		{"5 fields", StartFEN[:len(StartFEN)-2], false, CodeInvalidFEN, "FEN has 5 fields"},
+		{"7 fields", StartFEN + " x", false, CodeInvalidFEN, "more than 6 fields"},
+		{"7 ranks", "rnbqkbnr/pppppppp/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1", false, CodeInvalidFEN, "has 7 ranks"},
+		{"9 ranks", "rnbqkbnr/pppppppp/8/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1", false, CodeInvalidFEN, "more than 8 ranks"},
+		{"short rank", "rnbqkbnr/ppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1", false, CodeInvalidFEN, `rank 7 ("ppppppp") describes 7 squares`},
+		{"long rank", "rnbqkbnr/pppppppp/9/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1", false, CodeInvalidFEN, "rank 6 has invalid character '9'"},
+		{"long rank digits", "rnbqkbnr/pppppppp/44p/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1", false, CodeInvalidFEN, "rank 6 (\"44p\") describes more than 8 squares"},
+		{"bad piece", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNX w KQkq - 0 1", false, CodeInvalidFEN, "rank 1 has invalid character 'X'"},
+		{"bad side", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR x KQkq - 0 1", false, CodeInvalidFEN, `side to move "x"`},
+		{"bad castling char", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkx - 0 1", false, CodeInvalidFEN, "invalid character 'x'"},
+		{"shredder without 960", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w HAha - 0 1", false, CodeInvalidFEN, "valid only with chess960"},
+		{"castling too long", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkqK - 0 1", false, CodeInvalidFEN, "more than 4 letters"},
+		{"bad ep text", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq e9 0 1", false, CodeInvalidFEN, `en passant field "e9"`},
+		{"bad halfmove", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - -1 1", false, CodeInvalidFEN, "halfmove clock"},
+		{"huge halfmove", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 99999999999999999999 1", false, CodeInvalidFEN, "too large"},
+		{"fullmove zero", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 0", false, CodeInvalidFEN, "fullmove number \"0\" must be at least 1"},
+		// Kings.
+		{"no white king", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQQBNR w kq - 0 1", false, CodeIllegalPosition, "white has 0 kings"},
+		{"two black kings", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNk w - - 0 1", false, CodeIllegalPosition, "black has 2 kings"},
+		// Pawns on the back ranks.
+		{"white pawn on rank 8", "rnbqkbnP/pppppppp/8/8/8/8/PPPPPPP1/RNBQKBNR w KQq - 0 1", false, CodeIllegalPosition, "white pawn on h8"},
+		{"black pawn on rank 1", "4k3/8/8/8/8/8/8/p3K3 w - - 0 1", false, CodeIllegalPosition, "black pawn on a1"},
+		// Piece counts.
+		{"9 pawns", "4k3/8/8/8/8/P7/PPPPPPPP/4K3 w - - 0 1", false, CodeIllegalPosition, "white has 9 pawns"},
+		{"17 pieces", "4k3/8/8/8/8/QQQQQQQQ/QQQQQQQQ/4K3 w - - 0 1", false, CodeIllegalPosition, "white has 17 pieces"},
+		{"too many promotions", "4k3/8/8/8/8/Q7/PPPPPPPP/Q3K3 w - - 0 1", false, CodeIllegalPosition, "8 pawns and 1 promoted pieces"},
+		// Checks.
+		{"side not to move in check", "4k3/4Q3/8/8/8/8/8/4K3 w - - 0 1", false, CodeIllegalPosition, "black king on e8 is in check, but it is white to move"},
+		{"triple check", "4k3/8/8/8/8/3n1n2/8/4K2r w - - 0 1", false, CodeIllegalPosition, "attacked by 3 pieces"},
+		// Castling rights.
+		{"K without rook", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBN1 w KQkq - 0 1", false, CodeIllegalPosition, `castling right 'K' needs the white king on e1 and a white rook on h1`},
+		{"q with moved king", "rnbq1bnr/ppppkppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQq - 0 1", false, CodeIllegalPosition, `castling right 'q' needs the black king on rank 8`},
+		{"960 setup without 960", "bqnb1rkr/pp3ppp/3ppn2/2p5/5P2/P2P4/NPP1P1PP/BQ1BNRKR w KQkq - 2 9", false, CodeIllegalPosition, `castling right 'K' needs the white king on e1`},
+		{"duplicate right", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KKkq - 0 1", false, CodeIllegalPosition, "two king-side castling rights"},
+		{"960 duplicate right", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KHkq - 0 1", true, CodeIllegalPosition, "two king-side castling rights"},
+		{"960 no rook on file", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w G - 0 1", true, CodeIllegalPosition, "castling right 'G' needs a white rook on g1"},
+		{"960 no outer rook", "rnbqkbn1/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w k - 0 1", true, CodeIllegalPosition, "castling right 'k' needs a black rook on rank 8 on the king side"},
+		// En passant.
+		{"ep wrong rank", "rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq e3 0 2", false, CodeIllegalPosition, "en passant square e3 is impossible with white to move; it must be on rank 6"},
+		{"ep without pawn", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR b KQkq e3 0 1", false, CodeIllegalPosition, "needs a white pawn on e4"},
+		{"ep pawn missing", "rnbqkbnr/pppp1ppp/8/4P3/8/8/PPPP1PPP/RNBQKBNR w KQkq e6 0 2", false, CodeIllegalPosition, "needs a black pawn on e5"},
+		{"ep square occupied", "rnbqkb1r/pppp1ppp/4n3/4p3/8/8/PPPPPPPP/RNBQKBNR w KQkq e6 0 2", false, CodeIllegalPosition, "en passant square e6 must be empty"},
+		{"ep origin occupied", "rnb1kbnr/ppppqppp/8/4p3/8/8/PPPPPPPP/RNBQKBNR w KQkq e6 0 2", false, CodeIllegalPosition, "e7, where the black pawn came from, is occupied"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse(tt.fen, tt.chess960)
+			var pe *Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("Parse(%q) error = %v, want *Error", tt.fen, err)
+			}
+			if pe.Code != tt.code || pe.Field != "fen" || !strings.Contains(pe.Reason, tt.reason) {
+				t.Errorf("Parse(%q) = {%s %s %q}, want code %s, field fen, reason containing %q", tt.fen, pe.Code, pe.Field, pe.Reason, tt.code, tt.reason)
+			}
+		})
+	}
+}
+
+func TestParseAccepts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		in         string
+		chess960   bool
+		fen        string // canonical
+		normalized string
+	}{
+		{"start", StartFEN, false, StartFEN, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq -"},
+		{"four fields and spaces", "  rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR   w KQkq -\n", false, StartFEN, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq -"},
+		{"castling order", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w qkQK - 0 1", false, StartFEN, ""},
+		{"start 960 X-FEN", StartFEN, true, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w HAha - 0 1", ""},
+		{"start 960 Shredder", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w HAha - 0 1", true, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w HAha - 0 1", ""},
+		{"960 inner rook by file", "1r2k1r1/8/8/8/8/8/8/RR2K1RR w BGbg - 0 1", true, "1r2k1r1/8/8/8/8/8/8/RR2K1RR w GBgb - 0 1", ""},
+		{"960 X-FEN outermost", "1r2k1r1/8/8/8/8/8/8/RR2K1RR w KQkq - 0 1", true, "1r2k1r1/8/8/8/8/8/8/RR2K1RR w HAgb - 0 1", ""},
+		{"ep kept when capturable", "rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3", false, "rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3", ""},
+		{"ep dropped when no pawn can take", "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1", false, "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq -"},
+		// The only capturer is pinned along the rank (king a5, rooks h5): dropped.
+		{"ep dropped when capture illegal", "8/8/8/K2pP2r/8/8/8/4k3 w - d6 0 1", false, "8/8/8/K2pP2r/8/8/8/4k3 w - - 0 1", ""},
+		{"promotion pending", "8/P6k/8/8/8/8/6Kp/8 w - - 0 1", false, "8/P6k/8/8/8/8/6Kp/8 w - - 0 1", ""},
+		{"double check", "4k3/8/8/8/8/5n2/8/r3K3 w - - 0 1", false, "4k3/8/8/8/8/5n2/8/r3K3 w - - 0 1", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := mustParse(t, tt.in, tt.chess960)
+			if got := p.FEN(); got != tt.fen {
+				t.Errorf("FEN() = %q, want %q", got, tt.fen)
+			}
+			if tt.normalized != "" && p.Normalized() != tt.normalized {
+				t.Errorf("Normalized() = %q, want %q", p.Normalized(), tt.normalized)
+			}
+			// Canonical output parses back to itself.
+			if again := mustParse(t, p.FEN(), tt.chess960); again.FEN() != p.FEN() {
+				t.Errorf("round trip %q -> %q", p.FEN(), again.FEN())
+			}
+		})
+	}
+}
+
+func TestNormalizedEqualForSamePosition(t *testing.T) {
+	t.Parallel()
+	pairs := []struct {
+		a, b     string
+		chess960 bool
+	}{
+		{StartFEN, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 5 40", false},
+		{"rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1", "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq -", false},
+		{StartFEN, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w AHah - 0 1", true},
+	}
+	for _, pp := range pairs {
+		a, b := mustParse(t, pp.a, pp.chess960), mustParse(t, pp.b, pp.chess960)
+		if a.Normalized() != b.Normalized() {
+			t.Errorf("Normalized differs: %q vs %q", a.Normalized(), b.Normalized())
+		}
+	}
+	// With castling rights the modes differ (the engine's output does too);
+	// without, they agree.
+	if mustParse(t, StartFEN, true).Normalized() == mustParse(t, StartFEN, false).Normalized() {
+		t.Error("standard and 960 start positions normalise equal")
+	}
+	noRights := "4k3/8/8/8/8/8/8/4K3 w - - 0 1"
+	if mustParse(t, noRights, true).Normalized() != mustParse(t, noRights, false).Normalized() {
+		t.Error("position without castling rights normalises differently per mode")
+	}
+}
+
+func TestAccessors(t *testing.T) {
+	t.Parallel()
+	p := mustParse(t, "4k3/8/8/8/8/8/4r3/4K3 w - - 12 40", false)
+	if p.SideToMove() != White || !p.InCheck() || p.HalfmoveClock() != 12 || p.FullmoveNumber() != 40 || p.Chess960() {
+		t.Errorf("accessors: side %v check %v half %d full %d 960 %v", p.SideToMove(), p.InCheck(), p.HalfmoveClock(), p.FullmoveNumber(), p.Chess960())
+	}
+	if White.String() != "white" || Black.String() != "black" || White.Other() != Black {
+		t.Error("Color")
+	}
+}

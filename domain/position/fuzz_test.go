@@ -1,0 +1,113 @@
+package position
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// Fuzz tests: no input panics, every refusal is an *Error, and what is
+// accepted is self-consistent.
+
+// A panic inside notnil/chess is turned into an error in production (see
+// recovered); in tests it propagates, so fuzzing finds the input and
+// validation can be made to refuse it.
+func init() { recovered = func(r any) { panic(r) } }
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		StartFEN,
+		"r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1",
+		"bqnb1rkr/pp3ppp/3ppn2/2p5/5P2/P2P4/NPP1P1PP/BQ1BNRKR w HFhf - 2 9",
+		"rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3",
+		"8/8/8/8/8/8/8/8 w - -", "", "k7/8/8/8/8/8/8/K7 b - - 99 1",
+	} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, fen string, chess960 bool) {
+		p, err := Parse(fen, chess960)
+		if err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) || pe.Reason == "" || pe.Field != "fen" {
+				t.Fatalf("Parse(%q) error %#v is not a filled *Error", fen, err)
+			}
+			return
+		}
+		out := p.FEN()
+		q, err := Parse(out, chess960)
+		if err != nil {
+			t.Fatalf("canonical FEN %q of %q refused: %v", out, fen, err)
+		}
+		if q.FEN() != out || !strings.HasPrefix(out, p.Normalized()+" ") {
+			t.Fatalf("not canonical: %q -> %q", out, q.FEN())
+		}
+		p.Status()
+		p.InsufficientMaterial()
+		if !chess960 {
+			crossCheckOwnGenerator(t, p) // notnil and our generator agree
+		}
+		for _, m := range p.LegalMoves() {
+			n, pm, err := p.Play(m.UCI)
+			if err != nil || pm != m {
+				t.Fatalf("%s: Play(%q) = %v, %v", out, m.UCI, pm, err)
+			}
+			if _, err := Parse(n.FEN(), chess960); err != nil {
+				t.Fatalf("%s after %s: %q refused: %v", out, m.UCI, n.FEN(), err)
+			}
+		}
+	})
+}
+
+func FuzzLineSAN(f *testing.F) {
+	f.Add(StartFEN, false, "e2e4 e7e5 g1f3 b8c6 f1c4 g8f6 e1g1")
+	f.Add("bqnb1rkr/pp3ppp/3ppn2/2p5/5P2/P2P4/NPP1P1PP/BQ1BNRKR w HFhf - 2 9", true, "e1f3 f6e4 g1h1 a7a5")
+	f.Add("8/P6k/8/8/8/8/6Kp/8 w - - 0 1", false, "a7a8q h2h1n a8b8 0000")
+	f.Fuzz(func(t *testing.T, fen string, chess960 bool, line string) {
+		p, err := Parse(fen, chess960)
+		if err != nil {
+			return
+		}
+		moves := strings.Fields(line)
+		sans, err := p.LineSAN(moves)
+		if err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) || pe.Field != "moves" {
+				t.Fatalf("LineSAN error %#v", err)
+			}
+			return
+		}
+		if len(sans) != len(moves) {
+			t.Fatalf("%d SAN for %d moves", len(sans), len(moves))
+		}
+	})
+}
+
+func FuzzParsePGN(f *testing.F) {
+	f.Add(`[Event "x"] [FEN "r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1"] 1. O-O {c} O-O-O (1... Kd8 $2) 2. Rf7 ; x
+1-0`, false, 10)
+	f.Add("1. e4 e5 2. Nf3 Nc6 3. Bb5 a6 4. Ba4 Nf6 5. O-O Be7 *", false, 0)
+	f.Add(`[Variant "Chess960"][FEN "rk5r/pppppppp/8/8/8/8/PPPPPPPP/RK5R w AHah - 0 1"] 1. O-O O-O-O`, false, 3)
+	f.Add("1. e4 (1. d4 {x} (1. c4)) e5?! 2. f4!! $14 exf4 3. e5=Q", true, 50)
+	f.Fuzz(func(t *testing.T, pgn string, chess960 bool, maxPlies int) {
+		g, err := ParsePGN(pgn, chess960, maxPlies)
+		if err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) || pe.Field != "pgn" || pe.Reason == "" {
+				t.Fatalf("ParsePGN error %#v", err)
+			}
+			return
+		}
+		if g.Start == nil || g.End == nil || len(g.Plies) > MaxPGNPlies {
+			t.Fatalf("bad game %+v", g)
+		}
+		// The plies replay from the start.
+		var line []string
+		for _, p := range g.Plies {
+			line = append(line, p.Move.UCI)
+		}
+		if _, err := g.Start.LineSAN(line); err != nil {
+			t.Fatalf("plies do not replay: %v", err)
+		}
+	})
+}
