@@ -49,6 +49,15 @@ func LoadKey(ctx context.Context, q eventstore.Querier, keyID string) (*domain.K
 	return domain.RehydrateKey(evs), nil
 }
 
+// LoadAccount folds an account's stream.
+func LoadAccount(ctx context.Context, q eventstore.Querier, accountID string) (*domain.Account, error) {
+	evs, err := loadStream(ctx, q, domain.AccountStream(accountID))
+	if err != nil {
+		return nil, err
+	}
+	return domain.RehydrateAccount(evs), nil
+}
+
 func loadStream(ctx context.Context, q eventstore.Querier, stream string) ([]domain.Event, error) {
 	stored, err := eventstore.Load(ctx, q, stream)
 	if err != nil {

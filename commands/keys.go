@@ -50,6 +50,9 @@ func (h *Handler) Signup(ctx context.Context, s domain.Signup, requestID string)
 		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, md, event(key)); err != nil {
 			return err
 		}
+		if err := openBalance(ctx, tx, key); err != nil {
+			return err
+		}
 		_, err := tx.Exec(ctx, `INSERT INTO mail_outbox (account_id, to_email, subject, body) VALUES ($1, $2, $3, $4)`,
 			accountID, created.Email, "Verify your e-mail address",
 			"Welcome to chessd. Your account "+accountID+" is on the free plan; verify this address to unlock billing.")
@@ -70,7 +73,10 @@ func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettin
 		return nil, "", err
 	}
 	_, err = h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		return tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, actor.meta(), event(created))
+		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, actor.meta(), event(created)); err != nil {
+			return err
+		}
+		return openBalance(ctx, tx, created)
 	})
 	if err != nil {
 		return nil, "", err
@@ -130,9 +136,42 @@ func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide f
 			return err
 		}
 		k.Apply(e)
+		if u, ok := e.(*domain.KeyUpdated); ok {
+			// The budget the charge path checks moves with the key, in this transaction.
+			if _, err := tx.Exec(ctx, `UPDATE key_balances SET budget_units = $2, budget_usd = $3 WHERE key_id = $1`,
+				keyID, u.BudgetUnits, u.BudgetUSD); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	return out, err
+}
+
+// openBalance creates the row the charge path checks budgets against. It is write-side
+// state kept with the key's events in one transaction (docs/ARCHITECTURE.md).
+func openBalance(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated) error {
+	_, err := tx.Exec(ctx, `INSERT INTO key_balances (key_id, account_id, env, budget_units, budget_usd) VALUES ($1, $2, $3, $4, $5)`,
+		k.KeyID, k.AccountID, k.Env, k.BudgetUnits, k.BudgetUSD)
+	return err
+}
+
+// ChangePlan moves an account to another plan: an operator's command while paid
+// subscriptions are not enabled (`chessd plan`).
+func (h *Handler) ChangePlan(ctx context.Context, accountID string, plan domain.Plan, reason string) error {
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		a, err := LoadAccount(ctx, tx, accountID)
+		if err != nil {
+			return err
+		}
+		e, err := a.ChangePlan(plan, reason)
+		if err != nil {
+			return err
+		}
+		return tx.Append(ctx, domain.AccountStream(accountID), domain.StreamAccount, a.Version(),
+			eventstore.Metadata{AccountID: accountID}, event(e))
+	})
+	return err
 }
 
 func event(e domain.Event) eventstore.New {

@@ -132,5 +132,7 @@ func (a *Account) apply(e Event) {
 	case *AccountCreated:
 		a.id, a.email = e.AccountID, e.Email
 		a.plan, _ = ParsePlan(e.Plan)
+	case *PlanChanged:
+		a.plan, _ = ParsePlan(e.Plan)
 	}
 }

@@ -92,6 +92,7 @@ var Topics = map[string]string{
 	"account": "accounts",
 	"key":     "accounts",
 	"email":   "accounts",
+	"ledger":  "ledger",
 }
 
 // TopicDefault is the topic of stream types Topics does not name.
@@ -180,6 +181,10 @@ func (s *Store) transactOnce(ctx context.Context, fn func(ctx context.Context, t
 	return tx.pending, nil
 }
 
+// AnyVersion appends whatever the stream's version, for streams whose events are
+// independent facts guarded elsewhere (a ledger stream is guarded by the balance rows).
+const AnyVersion int64 = -1
+
 // testHookBeforeCommit lets tests hold a transaction between writing its events and
 // committing them, the window in which a follower must not skip ahead.
 var testHookBeforeCommit func(*Tx)
@@ -194,7 +199,18 @@ func (tx *Tx) Append(ctx context.Context, streamID, streamType string, expected 
 	n := int64(len(evs))
 	var tag pgconn.CommandTag
 	var err error
-	if expected == 0 {
+	if expected == AnyVersion {
+		// No decision rests on the stream's state: just take the next versions.
+		var last int64
+		err = tx.QueryRow(ctx, `INSERT INTO streams (stream_id, stream_type, version) VALUES ($1, $2, $3)
+			ON CONFLICT (stream_id) DO UPDATE SET version = streams.version + excluded.version
+			RETURNING version`, streamID, streamType, n).Scan(&last)
+		if err != nil {
+			return fmt.Errorf("append to %s: %w", streamID, err)
+		}
+		expected = last - n
+		tag = pgconn.NewCommandTag("UPDATE 1")
+	} else if expected == 0 {
 		tag, err = tx.Exec(ctx, `INSERT INTO streams (stream_id, stream_type, version) VALUES ($1, $2, $3)
 			ON CONFLICT (stream_id) DO NOTHING`, streamID, streamType, n)
 	} else {

@@ -42,21 +42,84 @@ func (s *Server) signup(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 	key := principal(r.Context())
-	acct, err := projections.GetAccount(r.Context(), s.pool, key.AccountID())
+	ctx := r.Context()
+	acct, err := projections.GetAccount(ctx, s.pool, key.AccountID())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	plan := account(ctx).Plan() // from the events: current even if the read model lags
+	limits := plan.Limits()
+	env := key.Env().String()
+	var today int64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(units), 0) FROM account_days
+		WHERE account_id = $1 AND env = $2 AND day = (now() AT TIME ZONE 'UTC')::date`, key.AccountID(), env).Scan(&today); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	spend, err := s.keySpend(r, key.AccountID())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var keys []map[string]any
+	for _, b := range spend {
+		if key.Env() == domain.EnvTest && b.env != env {
+			continue
+		}
+		k := map[string]any{"key_id": b.keyID, "env": b.env, "spent_units": b.spentUnits, "spent_usd": usd(b.spentUSD),
+			"budget_units": b.budgetUnits, "budget_usd": nil, "remaining_units": nil, "remaining_usd": nil}
+		if b.budgetUnits != nil {
+			k["remaining_units"] = max(0, *b.budgetUnits-b.spentUnits-b.heldUnits)
+		}
+		if b.budgetUSD != nil {
+			k["budget_usd"] = usd(*b.budgetUSD)
+			k["remaining_usd"] = usd(decimal.Max(decimal.Zero, b.budgetUSD.Sub(b.spentUSD).Sub(b.heldUSD)))
+		}
+		keys = append(keys, k)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"account_id":     acct.AccountID,
 		"email":          acct.Email,
 		"name":           acct.Name,
 		"email_verified": acct.EmailVerified,
-		"plan":           acct.Plan,
-		"created_at":     acct.CreatedAt,
-		"keys":           map[string]int{"active": acct.ActiveKeys, "total": acct.TotalKeys},
-		"key":            map[string]any{"key_id": key.ID(), "env": key.Env().String(), "scopes": key.Scopes()},
+		"plan":           plan.String(),
+		"caps":           limits,
+		"today": map[string]any{"env": env, "units": today, "allowance_units": limits.UnitsPerDay,
+			"remaining_units": max(0, limits.UnitsPerDay-today)},
+		"created_at": acct.CreatedAt,
+		"keys":       map[string]int{"active": acct.ActiveKeys, "total": acct.TotalKeys},
+		"key":        map[string]any{"key_id": key.ID(), "env": key.Env().String(), "scopes": key.Scopes()},
+		"key_spend":  keys,
 	})
+}
+
+// balance is a key's row of key_balances: spend, holds and budgets as the charge path
+// sees them.
+type balance struct {
+	keyID, env            string
+	spentUnits, heldUnits int64
+	spentUSD, heldUSD     decimal.Decimal
+	budgetUnits           *int64
+	budgetUSD             *decimal.Decimal
+}
+
+func (s *Server) keySpend(r *http.Request, accountID string) (map[string]balance, error) {
+	rows, err := s.pool.Query(r.Context(), `SELECT key_id, env, spent_units, held_units, spent_usd, held_usd, budget_units, budget_usd
+		FROM key_balances WHERE account_id = $1 ORDER BY key_id`, accountID)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]balance{}
+	for rows.Next() {
+		var b balance
+		if err := rows.Scan(&b.keyID, &b.env, &b.spentUnits, &b.heldUnits, &b.spentUSD, &b.heldUSD, &b.budgetUnits, &b.budgetUSD); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[b.keyID] = b
+	}
+	return out, rows.Err()
 }
 
 // keyRecord is the JSON form of a key (decisions.md, Keys).
@@ -107,9 +170,18 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	spend, err := s.keySpend(r, key.AccountID())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	out := make([]keyRecord, 0, len(rows))
 	for _, k := range rows {
-		out = append(out, toRecord(k))
+		rec := toRecord(k)
+		if b, ok := spend[k.KeyID]; ok {
+			rec.SpentUnits, rec.SpentUSD = b.spentUnits, usd(b.spentUSD)
+		}
+		out = append(out, rec)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"keys": out})
 }

@@ -27,12 +27,12 @@ func (s *Server) authenticate(r *http.Request) (*domain.Key, error) {
 	if err != nil || !present {
 		return nil, err
 	}
-	key, err := s.auth.Authenticate(r.Context(), secret)
+	key, acct, err := s.auth.Authenticate(r.Context(), secret)
 	if err != nil {
 		return nil, err
 	}
 	if box, _ := r.Context().Value(ctxPrincipal).(*principalBox); box != nil {
-		box.key = key
+		box.key, box.account = key, acct
 	}
 	return key, nil
 }
@@ -51,6 +51,9 @@ func (s *Server) authed(scope domain.Scope, h http.HandlerFunc) http.HandlerFunc
 		}
 		if !key.HasScope(scope) {
 			s.writeError(w, r, domain.Errorf(domain.CodeScope, "this key lacks the scope %q that %s %s needs", scope, r.Method, r.URL.Path))
+			return
+		}
+		if !s.rateLimit(w, r, key) {
 			return
 		}
 		h(w, r)

@@ -17,11 +17,7 @@ import (
 func decode(r *http.Request, v any, optional bool) error {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return domain.Errorf(domain.CodeTooLarge, "the request body is over %d bytes", tooBig.Limit)
-		}
-		return domain.Errorf(domain.CodeInvalid, "could not read the request body")
+		return decodeReadError(err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		if optional {
@@ -30,6 +26,15 @@ func decode(r *http.Request, v any, optional bool) error {
 		return domain.Errorf(domain.CodeInvalid, "the request body must be a JSON object")
 	}
 	return decodeBytes(body, v)
+}
+
+// decodeReadError explains a failed body read.
+func decodeReadError(err error) error {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return domain.Errorf(domain.CodeTooLarge, "the request body is over %d bytes", tooBig.Limit)
+	}
+	return domain.Errorf(domain.CodeInvalid, "could not read the request body")
 }
 
 // decodeBytes is decode's parser, also used by the fuzz tests.

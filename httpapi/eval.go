@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"chessd/analysis"
 	"chessd/domain"
 	"chessd/engine"
+	"chessd/ledger"
 )
 
 // Keyless calls (decisions.md: a small daily allowance per client address and a low
@@ -44,64 +46,161 @@ type bestMoveAnswer struct {
 }
 
 func (s *Server) eval(w http.ResponseWriter, r *http.Request) {
-	res, units, err := s.analyse(r, domain.EndpointEval)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, evalAnswer{Result: res, CostUnits: units})
-}
-
-func (s *Server) bestMove(w http.ResponseWriter, r *http.Request) {
-	res, units, err := s.analyse(r, domain.EndpointBestMove)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, bestMoveAnswer{
-		BestMove: res.BestMove, BestMoveSAN: res.BestMoveSAN, Ponder: res.Ponder, Eval: res.Eval,
-		Depth: res.Depth, Engine: res.Engine, Cached: res.Cached, CostUnits: units,
+	s.costed(w, r, domain.EndpointEval, func(res *analysis.Result, units int64) any {
+		return evalAnswer{Result: res, CostUnits: units}
 	})
 }
 
-// analyse runs the shared path of /eval and /bestmove: credentials (optional), the
-// request, the keyless limits, the analysis and its price.
-func (s *Server) analyse(r *http.Request, ep domain.Endpoint) (res *analysis.Result, units int64, err error) {
+func (s *Server) bestMove(w http.ResponseWriter, r *http.Request) {
+	s.costed(w, r, domain.EndpointBestMove, func(res *analysis.Result, units int64) any {
+		return bestMoveAnswer{
+			BestMove: res.BestMove, BestMoveSAN: res.BestMoveSAN, Ponder: res.Ponder, Eval: res.Eval,
+			Depth: res.Depth, Engine: res.Engine, Cached: res.Cached, CostUnits: units,
+		}
+	})
+}
+
+// costed runs the shared path of /eval and /bestmove: credentials (optional), the
+// Idempotency-Key, the request, plan caps or keyless limits, the analysis, its price,
+// and the charge, which is committed (with the response, for the Idempotency-Key)
+// before the client sees anything.
+func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoint, render func(*analysis.Result, int64) any) {
+	fail := func(err error) { s.writeError(w, r, err) }
 	key, err := s.authenticate(r)
 	if err != nil {
-		return nil, 0, err
+		fail(err)
+		return
 	}
 	if key != nil && !key.HasScope(domain.ScopeEval) {
-		return nil, 0, domain.Errorf(domain.CodeScope, "this key lacks the scope \"eval\"")
+		fail(domain.Errorf(domain.CodeScope, "this key lacks the scope \"eval\""))
+		return
+	}
+	scope := "ip:" + clientIP(r).String()
+	if key != nil {
+		scope = key.ID()
+	}
+	if !s.rateLimit(w, r, key) {
+		return
+	}
+	idem, done := s.checkIdempotency(w, r, scope)
+	if done {
+		return
 	}
 	var req analysis.Request
 	if err := decode(r, &req, false); err != nil {
-		return nil, 0, err
+		fail(err)
+		return
 	}
 	spec, err := analysis.Validate(req, s.analysis.Catalog())
 	if err != nil {
-		return nil, 0, err
+		fail(err)
+		return
 	}
+	var release func(error)
 	if key == nil {
-		release, err := s.keylessAllowance(r, spec)
-		if err != nil {
-			return nil, 0, err
+		if release, err = s.keylessAllowance(r, spec); err != nil {
+			fail(err)
+			return
 		}
-		defer func() { release(err) }() // err: the named result, whatever happens below
+	} else {
+		plan := account(r.Context()).Plan()
+		if err := plan.Limits().CheckCaps(plan, spec.Depth, spec.MultiPV, spec.MoveTimeMS); err != nil {
+			fail(err)
+			return
+		}
+		if err := s.budgetLeft(r, key); err != nil {
+			fail(err)
+			return
+		}
 	}
-	res, err = s.analysis.Analyse(r.Context(), spec, engine.Interactive, true)
+	res, err := s.analysis.Analyse(r.Context(), spec, engine.Interactive, true)
+	if release != nil {
+		release(err)
+	}
 	if err != nil {
-		return nil, 0, err
+		fail(err)
+		return
 	}
 	price, err := domain.Quote(domain.Call{Endpoint: ep, Depth: spec.Depth, MultiPV: spec.MultiPV, MoveTimeMS: spec.MoveTimeMS, Positions: 1})
 	if err != nil {
-		return nil, 0, err
+		fail(err)
+		return
 	}
-	units = price.Units
+	units := price.Units
 	if res.Cached || res.Terminal != "" { // no search ran: the cached price
 		units = price.CachedUnits
 	}
-	return res, units, nil
+	body, err := json.Marshal(render(res, units))
+	if err != nil {
+		fail(err)
+		return
+	}
+	if key != nil {
+		charge := ledger.Charge{
+			RequestID: requestID(r.Context()), Key: key, Allowance: account(r.Context()).Plan().Limits().UnitsPerDay,
+			Endpoint: ep, Engine: res.Engine, Path: res.Path, Cached: res.Cached || res.Terminal != "",
+			Units: units, USD: domain.USD(units),
+			Params: ledger.Params{Depth: spec.Depth, MultiPV: spec.MultiPV, MoveTimeMS: spec.MoveTimeMS, Positions: 1, FEN: res.FEN},
+		}
+		if idem.stored != nil {
+			st := *idem.stored
+			st.Status, st.Response = http.StatusOK, body
+			charge.Idempotency = &st
+		}
+		out, err := s.charger.Charge(r.Context(), charge)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if err := s.chargeRefusal(w, r, out, idem); err != nil || out.Err != nil {
+			if err != nil {
+				fail(err)
+			}
+			return
+		}
+	} else {
+		s.remember(r, idem, http.StatusOK, body)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(body) //nolint:errcheck // the client went away
+}
+
+// chargeRefusal turns a refused charge into the client's answer (a replay for a used
+// Idempotency-Key); it writes nothing when the charge went through.
+func (s *Server) chargeRefusal(w http.ResponseWriter, r *http.Request, out ledger.Result, idem idempotency) error {
+	var dup *ledger.DuplicateError
+	switch {
+	case out.Err == nil:
+		return nil
+	case errors.As(out.Err, &dup):
+		s.replay(w, r, *idem.stored, dup.Stored)
+		return nil
+	case errors.Is(out.Err, ledger.ErrBudget):
+		return domain.Errorf(domain.CodeBudget, "this call would exceed the key's budget (%v); raise it with PATCH /v1/keys/%s", out.Err, principal(r.Context()).ID())
+	case errors.Is(out.Err, ledger.ErrAllowance):
+		plan := account(r.Context()).Plan()
+		return domain.Errorf(domain.CodeUpgrade, "the %s plan's daily allowance of %d units is used up for today (UTC)", plan, plan.Limits().UnitsPerDay)
+	}
+	return out.Err
+}
+
+// budgetLeft refuses early, before any engine runs, a key whose budget is already
+// spent. It is only a shortcut: the charge itself checks atomically.
+func (s *Server) budgetLeft(r *http.Request, key *domain.Key) error {
+	if key.BudgetUnits() == nil && key.BudgetUSD() == nil {
+		return nil
+	}
+	var exhausted bool
+	err := s.pool.QueryRow(r.Context(), `SELECT (budget_units IS NOT NULL AND spent_units + held_units >= budget_units)
+		OR (budget_usd IS NOT NULL AND spent_usd + held_usd >= budget_usd) FROM key_balances WHERE key_id = $1`, key.ID()).Scan(&exhausted)
+	if err != nil {
+		return err
+	}
+	if exhausted {
+		return domain.Errorf(domain.CodeBudget, "the key's budget is spent; raise it with PATCH /v1/keys/%s", key.ID())
+	}
+	return nil
 }
 
 // keylessAllowance enforces the keyless caps and takes one call from the client

@@ -38,7 +38,7 @@ func score(v any) (string, float64) {
 
 func TestEvalWithRealEngines(t *testing.T) {
 	e := newEnv(t)
-	key, _ := e.signup("eval@example.com")
+	key := e.signupPro("eval@example.com")
 	cases := []struct {
 		name, body string
 		check      func(t *testing.T, r response)
@@ -166,7 +166,7 @@ func TestEvalWithRealEngines(t *testing.T) {
 
 func TestEvalRefusesBadRequests(t *testing.T) {
 	e := newEnv(t)
-	key, _ := e.signup("bad-eval@example.com")
+	key := e.signupPro("bad-eval@example.com")
 	fen := `"fen":"` + startFEN + `"`
 	cases := map[string]struct{ body, field string }{
 		"missing fen":           {`{}`, "fen"},
@@ -213,7 +213,7 @@ func TestEvalRefusesBadRequests(t *testing.T) {
 
 func TestEvalCache(t *testing.T) {
 	e := newEnv(t)
-	key, _ := e.signup("cache@example.com")
+	key := e.signupPro("cache@example.com")
 	fen := "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
 	call := func(extra string) response {
 		t.Helper()
@@ -407,7 +407,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestEngineFailureAndDisconnect(t *testing.T) {
 	e := newEnv(t)
-	key, _ := e.signup("crash@example.com")
+	key := e.signupPro("crash@example.com")
 	pool, err := e.svc.Catalog().Pool(context.Background(), "sf-17.1", engine.PathNative)
 	if err != nil {
 		t.Fatal(err)

@@ -18,9 +18,11 @@ import (
 
 	"chessd/analysis"
 	"chessd/commands"
+	"chessd/domain"
 	"chessd/engine"
 	"chessd/eventstore"
 	"chessd/httpapi"
+	"chessd/ledger"
 	"chessd/postgres/pgtest"
 	"chessd/projections"
 )
@@ -71,8 +73,12 @@ type envOption func(*envConfig)
 
 type envConfig struct {
 	noProjections bool
+	rateLimits    bool
 	pool          *pgxpool.Pool
 }
+
+// withRateLimits turns the rate limiter on (off by default so tests can call freely).
+func withRateLimits() envOption { return func(c *envConfig) { c.rateLimits = true } }
 
 // onPool shares another env's database.
 func onPool(p *pgxpool.Pool) envOption { return func(c *envConfig) { c.pool = p } }
@@ -96,15 +102,20 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	store := eventstore.NewStore(pool, logger)
 	svc := analysis.NewService(testCatalog(t), pool, logger)
-	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10}, httpapi.Deps{
+	chargerCtx, stopCharger := context.WithCancel(context.Background())
+	t.Cleanup(stopCharger)
+	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10, NoRateLimits: !cfg.rateLimits}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, testPepper),
-		Auth: projections.NewAuthenticator(pool, testPepper), Analysis: svc, Logger: logger,
+		Auth: projections.NewAuthenticator(pool, testPepper), Analysis: svc,
+		Charger: ledger.NewCharger(chargerCtx, store, logger), Logger: logger,
 	})
 	if !cfg.noProjections {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		ready := make(chan struct{})
-		go func() { done <- projections.NewRunner(pool, logger, projections.Accounts{}).Run(ctx, ready) }()
+		go func() {
+			done <- projections.NewRunner(pool, logger, projections.Accounts{}, projections.Ledger{}).Run(ctx, ready)
+		}()
 		<-ready
 		t.Cleanup(func() { cancel(); <-done })
 	}
@@ -167,6 +178,21 @@ func (e *env) signup(email string) (key, keyID string) {
 		e.t.Fatalf("signup: %d %s", r.Status, r.Raw)
 	}
 	return r.Body["api_key"].(string), r.Body["key_id"].(string)
+}
+
+// signupPro makes an account on the pro plan (whose caps allow everything) and
+// returns its key.
+func (e *env) signupPro(email string) string {
+	e.t.Helper()
+	r := e.do("POST", "/v1/signup", "", map[string]string{"email": email})
+	if r.Status != 201 {
+		e.t.Fatalf("signup: %d %s", r.Status, r.Raw)
+	}
+	h := commands.New(eventstore.NewStore(e.pool, nil), testPepper)
+	if err := h.ChangePlan(context.Background(), r.Body["account_id"].(string), domain.PlanPro, "test"); err != nil {
+		e.t.Fatal(err)
+	}
+	return r.Body["api_key"].(string)
 }
 
 // createKey makes a key with the given body using key, expecting success.

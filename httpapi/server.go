@@ -20,6 +20,8 @@ import (
 	"chessd/analysis"
 	"chessd/commands"
 	"chessd/domain"
+	"chessd/httpapi/ratelimit"
+	"chessd/ledger"
 	"chessd/projections"
 )
 
@@ -29,6 +31,8 @@ type Config struct {
 	BaseURL string
 	// MaxBodyBytes bounds every request body.
 	MaxBodyBytes int64
+	// NoRateLimits turns rate limiting off (benchmarks of the charge path).
+	NoRateLimits bool
 }
 
 // Server holds the handlers' dependencies.
@@ -39,6 +43,9 @@ type Server struct {
 	commands *commands.Handler
 	auth     *projections.Authenticator
 	analysis *analysis.Service
+	charger  *ledger.Charger
+	billing  BillingProvider
+	limiter  *ratelimit.Limiter
 	logger   *slog.Logger
 	router   *mux.Router
 }
@@ -49,6 +56,8 @@ type Deps struct {
 	Commands *commands.Handler
 	Auth     *projections.Authenticator
 	Analysis *analysis.Service
+	Charger  *ledger.Charger
+	Billing  BillingProvider // nil: paid subscriptions not enabled
 	Logger   *slog.Logger
 }
 
@@ -59,7 +68,14 @@ func New(cfg Config, d Deps) *Server {
 	}
 	s := &Server{
 		baseURL: strings.TrimRight(cfg.BaseURL, "/"), maxBody: cfg.MaxBodyBytes,
-		pool: d.Pool, commands: d.Commands, auth: d.Auth, analysis: d.Analysis, logger: d.Logger,
+		pool: d.Pool, commands: d.Commands, auth: d.Auth, analysis: d.Analysis, charger: d.Charger,
+		billing: d.Billing, logger: d.Logger,
+	}
+	if s.billing == nil {
+		s.billing = billingDisabled{}
+	}
+	if !cfg.NoRateLimits {
+		s.limiter = ratelimit.New()
 	}
 	s.routes()
 	return s
@@ -86,20 +102,23 @@ func (s *Server) routes() {
 	handle("GET", "/readyz", s.readyz)
 	handle("GET", "/problems/{slug}", s.problemPage)
 
-	handle("POST", "/signup", s.signup)
+	handle("POST", "/signup", s.idempotent(s.signup))
+	handle("GET", "/usage", s.authed(domain.ScopeUsageRead, s.usage))
+	handle("POST", "/billing/checkout", s.authed(domain.ScopeBilling, s.idempotent(s.checkout)))
+	handle("POST", "/billing/portal", s.authed(domain.ScopeBilling, s.idempotent(s.portal)))
 	handle("GET", "/me", s.authed(domain.ScopeUsageRead, s.me))
 	handle("GET", "/keys", s.authed(domain.ScopeKeysWrite, s.listKeys))
-	handle("POST", "/keys", s.authed(domain.ScopeKeysWrite, s.createKey))
+	handle("POST", "/keys", s.authed(domain.ScopeKeysWrite, s.idempotent(s.createKey)))
 	handle("PATCH", "/keys/{id}", s.authed(domain.ScopeKeysWrite, s.updateKey))
 	handle("DELETE", "/keys/{id}", s.authed(domain.ScopeKeysWrite, s.revokeKey))
-	handle("POST", "/keys/{id}/rotate", s.authed(domain.ScopeKeysWrite, s.rotateKey))
+	handle("POST", "/keys/{id}/rotate", s.authed(domain.ScopeKeysWrite, s.idempotent(s.rotateKey)))
 
 	handle("GET", "/engines", s.engines)
 	handle("POST", "/eval", s.eval) // keyless allowed: analyse authenticates itself
 	handle("POST", "/bestmove", s.bestMove)
 	handle("GET", "/price", s.authed(domain.ScopeEval, s.price))
-	handle("POST", "/validate", s.authed(domain.ScopeEval, s.validate))
-	handle("POST", "/legal-moves", s.authed(domain.ScopeEval, s.legalMoves))
+	handle("POST", "/validate", s.authed(domain.ScopeEval, s.idempotent(s.validate)))
+	handle("POST", "/legal-moves", s.authed(domain.ScopeEval, s.idempotent(s.legalMoves)))
 	s.router = root
 }
 
@@ -204,7 +223,19 @@ func principal(ctx context.Context) *domain.Key {
 
 // principalBox is set by the router before authentication so the access log, which
 // runs outside, can read the key the handler authenticated.
-type principalBox struct{ key *domain.Key }
+type principalBox struct {
+	key     *domain.Key
+	account *domain.Account
+}
+
+// account is the authenticated key's account, nil when keyless.
+func account(ctx context.Context) *domain.Account {
+	k, _ := ctx.Value(ctxPrincipal).(*principalBox)
+	if k == nil {
+		return nil
+	}
+	return k.account
+}
 
 func validRequestID(id string) bool {
 	if id == "" || len(id) > 128 {

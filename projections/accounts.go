@@ -37,17 +37,29 @@ func (a Accounts) Apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) erro
 }
 
 func (Accounts) applyAccount(ctx context.Context, tx pgx.Tx, e eventstore.Event) error {
-	ev, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
-	if err != nil {
+	accountID := strings.TrimPrefix(e.StreamID, "account-")
+	var current int64
+	err := tx.QueryRow(ctx, `SELECT version FROM accounts WHERE account_id = $1 FOR UPDATE`, accountID).Scan(&current)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return err
 	}
-	switch ev := ev.(type) {
-	case *domain.AccountCreated:
-		_, err = tx.Exec(ctx, `INSERT INTO accounts (account_id, email, name, agent, source, plan, email_verified, created_at, version)
-			VALUES ($1, $2, $3, $4, $5, $6, false, $7, $8) ON CONFLICT (account_id) DO NOTHING`,
-			ev.AccountID, ev.Email, ev.Name, ev.Agent, ev.Source, ev.Plan, ev.CreatedAt, e.Version)
-	}
-	return err
+	return applyInStreamOrder(ctx, tx, e, current, func(e eventstore.Event) error {
+		ev, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
+		if err != nil {
+			return err
+		}
+		switch ev := ev.(type) {
+		case *domain.AccountCreated:
+			_, err = tx.Exec(ctx, `INSERT INTO accounts (account_id, email, name, agent, source, plan, email_verified, created_at, version)
+				VALUES ($1, $2, $3, $4, $5, $6, false, $7, $8)`,
+				ev.AccountID, ev.Email, ev.Name, ev.Agent, ev.Source, ev.Plan, ev.CreatedAt, e.Version)
+		case *domain.PlanChanged:
+			_, err = tx.Exec(ctx, `UPDATE accounts SET plan = $2, version = $3 WHERE account_id = $1`, accountID, ev.Plan, e.Version)
+		default:
+			_, err = tx.Exec(ctx, `UPDATE accounts SET version = $2 WHERE account_id = $1`, accountID, e.Version)
+		}
+		return err
+	})
 }
 
 func applyKey(ctx context.Context, tx pgx.Tx, keyID string, e eventstore.Event) error {

@@ -158,16 +158,22 @@ func WellFormedSecret(s string) bool {
 	return true
 }
 
-// Authenticate returns the active key that secret opens, or a CodeBadCredential error.
-func (a *Authenticator) Authenticate(ctx context.Context, secret string) (*domain.Key, error) {
+// Authenticate returns the active key that secret opens, with its account, or a
+// CodeBadCredential error. One query answers the common case.
+func (a *Authenticator) Authenticate(ctx context.Context, secret string) (*domain.Key, *domain.Account, error) {
 	if !WellFormedSecret(secret) {
-		return nil, domain.Errorf(domain.CodeBadCredential, "malformed API key (expected ce_live_... or ce_test_...)")
+		return nil, nil, domain.Errorf(domain.CodeBadCredential, "malformed API key (expected ce_live_... or ce_test_...)")
 	}
 	hash := domain.HashSecret(a.pepper, secret)
 	var keyID string
-	var version int64
-	err := a.pool.QueryRow(ctx, `SELECT ks.key_id, s.version FROM key_secrets ks
-		JOIN streams s ON s.stream_id = 'key-' || ks.key_id WHERE ks.secret_hash = $1`, hash).Scan(&keyID, &version)
+	var keyVersion int64
+	var accountID *string
+	var accountVersion *int64
+	err := a.pool.QueryRow(ctx, `SELECT ks.key_id, s.version, k.account_id, av.version FROM key_secrets ks
+		JOIN streams s ON s.stream_id = 'key-' || ks.key_id
+		LEFT JOIN api_keys k ON k.key_id = ks.key_id
+		LEFT JOIN streams av ON av.stream_id = 'account-' || k.account_id
+		WHERE ks.secret_hash = $1`, hash).Scan(&keyID, &keyVersion, &accountID, &accountVersion)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		var stream string
@@ -175,25 +181,46 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (*domai
 			WHERE event_type IN ('KeyCreated', 'KeyRotated') AND payload ->> 'secret_hash' = $1 LIMIT 1`,
 			hex.EncodeToString(hash)).Scan(&stream)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, domain.Errorf(domain.CodeBadCredential, "unknown API key")
+			return nil, nil, domain.Errorf(domain.CodeBadCredential, "unknown API key")
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		keyID = strings.TrimPrefix(stream, "key-")
 	case err != nil:
+		return nil, nil, err
+	}
+	key, err := a.fresh(ctx, "key-"+keyID, keyVersion, func() (any, error) { return commands.LoadKey(ctx, a.pool, keyID) })
+	if err != nil {
+		return nil, nil, err
+	}
+	k := key.(*domain.Key)
+	if err := k.Authenticate(hash, a.now()); err != nil {
+		return nil, nil, err
+	}
+	var av int64
+	if accountVersion != nil {
+		av = *accountVersion
+	}
+	acct, err := a.fresh(ctx, "account-"+k.AccountID(), av, func() (any, error) { return commands.LoadAccount(ctx, a.pool, k.AccountID()) })
+	if err != nil {
+		return nil, nil, err
+	}
+	return k, acct.(*domain.Account), nil
+}
+
+type versioned interface{ Version() int64 }
+
+// fresh returns the cached aggregate of stream when it is at version, else loads it.
+// Version 0 (unknown) always loads.
+func (a *Authenticator) fresh(ctx context.Context, stream string, version int64, load func() (any, error)) (any, error) {
+	if v, ok := a.cache.Load(stream); ok && version != 0 && v.(versioned).Version() == version {
+		return v, nil
+	}
+	v, err := load()
+	if err != nil {
 		return nil, err
 	}
-	k, _ := a.cache.Load(keyID)
-	key, _ := k.(*domain.Key)
-	if key == nil || key.Version() != version || version == 0 {
-		if key, err = commands.LoadKey(ctx, a.pool, keyID); err != nil {
-			return nil, err
-		}
-		a.cache.Store(keyID, key)
-	}
-	if err := key.Authenticate(hash, a.now()); err != nil {
-		return nil, err
-	}
-	return key, nil
+	a.cache.Store(stream, v)
+	return v, nil
 }

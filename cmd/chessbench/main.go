@@ -29,6 +29,7 @@ import (
 	"chessd/engine"
 	"chessd/eventstore"
 	"chessd/httpapi"
+	"chessd/ledger"
 	"chessd/postgres"
 	"chessd/projections"
 )
@@ -145,11 +146,13 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	b.binary = filepath.Join(engine.DefaultDir(), b.engineID, "stockfish")
 	pepper := []byte("bench-pepper-0123456789")
 	b.svc = analysis.NewService(b.catalog, pool, logger)
-	api := httpapi.New(httpapi.Config{BaseURL: "http://127.0.0.1/v1"}, httpapi.Deps{
-		Pool: pool, Commands: commands.New(eventstore.NewStore(pool, logger), pepper),
-		Auth: projections.NewAuthenticator(pool, pepper), Analysis: b.svc, Logger: logger,
+	store := eventstore.NewStore(pool, logger)
+	api := httpapi.New(httpapi.Config{BaseURL: "http://127.0.0.1/v1", NoRateLimits: true}, httpapi.Deps{
+		Pool: pool, Commands: commands.New(store, pepper),
+		Auth: projections.NewAuthenticator(pool, pepper), Analysis: b.svc,
+		Charger: ledger.NewCharger(ctx, store, logger), Logger: logger,
 	})
-	go projections.NewRunner(pool, logger, projections.Accounts{}).Run(ctx, nil) //nolint:errcheck // ends with the process
+	go projections.NewRunner(pool, logger, projections.Accounts{}, projections.Ledger{}).Run(ctx, nil) //nolint:errcheck // ends with the process
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err

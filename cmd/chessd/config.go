@@ -25,6 +25,8 @@ type config struct {
 	BaseURL     string
 	LogLevel    slog.Level
 	Engines     engine.Config
+	// NoRateLimits turns rate limiting off (CHESSD_RATE_LIMITS=off), for load tests.
+	NoRateLimits bool
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -61,6 +63,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 		if c.Engines.PoolSize, err = strconv.Atoi(v); err != nil || c.Engines.PoolSize < 1 || c.Engines.PoolSize > 64 {
 			return c, fmt.Errorf("CHESSD_ENGINE_POOL_SIZE must be from 1 to 64, got %q", v)
 		}
+	}
+	switch v := getenv("CHESSD_RATE_LIMITS"); v {
+	case "", "on":
+	case "off":
+		c.NoRateLimits = true
+	default:
+		return c, fmt.Errorf("CHESSD_RATE_LIMITS must be on or off, got %q", v)
 	}
 	if p := getenv("CHESSD_KEY_PEPPER"); p != "" {
 		if len(p) < 16 {

@@ -13,6 +13,7 @@ import (
 	"chessd/engine"
 	"chessd/eventstore"
 	"chessd/httpapi"
+	"chessd/ledger"
 	"chessd/projections"
 )
 
@@ -33,15 +34,20 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	defer catalog.Close()
 	store := eventstore.NewStore(db.pool, logger)
-	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL}, httpapi.Deps{
+	// The charger outlives request handling: handlers wait on it while shutting down.
+	chargerCtx, stopCharger := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCharger()
+	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL, NoRateLimits: cfg.NoRateLimits}, httpapi.Deps{
 		Pool: db.pool, Commands: commands.New(store, pepper),
 		Auth:     projections.NewAuthenticator(db.pool, pepper),
 		Analysis: analysis.NewService(catalog, db.pool, logger),
+		Charger:  ledger.NewCharger(chargerCtx, store, logger),
 		Logger:   logger,
 	})
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go expireIdempotency(ctx, db, logger)
 	runner := projections.NewRunner(db.pool, logger, allProjections()...)
 	runnerDone := make(chan error, 1)
 	go func() { runnerDone <- runner.Run(ctx, nil) }()
@@ -73,6 +79,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if shutErr := srv.Shutdown(shutdownCtx); shutErr != nil {
 		logger.Error("shutdown", "err", shutErr)
 	}
+	stopCharger()
 	cancel()
 	if !runnerStopped {
 		<-runnerDone
@@ -82,4 +89,20 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	logger.Info("stopped")
 	return err
+}
+
+// expireIdempotency deletes stored first responses older than the 24-hour window.
+func expireIdempotency(ctx context.Context, db *database, logger *slog.Logger) {
+	t := time.NewTicker(10 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := db.pool.Exec(ctx, `DELETE FROM idempotency WHERE created_at < now() - interval '24 hours'`); err != nil && ctx.Err() == nil {
+				logger.Warn("expire idempotency keys", "err", err)
+			}
+		}
+	}
 }

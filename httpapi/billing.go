@@ -1,0 +1,56 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+
+	"chessd/domain"
+)
+
+// BillingProvider is the payment provider behind checkout. None is enabled yet; a
+// real one plugs in through Deps.Billing.
+type BillingProvider interface {
+	// Checkout returns the address where the account pays for plan.
+	Checkout(ctx context.Context, accountID string, plan domain.Plan) (string, error)
+}
+
+type billingDisabled struct{}
+
+func (billingDisabled) Checkout(_ context.Context, _ string, plan domain.Plan) (string, error) {
+	return "", domain.Errorf(domain.CodeNotEnabled,
+		"paid subscriptions are not enabled yet, so the %s plan cannot be bought here; contact us to get it", plan)
+}
+
+type checkoutRequest struct {
+	Plan *string `json:"plan"`
+}
+
+func (s *Server) checkout(w http.ResponseWriter, r *http.Request) {
+	var req checkoutRequest
+	if err := decode(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Plan == nil {
+		s.writeError(w, r, domain.Invalid("plan", "is required (hobby or pro)"))
+		return
+	}
+	plan, ok := domain.ParsePlan(*req.Plan)
+	if !ok || plan == domain.PlanFree {
+		s.writeError(w, r, domain.Invalid("plan", "must be hobby or pro"))
+		return
+	}
+	url, err := s.billing.Checkout(r.Context(), principal(r.Context()).AccountID(), plan)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"checkout_url": url, "plan": plan.String()})
+}
+
+// portal answers the address of the account's own page.
+func (s *Server) portal(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{
+		"portal_url": s.baseURL + "/me", "account_id": principal(r.Context()).AccountID(),
+	})
+}

@@ -1,0 +1,45 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"chessd/domain"
+	"chessd/httpapi/ratelimit"
+)
+
+// KeylessPerMinute is the request rate allowed to one address without a key.
+const KeylessPerMinute = 30
+
+// rateLimit applies the caller's limit: its plan's requests per minute for a key, the
+// keyless rate for an address. The RateLimit-Policy and RateLimit headers go on every
+// answer of a limited endpoint, successful ones included; false means it answered 429.
+func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.Key) bool {
+	if s.limiter == nil {
+		return true
+	}
+	var d ratelimit.Decision
+	if key != nil {
+		perMinute := account(r.Context()).Plan().Limits().RequestsPerMinute
+		d = s.limiter.Allow("key:"+key.ID(), ratelimit.Policy{Name: "key", Limit: perMinute, Window: time.Minute})
+	} else {
+		d = s.limiter.Allow("ip:"+clientIP(r).String(), ratelimit.Policy{Name: "ip", Limit: KeylessPerMinute, Window: time.Minute})
+	}
+	ratelimit.SetHeaders(w.Header(), d)
+	if d.Allowed {
+		return true
+	}
+	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit})
+	return false
+}
+
+type rateLimited struct {
+	after time.Duration
+	limit int
+}
+
+func (e *rateLimited) Error() string { return "rate limited" }
+func (e *rateLimited) Unwrap() error {
+	return domain.Errorf(domain.CodeRateLimited, "more than %d requests a minute; retry after the Retry-After delay", e.limit)
+}
+func (e *rateLimited) RetryAfter() time.Duration { return e.after }

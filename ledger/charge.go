@@ -1,0 +1,280 @@
+package ledger
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"chessd/domain"
+	"chessd/eventstore"
+)
+
+// StreamLedger is the stream type of charges; each key has one stream, "ledger-<key id>".
+const StreamLedger = "ledger"
+
+// Stream is a key's ledger stream.
+func Stream(keyID string) string { return "ledger-" + keyID }
+
+// Params are the request facts that priced a call.
+type Params struct {
+	Depth      int    `json:"depth"`
+	MultiPV    int    `json:"multipv"`
+	MoveTimeMS int    `json:"movetime_ms,omitempty"`
+	Positions  int    `json:"positions"`
+	FEN        string `json:"fen,omitempty"`
+	JobID      string `json:"job_id,omitempty"`
+}
+
+// UnitsCharged is one charge, with every fact needed to explain it and its postings.
+type UnitsCharged struct {
+	ChargeID  string          `json:"charge_id"`
+	RequestID string          `json:"request_id"`
+	AccountID string          `json:"account_id"`
+	KeyID     string          `json:"key_id"`
+	Env       string          `json:"env"`
+	Day       string          `json:"day"` // UTC date the allowance was drawn from
+	ChargedAt time.Time       `json:"charged_at"`
+	Endpoint  string          `json:"endpoint"`
+	Params    Params          `json:"params"`
+	Engine    string          `json:"engine"`
+	Path      string          `json:"path"`
+	Cached    bool            `json:"cached"`
+	Units     int64           `json:"units"`
+	USD       decimal.Decimal `json:"usd"`
+	Postings  []Posting       `json:"postings"`
+}
+
+func (*UnitsCharged) EventType() string { return "UnitsCharged" }
+
+func init() {
+	domain.RegisterEvent("UnitsCharged", func() domain.Event { return &UnitsCharged{} })
+}
+
+// Charge asks for one costed call to be charged.
+type Charge struct {
+	RequestID string
+	Key       *domain.Key
+	Allowance int64 // the plan's units per day
+	Endpoint  domain.Endpoint
+	Params    Params
+	Engine    string
+	Path      string
+	Cached    bool
+	Units     int64
+	USD       decimal.Decimal
+	// Idempotency, when set, is stored with the charge: a retry finds it.
+	Idempotency *Stored
+}
+
+// Stored is a first response kept for an Idempotency-Key.
+type Stored struct {
+	Scope, Key  string
+	RequestHash []byte
+	Status      int
+	Response    []byte
+}
+
+// Refusals.
+var (
+	ErrBudget    = errors.New("budget exceeded")
+	ErrAllowance = errors.New("daily allowance exceeded")
+)
+
+// DuplicateError says the Idempotency-Key was used already; Stored is the first answer.
+type DuplicateError struct{ Stored Stored }
+
+func (e *DuplicateError) Error() string { return "idempotency key already used" }
+
+// Result of a charge: the event when it was charged.
+type Result struct {
+	Event *UnitsCharged
+	Err   error // ErrBudget (wrapped with which budget), ErrAllowance, *DuplicateError
+}
+
+// Charger charges calls in batches: concurrent charges share one transaction and one
+// commit (group commit), which is what lets the ledger keep up with cached evals. The
+// check of budget and allowance stays one atomic step per charge (ledger_charge).
+type Charger struct {
+	store  *eventstore.Store
+	logger *slog.Logger
+	queue  chan *pending
+	now    func() time.Time
+}
+
+type pending struct {
+	ctx    context.Context
+	charge Charge
+	done   chan Result
+}
+
+// maxBatch bounds one transaction.
+const maxBatch = 256
+
+// NewCharger starts the charging loop; it stops when ctx ends.
+func NewCharger(ctx context.Context, store *eventstore.Store, logger *slog.Logger) *Charger {
+	c := &Charger{store: store, logger: logger, queue: make(chan *pending, 4*maxBatch),
+		now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }}
+	go c.loop(ctx)
+	return c
+}
+
+// Charge charges one call and waits until its transaction committed (or failed). A nil
+// error with Result.Err set is a refusal; an error means nothing was charged.
+func (c *Charger) Charge(ctx context.Context, ch Charge) (Result, error) {
+	p := &pending{ctx: ctx, charge: ch, done: make(chan Result, 1)}
+	select {
+	case c.queue <- p:
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	// Once queued, the charge may commit: wait for the outcome even if the client left,
+	// so that what we report matches what the ledger holds.
+	r := <-p.done
+	if r.Err != nil && !isRefusal(r.Err) {
+		return Result{}, r.Err
+	}
+	return r, nil
+}
+
+func isRefusal(err error) bool {
+	var dup *DuplicateError
+	return errors.Is(err, ErrBudget) || errors.Is(err, ErrAllowance) || errors.As(err, &dup)
+}
+
+// loop takes whatever is queued (without waiting for more: an idle ledger adds no
+// latency) and charges it in one transaction.
+func (c *Charger) loop(ctx context.Context) {
+	for {
+		var batch []*pending
+		select {
+		case p := <-c.queue:
+			batch = append(batch, p)
+		case <-ctx.Done():
+			return
+		}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case p := <-c.queue:
+				batch = append(batch, p)
+			default:
+				break drain
+			}
+		}
+		results, err := c.charge(ctx, batch)
+		for i, p := range batch {
+			if err != nil {
+				p.done <- Result{Err: err}
+			} else {
+				p.done <- results[i]
+			}
+		}
+	}
+}
+
+func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error) {
+	results := make([]Result, len(batch))
+	now := c.now()
+	day := now.Format(time.DateOnly)
+	_, err := c.store.Transact(context.WithoutCancel(ctx), func(ctx context.Context, tx *eventstore.Tx) error {
+		b := &pgx.Batch{}
+		for _, p := range batch {
+			ch := p.charge
+			k := ch.Key
+			var idem Stored
+			if ch.Idempotency != nil {
+				idem = *ch.Idempotency
+			}
+			b.Queue(`SELECT ledger_charge_once($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+				k.ID(), k.AccountID(), k.Env().String(), day, ch.Units, ch.USD, ch.Allowance,
+				idem.Scope, idem.Key, idem.RequestHash, idem.Status, idem.Response)
+		}
+		br := tx.SendBatch(ctx, b)
+		outcomes := make([]string, len(batch))
+		for i := range batch {
+			if err := br.QueryRow().Scan(&outcomes[i]); err != nil {
+				br.Close()
+				return fmt.Errorf("charge: %w", err)
+			}
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		for i, p := range batch {
+			results[i] = Result{}
+			switch outcomes[i] {
+			case "ok":
+			case "budget_units":
+				results[i].Err = fmt.Errorf("%w: units", ErrBudget)
+				continue
+			case "budget_usd":
+				results[i].Err = fmt.Errorf("%w: usd", ErrBudget)
+				continue
+			case "allowance":
+				results[i].Err = ErrAllowance
+				continue
+			case "duplicate":
+				results[i].Err = &DuplicateError{Stored: *p.charge.Idempotency}
+				continue
+			default:
+				return fmt.Errorf("charge: unexpected outcome %q", outcomes[i])
+			}
+			e, err := c.event(p.charge, now, day)
+			if err != nil {
+				return err
+			}
+			md := eventstore.Metadata{RequestID: p.charge.RequestID, AccountID: e.AccountID, KeyID: e.KeyID}
+			if p.charge.Idempotency != nil {
+				md.IdempotencyKey = p.charge.Idempotency.Key
+			}
+			if err := tx.Append(ctx, Stream(e.KeyID), StreamLedger, eventstore.AnyVersion, md,
+				eventstore.New{Type: e.EventType(), SchemaVersion: 1, Payload: e}); err != nil {
+				return err
+			}
+			results[i].Event = e
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// A duplicate's first answer is read after the fact (it may have been written by a
+	// transaction that committed just before ours).
+	for i, r := range results {
+		var dup *DuplicateError
+		if errors.As(r.Err, &dup) {
+			s := &dup.Stored
+			if err := c.store.Pool().QueryRow(ctx, `SELECT request_hash, status, response FROM idempotency WHERE scope = $1 AND idem_key = $2`,
+				s.Scope, s.Key).Scan(&s.RequestHash, &s.Status, &s.Response); err != nil {
+				results[i].Err = fmt.Errorf("read stored response: %w", err)
+			}
+		}
+	}
+	return results, nil
+}
+
+func (c *Charger) event(ch Charge, now time.Time, day string) (*UnitsCharged, error) {
+	k := ch.Key
+	t, err := ChargeTransaction(k.AccountID(), k.Env().String(), k.ID(), ch.Units, ch.USD)
+	if err != nil {
+		return nil, err
+	}
+	return &UnitsCharged{
+		ChargeID: newChargeID(), RequestID: ch.RequestID, AccountID: k.AccountID(), KeyID: k.ID(), Env: k.Env().String(),
+		Day: day, ChargedAt: now, Endpoint: string(ch.Endpoint), Params: ch.Params, Engine: ch.Engine, Path: ch.Path,
+		Cached: ch.Cached, Units: ch.Units, USD: ch.USD, Postings: t.Postings(),
+	}, nil
+}
+
+func newChargeID() string {
+	b := make([]byte, 12)
+	rand.Read(b) //nolint:errcheck // crypto/rand does not fail on Linux
+	return "chg_" + hex.EncodeToString(b)
+}
