@@ -155,6 +155,13 @@ func (e *env) do(method, path, key string, body any) response {
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
+	return e.send(req)
+}
+
+// send runs a prepared request and decodes the answer.
+func (e *env) send(req *http.Request) response {
+	e.t.Helper()
+	method, path := req.Method, req.URL.Path
 	res, err := e.srv.Client().Do(req)
 	if err != nil {
 		e.t.Fatal(err)

@@ -1,0 +1,375 @@
+package httpapi_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"chessd/eventstore"
+)
+
+// withIdem sends a POST with an Idempotency-Key.
+func (e *env) withIdem(path, key, idem, body string) response {
+	e.t.Helper()
+	req, _ := http.NewRequest("POST", e.srv.URL+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	req.Header.Set("Idempotency-Key", idem)
+	return e.send(req)
+}
+
+// caughtUp waits until every projection has applied every event.
+func (e *env) caughtUp() {
+	e.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		head, err := eventstore.Head(ctx, e.pool)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		var behind int
+		err = e.pool.QueryRow(ctx, `SELECT count(*) FROM events ev WHERE ev.stream_type = 'ledger'
+			AND NOT EXISTS (SELECT 1 FROM charges c WHERE c.position = ev.position)`).Scan(&behind)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if behind == 0 && head >= 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("ledger projection still %d charges behind", behind)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// charged counts a key's charges in every place that records them: the events, the
+// ledger read model, and the balance row.
+func (e *env) charged(keyID string) (events, rows int, spent int64) {
+	e.t.Helper()
+	ctx := context.Background()
+	e.caughtUp()
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1`, "ledger-"+keyID).Scan(&events); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM charges WHERE key_id = $1`, keyID).Scan(&rows); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.pool.QueryRow(ctx, `SELECT spent_units FROM key_balances WHERE key_id = $1`, keyID).Scan(&spent); err != nil {
+		e.t.Fatal(err)
+	}
+	return
+}
+
+const cheapFEN = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
+
+// Fifty concurrent calls against a budget for ten: exactly ten succeed and are charged.
+func TestBudgetHoldsUnderConcurrency(t *testing.T) {
+	for _, tc := range []struct{ name, budget string }{
+		{"units", `"budget_units":10`},
+		{"usd", `"budget_usd":"0.000100"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			owner := e.signupPro("budget-" + tc.name + "@example.com")
+			// warm the cache with another key, so every call below costs exactly 1 unit
+			if r := e.do("POST", "/v1/eval", owner, evalBody(cheapFEN, `"depth":10`)); r.Status != 200 {
+				t.Fatal(r.Raw)
+			}
+			r := e.do("POST", "/v1/keys", owner, `{"label":"budgeted",`+tc.budget+`}`)
+			if r.Status != 201 {
+				t.Fatal(r.Raw)
+			}
+			key, keyID := r.Body["api_key"].(string), r.Body["key_id"].(string)
+			statuses := make(chan response, 50)
+			var wg sync.WaitGroup
+			for range 50 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					statuses <- e.do("POST", "/v1/eval", key, evalBody(cheapFEN, `"depth":10`))
+				}()
+			}
+			wg.Wait()
+			close(statuses)
+			count := map[int]int{}
+			for r := range statuses {
+				count[r.Status]++
+				if r.Status == 402 && r.Body["next_action"] != "raise_budget" {
+					t.Fatalf("402 with next_action %v", r.Body["next_action"])
+				}
+				if r.Status == 200 && r.Body["cost_units"] != float64(1) {
+					t.Fatalf("cost %v", r.Body["cost_units"])
+				}
+			}
+			if count[200] != 10 || count[402] != 40 {
+				t.Fatalf("statuses %v, want 10×200 and 40×402", count)
+			}
+			events, rows, spent := e.charged(keyID)
+			if events != 10 || rows != 10 || spent != 10 {
+				t.Fatalf("ledger: %d events, %d charge rows, %d units spent; want 10 each", events, rows, spent)
+			}
+			// a budget raised afterwards lets calls through again
+			if r := e.do("PATCH", "/v1/keys/"+keyID, owner, `{"budget_units":null,"budget_usd":null}`); r.Status != 200 {
+				t.Fatal(r.Raw)
+			}
+			if r := e.do("POST", "/v1/eval", key, evalBody(cheapFEN, `"depth":10`)); r.Status != 200 {
+				t.Fatalf("after clearing the budget: %d %s", r.Status, r.Raw)
+			}
+		})
+	}
+}
+
+func TestIdempotency(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("idem@example.com")
+	_, keyID := e.createKey(key, map[string]any{"label": "idem"})
+	_ = keyID
+	body := evalBody(startFEN, `"depth":9`)
+	first := e.withIdem("/v1/eval", key, "retry-1", body)
+	if first.Status != 200 {
+		t.Fatal(first.Raw)
+	}
+	again := e.withIdem("/v1/eval", key, "retry-1", body)
+	if again.Status != 200 || again.Raw != first.Raw || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay differs: %d %s", again.Status, again.Raw)
+	}
+	wantProblem(t, e.withIdem("/v1/eval", key, "retry-1", evalBody(startFEN, `"depth":8`)), 409, "fix_request")
+	// concurrent retries of one key: one charge
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r := e.withIdem("/v1/eval", key, "retry-2", body); r.Status != 200 {
+				t.Errorf("concurrent retry: %d %s", r.Status, r.Raw)
+			}
+		}()
+	}
+	wg.Wait()
+	signupKeyID := principalKeyID(t, e, key)
+	events, rows, _ := e.charged(signupKeyID)
+	if events != 2 || rows != 2 {
+		t.Fatalf("two idempotency keys, %d events and %d charges; want 2", events, rows)
+	}
+	// other POSTs remember their first answer too; secrets are not stored
+	k1 := e.withIdem("/v1/keys", key, "create-1", `{"label":"once"}`)
+	k2 := e.withIdem("/v1/keys", key, "create-1", `{"label":"once"}`)
+	if k1.Status != 201 || k2.Status != 201 || k1.Body["key_id"] != k2.Body["key_id"] || k2.Body["api_key"] == k1.Body["api_key"] {
+		t.Fatalf("create replay: %s / %s", k1.Raw, k2.Raw)
+	}
+	wantProblem(t, e.withIdem("/v1/eval", key, strings.Repeat("x", 300), body), 400, "fix_request")
+}
+
+func principalKeyID(t *testing.T, e *env, key string) string {
+	t.Helper()
+	r := e.do("GET", "/v1/me", key, nil)
+	return r.Body["key"].(map[string]any)["key_id"].(string)
+}
+
+func TestFailedCallsAreNotCharged(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("failed@example.com")
+	keyID := principalKeyID(t, e, key)
+	for _, body := range []string{
+		`{"fen":"not a fen"}`, evalBody(startFEN, `"depth":99`), `{"fen":"` + startFEN + `","bogus":1}`,
+	} {
+		if r := e.do("POST", "/v1/eval", key, body); r.Status != 400 {
+			t.Fatalf("%d %s", r.Status, r.Raw)
+		}
+	}
+	free, _ := e.signup("free-plan@example.com")
+	wantProblem(t, e.do("POST", "/v1/eval", free, evalBody(startFEN, `"depth":25`)), 402, "upgrade")
+	wantProblem(t, e.do("POST", "/v1/bestmove", free, evalBody(startFEN, `"multipv":5`)), 402, "upgrade")
+	if events, rows, spent := e.charged(keyID); events != 0 || rows != 0 || spent != 0 {
+		t.Fatalf("failed calls charged: %d %d %d", events, rows, spent)
+	}
+}
+
+func TestDailyAllowance(t *testing.T) {
+	e := newEnv(t)
+	key, _ := e.signup("allowance@example.com")
+	me := e.do("GET", "/v1/me", key, nil)
+	today := me.Body["today"].(map[string]any)
+	allowance := int64(today["allowance_units"].(float64))
+	if r := e.do("POST", "/v1/eval", key, evalBody(startFEN, `"depth":8`)); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	ctx := context.Background()
+	if _, err := e.pool.Exec(ctx, `UPDATE account_days SET units = $1 - 5`, allowance); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do("POST", "/v1/eval", key, evalBody(cheapFEN, `"depth":8`)) // 10 units: over
+	wantProblem(t, r, 402, "upgrade")
+	if !strings.Contains(r.Body["detail"].(string), "daily allowance") {
+		t.Fatalf("detail: %s", r.Raw)
+	}
+	if r := e.do("POST", "/v1/eval", key, evalBody(startFEN, `"depth":8`)); r.Status != 200 { // cached: 1 unit fits
+		t.Fatalf("a call that fits: %d %s", r.Status, r.Raw)
+	}
+	me = e.do("GET", "/v1/me", key, nil)
+	if rem := me.Body["today"].(map[string]any)["remaining_units"]; rem != float64(4) {
+		t.Fatalf("remaining %v, want 4", rem)
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	e := newEnv(t, withRateLimits())
+	key, _ := e.signup("rate@example.com")
+	var last response
+	for i := 0; i < 200; i++ {
+		last = e.do("POST", "/v1/validate", key, `{"fen":"`+startFEN+`"}`)
+		if i == 0 && (last.Header.Get("RateLimit-Policy") != `"key";q=120;w=60` || !strings.HasPrefix(last.Header.Get("RateLimit"), `"key";r=`)) {
+			t.Fatalf("headers on success: %v", last.Header)
+		}
+		if last.Status == 429 {
+			break
+		}
+	}
+	wantProblem(t, last, 429, "retry_after")
+	if last.Header.Get("Retry-After") == "" || !strings.Contains(last.Header.Get("RateLimit"), "r=0") {
+		t.Fatalf("429 headers: %v", last.Header)
+	}
+	for i := 0; i < 40; i++ {
+		last = e.do("POST", "/v1/eval", "", evalBody(startFEN, `"depth":5`))
+		if last.Status == 429 {
+			break
+		}
+	}
+	wantProblem(t, last, 429, "retry_after")
+	if last.Header.Get("RateLimit-Policy") != `"ip";q=30;w=60` {
+		t.Fatalf("keyless policy header: %v", last.Header)
+	}
+}
+
+func TestBilling(t *testing.T) {
+	e := newEnv(t)
+	key, _ := e.signup("billing@example.com")
+	r := e.do("POST", "/v1/billing/checkout", key, `{"plan":"pro"}`)
+	wantProblem(t, r, 409, "contact")
+	if !strings.Contains(r.Body["detail"].(string), "pro") {
+		t.Fatalf("detail does not name the plan: %s", r.Raw)
+	}
+	wantProblem(t, e.do("POST", "/v1/billing/checkout", key, `{"plan":"gold"}`), 400, "fix_request")
+	wantProblem(t, e.do("POST", "/v1/billing/checkout", key, `{}`), 400, "fix_request")
+	p := e.do("POST", "/v1/billing/portal", key, nil)
+	if p.Status != 200 || p.Body["portal_url"] != "http://chessd.test/v1/me" {
+		t.Fatalf("portal: %d %s", p.Status, p.Raw)
+	}
+	evalOnly, _ := e.createKey(key, map[string]any{"scopes": []string{"eval"}})
+	wantProblem(t, e.do("POST", "/v1/billing/portal", evalOnly, nil), 403, "fix_request")
+}
+
+// mixedLoad makes charged calls of several kinds on two keys (live and test) over the
+// given FENs; it returns the number of successful calls.
+func mixedLoad(t *testing.T, e *env, live, test string) int {
+	t.Helper()
+	n := 0
+	for i, extra := range []string{`"depth":8`, `"depth":9,"multipv":2`, `"depth":8`, `"depth":10,"movetime_ms":100`} {
+		for _, k := range []string{live, test} {
+			path := "/v1/eval"
+			if i%2 == 1 {
+				path = "/v1/bestmove"
+			}
+			if r := e.do("POST", path, k, evalBody(cheapFEN, extra)); r.Status != 200 {
+				t.Fatalf("%d %s", r.Status, r.Raw)
+			}
+			n++
+		}
+	}
+	if r := e.do("POST", "/v1/eval", live, evalBody(startFEN, `"depth":7,"engine":"sf-15.1"`)); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
+	return n + 1
+}
+
+func TestUsage(t *testing.T) {
+	e := newEnv(t)
+	live := e.signupPro("usage@example.com")
+	test, _ := e.createKey(live, map[string]any{"env": "test", "label": "t"})
+	calls := mixedLoad(t, e, live, test)
+	e.caughtUp()
+
+	all := e.do("GET", "/v1/usage", live, nil)
+	totals := all.Body["totals"].(map[string]any)
+	if all.Status != 200 || totals["calls"] != float64(calls) {
+		t.Fatalf("usage: %d %s (want %d calls)", all.Status, all.Raw, calls)
+	}
+	for _, g := range []string{"key", "day", "endpoint", "engine", "env", "key,day", "endpoint,engine", "env,key,day,endpoint,engine", "day,day"} {
+		r := e.do("GET", "/v1/usage?group_by="+g, live, nil)
+		if r.Status != 200 || fmt.Sprint(r.Body["totals"]) != fmt.Sprint(totals) {
+			t.Fatalf("group_by=%s: %d totals %v, want %v", g, r.Status, r.Body["totals"], totals)
+		}
+		var units float64
+		for _, grp := range r.Body["groups"].([]any) {
+			grp := grp.(map[string]any)
+			for _, name := range strings.Split(g, ",") {
+				if _, ok := grp[name]; !ok {
+					t.Fatalf("group_by=%s: group without %s: %v", g, name, grp)
+				}
+			}
+			units += grp["units"].(float64)
+		}
+		if units != totals["units"] {
+			t.Fatalf("group_by=%s: groups sum to %v units, totals say %v", g, units, totals["units"])
+		}
+	}
+	byEnv := e.do("GET", "/v1/usage?group_by=env", live, nil)
+	if len(byEnv.Body["groups"].([]any)) != 2 {
+		t.Fatalf("by env: %s", byEnv.Raw)
+	}
+	testView := e.do("GET", "/v1/usage?group_by=env", test, nil)
+	if gs := testView.Body["groups"].([]any); len(gs) != 1 || gs[0].(map[string]any)["env"] != "test" {
+		t.Fatalf("a test key sees live usage: %s", testView.Raw)
+	}
+	for _, q := range []string{"group_by=color", "group_by=key,,day", "from=yesterday", "from=2026-11-10&to=2026-11-01", "page=2"} {
+		wantProblem(t, e.do("GET", "/v1/usage?"+q, live, nil), 400, "fix_request")
+	}
+	empty := e.do("GET", "/v1/usage?from=2020-01-01&to=2020-01-31&group_by=day", live, nil)
+	if empty.Body["totals"].(map[string]any)["calls"] != float64(0) || len(empty.Body["groups"].([]any)) != 0 {
+		t.Fatalf("empty range: %s", empty.Raw)
+	}
+
+	// usage equals the ledger to the unit and the cent
+	ctx := context.Background()
+	var ledgerUnits, ledgerUSD decimal.Decimal
+	if err := e.pool.QueryRow(ctx, `SELECT
+			coalesce(sum(debit) FILTER (WHERE currency = 'UNITS' AND account LIKE 'key:%'), 0),
+			coalesce(sum(debit) FILTER (WHERE currency = 'USD' AND account LIKE 'key:%'), 0)
+		FROM ledger_entries`).Scan(&ledgerUnits, &ledgerUSD); err != nil {
+		t.Fatal(err)
+	}
+	if ledgerUnits.String() != fmt.Sprint(totals["units"]) || ledgerUSD.StringFixed(6) != totals["usd"] {
+		t.Fatalf("ledger %s units $%s, usage %v units $%v", ledgerUnits, ledgerUSD.StringFixed(6), totals["units"], totals["usd"])
+	}
+	var unbalanced int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT position, currency FROM ledger_entries
+		GROUP BY position, currency HAVING sum(debit) <> sum(credit)) x`).Scan(&unbalanced); err != nil || unbalanced != 0 {
+		t.Fatalf("%d unbalanced transactions (%v)", unbalanced, err)
+	}
+	// a test key never touches live usage, budgets or allowance
+	var liveDays, testDays int64
+	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(units) FILTER (WHERE env = 'live'), 0), coalesce(sum(units) FILTER (WHERE env = 'test'), 0) FROM account_days`).Scan(&liveDays, &testDays); err != nil {
+		t.Fatal(err)
+	}
+	var liveCharged, testCharged int64
+	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(units) FILTER (WHERE env = 'live'), 0), coalesce(sum(units) FILTER (WHERE env = 'test'), 0) FROM charges`).Scan(&liveCharged, &testCharged); err != nil {
+		t.Fatal(err)
+	}
+	if liveDays != liveCharged || testDays != testCharged || testCharged == 0 {
+		t.Fatalf("allowance books: live %d/%d test %d/%d", liveDays, liveCharged, testDays, testCharged)
+	}
+	var testInLiveBook int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries le JOIN charges c ON c.position = le.position
+		WHERE c.env = 'test' AND le.book NOT LIKE '%/test'`).Scan(&testInLiveBook); err != nil || testInLiveBook != 0 {
+		t.Fatalf("test charges posted to a live book: %d (%v)", testInLiveBook, err)
+	}
+}
