@@ -4,6 +4,9 @@
 //	chessd migrate   apply the database migrations and exit
 //	chessd verify    walk the event log's hash chain; exit 1 at the first tampered event
 //	chessd rebuild   drop the read models and rebuild them from the events
+//	chessd replay    rebuild the ledger read models and check they equal the live ones
+//	chessd audit     every charge of a key in a date range, with a running total
+//	chessd plan      move an account to another plan (operators)
 //
 // main only wires: configuration from the environment, a context cancelled by
 // SIGINT/SIGTERM, and the subcommand.
@@ -33,6 +36,15 @@ func main() {
 	}
 }
 
+const usage = `usage: chessd [command]
+  serve     run the HTTP API under /v1 (default)
+  migrate   apply the database migrations
+  verify    walk the event log's hash chain; exit 1 at the first tampered event
+  rebuild   drop the read models and rebuild them from the events
+  replay    rebuild the ledger read models from the events and check they equal the live ones
+  audit     --key KEY --from DAY --to DAY: every charge of a key with a running total
+  plan      --account ACCOUNT --plan free|hobby|pro: move an account to another plan`
+
 // exitCode ends the program with a status and no further message.
 type exitCode int
 
@@ -57,9 +69,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return withDatabase(ctx, cfg, logger, func(db *database) error { return verify(ctx, db, stdout) })
 	case "rebuild":
 		return withDatabase(ctx, cfg, logger, func(db *database) error { return rebuild(ctx, db, stdout) })
+	case "replay":
+		return withDatabase(ctx, cfg, logger, func(db *database) error { return replay(ctx, db, stdout) })
+	case "audit":
+		return withDatabase(ctx, cfg, logger, func(db *database) error { return audit(ctx, db, args[1:], stdout) })
+	case "plan":
+		return withDatabase(ctx, cfg, logger, func(db *database) error { return changePlan(ctx, db, args[1:], stdout) })
 	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, "usage: chessd [serve|migrate|verify|rebuild]")
+		fmt.Fprintln(stdout, usage)
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (serve, migrate, verify, rebuild)", cmd)
+	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 }

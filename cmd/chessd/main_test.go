@@ -2,14 +2,24 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/eventstore"
+	"chessd/httpapi"
+	"chessd/ledger"
 	"chessd/postgres/pgtest"
+	"chessd/projections"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -58,5 +68,93 @@ func TestVerifyAndRebuildCommands(t *testing.T) {
 	out, err = runCLI(t, url, "verify")
 	if err == nil || !strings.Contains(out, "position 4 edited") {
 		t.Fatalf("verify after an edit: %v %q", err, out)
+	}
+}
+
+// A dispute: charges made through the ledger, then `chessd audit` for the key must
+// print the same total as GET /usage, and `chessd replay` must find the read models
+// equal to the events (and notice when they are not).
+func TestAuditAndReplay(t *testing.T) {
+	url := pgtest.URL(t)
+	pool := pgtest.NewDBAt(t, url)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	store := eventstore.NewStore(pool, logger)
+	pepper := []byte("pepper-for-the-cli-test")
+	h := commands.New(store, pepper)
+	res, err := h.Signup(ctx, domain.Signup{Email: "dispute@example.com"}, "req")
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := projections.NewAuthenticator(pool, pepper)
+	key, acct, err := auth.Authenticate(ctx, res.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	charger := ledger.NewCharger(ctx, store, logger)
+	for i := range 7 {
+		units := int64(10 * (i + 1))
+		out, err := charger.Charge(ctx, ledger.Charge{RequestID: fmt.Sprintf("req-%d", i), Key: key,
+			Allowance: acct.Plan().Limits().UnitsPerDay, Endpoint: domain.EndpointEval, Engine: "sf-17.1", Path: "native",
+			Units: units, USD: domain.USD(units), Params: ledger.Params{Depth: 10 + i, MultiPV: 1, Positions: 1}})
+		if err != nil || out.Err != nil {
+			t.Fatalf("charge %d: %v %v", i, err, out.Err)
+		}
+	}
+	runner := projections.NewRunner(pool, logger, allProjections()...)
+	ready := make(chan struct{})
+	go runner.Run(ctx, ready) //nolint:errcheck // stops with ctx
+	<-ready
+	api := httpapi.New(httpapi.Config{BaseURL: "http://x/v1", NoRateLimits: true}, httpapi.Deps{
+		Pool: pool, Commands: h, Auth: auth, Charger: charger, Logger: logger})
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	today := time.Now().UTC().Format(time.DateOnly)
+	var usage struct {
+		Totals struct {
+			Calls int64  `json:"calls"`
+			Units int64  `json:"units"`
+			USD   string `json:"usd"`
+		} `json:"totals"`
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for usage.Totals.Calls != 7 {
+		if time.Now().After(deadline) {
+			t.Fatalf("usage never showed the 7 charges: %+v", usage)
+		}
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/usage?group_by=key&from="+today+"&to="+today, nil)
+		req.Header.Set("Authorization", "Bearer "+res.Secret)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&usage) //nolint:errcheck // retried
+		resp.Body.Close()
+		time.Sleep(20 * time.Millisecond)
+	}
+	out, err := runCLI(t, url, "audit", "--key", res.KeyID, "--from", today, "--to", today)
+	want := fmt.Sprintf("total: 7 charges, %d units, %s USD", usage.Totals.Units, usage.Totals.USD)
+	if err != nil || !strings.Contains(out, want) || strings.Count(out, "chg_") != 7 || !strings.Contains(out, "req-6") {
+		t.Fatalf("audit (want %q): %v\n%s", want, err, out)
+	}
+	out, err = runCLI(t, url, "audit", "--key", res.KeyID, "--from", "2020-01-01", "--to", "2020-01-02")
+	if err != nil || !strings.Contains(out, "total: 0 charges, 0 units, 0.000000 USD") {
+		t.Fatalf("audit of an empty range: %v\n%s", err, out)
+	}
+
+	out, err = runCLI(t, url, "replay")
+	if err != nil || !strings.Contains(out, "equal   charges: 7 rows") || !strings.Contains(out, "equal   key_balances.spent") {
+		t.Fatalf("replay on a consistent database: %v\n%s", err, out)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM charges WHERE request_id = 'req-3'`); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runCLI(t, url, "replay")
+	if err == nil || !strings.Contains(out, "DIFFERS charges: live had 6 rows, the events give 7") {
+		t.Fatalf("replay after losing a read-model row: %v\n%s", err, out)
+	}
+	if out, err = runCLI(t, url, "replay"); err != nil {
+		t.Fatalf("replay repaired the read model, the next one must be equal: %v\n%s", err, out)
 	}
 }

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"reflect"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/ledger"
+	"chessd/projections"
+)
+
+// audit prints every charge of one key in a date range, from the key's ledger stream
+// (the events themselves, not a read model), with a running total.
+func audit(ctx context.Context, db *database, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+	keyID := fs.String("key", "", "key id (key_...)")
+	fromS := fs.String("from", "", "first day, YYYY-MM-DD (UTC)")
+	toS := fs.String("to", "", "last day, YYYY-MM-DD (UTC)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *keyID == "" || *fromS == "" || *toS == "" {
+		return fmt.Errorf("usage: chessd audit --key KEY --from YYYY-MM-DD --to YYYY-MM-DD")
+	}
+	from, err1 := time.Parse(time.DateOnly, *fromS)
+	to, err2 := time.Parse(time.DateOnly, *toS)
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("--from and --to are dates, YYYY-MM-DD")
+	}
+	evs, err := eventstore.Load(ctx, db.pool, ledger.Stream(*keyID))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "charges of %s from %s to %s (UTC days), from the event log\n", *keyID, *fromS, *toS)
+	fmt.Fprintf(out, "%-8s %-27s %-28s %-28s %-9s %-38s %-14s %-6s %7s %10s %9s %11s\n",
+		"position", "charged_at", "charge_id", "request_id", "endpoint", "params", "engine/path", "cached", "units", "usd", "total", "total_usd")
+	var n, units int64
+	usd := decimal.Zero
+	for _, e := range evs {
+		ev, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
+		if err != nil {
+			return err
+		}
+		c, ok := ev.(*ledger.UnitsCharged)
+		if !ok {
+			continue
+		}
+		day, _ := time.Parse(time.DateOnly, c.Day)
+		if day.Before(from) || day.After(to) {
+			continue
+		}
+		if !ledger.Balanced(c.Postings) {
+			return fmt.Errorf("position %d: postings do not balance", e.Position)
+		}
+		params, _ := json.Marshal(c.Params)
+		n++
+		units += c.Units
+		usd = usd.Add(c.USD)
+		fmt.Fprintf(out, "%-8d %-27s %-28s %-28s %-9s %-38s %-14s %-6t %7d %10s %9d %11s\n",
+			e.Position, c.ChargedAt.Format(time.RFC3339Nano), c.ChargeID, c.RequestID, c.Endpoint, truncate(string(params), 38),
+			c.Engine+"/"+c.Path, c.Cached, c.Units, c.USD.StringFixed(6), units, usd.StringFixed(6))
+	}
+	fmt.Fprintf(out, "total: %d charges, %d units, %s USD\n", n, units, usd.StringFixed(6))
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+// replay rebuilds the ledger and accounts read models from the events and checks that
+// they equal the live ones, and recomputes the write-side balances (key spend, daily
+// allowance use) from the events and compares them too.
+func replay(ctx context.Context, db *database, out io.Writer) error {
+	same := true
+	for _, p := range allProjections() {
+		before, err := snapshotTables(ctx, db, p.Tables())
+		if err != nil {
+			return err
+		}
+		n, err := projections.Rebuild(ctx, db.pool, p)
+		if err != nil {
+			return fmt.Errorf("rebuild %s: %w", p.Name(), err)
+		}
+		after, err := snapshotTables(ctx, db, p.Tables())
+		if err != nil {
+			return err
+		}
+		for _, t := range p.Tables() {
+			if !reflect.DeepEqual(before[t], after[t]) {
+				same = false
+				fmt.Fprintf(out, "DIFFERS %s: live had %d rows, the events give %d\n", t, len(before[t]), len(after[t]))
+			} else {
+				fmt.Fprintf(out, "equal   %s: %d rows (from %d events)\n", t, len(after[t]), n)
+			}
+		}
+	}
+	for _, check := range []struct{ name, live, replayed string }{
+		{"key_balances.spent", `SELECT key_id || ' ' || spent_units || ' ' || spent_usd FROM key_balances WHERE spent_units > 0 ORDER BY 1`,
+			`SELECT key_id || ' ' || sum(units) || ' ' || sum(usd)::numeric(20,6) FROM charges GROUP BY key_id ORDER BY 1`},
+		{"account_days", `SELECT account_id || ' ' || env || ' ' || day || ' ' || units FROM account_days WHERE units > 0 ORDER BY 1`,
+			`SELECT account_id || ' ' || env || ' ' || day || ' ' || sum(units) FROM charges GROUP BY account_id, env, day ORDER BY 1`},
+	} {
+		live, err := queryStrings(ctx, db, check.live)
+		if err != nil {
+			return err
+		}
+		replayed, err := queryStrings(ctx, db, check.replayed)
+		if err != nil {
+			return err
+		}
+		if reflect.DeepEqual(live, replayed) {
+			fmt.Fprintf(out, "equal   %s: %d rows recomputed from the charges\n", check.name, len(live))
+		} else {
+			same = false
+			fmt.Fprintf(out, "DIFFERS %s: live %v, from the events %v\n", check.name, live, replayed)
+		}
+	}
+	if !same {
+		return exitCode(1)
+	}
+	fmt.Fprintln(out, "replay: the read models and balances equal what the events say")
+	return nil
+}
+
+func snapshotTables(ctx context.Context, db *database, tables []string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, t := range tables {
+		rows, err := queryStrings(ctx, db, `SELECT x::text FROM `+pgx.Identifier{t}.Sanitize()+` x ORDER BY 1`)
+		if err != nil {
+			return nil, err
+		}
+		out[t] = rows
+	}
+	return out, nil
+}
+
+func queryStrings(ctx context.Context, db *database, sql string) ([]string, error) {
+	rows, err := db.pool.Query(ctx, sql)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// changePlan is the operator's way to move an account between plans while paid
+// subscriptions are not enabled.
+func changePlan(ctx context.Context, db *database, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	accountID := fs.String("account", "", "account id (acct_...)")
+	planName := fs.String("plan", "", "free, hobby or pro")
+	reason := fs.String("reason", "", "why (kept in the event)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	plan, ok := domain.ParsePlan(*planName)
+	if *accountID == "" || !ok {
+		return fmt.Errorf("usage: chessd plan --account ACCOUNT --plan free|hobby|pro [--reason TEXT]")
+	}
+	h := commands.New(eventstore.NewStore(db.pool, nil), nil)
+	if err := h.ChangePlan(ctx, *accountID, plan, *reason); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "account %s is now on the %s plan\n", *accountID, plan)
+	return nil
+}
