@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +70,8 @@ type Service struct {
 	cache    *Cache
 	cacheOff atomic.Bool
 	logger   *slog.Logger
+	parsed   sync.Map // FEN -> *position.Position
+	parsedN  atomic.Int64
 }
 
 // DisableCache makes every request search afresh and store nothing: for benchmarks
@@ -93,7 +96,7 @@ func (s *Service) Cache() *Cache { return s.cache }
 // when a deep enough result is stored, else from an engine of the pool at priority prio.
 // useCache false skips the cache lookup (a result is still stored).
 func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, useCache bool) (*Result, error) {
-	pos, err := position.Parse(spec.FEN, spec.Chess960)
+	pos, err := s.parse(spec.FEN, spec.Chess960)
 	if err != nil {
 		var pe *position.Error
 		if errors.As(err, &pe) {
@@ -138,6 +141,28 @@ func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 		s.cache.Put(key, spec.MultiPV, res)
 	}
 	return trim(res, spec, false), nil
+}
+
+// parse reads a FEN, remembering recent ones: positions are immutable and safe to
+// share, and parsing (notnil/chess's decoder) is the largest cost of a cached answer.
+func (s *Service) parse(fen string, chess960 bool) (*position.Position, error) {
+	key := fen
+	if chess960 {
+		key = "960|" + fen
+	}
+	if p, ok := s.parsed.Load(key); ok {
+		return p.(*position.Position), nil
+	}
+	p, err := position.Parse(fen, chess960)
+	if err != nil {
+		return nil, err
+	}
+	if s.parsedN.Add(1) > 50000 { // bounded: start afresh rather than track recency
+		s.parsed.Clear()
+		s.parsedN.Store(0)
+	}
+	s.parsed.Store(key, p)
+	return p, nil
 }
 
 // terminal answers a position whose game is over without any engine: checkmate is

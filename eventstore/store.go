@@ -61,7 +61,8 @@ func (e Event) Meta() Metadata {
 type New struct {
 	Type          string
 	SchemaVersion int
-	Payload       any // marshalled with encoding/json
+	Payload       any       // marshalled with encoding/json
+	Meta          *Metadata // this event's own metadata; nil: the Append call's
 }
 
 // ConcurrencyError is returned when a stream's version is not the expected one.
@@ -200,15 +201,8 @@ func (tx *Tx) Append(ctx context.Context, streamID, streamType string, expected 
 	var tag pgconn.CommandTag
 	var err error
 	if expected == AnyVersion {
-		// No decision rests on the stream's state: just take the next versions.
-		var last int64
-		err = tx.QueryRow(ctx, `INSERT INTO streams (stream_id, stream_type, version) VALUES ($1, $2, $3)
-			ON CONFLICT (stream_id) DO UPDATE SET version = streams.version + excluded.version
-			RETURNING version`, streamID, streamType, n).Scan(&last)
-		if err != nil {
-			return fmt.Errorf("append to %s: %w", streamID, err)
-		}
-		expected = last - n
+		// No decision rests on the stream's state: the versions are taken at flush,
+		// in the same round trip as the chain's head.
 		tag = pgconn.NewCommandTag("UPDATE 1")
 	} else if expected == 0 {
 		tag, err = tx.Exec(ctx, `INSERT INTO streams (stream_id, stream_type, version) VALUES ($1, $2, $3)
@@ -229,6 +223,12 @@ func (tx *Tx) Append(ctx context.Context, streamID, streamType string, expected 
 	}
 	now := tx.store.now()
 	for i, e := range evs {
+		meta := meta
+		if e.Meta != nil {
+			if meta, err = json.Marshal(e.Meta); err != nil {
+				return err
+			}
+		}
 		payload, err := json.Marshal(e.Payload)
 		if err != nil {
 			return fmt.Errorf("encode %s: %w", e.Type, err)
@@ -237,12 +237,27 @@ func (tx *Tx) Append(ctx context.Context, streamID, streamType string, expected 
 		if sv == 0 {
 			sv = 1
 		}
+		version := expected + int64(i) + 1
+		if expected == AnyVersion {
+			version = -tx.queued(streamID) // 0, -1, -2...: resolved by lockHead
+		}
 		tx.pending = append(tx.pending, Event{
-			StreamID: streamID, StreamType: streamType, Version: expected + int64(i) + 1,
+			StreamID: streamID, StreamType: streamType, Version: version,
 			Type: e.Type, SchemaVersion: sv, Payload: payload, Metadata: meta, RecordedAt: now,
 		})
 	}
 	return nil
+}
+
+// queued counts the AnyVersion events of stream already pending.
+func (tx *Tx) queued(stream string) int64 {
+	var n int64
+	for _, e := range tx.pending {
+		if e.StreamID == stream && e.Version <= 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // flush writes the pending events at the head of the chain. It takes the chain's row
@@ -254,8 +269,8 @@ func (tx *Tx) flush(ctx context.Context) error {
 	}
 	var head int64
 	var prev []byte
-	if err := tx.QueryRow(ctx, `SELECT position, hash FROM event_chain FOR UPDATE`).Scan(&head, &prev); err != nil {
-		return fmt.Errorf("lock chain head: %w", err)
+	if err := tx.lockHead(ctx, &head, &prev); err != nil {
+		return err
 	}
 	n := len(tx.pending)
 	cols := struct {
@@ -289,20 +304,67 @@ func (tx *Tx) flush(ctx context.Context) error {
 			$6::int[], $7::json[], $8::json[], $9::timestamptz[], $10::bytea[])`,
 		cols.pos, cols.stream, cols.stype, cols.ver, cols.etype, cols.sv, cols.payload, cols.meta, cols.at, cols.hash)
 	batch.Queue(`UPDATE event_chain SET position = $1, hash = $2`, head+int64(n), prev)
+	if err := tx.queuePublish(ctx, batch); err != nil {
+		return err
+	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("write events: %w", err)
 	}
-	return tx.publish(ctx)
+	return nil
 }
 
-// publish puts the events on the Watermill bus inside this transaction: a subscriber
-// sees them exactly when they are committed.
-func (tx *Tx) publish(ctx context.Context) error {
-	pub, err := wmsql.NewPublisher(wmsql.TxFromPgx(tx.Tx), wmsql.PublisherConfig{SchemaAdapter: BusSchema}, nil)
-	if err != nil {
-		return err
+// lockHead locks and reads the chain's head and, in the same round trip, takes the
+// versions of AnyVersion appends (their events were queued with Version 0, 1, 2...
+// relative to the stream's unknown current version).
+func (tx *Tx) lockHead(ctx context.Context, head *int64, prev *[]byte) error {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT position, hash FROM event_chain FOR UPDATE`)
+	counts := map[string]int64{}
+	var streams []string
+	types := map[string]string{}
+	for _, e := range tx.pending {
+		if e.Version > 0 {
+			continue
+		}
+		if _, ok := counts[e.StreamID]; !ok {
+			streams = append(streams, e.StreamID)
+		}
+		counts[e.StreamID]++
+		types[e.StreamID] = e.StreamType
 	}
-	byTopic := map[string][]*message.Message{}
+	for _, id := range streams {
+		b.Queue(`INSERT INTO streams (stream_id, stream_type, version) VALUES ($1, $2, $3)
+			ON CONFLICT (stream_id) DO UPDATE SET version = streams.version + excluded.version
+			RETURNING version`, id, types[id], counts[id])
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if err := br.QueryRow().Scan(head, prev); err != nil {
+		return fmt.Errorf("lock chain head: %w", err)
+	}
+	base := map[string]int64{}
+	for _, id := range streams {
+		var last int64
+		if err := br.QueryRow().Scan(&last); err != nil {
+			return fmt.Errorf("append to %s: %w", id, err)
+		}
+		base[id] = last - counts[id]
+	}
+	for i := range tx.pending {
+		e := &tx.pending[i]
+		if b, ok := base[e.StreamID]; ok && e.Version <= 0 {
+			e.Version = b + 1 - e.Version // queued as 0, -1, -2...: the 1st, 2nd, 3rd new version
+		}
+	}
+	return br.Close()
+}
+
+// queuePublish puts the events on the Watermill bus inside this transaction, so a
+// subscriber sees them exactly when they are committed. The insert is built by
+// watermill-sql's own schema adapter (what its Publisher runs) and sent in the same
+// round trip as the events, which matters while the chain's lock is held.
+func (tx *Tx) queuePublish(ctx context.Context, batch *pgx.Batch) error {
+	byTopic := map[string]message.Messages{}
 	var order []string
 	for _, e := range tx.pending {
 		body, err := json.Marshal(e)
@@ -319,9 +381,11 @@ func (tx *Tx) publish(ctx context.Context) error {
 		byTopic[topic] = append(byTopic[topic], msg)
 	}
 	for _, topic := range order {
-		if err := pub.Publish(topic, byTopic[topic]...); err != nil {
+		q, err := BusSchema.InsertQuery(wmsql.InsertQueryParams{Topic: topic, Msgs: byTopic[topic]})
+		if err != nil {
 			return fmt.Errorf("publish on %s: %w", topic, err)
 		}
+		batch.Queue(q.Query, q.Args...)
 	}
 	return nil
 }

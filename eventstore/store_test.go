@@ -331,3 +331,45 @@ func TestVerifyCatchesTampering(t *testing.T) {
 		})
 	}
 }
+
+func TestAnyVersionAppendsTakeContiguousVersions(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5 {
+				_, err := s.Transact(ctx, func(ctx context.Context, tx *Tx) error {
+					// two appends to the same stream in one transaction, plus another stream
+					for range 2 {
+						if err := tx.Append(ctx, "ledger-k", "ledger", AnyVersion, Metadata{}, New{Type: "Charged", Payload: payload{w*10 + i}}); err != nil {
+							return err
+						}
+					}
+					return tx.Append(ctx, fmt.Sprintf("other-%d-%d", w, i), "test", 0, Metadata{}, New{Type: "X", Payload: payload{}})
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	evs, err := Load(ctx, s.Pool(), "ledger-k")
+	if err != nil || len(evs) != 60 {
+		t.Fatalf("%d events (%v), want 60", len(evs), err)
+	}
+	for i, e := range evs {
+		if e.Version != int64(i+1) {
+			t.Fatalf("event %d has version %d", i, e.Version)
+		}
+	}
+	if v, _ := StreamVersion(ctx, s.Pool(), "ledger-k"); v != 60 {
+		t.Fatalf("stream version %d", v)
+	}
+	if rep, err := Verify(ctx, s.Pool()); err != nil || rep.Tamper != nil {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+}

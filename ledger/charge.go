@@ -207,8 +207,10 @@ func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error
 		if err := br.Close(); err != nil {
 			return err
 		}
+		// One append per key: a key's charges of this batch go to its stream together.
+		perKey := map[string][]eventstore.New{}
+		var keys []string
 		for i, p := range batch {
-			results[i] = Result{}
 			switch outcomes[i] {
 			case "ok":
 			case "budget_units":
@@ -234,11 +236,16 @@ func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error
 			if p.charge.Idempotency != nil {
 				md.IdempotencyKey = p.charge.Idempotency.Key
 			}
-			if err := tx.Append(ctx, Stream(e.KeyID), StreamLedger, eventstore.AnyVersion, md,
-				eventstore.New{Type: e.EventType(), SchemaVersion: 1, Payload: e}); err != nil {
+			if _, ok := perKey[e.KeyID]; !ok {
+				keys = append(keys, e.KeyID)
+			}
+			perKey[e.KeyID] = append(perKey[e.KeyID], eventstore.New{Type: e.EventType(), SchemaVersion: 1, Payload: e, Meta: &md})
+			results[i].Event = e
+		}
+		for _, k := range keys {
+			if err := tx.Append(ctx, Stream(k), StreamLedger, eventstore.AnyVersion, eventstore.Metadata{}, perKey[k]...); err != nil {
 				return err
 			}
-			results[i].Event = e
 		}
 		return nil
 	})

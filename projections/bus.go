@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -41,11 +42,55 @@ func (b lockingBeginner) QueryContext(ctx context.Context, q string, args ...any
 type lockedTx struct {
 	mu    sync.Mutex
 	inner wmsql.Tx
+	// pending holds the writes of Queuer projections for this Watermill batch; they
+	// are sent in one round trip before Watermill stores the batch's offset (its only
+	// ExecContext call on the transaction), so both commit together.
+	pending *pgx.Batch
+	// advanced is the highest position per projection among the pending writes: one
+	// checkpoint update per batch, not one per event on the same row.
+	advanced map[string]int64
+}
+
+func (t *lockedTx) pgx() pgx.Tx { return t.inner.(*wmsql.PgxTx).Tx }
+
+// queue adds writes to the pending batch (the caller holds mu).
+func (t *lockedTx) queue(add func(*pgx.Batch) error) error {
+	if t.pending == nil {
+		t.pending = &pgx.Batch{}
+	}
+	return add(t.pending)
+}
+
+// advance notes that projection name has applied position pos (the caller holds mu).
+func (t *lockedTx) advance(name string, pos int64) {
+	if t.advanced == nil {
+		t.advanced = map[string]int64{}
+	}
+	t.advanced[name] = max(t.advanced[name], pos)
+}
+
+// flush sends the pending writes and checkpoints (the caller holds mu).
+func (t *lockedTx) flush(ctx context.Context) error {
+	if (t.pending == nil || t.pending.Len() == 0) && len(t.advanced) == 0 {
+		return nil
+	}
+	b := t.pending
+	if b == nil {
+		b = &pgx.Batch{}
+	}
+	for name, pos := range t.advanced {
+		queueAdvance(b, name, pos)
+	}
+	t.pending, t.advanced = nil, nil
+	return t.pgx().SendBatch(ctx, b).Close()
 }
 
 func (t *lockedTx) ExecContext(ctx context.Context, q string, args ...any) (wmsql.Result, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if err := t.flush(ctx); err != nil {
+		return nil, err
+	}
 	return t.inner.ExecContext(ctx, q, args...)
 }
 
@@ -58,11 +103,19 @@ func (t *lockedTx) QueryContext(ctx context.Context, q string, args ...any) (wms
 func (t *lockedTx) Rollback() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.pending, t.advanced = nil, nil
 	return t.inner.Rollback()
 }
 
 func (t *lockedTx) Commit() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if (t.pending != nil && t.pending.Len() > 0) || len(t.advanced) > 0 {
+		// never reached in practice: Watermill stores the offset (flushing) first
+		if err := t.flush(context.Background()); err != nil {
+			t.inner.Rollback() //nolint:errcheck // reporting the flush error
+			return err
+		}
+	}
 	return t.inner.Commit()
 }

@@ -21,7 +21,17 @@ func (Ledger) Name() string     { return "ledger_v1" }
 func (Ledger) Topic() string    { return "ledger" }
 func (Ledger) Tables() []string { return []string{"charges", "ledger_entries"} }
 
-func (Ledger) Apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) error {
+// Apply writes one event at once (rebuilds).
+func (l Ledger) Apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) error {
+	b := &pgx.Batch{}
+	if err := l.Queue(b, e); err != nil {
+		return err
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// Queue adds the event's rows to b.
+func (Ledger) Queue(b *pgx.Batch, e eventstore.Event) error {
 	if e.Type != "UnitsCharged" {
 		return nil
 	}
@@ -37,7 +47,6 @@ func (Ledger) Apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) error {
 	if err != nil {
 		return err
 	}
-	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO charges (position, charge_id, request_id, account_id, key_id, env, day, charged_at,
 			endpoint, engine, path, cached, units, usd, params)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) ON CONFLICT (position) DO NOTHING`,
@@ -48,5 +57,5 @@ func (Ledger) Apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) error {
 			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (position, line) DO NOTHING`,
 			e.Position, i, p.Book, p.Account, string(p.Currency), p.Debit, p.Credit)
 	}
-	return tx.SendBatch(ctx, b).Close()
+	return nil
 }

@@ -102,27 +102,36 @@ func (r *Runner) handler(p Projection) message.NoPublishHandlerFunc {
 		if ctx.Err() != nil { // Watermill gave up on this message; it may roll back now
 			return ctx.Err()
 		}
-		pgxTx, ok := locked.inner.(*wmsql.PgxTx)
-		if !ok {
-			return fmt.Errorf("unexpected transaction type %T", locked.inner)
-		}
 		var e eventstore.Event
 		if err := json.Unmarshal(msg.Payload, &e); err != nil {
 			return fmt.Errorf("decode event envelope: %w", err)
 		}
-		if err := p.Apply(ctx, pgxTx.Tx, e); err != nil {
+		defer locked.advance(p.Name(), e.Position)
+		if q, ok := p.(Queuer); ok {
+			return locked.queue(func(b *pgx.Batch) error { return q.Queue(b, e) })
+		}
+		if err := locked.flush(ctx); err != nil {
+			return err
+		}
+		if err := p.Apply(ctx, locked.pgx(), e); err != nil {
 			r.logger.Error("projection failed", "projection", p.Name(), "position", e.Position, "err", err)
 			return err
 		}
-		return advance(ctx, pgxTx.Tx, p.Name(), e.Position)
+		return nil
 	}
 }
 
-// advance records the highest position a projection has applied: the measure of its lag.
-func advance(ctx context.Context, tx pgx.Tx, name string, pos int64) error {
-	_, err := tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
+// Queuer is a projection that only writes: its statements wait in a batch sent once per
+// Watermill batch, in the same transaction, instead of one round trip per event.
+type Queuer interface {
+	Queue(b *pgx.Batch, e eventstore.Event) error
+}
+
+// queueAdvance records the highest position a projection has applied: the measure of
+// its lag.
+func queueAdvance(b *pgx.Batch, name string, pos int64) {
+	b.Queue(`INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
 		ON CONFLICT (name) DO UPDATE SET position = GREATEST(projection_checkpoints.position, excluded.position)`, name, pos)
-	return err
 }
 
 // Rebuild empties p's read model and refills it from the events table alone, in one

@@ -6,7 +6,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -18,14 +17,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"chessd/analysis"
 	"chessd/commands"
+	"chessd/domain"
 	"chessd/engine"
 	"chessd/eventstore"
 	"chessd/httpapi"
@@ -52,9 +55,17 @@ func main() {
 	depths := flag.String("depths", "10,14,18", "depths to compare")
 	rounds := flag.Int("rounds", 2, "passes over the positions per depth (deep ones: 1)")
 	cachedFor := flag.Duration("cached", 5*time.Second, "duration of the cached-throughput run")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
 	ctx := context.Background()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// as a server run with LOG_LEVEL=warn: no access log line per request
+	logger := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	b, err := start(ctx, logger)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chessbench:", err)
@@ -91,14 +102,25 @@ func main() {
 		}
 	}
 
-	fmt.Printf("\n## Cached POST /eval throughput (with a key, cache on)\n\n")
-	for _, clients := range []int{4, 16} {
-		rate, p50, p99, err := b.cached(clients, *cachedFor)
+	fmt.Printf("\n## Cached POST /eval throughput, each call charged in the ledger\n\n")
+	fmt.Println("With a key (authenticated, plan caps checked, charged: one UnitsCharged event and its postings per call), cache on, rate limits off.")
+	fmt.Println("Lag: how far the ledger projection's checkpoint (charges, ledger_entries) is behind the event log's head, in events, sampled every 50 ms.")
+	fmt.Println()
+	fmt.Println("Load from wrk (a second process, keep-alive connections).")
+	fmt.Println()
+	fmt.Println("| connections | duration | requests | non-2xx | requests/s | p50 | p99 | charges recorded | projection lag max (events) | lag mean | caught up after the load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, clients := range []int{4, 16, 32} {
+		before := b.chargeCount()
+		stopLag := b.watchLag()
+		l, err := b.cached(clients, *cachedFor)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "cached:", err)
 			os.Exit(1)
 		}
-		fmt.Printf("- %d clients, %s: **%.0f requests/s**, latency p50 %.2f ms, p99 %.2f ms\n", clients, *cachedFor, rate, ms(p50), ms(p99))
+		lagMax, lagMean, catchUp := stopLag()
+		fmt.Printf("| %d | %s | %d | %d | **%.0f** | %s | %s | %d | %d | %.0f | %s |\n", clients, *cachedFor, l.requests, l.non2, l.rate,
+			l.p50, l.p99, b.chargeCount()-before-int64(len(positions)), lagMax, lagMean, catchUp.Round(time.Millisecond))
 	}
 }
 
@@ -113,6 +135,7 @@ type bench struct {
 	dir      string
 	svc      *analysis.Service
 	client   *http.Client
+	pool     *pgxpool.Pool
 }
 
 func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
@@ -162,12 +185,18 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	go b.srv.Serve(ln) //nolint:errcheck // closed at the end
 	b.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var su struct {
-		APIKey string `json:"api_key"`
+		APIKey    string `json:"api_key"`
+		AccountID string `json:"account_id"`
 	}
 	if err := b.post("/signup", `{"email":"bench@example.com"}`, "", &su); err != nil {
 		return nil, err
 	}
 	b.key = su.APIKey
+	// the pro plan's allowance covers the whole run
+	if err := commands.New(store, pepper).ChangePlan(ctx, su.AccountID, domain.PlanPro, "benchmark"); err != nil {
+		return nil, err
+	}
+	b.pool = pool
 	return b, nil
 }
 
@@ -292,57 +321,117 @@ func (b *bench) runService(depth, conc int, work []string) (timing, error) {
 }
 
 // cached measures throughput of cache hits: the positions are evaluated once, then
-// clients ask for them again and again for d.
-func (b *bench) cached(clients int, d time.Duration) (float64, time.Duration, time.Duration, error) {
+// wrk (a separate, efficient load generator) asks for them again and again for d.
+func (b *bench) cached(clients int, d time.Duration) (load, error) {
 	b.svc.EnableCache()
 	for _, fen := range positions {
 		if err := b.post("/eval", fmt.Sprintf(`{"fen":%q,"depth":10}`, fen), b.key, nil); err != nil {
-			return 0, 0, 0, err
+			return load{}, err
 		}
 	}
-	var count atomic.Int64
-	lat := make([][]time.Duration, clients)
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	stop := time.Now().Add(d)
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			bodies := make([][]byte, len(positions))
-			for i, fen := range positions {
-				bodies[i] = []byte(fmt.Sprintf(`{"fen":%q,"depth":10}`, fen))
+	var bodies []string
+	for _, fen := range positions {
+		bodies = append(bodies, fmt.Sprintf("'{\"fen\":\"%s\",\"depth\":10}'", fen))
+	}
+	script := filepath.Join(b.dir, "eval.lua")
+	lua := fmt.Sprintf(`local bodies = {%s}
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("POST", nil, {["Authorization"] = "Bearer %s", ["Content-Type"] = "application/json"}, bodies[(i %% #bodies) + 1])
+end
+`, strings.Join(bodies, ", "), b.key)
+	if err := os.WriteFile(script, []byte(lua), 0o644); err != nil {
+		return load{}, err
+	}
+	threads := min(2, clients)
+	out, err := exec.Command("wrk", "--latency", fmt.Sprintf("-t%d", threads), fmt.Sprintf("-c%d", clients),
+		fmt.Sprintf("-d%ds", int(d.Seconds())), "-s", script, b.url+"/eval").CombinedOutput()
+	if err != nil {
+		return load{}, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	return parseWrk(string(out))
+}
+
+// load is what wrk reports.
+type load struct {
+	rate           float64
+	p50, p99       string
+	requests, non2 int64
+}
+
+func parseWrk(out string) (load, error) {
+	var l load
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[0] == "Requests/sec:":
+			fmt.Sscan(f[1], &l.rate)
+		case len(f) == 2 && f[0] == "50%":
+			l.p50 = f[1]
+		case len(f) == 2 && f[0] == "99%":
+			l.p99 = f[1]
+		case len(f) > 2 && f[1] == "requests" && f[2] == "in":
+			fmt.Sscan(f[0], &l.requests)
+		case strings.HasPrefix(strings.TrimSpace(line), "Non-2xx or 3xx responses:"):
+			fmt.Sscan(f[len(f)-1], &l.non2)
+		}
+	}
+	if l.rate == 0 {
+		return l, fmt.Errorf("could not read wrk's output: %s", out)
+	}
+	return l, nil
+}
+
+func (b *bench) chargeCount() int64 {
+	var n int64
+	b.pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE stream_type = 'ledger'`).Scan(&n) //nolint:errcheck // reported as 0
+	return n
+}
+
+// lag is how far the ledger projection's checkpoint is behind the log's head, in
+// events (during the load nearly every event is a charge).
+func (b *bench) lag() int64 {
+	var n int64
+	b.pool.QueryRow(context.Background(), `SELECT (SELECT position FROM event_chain) -
+		coalesce((SELECT position FROM projection_checkpoints WHERE name = 'ledger_v1'), 0)`).Scan(&n) //nolint:errcheck // sampled
+	return n
+}
+
+// watchLag samples the projection lag until the returned function is called; that
+// function then waits for the projection to catch up and reports max, mean and the
+// time the catch-up took.
+func (b *bench) watchLag() func() (int64, float64, time.Duration) {
+	stop := make(chan struct{})
+	var samples []int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				samples = append(samples, b.lag())
 			}
-			for i := c; time.Now().Before(stop); i++ {
-				req, _ := http.NewRequest("POST", b.url+"/eval", bytes.NewReader(bodies[i%len(bodies)]))
-				req.Header.Set("Authorization", "Bearer "+b.key)
-				t0 := time.Now()
-				res, err := b.client.Do(req)
-				if err != nil {
-					failed.Store(err)
-					return
-				}
-				io.Copy(io.Discard, res.Body) //nolint:errcheck // draining
-				res.Body.Close()
-				if res.StatusCode != 200 {
-					failed.Store(fmt.Errorf("status %d", res.StatusCode))
-					return
-				}
-				lat[c] = append(lat[c], time.Since(t0))
-				count.Add(1)
-			}
-		}()
+		}
+	}()
+	return func() (int64, float64, time.Duration) {
+		close(stop)
+		<-done
+		start := time.Now()
+		for b.lag() > 0 && time.Since(start) < time.Minute {
+			time.Sleep(5 * time.Millisecond)
+		}
+		var maxLag, sum int64
+		for _, s := range samples {
+			maxLag = max(maxLag, s)
+			sum += s
+		}
+		return maxLag, float64(sum) / float64(max(1, len(samples))), time.Since(start)
 	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		return 0, 0, 0, err
-	}
-	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	return float64(count.Load()) / d.Seconds(), all[len(all)/2], all[len(all)*99/100], nil
 }
 
 func repeat(s []string, n int) []string {
