@@ -41,6 +41,7 @@ fuzz:
 # Go benchmarks, then the load driver on loopback (raw Stockfish vs the service).
 # Results go to bench.out; docs/BENCHMARKS.md quotes them.
 bench: build engines
+	@command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y wrk >/dev/null; }; }
 	@set -o pipefail; { \
 	  $(GO) test -run '^$$' -bench . -benchtime 40x ./engine/ ./domain/... && \
 	  $(GO) run ./cmd/chessbench; } | tee bench.out

@@ -90,8 +90,9 @@ TMPS=()
 cleanup() {
 	local d
 	for d in "${TMPS[@]:-}"; do
-		[[ -n "$d" ]] && rm -rf "$d"
+		if [[ -n "$d" ]]; then rm -rf "$d"; fi
 	done
+	return 0 # the exit status stays the script's own
 }
 trap cleanup EXIT
 # make_tmp VAR TAG — sets VAR (not via $(...): the subshell would lose the TMPS entry).
