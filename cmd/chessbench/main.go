@@ -53,7 +53,7 @@ var positions = []string{
 
 func main() {
 	depths := flag.String("depths", "10,14,18", "depths to compare")
-	rounds := flag.Int("rounds", 2, "passes over the positions per depth (deep ones: 1)")
+	rounds := flag.Int("rounds", 3, "passes over the positions per depth (deep ones: 1)")
 	cachedFor := flag.Duration("cached", 5*time.Second, "duration of the cached-throughput run")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
@@ -74,31 +74,28 @@ func main() {
 	defer b.close()
 
 	fmt.Printf("## Raw Stockfish vs POST /eval (cache off)\n\n")
-	fmt.Printf("Engine: %s native (%s), 1 thread, 16 MB hash, %d positions; the service runs 2 processes.\n\n", b.engineID, b.binary, len(positions))
-	fmt.Println("| depth | concurrency | positions | raw wall s | service wall s | ratio | raw median ms | service median ms | added median ms |")
+	fmt.Printf("Engine: %s native (%s), 1 thread, 16 MB hash, %d positions; the service runs 2 processes.\n", b.engineID, b.binary, len(positions))
+	fmt.Println("Paired: each worker runs every position on its own raw process and through the service, alternating which goes first;")
+	fmt.Println("ratio = total service time / total raw time; added = median over pairs of (service - raw).")
+	fmt.Println()
+	fmt.Println("| depth | concurrency | pairs | raw total s | service total s | ratio | raw median ms | service median ms | added median ms |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, d := range strings.Split(*depths, ",") {
 		var depth int
 		fmt.Sscan(d, &depth)
 		n := *rounds
 		if depth >= 18 {
-			n = 1
+			n = max(1, n/2)
 		}
 		for _, conc := range []int{1, 2} {
-			work := repeat(positions, n)
-			raw, err := runRaw(b.binary, depth, conc, work)
+			raw, svc, err := b.paired(depth, conc, repeat(positions, n))
 			if err != nil {
-				fmt.Fprintln(os.Stderr, "raw:", err)
+				fmt.Fprintln(os.Stderr, "paired:", err)
 				os.Exit(1)
 			}
-			svc, err := b.runService(depth, conc, work)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "service:", err)
-				os.Exit(1)
-			}
-			fmt.Printf("| %d | %d | %d | %.2f | %.2f | %.3f | %.1f | %.1f | %+.2f |\n", depth, conc, len(work),
-				raw.wall.Seconds(), svc.wall.Seconds(), svc.wall.Seconds()/raw.wall.Seconds(),
-				ms(median(raw.each)), ms(median(svc.each)), ms(medianDiff(svc.each, raw.each)))
+			fmt.Printf("| %d | %d | %d | %.2f | %.2f | %.3f | %.1f | %.1f | %+.2f |\n", depth, conc, len(raw),
+				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(),
+				ms(median(raw)), ms(median(svc)), ms(medianDiff(svc, raw)))
 		}
 	}
 
@@ -227,97 +224,109 @@ func (b *bench) post(path, body, key string, out any) error {
 	return nil
 }
 
-type timing struct {
-	wall time.Duration
-	each []time.Duration // per position, in work order
-}
-
-// runParallel spreads work over conc workers; do returns the time one position took.
-func runParallel(conc int, work []string, setup func(w int) (func(fen string) (time.Duration, error), func(), error)) (timing, error) {
-	t := timing{each: make([]time.Duration, len(work))}
-	var next atomic.Int64
-	var firstErr error
+// paired runs work on conc workers; each worker has its own raw Stockfish process and
+// runs every position both raw and through the service (cache off), alternating the
+// order. It returns the raw and service times of each pair.
+func (b *bench) paired(depth, conc int, work []string) (raw, svc []time.Duration, err error) {
+	b.svc.DisableCache()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	workers := make([]func(string) (time.Duration, error), conc)
-	for w := range conc {
-		do, done, err := setup(w)
+	var next atomic.Int64
+	errs := make(chan error, conc)
+	for range conc {
+		eng, err := startRaw(b.binary)
 		if err != nil {
-			return t, err
+			return nil, nil, err
 		}
-		defer done()
-		workers[w] = do
-	}
-	start := time.Now()
-	for w := range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer eng.close()
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(work) {
 					return
 				}
-				d, err := workers[w](work[i])
+				var r, s time.Duration
+				var err error
+				runSvc := func() {
+					t0 := time.Now()
+					err = b.post("/eval", fmt.Sprintf(`{"fen":%q,"depth":%d,"engine":%q,"path":"native"}`, work[i], depth, b.engineID), b.key, nil)
+					s = time.Since(t0)
+				}
+				if i%2 == 0 {
+					r = eng.search(work[i], depth)
+					runSvc()
+				} else {
+					runSvc()
+					r = eng.search(work[i], depth)
+				}
 				if err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
+					errs <- err
 					return
 				}
-				t.each[i] = d
+				mu.Lock()
+				raw, svc = append(raw, r), append(svc, s)
+				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	t.wall = time.Since(start)
-	return t, firstErr
+	close(errs)
+	return raw, svc, <-errs
 }
 
-// runRaw drives Stockfish directly over UCI: one process per worker, ucinewgame between
-// positions (as the service's pool does), timing position + go until bestmove.
-func runRaw(binary string, depth, conc int, work []string) (timing, error) {
-	return runParallel(conc, work, func(int) (func(string) (time.Duration, error), func(), error) {
-		cmd := exec.Command(binary)
-		in, _ := cmd.StdinPipe()
-		outPipe, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			return nil, nil, err
-		}
-		out := bufio.NewScanner(outPipe)
-		until := func(prefix string) {
-			for out.Scan() {
-				if strings.HasPrefix(out.Text(), prefix) {
-					return
-				}
-			}
-		}
-		fmt.Fprintln(in, "uci")
-		until("uciok")
-		fmt.Fprintln(in, "isready")
-		until("readyok")
-		do := func(fen string) (time.Duration, error) {
-			fmt.Fprintln(in, "ucinewgame")
-			fmt.Fprintln(in, "isready")
-			until("readyok")
-			start := time.Now()
-			fmt.Fprintf(in, "position fen %s\ngo depth %d\n", fen, depth)
-			until("bestmove")
-			return time.Since(start), nil
-		}
-		return do, func() { fmt.Fprintln(in, "quit"); cmd.Wait() }, nil //nolint:errcheck // exiting
-	})
+// rawEngine is Stockfish driven directly over UCI, as a client without our service
+// would: ucinewgame between positions (untimed, as the service's pool resets between
+// requests), then position + go until bestmove, timed.
+type rawEngine struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
 }
 
-func (b *bench) runService(depth, conc int, work []string) (timing, error) {
-	b.svc.DisableCache()
-	return runParallel(conc, work, func(int) (func(string) (time.Duration, error), func(), error) {
-		return func(fen string) (time.Duration, error) {
-			start := time.Now()
-			err := b.post("/eval", fmt.Sprintf(`{"fen":%q,"depth":%d,"engine":%q,"path":"native"}`, fen, depth, b.engineID), b.key, nil)
-			return time.Since(start), err
-		}, func() {}, nil
-	})
+func startRaw(binary string) (*rawEngine, error) {
+	cmd := exec.Command(binary)
+	in, _ := cmd.StdinPipe()
+	outPipe, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	e := &rawEngine{cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
+	fmt.Fprintln(in, "uci")
+	e.until("uciok")
+	return e, nil
+}
+
+func (e *rawEngine) until(prefix string) {
+	for e.out.Scan() {
+		if strings.HasPrefix(e.out.Text(), prefix) {
+			return
+		}
+	}
+}
+
+func (e *rawEngine) search(fen string, depth int) time.Duration {
+	fmt.Fprintln(e.in, "ucinewgame")
+	fmt.Fprintln(e.in, "isready")
+	e.until("readyok")
+	start := time.Now()
+	fmt.Fprintf(e.in, "position fen %s\ngo depth %d\n", fen, depth)
+	e.until("bestmove")
+	return time.Since(start)
+}
+
+func (e *rawEngine) close() {
+	fmt.Fprintln(e.in, "quit")
+	e.cmd.Wait() //nolint:errcheck // exiting
+}
+
+func sum(d []time.Duration) time.Duration {
+	var t time.Duration
+	for _, v := range d {
+		t += v
+	}
+	return t
 }
 
 // cached measures throughput of cache hits: the positions are evaluated once, then
