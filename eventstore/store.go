@@ -94,6 +94,7 @@ var Topics = map[string]string{
 	"key":     "accounts",
 	"email":   "accounts",
 	"ledger":  "ledger",
+	"job":     "jobs",
 }
 
 // TopicDefault is the topic of stream types Topics does not name.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/engine"
+	"chessd/engine/executor"
 	"chessd/eventstore"
 	"chessd/httpapi"
 	"chessd/ledger"
@@ -72,10 +74,14 @@ type env struct {
 type envOption func(*envConfig)
 
 type envConfig struct {
+	workers       int
 	noProjections bool
 	rateLimits    bool
 	pool          *pgxpool.Pool
 }
+
+// withWorkers runs n job executors (default 1).
+func withWorkers(n int) envOption { return func(c *envConfig) { c.workers = n } }
 
 // withRateLimits turns the rate limiter on (off by default so tests can call freely).
 func withRateLimits() envOption { return func(c *envConfig) { c.rateLimits = true } }
@@ -88,7 +94,7 @@ func withoutProjections() envOption { return func(c *envConfig) { c.noProjection
 
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
-	var cfg envConfig
+	cfg := envConfig{workers: 1}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -114,9 +120,21 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		done := make(chan error, 1)
 		ready := make(chan struct{})
 		go func() {
-			done <- projections.NewRunner(pool, logger, projections.Accounts{}, projections.Ledger{}).Run(ctx, ready)
+			done <- projections.NewRunner(pool, logger, projections.Accounts{}, projections.Ledger{}, projections.Jobs{}).Run(ctx, ready)
 		}()
-		<-ready
+		select {
+		case <-ready:
+		case err := <-done:
+			t.Fatalf("projections did not start: %v", err)
+		}
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	for i := range cfg.workers {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		x := executor.New(executor.Config{Worker: fmt.Sprintf("test-worker-%d", i), MaxJobs: 2, Lease: 3 * time.Second, Scan: 200 * time.Millisecond},
+			pool, commands.New(store, testPepper), svc, logger)
+		go func() { done <- x.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
 	srv := httptest.NewServer(api)

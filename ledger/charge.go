@@ -228,7 +228,7 @@ func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error
 			default:
 				return fmt.Errorf("charge: unexpected outcome %q", outcomes[i])
 			}
-			e, err := c.event(p.charge, now, day)
+			e, err := chargeEvent(p.charge, now, day)
 			if err != nil {
 				return err
 			}
@@ -267,7 +267,7 @@ func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error
 	return results, nil
 }
 
-func (c *Charger) event(ch Charge, now time.Time, day string) (*UnitsCharged, error) {
+func chargeEvent(ch Charge, now time.Time, day string) (*UnitsCharged, error) {
 	k := ch.Key
 	t, err := ChargeTransaction(k.AccountID(), k.Env().String(), k.ID(), ch.Units, ch.USD)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"chessd/engine"
+	"chessd/engine/executor"
 )
 
 // config is everything the binary reads from its environment (README.md lists it).
@@ -27,6 +28,7 @@ type config struct {
 	Engines     engine.Config
 	// NoRateLimits turns rate limiting off (CHESSD_RATE_LIMITS=off), for load tests.
 	NoRateLimits bool
+	Executor     executor.Config
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -62,6 +64,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if v := getenv("CHESSD_ENGINE_POOL_SIZE"); v != "" {
 		if c.Engines.PoolSize, err = strconv.Atoi(v); err != nil || c.Engines.PoolSize < 1 || c.Engines.PoolSize > 64 {
 			return c, fmt.Errorf("CHESSD_ENGINE_POOL_SIZE must be from 1 to 64, got %q", v)
+		}
+	}
+	c.Executor.Worker = getenv("CHESSD_WORKER_NAME")
+	if v := getenv("CHESSD_WORKER_JOBS"); v != "" {
+		if c.Executor.MaxJobs, err = strconv.Atoi(v); err != nil || c.Executor.MaxJobs < 1 {
+			return c, fmt.Errorf("CHESSD_WORKER_JOBS must be a positive number, got %q", v)
 		}
 	}
 	switch v := getenv("CHESSD_RATE_LIMITS"); v {

@@ -105,5 +105,5 @@ func rebuild(ctx context.Context, db *database, out io.Writer) error {
 }
 
 func allProjections() []projections.Projection {
-	return []projections.Projection{projections.Accounts{}, projections.Ledger{}}
+	return []projections.Projection{projections.Accounts{}, projections.Ledger{}, projections.Jobs{}}
 }

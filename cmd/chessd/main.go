@@ -1,6 +1,7 @@
 // Command chessd is the chess-engine service.
 //
 //	chessd [serve]   run the HTTP API under /v1 (default)
+//	chessd worker    run only the job executor
 //	chessd migrate   apply the database migrations and exit
 //	chessd verify    walk the event log's hash chain; exit 1 at the first tampered event
 //	chessd rebuild   drop the read models and rebuild them from the events
@@ -38,6 +39,7 @@ func main() {
 
 const usage = `usage: chessd [command]
   serve     run the HTTP API under /v1 (default)
+  worker    run only the job executor (several workers may share one database)
   migrate   apply the database migrations
   verify    walk the event log's hash chain; exit 1 at the first tampered event
   rebuild   drop the read models and rebuild them from the events
@@ -63,6 +65,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	switch cmd {
 	case "serve":
 		return serve(ctx, cfg, logger)
+	case "worker":
+		return work(ctx, cfg, logger)
 	case "migrate":
 		return withDatabase(ctx, cfg, logger, func(db *database) error { return nil })
 	case "verify":

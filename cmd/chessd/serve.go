@@ -11,6 +11,7 @@ import (
 	"chessd/analysis"
 	"chessd/commands"
 	"chessd/engine"
+	"chessd/engine/executor"
 	"chessd/eventstore"
 	"chessd/httpapi"
 	"chessd/ledger"
@@ -34,13 +35,15 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	defer catalog.Close()
 	store := eventstore.NewStore(db.pool, logger)
+	cmds := commands.New(store, pepper)
+	svc := analysis.NewService(catalog, db.pool, logger)
 	// The charger outlives request handling: handlers wait on it while shutting down.
 	chargerCtx, stopCharger := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCharger()
 	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL, NoRateLimits: cfg.NoRateLimits}, httpapi.Deps{
-		Pool: db.pool, Commands: commands.New(store, pepper),
+		Pool: db.pool, Commands: cmds,
 		Auth:     projections.NewAuthenticator(db.pool, pepper),
-		Analysis: analysis.NewService(catalog, db.pool, logger),
+		Analysis: svc,
 		Charger:  ledger.NewCharger(chargerCtx, store, logger),
 		Logger:   logger,
 	})
@@ -48,6 +51,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go expireIdempotency(ctx, db, logger)
+	execDone := make(chan error, 1)
+	go func() { execDone <- executor.New(cfg.Executor, db.pool, cmds, svc, logger).Run(ctx) }()
 	runner := projections.NewRunner(db.pool, logger, allProjections()...)
 	runnerDone := make(chan error, 1)
 	go func() { runnerDone <- runner.Run(ctx, nil) }()
@@ -84,6 +89,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if !runnerStopped {
 		<-runnerDone
 	}
+	<-execDone
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
@@ -105,4 +111,27 @@ func expireIdempotency(ctx context.Context, db *database, logger *slog.Logger) {
 			}
 		}
 	}
+}
+
+// work runs only the job executor: `chessd worker`, for machines that analyse jobs
+// beside (or instead of) the API servers, against the same database.
+func work(ctx context.Context, cfg config, logger *slog.Logger) error {
+	db, err := openDatabase(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer db.close(logger)
+	pepper, err := cfg.pepper(logger)
+	if err != nil {
+		return err
+	}
+	cfg.Engines.Logger = logger
+	catalog, err := engine.Open(ctx, cfg.Engines)
+	if err != nil {
+		return err
+	}
+	defer catalog.Close()
+	svc := analysis.NewService(catalog, db.pool, logger)
+	logger.Info("worker running", "worker", cfg.Executor.Worker)
+	return executor.New(cfg.Executor, db.pool, commands.New(eventstore.NewStore(db.pool, logger), pepper), svc, logger).Run(ctx)
 }

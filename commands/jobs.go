@@ -1,0 +1,267 @@
+package commands
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/shopspring/decimal"
+
+	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/ledger"
+)
+
+// TopicJobCommands is the command bus topic the executors consume.
+const TopicJobCommands = "job_commands"
+
+// SubmitJobCommand is what goes on the command bus for each accepted job. Its handler
+// name (the executors' consumer group) is part of the schema: never rename it.
+type SubmitJobCommand struct {
+	JobID string `json:"job_id"`
+}
+
+// LoadJob folds a job's stream.
+func LoadJob(ctx context.Context, q eventstore.Querier, jobID string) (*domain.Job, error) {
+	evs, err := loadStream(ctx, q, domain.JobStream(jobID))
+	if err != nil {
+		return nil, err
+	}
+	return domain.RehydrateJob(evs), nil
+}
+
+// SubmitJob accepts a job: it reserves the job's whole price on the key's budget
+// (402 raise_budget when it does not fit), appends JobSubmitted and sends SubmitJob on
+// the command bus, all in one transaction.
+func (h *Handler) SubmitJob(ctx context.Context, actor Actor, s domain.JobSubmitted) (*domain.Job, error) {
+	s.JobID, s.AccountID, s.KeyID, s.Env = NewID("job"), actor.Key.AccountID(), actor.Key.ID(), actor.Key.Env().String()
+	s.SubmittedAt = h.now()
+	e, err := domain.NewJob(s)
+	if err != nil {
+		return nil, err
+	}
+	_, err = h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		if err := ledger.Hold(ctx, tx, actor.Key.ID(), e.HoldUnits, e.HoldUSD); err != nil {
+			if errors.Is(err, ledger.ErrBudget) {
+				return domain.Errorf(domain.CodeBudget, "the job's price (%d units, $%s) does not fit the key's remaining budget (%v); raise it with PATCH /v1/keys/%s",
+					e.HoldUnits, e.HoldUSD.StringFixed(6), err, actor.Key.ID())
+			}
+			return err
+		}
+		if err := tx.Append(ctx, domain.JobStream(e.JobID), domain.StreamJob, 0, actor.meta(), event(e)); err != nil {
+			return err
+		}
+		return publishCommand(ctx, tx, SubmitJobCommand{JobID: e.JobID}, actor.RequestID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return domain.RehydrateJob([]domain.Event{e}), nil
+}
+
+// publishCommand puts a command on the Watermill command bus inside tx: it is
+// delivered exactly when the transaction commits.
+func publishCommand(ctx context.Context, tx *eventstore.Tx, cmd SubmitJobCommand, requestID string) error {
+	body, err := json.Marshal(cmd)
+	if err != nil {
+		return err
+	}
+	pub, err := wmsql.NewPublisher(wmsql.TxFromPgx(tx.Tx), wmsql.PublisherConfig{SchemaAdapter: eventstore.BusSchema}, nil)
+	if err != nil {
+		return err
+	}
+	msg := message.NewMessage(watermill.NewUUID(), body)
+	msg.Metadata.Set("name", "SubmitJob")
+	msg.Metadata.Set("request_id", requestID)
+	msg.SetContext(ctx)
+	return pub.Publish(TopicJobCommands, msg)
+}
+
+// CancelJob cancels one of the actor's jobs: positions analysed so far stay charged,
+// the rest of the hold is released, and the executor stops at its next check.
+func (h *Handler) CancelJob(ctx context.Context, actor Actor, jobID string) (*domain.Job, error) {
+	var out *domain.Job
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		j, err := LoadJob(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		if !j.Exists() || j.AccountID() != actor.Key.AccountID() {
+			return domain.Errorf(domain.CodeNotFound, "no job %q on this account", jobID)
+		}
+		e, err := j.Cancel(h.now())
+		if err != nil {
+			return err
+		}
+		if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, j.Version(), actor.meta(), event(e)); err != nil {
+			return err
+		}
+		units, usd := j.RemainingHold()
+		if err := ledger.Release(ctx, tx, j.KeyID(), units, usd); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM job_leases WHERE job_id = $1`, jobID); err != nil {
+			return err
+		}
+		j.Apply(e)
+		out = j
+		return nil
+	})
+	return out, err
+}
+
+// ErrNotClaimable says another worker has the job, or it is finished.
+var ErrNotClaimable = errors.New("job not claimable")
+
+// ClaimJob gives a job to worker: a queued job starts, a running job whose lease ran
+// out is resumed. The lease lasts until renewed by RecordPosition or RenewLease.
+func (h *Handler) ClaimJob(ctx context.Context, jobID, worker string, lease time.Duration) (*domain.Job, error) {
+	var out *domain.Job
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		j, err := LoadJob(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		var e domain.Event
+		switch j.State() {
+		case domain.StateQueued:
+			e, err = j.Start(worker, h.now())
+		case domain.StateRunning:
+			// only when its lease ran out: the row lock serialises two claimers
+			tag, lerr := tx.Exec(ctx, `UPDATE job_leases SET worker = $2, lease_until = now() + $3::interval
+				WHERE job_id = $1 AND lease_until < now()`, jobID, worker, lease.String())
+			if lerr != nil {
+				return lerr
+			}
+			if tag.RowsAffected() == 0 {
+				return ErrNotClaimable
+			}
+			e, err = j.Resume(worker, h.now())
+		default:
+			return ErrNotClaimable
+		}
+		if err != nil {
+			return err
+		}
+		if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, j.Version(),
+			eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: "SubmitJob"}, event(e)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO job_leases (job_id, worker, lease_until) VALUES ($1, $2, now() + $3::interval)
+			ON CONFLICT (job_id) DO UPDATE SET worker = excluded.worker, lease_until = excluded.lease_until`, jobID, worker, lease.String()); err != nil {
+			return err
+		}
+		j.Apply(e)
+		out = j
+		return nil
+	})
+	return out, err
+}
+
+// RenewLease extends worker's lease on a job; ErrNotClaimable when it lost it.
+func (h *Handler) RenewLease(ctx context.Context, jobID, worker string, lease time.Duration) error {
+	tag, err := h.store.Pool().Exec(ctx, `UPDATE job_leases SET lease_until = now() + $3::interval WHERE job_id = $1 AND worker = $2`,
+		jobID, worker, lease.String())
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotClaimable
+	}
+	return nil
+}
+
+// Position is one analysed position of a job, as the executor reports it.
+type Position struct {
+	Index     int
+	Result    json.RawMessage
+	Cached    bool
+	Units     int64
+	USD       decimal.Decimal
+	Allowance int64
+	Params    ledger.Params
+	Engine    string
+	Path      string
+}
+
+// RecordPosition appends a position's result and charges it against the job's hold,
+// in one transaction guarded by the job's version: a position is recorded and charged
+// once, and never after the job was cancelled. It returns the job as it now stands.
+func (h *Handler) RecordPosition(ctx context.Context, key *domain.Key, jobID, worker string, p Position, lease time.Duration) (*domain.Job, error) {
+	var out *domain.Job
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		j, err := LoadJob(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		if j.State() != domain.StateRunning || j.Worker() != worker {
+			return ErrNotClaimable
+		}
+		charge := ledger.Charge{RequestID: "job:" + jobID, Key: key, Allowance: p.Allowance, Endpoint: domain.Endpoint(j.Kind()),
+			Params: p.Params, Engine: p.Engine, Path: p.Path, Cached: p.Cached, Units: p.Units, USD: p.USD}
+		uc, err := ledger.ChargeHeld(ctx, tx, charge, h.now())
+		if err != nil {
+			return err
+		}
+		e, err := j.Analysed(domain.JobPositionAnalysed{Index: p.Index, Result: p.Result, Cached: p.Cached,
+			Units: p.Units, USD: p.USD, ChargeID: uc.ChargeID, At: h.now()})
+		if err != nil {
+			return err
+		}
+		if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, j.Version(),
+			eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: uc.ChargeID}, event(e)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE job_leases SET lease_until = now() + $3::interval WHERE job_id = $1 AND worker = $2`,
+			jobID, worker, lease.String()); err != nil {
+			return err
+		}
+		j.Apply(e)
+		out = j
+		return nil
+	})
+	return out, err
+}
+
+// FinishJob ends a running job: succeeded when every position is analysed, else failed
+// with problem. What is left of the hold is released.
+func (h *Handler) FinishJob(ctx context.Context, jobID, worker string, problem *domain.Error) (*domain.Job, error) {
+	var out *domain.Job
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		j, err := LoadJob(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		if j.State() != domain.StateRunning || j.Worker() != worker {
+			return ErrNotClaimable
+		}
+		var e domain.Event
+		if problem == nil {
+			e, err = j.Succeed(h.now())
+		} else {
+			e, err = j.Fail(problem.Code, problem.Message, h.now())
+		}
+		if err != nil {
+			return err
+		}
+		if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, j.Version(),
+			eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID()}, event(e)); err != nil {
+			return err
+		}
+		units, usd := j.RemainingHold()
+		if err := ledger.Release(ctx, tx, j.KeyID(), units, usd); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM job_leases WHERE job_id = $1`, jobID); err != nil {
+			return err
+		}
+		j.Apply(e)
+		out = j
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,314 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/domain/position"
+	"chessd/engine"
+	"chessd/projections"
+)
+
+// Job bounds (service-spec.md, Limits).
+const (
+	JobMaxDepth   = 14
+	JobMaxMultiPV = 3
+)
+
+type batchRequest struct {
+	FENs     *[]string `json:"fens"`
+	Depth    *int      `json:"depth"`
+	MultiPV  *int      `json:"multipv"`
+	Engine   *string   `json:"engine"`
+	Path     *string   `json:"path"`
+	Chess960 bool      `json:"chess960"`
+}
+
+type analyzeRequest struct {
+	PGN      *string `json:"pgn"`
+	FEN      *string `json:"fen"`
+	Depth    *int    `json:"depth"`
+	MultiPV  *int    `json:"multipv"`
+	Engine   *string `json:"engine"`
+	Path     *string `json:"path"`
+	Chess960 bool    `json:"chess960"`
+}
+
+// jobSpec validates the settings every job shares, against the job bounds, the engine
+// catalog and the account's plan.
+func (s *Server) jobSpec(r *http.Request, p *domain.Problems, depth, multipv *int, eng, path *string, chess960 bool) domain.JobSpec {
+	spec := domain.JobSpec{Depth: JobMaxDepth, MultiPV: 1, Chess960: chess960}
+	if depth != nil {
+		if *depth < 1 || *depth > JobMaxDepth {
+			p.Add("depth", fmt.Sprintf("must be from 1 to %d", JobMaxDepth))
+		}
+		spec.Depth = *depth
+	}
+	if multipv != nil {
+		if *multipv < 1 || *multipv > JobMaxMultiPV {
+			p.Add("multipv", fmt.Sprintf("must be from 1 to %d", JobMaxMultiPV))
+		}
+		spec.MultiPV = *multipv
+	}
+	version, enginePath := engine.Latest, engine.PathAuto
+	if eng != nil {
+		version = *eng
+	}
+	if path != nil {
+		enginePath = engine.Path(*path)
+	}
+	id, resolved, err := s.analysis.Catalog().Resolve(version, enginePath)
+	if err != nil {
+		p.Add("engine", fmt.Sprintf("no engine %q with path %q (see GET /v1/engines)", version, enginePath))
+	}
+	spec.Engine, spec.Path = id, string(resolved)
+	return spec
+}
+
+func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
+	var req batchRequest
+	if err := decode(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var p domain.Problems
+	spec := s.jobSpec(r, &p, req.Depth, req.MultiPV, req.Engine, req.Path, req.Chess960)
+	var positions []domain.JobPosition
+	switch {
+	case req.FENs == nil:
+		p.Add("fens", "is required: 1 to 50 FENs")
+	case len(*req.FENs) == 0 || len(*req.FENs) > domain.MaxJobPositions:
+		p.Add("fens", fmt.Sprintf("must hold 1 to %d FENs, not %d", domain.MaxJobPositions, len(*req.FENs)))
+	default:
+		for i, fen := range *req.FENs {
+			pos, err := position.Parse(fen, req.Chess960)
+			if err != nil {
+				p.Add(fmt.Sprintf("fens[%d]", i), reason(err))
+				continue
+			}
+			positions = append(positions, domain.JobPosition{Index: i, FEN: pos.FEN()})
+		}
+	}
+	if err := p.Err(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.submit(w, r, "batch", spec, positions)
+}
+
+func (s *Server) analyze(w http.ResponseWriter, r *http.Request) {
+	var req analyzeRequest
+	if err := decode(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var p domain.Problems
+	spec := s.jobSpec(r, &p, req.Depth, req.MultiPV, req.Engine, req.Path, req.Chess960)
+	var positions []domain.JobPosition
+	switch {
+	case req.PGN != nil && req.FEN != nil:
+		p.Add("pgn", "give pgn or fen, not both")
+	case req.PGN == nil && req.FEN == nil:
+		p.Add("pgn", "give pgn (a game) or fen (one position)")
+	case req.FEN != nil:
+		pos, err := position.Parse(*req.FEN, req.Chess960)
+		if err != nil {
+			p.Add("fen", reason(err))
+		} else {
+			positions = []domain.JobPosition{{Index: 0, FEN: pos.FEN()}}
+		}
+	default:
+		game, err := position.ParsePGN(*req.PGN, req.Chess960, domain.MaxJobPositions)
+		if err != nil {
+			p.Add("pgn", reason(err))
+			break
+		}
+		if len(game.Plies) == 0 {
+			p.Add("pgn", "the game has no moves to analyse")
+			break
+		}
+		spec.Chess960 = spec.Chess960 || game.Start.Chess960()
+		for i, ply := range game.Plies {
+			positions = append(positions, domain.JobPosition{Index: i, FEN: ply.FEN, Ply: ply.Number, Move: ply.Move.UCI, MoveSAN: ply.Move.SAN})
+		}
+	}
+	if err := p.Err(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.submit(w, r, "analyze", spec, positions)
+}
+
+func reason(err error) string {
+	var pe *position.Error
+	if errors.As(err, &pe) {
+		return pe.Reason
+	}
+	return err.Error()
+}
+
+// submit prices the job with the shared pricing function, checks the plan, and hands
+// it to SubmitJob (which holds its whole price on the key's budget).
+func (s *Server) submit(w http.ResponseWriter, r *http.Request, kind string, spec domain.JobSpec, positions []domain.JobPosition) {
+	key, acct := principal(r.Context()), account(r.Context())
+	plan := acct.Plan()
+	if err := plan.Limits().CheckCaps(plan, spec.Depth, spec.MultiPV, 0); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	price, err := domain.Quote(domain.Call{Endpoint: domain.Endpoint(kind), Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: len(positions)})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	job, err := s.commands.SubmitJob(r.Context(), s.actor(r), domain.JobSubmitted{
+		Kind: kind, Spec: spec, Positions: positions, HoldUnits: price.Units, HoldUSD: price.USD,
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.logger.InfoContext(r.Context(), "job submitted", "job_id", job.ID(), "key_id", key.ID(), "positions", len(positions))
+	w.Header().Set("Location", s.baseURL+"/jobs/"+job.ID())
+	writeJSON(w, http.StatusAccepted, jobAnswer(s, job))
+}
+
+type jobJSON struct {
+	projections.JobRecord
+	Links map[string]string `json:"links"`
+}
+
+func jobAnswer(s *Server, j *domain.Job) jobJSON {
+	base := s.baseURL + "/jobs/" + j.ID()
+	return jobJSON{JobRecord: projections.RecordOf(j), Links: map[string]string{
+		"self": base, "result": base + "/result", "events": base + "/events"}}
+}
+
+// ownJob loads one of the caller's jobs from its events (always current); another
+// account's job is 404, like an unknown one.
+func (s *Server) ownJob(r *http.Request) (*domain.Job, error) {
+	id := pathVar(r, "id")
+	j, err := commands.LoadJob(r.Context(), s.pool, id)
+	if err != nil {
+		return nil, err
+	}
+	if !j.Exists() || j.AccountID() != principal(r.Context()).AccountID() {
+		return nil, domain.Errorf(domain.CodeNotFound, "no job %q on this account", id)
+	}
+	return j, nil
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
+	j, err := s.ownJob(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, jobAnswer(s, j))
+}
+
+func (s *Server) jobResult(w http.ResponseWriter, r *http.Request) {
+	j, err := s.ownJob(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]projections.PositionResult, len(j.Positions()))
+	for i := range out {
+		out[i] = projections.PositionOf(j, i)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"job_id": j.ID(), "kind": j.Kind(), "state": j.State().String(), "complete": j.State() == domain.StateSucceeded,
+		"positions_done": j.Done(), "positions_total": len(out), "positions": out,
+	})
+}
+
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
+	j, err := s.commands.CancelJob(r.Context(), s.actor(r), pathVar(r, "id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, jobAnswer(s, j))
+}
+
+// jobEvents streams the job event stream as Server-Sent Events: every event has an id,
+// so a client reconnecting with Last-Event-ID resumes exactly after what it saw; the
+// stream ends after `end`.
+func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
+	j, err := s.ownJob(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	last := 0
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		if last, err = strconv.Atoi(v); err != nil || last < 0 {
+			s.writeError(w, r, domain.Invalid("Last-Event-ID", "must be an event id from this stream"))
+			return
+		}
+	}
+	rc := http.NewResponseController(w)
+	rc.SetWriteDeadline(time.Time{}) //nolint:errcheck // a stream outlives the server's write timeout
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, "retry: 1000\n\n")
+	rc.Flush() //nolint:errcheck // checked on the next write
+	ctx := r.Context()
+	keepAlive := time.NewTicker(15 * time.Second)
+	defer keepAlive.Stop()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		ended, err := s.sendJobEvents(ctx, w, j.ID(), &last)
+		if err != nil {
+			return // the client went away, or the database failed mid-stream
+		}
+		rc.Flush() //nolint:errcheck // a failed flush shows as a failed write next time
+		if ended {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-keepAlive.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+		case <-poll.C:
+		}
+	}
+}
+
+func (s *Server) sendJobEvents(ctx context.Context, w http.ResponseWriter, jobID string, last *int) (ended bool, err error) {
+	rows, err := s.pool.Query(ctx, `SELECT seq, kind, data FROM job_stream WHERE job_id = $1 AND seq > $2 ORDER BY seq`, jobID, *last)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int
+		var kind string
+		var data json.RawMessage
+		if err := rows.Scan(&seq, &kind, &data); err != nil {
+			return false, err
+		}
+		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", seq, kind, data); err != nil {
+			return false, err
+		}
+		*last = seq
+		if kind == "end" {
+			ended = true
+		}
+	}
+	return ended, rows.Err()
+}
