@@ -136,7 +136,12 @@ func (s *Server) analyze(w http.ResponseWriter, r *http.Request) {
 		}
 		spec.Chess960 = spec.Chess960 || game.Start.Chess960()
 		for i, ply := range game.Plies {
-			positions = append(positions, domain.JobPosition{Index: i, FEN: ply.FEN, Ply: ply.Number, Move: ply.Move.UCI, MoveSAN: ply.Move.SAN})
+			// the game's own ply number: 1 is White's first move, whatever the start position
+			number := 2*(ply.MoveNumber-1) + 1
+			if ply.Color == position.Black {
+				number++
+			}
+			positions = append(positions, domain.JobPosition{Index: i, FEN: ply.FEN, Ply: number, Move: ply.Move.UCI, MoveSAN: ply.Move.SAN})
 		}
 	}
 	if err := p.Err(); err != nil {

@@ -1,0 +1,404 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"chessd/engine"
+)
+
+// jobFENs returns n legal positions, ten distinct ones repeated: the start position after each of a few
+// opening sequences, and some endgames.
+func jobFENs(n int) []string {
+	base := []string{
+		"rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
+		"rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1",
+		"rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2",
+		"rnbqkbnr/pppp1ppp/8/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R b KQkq - 1 2",
+		"r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3",
+		"r1bqkbnr/pppp1ppp/2n5/1B2p3/4P3/5N2/PPPP1PPP/RNBQK2R b KQkq - 3 3",
+		"rnbqkb1r/pppppppp/5n2/8/3P4/8/PPP1PPPP/RNBQKBNR w KQkq - 1 2",
+		"rnbqkb1r/pppppppp/5n2/8/2PP4/8/PP2PPPP/RNBQKBNR b KQkq - 0 2",
+		"8/8/8/4k3/8/8/4P3/4K3 w - - 0 1",
+		"8/5k2/8/8/8/8/5PK1/8 w - - 0 1",
+	}
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		f := strings.Fields(base[i%len(base)])
+		// vary the move counter: another FEN text, the same position (cache hits)
+		f[5] = fmt.Sprint(i/len(base) + 1)
+		out = append(out, strings.Join(f, " "))
+	}
+	return out
+}
+
+func (e *env) waitJob(key, id string, done func(map[string]any) bool) map[string]any {
+	e.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		r := e.do("GET", "/v1/jobs/"+id, key, nil)
+		if r.Status != 200 {
+			e.t.Fatalf("get job: %d %s", r.Status, r.Raw)
+		}
+		if done(r.Body) {
+			return r.Body
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("job never got there: %s", r.Raw)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func finished(b map[string]any) bool {
+	s := b["state"]
+	return s == "succeeded" || s == "failed" || s == "cancelled"
+}
+
+func TestBatchOf50InOrder(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("batch@example.com")
+	fens := jobFENs(50)
+	r := e.do("POST", "/v1/batch", key, map[string]any{"fens": fens, "depth": 6, "multipv": 2})
+	if r.Status != 202 || r.Body["state"] != "queued" || r.Body["positions_total"] != float64(50) || !strings.HasPrefix(r.Header.Get("Location"), "http://chessd.test/v1/jobs/job_") {
+		t.Fatalf("submit: %d %s", r.Status, r.Raw)
+	}
+	id := r.Body["job_id"].(string)
+	job := e.waitJob(key, id, finished)
+	if job["state"] != "succeeded" || job["positions_done"] != float64(50) {
+		t.Fatalf("job: %v", job)
+	}
+	res := e.do("GET", "/v1/jobs/"+id+"/result", key, nil)
+	positions := res.Body["positions"].([]any)
+	if len(positions) != 50 || res.Body["complete"] != true {
+		t.Fatalf("result: %s", res.Raw)
+	}
+	var units float64
+	for i, p := range positions {
+		p := p.(map[string]any)
+		if p["index"] != float64(i) || p["status"] != "done" || p["bestmove"] == nil || p["bestmove_san"] == nil ||
+			len(p["pvs"].([]any)) != 2 || p["depth"].(float64) < 6 || p["nodes"] == nil || p["eval"] == nil {
+			t.Fatalf("position %d: %v", i, p)
+		}
+		if !strings.HasPrefix(fens[i], strings.Join(strings.Fields(p["fen"].(string))[:4], " ")) {
+			t.Fatalf("position %d is %s, input was %s", i, p["fen"], fens[i])
+		}
+		units += p["cost_units"].(float64)
+	}
+	// 10 distinct positions: the 40 repeats come from the eval cache at the cached price
+	if job["cost_units"] != units || units != 10*15+40*2 {
+		t.Fatalf("cost %v, positions sum to %v, want %d", job["cost_units"], units, 10*15+40*2)
+	}
+	e.checkJobBooks(t, key, id)
+}
+
+// checkJobBooks checks that the hold, the per-position charges and the release add up
+// exactly to what the job, /usage and the ledger say.
+func (e *env) checkJobBooks(t *testing.T, key, id string) {
+	t.Helper()
+	e.caughtUp()
+	job := e.do("GET", "/v1/jobs/"+id, key, nil).Body
+	ctx := context.Background()
+	var held, spent int64
+	var charges int
+	var charged int64
+	if err := e.pool.QueryRow(ctx, `SELECT held_units, spent_units FROM key_balances WHERE key_id = (SELECT key_id FROM jobs WHERE job_id = $1)`, id).Scan(&held, &spent); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0) FROM charges WHERE params->>'job_id' = $1`, id).Scan(&charges, &charged); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Fatalf("%d units still held after the job ended", held)
+	}
+	if float64(charges) != job["positions_done"] || float64(charged) != job["cost_units"] {
+		t.Fatalf("ledger: %d charges for %d units; job: %v positions for %v units", charges, charged, job["positions_done"], job["cost_units"])
+	}
+	// /usage for the job's endpoint equals what the account's jobs of that kind cost
+	var jobsCost float64
+	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(cost_units), 0) FROM jobs
+		WHERE account_id = (SELECT account_id FROM jobs WHERE job_id = $1) AND kind = $2`, id, job["kind"]).Scan(&jobsCost); err != nil {
+		t.Fatal(err)
+	}
+	usage := e.do("GET", "/v1/usage?group_by=endpoint", key, nil)
+	for _, g := range usage.Body["groups"].([]any) {
+		g := g.(map[string]any)
+		if g["endpoint"] == job["kind"] && g["units"] != jobsCost {
+			t.Fatalf("usage for %v: %v units, the jobs cost %v", job["kind"], g["units"], jobsCost)
+		}
+	}
+}
+
+func TestAnalyzePGN(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("pgn@example.com")
+	pgn := `[Event "Casual"]
+[SetUp "1"]
+[FEN "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"]
+
+3. Bb5 {the Ruy Lopez} a6 (3... Nf6 4. O-O) 4. Ba4 $1 Nf6 5. O-O!? Be7 *`
+	r := e.do("POST", "/v1/analyze", key, map[string]any{"pgn": pgn, "depth": 5})
+	if r.Status != 202 || r.Body["kind"] != "analyze" || r.Body["positions_total"] != float64(6) {
+		t.Fatalf("submit: %d %s", r.Status, r.Raw)
+	}
+	id := r.Body["job_id"].(string)
+	if job := e.waitJob(key, id, finished); job["state"] != "succeeded" {
+		t.Fatalf("job %v", job)
+	}
+	res := e.do("GET", "/v1/jobs/"+id+"/result", key, nil)
+	want := []struct {
+		ply       float64
+		move, san string
+	}{{5, "f1b5", "Bb5"}, {6, "a7a6", "a6"}, {7, "b5a4", "Ba4"}, {8, "g8f6", "Nf6"}, {9, "e1g1", "O-O"}, {10, "f8e7", "Be7"}}
+	for i, p := range res.Body["positions"].([]any) {
+		p := p.(map[string]any)
+		if p["ply"] != want[i].ply || p["move"] != want[i].move || p["move_san"] != want[i].san || p["bestmove_san"] == nil {
+			t.Fatalf("position %d: %v, want %+v", i, p, want[i])
+		}
+	}
+	t.Run("one fen", func(t *testing.T) {
+		r := e.do("POST", "/v1/analyze", key, map[string]any{"fen": startFEN, "depth": 4})
+		if r.Status != 202 || r.Body["positions_total"] != float64(1) {
+			t.Fatalf("%d %s", r.Status, r.Raw)
+		}
+	})
+}
+
+func TestBadJobsAreRefusedAndCostNothing(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("badjobs@example.com")
+	fens := jobFENs(3)
+	cases := map[string]struct {
+		path  string
+		body  any
+		field string
+	}{
+		"no fens":         {"/v1/batch", map[string]any{"depth": 5}, "fens"},
+		"empty fens":      {"/v1/batch", map[string]any{"fens": []string{}}, "fens"},
+		"51 fens":         {"/v1/batch", map[string]any{"fens": jobFENs(51)}, "fens"},
+		"one bad fen":     {"/v1/batch", map[string]any{"fens": []string{fens[0], fens[1], "4k3/8/8/8/8/8/4R3/4K3 w - - 0 1"}}, "fens[2]"},
+		"depth 15":        {"/v1/batch", map[string]any{"fens": fens, "depth": 15}, "depth"},
+		"depth 0":         {"/v1/batch", map[string]any{"fens": fens, "depth": 0}, "depth"},
+		"multipv 4":       {"/v1/batch", map[string]any{"fens": fens, "multipv": 4}, "multipv"},
+		"unknown field":   {"/v1/batch", map[string]any{"fens": fens, "priority": "high"}, "priority"},
+		"both pgn, fen":   {"/v1/analyze", map[string]any{"pgn": "1. e4 e5", "fen": startFEN}, "pgn"},
+		"neither":         {"/v1/analyze", map[string]any{"depth": 5}, "pgn"},
+		"illegal move":    {"/v1/analyze", map[string]any{"pgn": "1. e4 e5 2. Nf3 Nc6 3. Bb5 Ke6"}, "pgn"},
+		"no moves":        {"/v1/analyze", map[string]any{"pgn": "*"}, "pgn"},
+		"bad analyze fen": {"/v1/analyze", map[string]any{"fen": "nonsense"}, "fen"},
+		"unknown engine":  {"/v1/batch", map[string]any{"fens": fens, "engine": "sf-99"}, "engine"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := e.do("POST", tc.path, key, tc.body)
+			wantProblem(t, r, 400, "fix_request")
+			if !strings.Contains(r.Raw, `"field":"`+tc.field+`"`) {
+				t.Fatalf("errors do not name %s: %s", tc.field, r.Raw)
+			}
+			if name == "illegal move" && !strings.Contains(r.Raw, "ply 6") {
+				t.Fatalf("the illegal move's ply is not named: %s", r.Raw)
+			}
+		})
+	}
+	ctx := context.Background()
+	var jobEvents, held int64
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_type = 'job'`).Scan(&jobEvents); err != nil || jobEvents != 0 {
+		t.Fatalf("%d job events after refused submissions (%v)", jobEvents, err)
+	}
+	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(held_units + spent_units), 0) FROM key_balances`).Scan(&held); err != nil || held != 0 {
+		t.Fatalf("refused submissions held or spent %d units (%v)", held, err)
+	}
+	var commands int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM watermill_job_commands`).Scan(&commands); err != nil || commands != 0 {
+		t.Fatalf("%d commands queued (%v)", commands, err)
+	}
+
+	t.Run("budget too small for the whole job", func(t *testing.T) {
+		small, _ := e.createKey(key, map[string]any{"budget_units": 20})
+		wantProblem(t, e.do("POST", "/v1/batch", small, map[string]any{"fens": fens, "depth": 10}), 402, "raise_budget")
+	})
+	t.Run("another account's job is 404", func(t *testing.T) {
+		r := e.do("POST", "/v1/batch", key, map[string]any{"fens": fens[:1], "depth": 3})
+		other := e.signupPro("other-jobs@example.com")
+		id := r.Body["job_id"].(string)
+		for _, p := range []string{"", "/result", "/events"} {
+			wantProblem(t, e.do("GET", "/v1/jobs/"+id+p, other, nil), 404, "fix_request")
+		}
+		wantProblem(t, e.do("DELETE", "/v1/jobs/"+id, other, nil), 404, "fix_request")
+	})
+}
+
+func TestCancelMidJob(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("cancel@example.com")
+	fens := []string{
+		"r1bq1rk1/ppp2ppp/2np1n2/2b1p3/2B1P3/2NP1N2/PPP2PPP/R1BQ1RK1 w - - 0 7",
+		"r2q1rk1/pp2bppp/2n1pn2/3p4/3P4/2NBPN2/PP3PPP/R2QK2R w KQ - 0 10",
+		"2rq1rk1/pb1nbppp/1p2pn2/2pp4/3P4/1P2PNP1/PBPNQPBP/R4RK1 w - - 0 11",
+		"r4rk1/1pp1qppp/p1np1n2/2b1p1B1/2B1P1b1/P1NP1N2/1PP1QPPP/R4RK1 w - - 0 10",
+		"rnbq1rk1/ppp1ppbp/3p1np1/8/2PPP3/2N2N2/PP2BPPP/R1BQK2R b KQ - 3 6",
+		"rnbqkb1r/pp3ppp/4pn2/2pp4/3P4/2P1PN2/PP3PPP/RNBQKB1R w KQkq - 0 5",
+	}
+	r := e.do("POST", "/v1/batch", key, map[string]any{"fens": fens, "depth": 14, "multipv": 3})
+	id := r.Body["job_id"].(string)
+	e.waitJob(key, id, func(b map[string]any) bool { return b["positions_done"].(float64) >= 1 || finished(b) })
+	c := e.do("DELETE", "/v1/jobs/"+id, key, nil)
+	if c.Status != 200 || c.Body["state"] != "cancelled" {
+		t.Fatalf("cancel: %d %s", c.Status, c.Raw)
+	}
+	doneAtCancel := c.Body["positions_done"].(float64)
+	if doneAtCancel >= float64(len(fens)) {
+		t.Fatalf("the job finished before the cancel: make it longer")
+	}
+	pool, err := e.svc.Catalog().Pool(context.Background(), "sf-17.1", engine.PathNative)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the engine to stop", func() bool { s := pool.Stats(); return s.Idle == s.Size })
+	time.Sleep(300 * time.Millisecond) // a position finishing now would show below
+	job := e.do("GET", "/v1/jobs/"+id, key, nil).Body
+	if job["state"] != "cancelled" || job["positions_done"] != doneAtCancel {
+		t.Fatalf("after cancel: %v (done %v at cancel)", job, doneAtCancel)
+	}
+	wantProblem(t, e.do("DELETE", "/v1/jobs/"+id, key, nil), 409, "fix_request")
+	res := e.do("GET", "/v1/jobs/"+id+"/result", key, nil)
+	pending := 0
+	for _, p := range res.Body["positions"].([]any) {
+		if p.(map[string]any)["status"] == "pending" {
+			pending++
+		}
+	}
+	if float64(pending) != float64(len(fens))-doneAtCancel {
+		t.Fatalf("%d pending positions, want %v", pending, float64(len(fens))-doneAtCancel)
+	}
+	e.checkJobBooks(t, key, id)
+}
+
+// readSSE reads events until the stream ends, or until stopAfter events when > 0.
+func readSSE(t *testing.T, e *env, key, id, lastID string, stopAfter int) (ids, kinds []string, ended bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/v1/jobs/"+id+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	res, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("events: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var id_, kind string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			id_ = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "event: "):
+			kind = strings.TrimPrefix(line, "event: ")
+		case line == "" && id_ != "":
+			ids, kinds = append(ids, id_), append(kinds, kind)
+			if kind == "end" {
+				return ids, kinds, true
+			}
+			id_ = ""
+			if stopAfter > 0 && len(ids) == stopAfter {
+				return ids, kinds, false
+			}
+		}
+	}
+	return ids, kinds, false
+}
+
+func TestJobEventsWithReconnect(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("sse@example.com")
+	r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(8), "depth": 8})
+	id := r.Body["job_id"].(string)
+	first, firstKinds, ended := readSSE(t, e, key, id, "", 3)
+	if ended || len(first) != 3 || firstKinds[0] != "state" {
+		t.Fatalf("first connection: %v %v", first, firstKinds)
+	}
+	rest, restKinds, ended := readSSE(t, e, key, id, first[len(first)-1], 0)
+	if !ended {
+		t.Fatalf("the stream did not end: %v", restKinds)
+	}
+	all := append(first, rest...)
+	kinds := append(firstKinds, restKinds...)
+	for i, got := range all {
+		if got != fmt.Sprint(i+1) {
+			t.Fatalf("event ids %v: missed or repeated", all)
+		}
+	}
+	count := map[string]int{}
+	for _, k := range kinds {
+		count[k]++
+	}
+	// submitted, started, 8 × (position, progress), succeeded, end
+	if count["position"] != 8 || count["progress"] != 8 || count["state"] != 3 || count["end"] != 1 {
+		t.Fatalf("kinds %v", count)
+	}
+	// after the end, a new client gets the whole history and the end
+	again, _, ended := readSSE(t, e, key, id, "", 0)
+	if !ended || len(again) != len(all) {
+		t.Fatalf("late client got %d events (ended %v), want %d", len(again), ended, len(all))
+	}
+}
+
+func TestTwoWorkersNeverRunTheSameJob(t *testing.T) {
+	e := newEnv(t, withWorkers(2))
+	key := e.signupPro("workers@example.com")
+	var ids []string
+	for i := range 6 {
+		r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(5 + i), "depth": 5 + i%3})
+		if r.Status != 202 {
+			t.Fatal(r.Raw)
+		}
+		ids = append(ids, r.Body["job_id"].(string))
+	}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if job := e.waitJob(key, id, finished); job["state"] != "succeeded" {
+				t.Errorf("job %s: %v", id, job)
+			}
+		}()
+	}
+	wg.Wait()
+	ctx := context.Background()
+	rows, err := e.pool.Query(ctx, `SELECT stream_id, event_type, count(*), count(DISTINCT payload->>'index')
+		FROM events WHERE stream_type = 'job' AND event_type IN ('JobStarted', 'JobPositionAnalysed') GROUP BY 1, 2`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var stream, typ string
+		var n, distinct int
+		if err := rows.Scan(&stream, &typ, &n, &distinct); err != nil {
+			t.Fatal(err)
+		}
+		if typ == "JobStarted" && n != 1 {
+			t.Fatalf("%s started %d times", stream, n)
+		}
+		if typ == "JobPositionAnalysed" && n != distinct {
+			t.Fatalf("%s analysed %d positions, %d distinct", stream, n, distinct)
+		}
+	}
+	for _, id := range ids {
+		e.checkJobBooks(t, key, id)
+	}
+}
