@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -215,5 +216,93 @@ func TestCrashMidLoadChargesExactlyOnce(t *testing.T) {
 	}
 	if out, err := runCLI(t, dbURL, "verify"); err != nil {
 		t.Fatalf("chain after the crash: %v %s", err, out)
+	}
+}
+
+// A job running when the server is killed (SIGKILL) is taken up again after restart:
+// positions already analysed are neither analysed nor charged again, and it finishes.
+func TestJobSurvivesSIGKILL(t *testing.T) {
+	bin := buildBinary(t)
+	dbURL := pgtest.URL(t)
+	port := freePort(t)
+	srv := startServer(t, bin, dbURL, port)
+	ctx := context.Background()
+	pool := pgtest.NewDBAt(t, dbURL)
+	h := commands.New(eventstore.NewStore(pool, nil), []byte("crash-test-pepper-0123456789"))
+	su, err := h.Signup(ctx, domain.Signup{Email: "job-crash@example.com"}, "req")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ChangePlan(ctx, su.AccountID, domain.PlanPro, "crash test"); err != nil {
+		t.Fatal(err)
+	}
+	pgn := "1. e4 c5 2. Nf3 d6 3. d4 cxd4 4. Nxd4 Nf6 5. Nc3 a6 6. Be3 e5 7. Nb3 Be6 8. f3 Be7 9. Qd2 O-O " +
+		"10. O-O-O Nbd7 11. g4 b5 12. g5 b4 13. Ne2 Ne8 14. f4 a5 15. f5 a4 *"
+	body := fmt.Sprintf(`{"pgn":%q,"depth":13,"multipv":2}`, pgn)
+	req, _ := http.NewRequest("POST", srv.base+"/analyze", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+su.Secret)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job struct {
+		ID    string `json:"job_id"`
+		Total int    `json:"positions_total"`
+	}
+	json.NewDecoder(res.Body).Decode(&job) //nolint:errcheck // checked below
+	res.Body.Close()
+	if res.StatusCode != 202 || job.Total != 30 {
+		t.Fatalf("submit: %d %+v", res.StatusCode, job)
+	}
+	analysed := func() int {
+		var n int
+		pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'JobPositionAnalysed'`, "job-"+job.ID).Scan(&n) //nolint:errcheck // polled
+		return n
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for analysed() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the job did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	srv.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck // the point of the test
+	srv.cmd.Wait()                          //nolint:errcheck // killed
+	before := analysed()
+	if before >= 30 {
+		t.Fatal("the job finished before the kill: make it longer")
+	}
+	startServer(t, bin, dbURL, port)
+	deadline = time.Now().Add(120 * time.Second)
+	for {
+		var last string
+		pool.QueryRow(ctx, `SELECT event_type FROM events WHERE stream_id = $1 ORDER BY version DESC LIMIT 1`, "job-"+job.ID).Scan(&last) //nolint:errcheck // polled
+		if last == "JobSucceeded" {
+			break
+		}
+		if last == "JobFailed" || time.Now().After(deadline) {
+			t.Fatalf("the job did not finish after the restart (last event %s, %d analysed)", last, analysed())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var n, distinct, resumed, charges int
+	var held, spent, charged int64
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT payload->>'index') FROM events
+		WHERE stream_id = $1 AND event_type = 'JobPositionAnalysed'`, "job-"+job.ID).Scan(&n, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'JobResumed'`, "job-"+job.ID).Scan(&resumed); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum((payload->>'units')::bigint), 0) FROM events
+		WHERE stream_id = $1 AND payload->'params'->>'job_id' = $2`, "ledger-"+su.KeyID, job.ID).Scan(&charges, &charged); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT held_units, spent_units FROM key_balances WHERE key_id = $1`, su.KeyID).Scan(&held, &spent); err != nil {
+		t.Fatal(err)
+	}
+	if n != 30 || distinct != 30 || resumed < 1 || charges != 30 || held != 0 || spent != charged {
+		t.Fatalf("analysed %d (%d distinct, %d before the kill), resumed %d, charges %d, held %d, spent %d of %d charged",
+			n, distinct, before, resumed, charges, held, spent, charged)
 	}
 }
