@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -71,6 +72,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 		if c.Executor.MaxJobs, err = strconv.Atoi(v); err != nil || c.Executor.MaxJobs < 1 {
 			return c, fmt.Errorf("CHESSD_WORKER_JOBS must be a positive number, got %q", v)
 		}
+	}
+	// a job alone may use every engine process of the pool
+	c.Executor.Parallel = c.Engines.PoolSize
+	if c.Executor.Parallel == 0 {
+		c.Executor.Parallel = runtime.NumCPU()
 	}
 	switch v := getenv("CHESSD_RATE_LIMITS"); v {
 	case "", "on":

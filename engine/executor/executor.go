@@ -40,6 +40,9 @@ type Config struct {
 	// Scan is how often queued jobs nobody took and jobs whose worker stopped are
 	// looked for; default 1 s.
 	Scan time.Duration
+	// Parallel is how many positions of one job run at once; default 2 (set it to the
+	// engine pool's size).
+	Parallel int
 }
 
 // Executor runs jobs.
@@ -69,6 +72,9 @@ func New(cfg Config, pool *pgxpool.Pool, cmds *commands.Handler, svc *analysis.S
 	}
 	if cfg.Scan <= 0 {
 		cfg.Scan = time.Second
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 2
 	}
 	return &Executor{cfg: cfg, pool: pool, cmds: cmds, analysis: svc, logger: logger.With("worker", cfg.Worker), running: map[string]bool{}}
 }
@@ -190,53 +196,89 @@ func (x *Executor) run(ctx context.Context, job *domain.Job) {
 		return
 	}
 	spec := job.Spec()
+	// Positions run Parallel at a time (the pool's size, by default): a job alone uses
+	// every engine process, while single evals, at interactive priority, still go
+	// first whenever a process frees up. Results are recorded as they finish; the
+	// result lists them in input order.
+	todo := make(chan domain.JobPosition)
+	var failOnce sync.Once
+	failJob := func(err error) {
+		failOnce.Do(func() {
+			if ctx.Err() == nil {
+				x.fail(ctx, job.ID(), err, log)
+			}
+			cancel()
+		})
+	}
+	var wg sync.WaitGroup
+	var record sync.Mutex // analyses run in parallel; recording them takes turns (one job stream)
+	for range x.cfg.Parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range todo {
+				if err := x.position(ctx, &record, key, acct, job, spec, p); err != nil {
+					switch {
+					case ctx.Err() != nil, errors.Is(err, commands.ErrNotClaimable):
+						cancel() // cancelled, lost the lease, or shutting down
+					default:
+						failJob(err)
+					}
+				}
+			}
+		}()
+	}
+feed:
 	for _, p := range job.Positions() {
 		if job.Result(p.Index) != nil {
 			continue // analysed before a restart: never again
 		}
-		res, err := x.analyse(ctx, spec, p)
-		if err != nil {
-			if ctx.Err() != nil {
-				return // cancelled, lost the lease, or shutting down
-			}
-			x.fail(ctx, job.ID(), err, log)
-			return
+		select {
+		case todo <- p:
+		case <-ctx.Done():
+			break feed
 		}
-		price, err := domain.Quote(domain.Call{Endpoint: domain.Endpoint(job.Kind()), Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: 1})
-		if err != nil {
-			x.fail(ctx, job.ID(), err, log)
-			return
-		}
-		units := price.PerPosition
-		if res.Cached || res.Terminal != "" {
-			units = price.CachedUnits
-		}
-		body, err := json.Marshal(res)
-		if err != nil {
-			x.fail(ctx, job.ID(), err, log)
-			return
-		}
-		job, err = x.cmds.RecordPosition(ctx, key, job.ID(), x.cfg.Worker, commands.Position{
-			Index: p.Index, Result: body, Cached: res.Cached || res.Terminal != "", Units: units, USD: domain.USD(units),
-			Allowance: acct.Plan().Limits().UnitsPerDay, Engine: res.Engine, Path: res.Path,
-			Params: ledger.Params{Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: 1, FEN: p.FEN, JobID: job.ID()},
-		}, x.cfg.Lease)
-		switch {
-		case errors.Is(err, ledger.ErrAllowance):
-			plan := acct.Plan()
-			x.fail(ctx, job.ID(), domain.Errorf(domain.CodeUpgrade,
-				"the %s plan's daily allowance of %d units ran out during the job", plan, plan.Limits().UnitsPerDay), log)
-			return
-		case err != nil:
-			if !errors.Is(err, commands.ErrNotClaimable) && ctx.Err() == nil {
-				log.Error("record position", "index", p.Index, "err", err)
-			}
-			return
-		}
+	}
+	close(todo)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
 	}
 	if _, err := x.cmds.FinishJob(context.WithoutCancel(ctx), job.ID(), x.cfg.Worker, nil); err != nil && !errors.Is(err, commands.ErrNotClaimable) {
 		log.Error("finish job", "err", err)
 	}
+}
+
+// position analyses, records and charges one position.
+func (x *Executor) position(ctx context.Context, record *sync.Mutex, key *domain.Key, acct *domain.Account, job *domain.Job, spec domain.JobSpec, p domain.JobPosition) error {
+	res, err := x.analyse(ctx, spec, p)
+	if err != nil {
+		return err
+	}
+	price, err := domain.Quote(domain.Call{Endpoint: domain.Endpoint(job.Kind()), Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: 1})
+	if err != nil {
+		return err
+	}
+	units := price.PerPosition
+	if res.Cached || res.Terminal != "" {
+		units = price.CachedUnits
+	}
+	body, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	record.Lock()
+	defer record.Unlock()
+	_, err = x.cmds.RecordPosition(ctx, key, job.ID(), x.cfg.Worker, commands.Position{
+		Index: p.Index, Result: body, Cached: res.Cached || res.Terminal != "", Units: units, USD: domain.USD(units),
+		Allowance: acct.Plan().Limits().UnitsPerDay, Engine: res.Engine, Path: res.Path,
+		Params: ledger.Params{Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: 1, FEN: p.FEN, JobID: job.ID()},
+	}, x.cfg.Lease)
+	if errors.Is(err, ledger.ErrAllowance) {
+		plan := acct.Plan()
+		return domain.Errorf(domain.CodeUpgrade, "the %s plan's daily allowance of %d units ran out during the job", plan, plan.Limits().UnitsPerDay)
+	}
+	return err
 }
 
 // analyse runs one position, retrying while the engines are saturated or restarting.
