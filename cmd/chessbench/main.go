@@ -54,6 +54,14 @@ var positions = []string{
 }
 
 func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "chessbench:", err)
+		os.Exit(1)
+	}
+}
+
+// run does the work, so that the cluster and engines are stopped on every return.
+func run() error {
 	depths := flag.String("depths", "10,14,18", "depths to compare")
 	rounds := flag.Int("rounds", 3, "passes over the positions per depth (deep ones: 1)")
 	cachedFor := flag.Duration("cached", 5*time.Second, "duration of the cached-throughput run")
@@ -69,11 +77,12 @@ func main() {
 	// as a server run with LOG_LEVEL=warn: no access log line per request
 	logger := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	b, err := start(ctx, logger)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chessbench:", err)
-		os.Exit(1)
+	if b != nil {
+		defer b.close()
 	}
-	defer b.close()
+	if err != nil {
+		return err
+	}
 
 	fmt.Printf("## Raw Stockfish vs POST /eval (cache off)\n\n")
 	fmt.Printf("Engine: %s native (%s), 1 thread, 16 MB hash, %d positions; the service runs 2 processes.\n", b.engineID, b.binary, len(positions))
@@ -92,8 +101,7 @@ func main() {
 		for _, conc := range []int{1, 2} {
 			raw, svc, err := b.paired(depth, conc, repeat(positions, n))
 			if err != nil {
-				fmt.Fprintln(os.Stderr, "paired:", err)
-				os.Exit(1)
+				return fmt.Errorf("paired: %w", err)
 			}
 			fmt.Printf("| %d | %d | %d | %.2f | %.2f | %.3f | %.1f | %.1f | %+.2f |\n", depth, conc, len(raw),
 				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(),
@@ -102,8 +110,7 @@ func main() {
 	}
 
 	if err := b.jobs(); err != nil {
-		fmt.Fprintln(os.Stderr, "jobs:", err)
-		os.Exit(1)
+		return fmt.Errorf("jobs: %w", err)
 	}
 
 	fmt.Printf("\n## Cached POST /eval throughput, each call charged in the ledger\n\n")
@@ -119,13 +126,13 @@ func main() {
 		stopLag := b.watchLag()
 		l, err := b.cached(clients, *cachedFor)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "cached:", err)
-			os.Exit(1)
+			return fmt.Errorf("cached: %w", err)
 		}
 		lagMax, lagMean, catchUp := stopLag()
 		fmt.Printf("| %d | %s | %d | %d | **%.0f** | %s | %s | %d | %d | %.0f | %s |\n", clients, *cachedFor, l.requests, l.non2, l.rate,
 			l.p50, l.p99, b.chargeCount()-before-int64(len(positions)), lagMax, lagMean, catchUp.Round(time.Millisecond))
 	}
+	return nil
 }
 
 type bench struct {
@@ -150,24 +157,24 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	b := &bench{dir: dir}
 	b.cluster, err = postgres.NewCluster(filepath.Join(dir, "pg"), 5433, logger)
 	if err != nil {
-		return nil, err
+		return b, err
 	}
 	if _, err := b.cluster.Start(ctx); err != nil {
-		return nil, err
+		return b, err
 	}
 	if err := postgres.CreateDatabase(ctx, b.cluster.URL("postgres"), "bench"); err != nil {
-		return nil, err
+		return b, err
 	}
 	pool, err := postgres.Open(ctx, b.cluster.URL("bench"), 40)
 	if err != nil {
-		return nil, err
+		return b, err
 	}
 	if err := postgres.Migrate(ctx, pool, logger); err != nil {
-		return nil, err
+		return b, err
 	}
 	b.catalog, err = engine.Open(ctx, engine.Config{PoolSize: 2, Logger: logger})
 	if err != nil {
-		return nil, err
+		return b, err
 	}
 	b.engineID = b.catalog.Default()
 	b.binary = filepath.Join(engine.DefaultDir(), b.engineID, "stockfish")
@@ -184,7 +191,7 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	go x.Run(ctx) //nolint:errcheck // ends with the process
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return b, err
 	}
 	b.url = "http://" + ln.Addr().String() + "/v1"
 	b.srv = &http.Server{Handler: api}
@@ -195,21 +202,27 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 		AccountID string `json:"account_id"`
 	}
 	if err := b.post("/signup", `{"email":"bench@example.com"}`, "", &su); err != nil {
-		return nil, err
+		return b, err
 	}
 	b.key = su.APIKey
 	// the pro plan's allowance covers the whole run
 	if err := commands.New(store, pepper).ChangePlan(ctx, su.AccountID, domain.PlanPro, "benchmark"); err != nil {
-		return nil, err
+		return b, err
 	}
 	b.pool = pool
 	return b, nil
 }
 
 func (b *bench) close() {
-	b.srv.Close()
-	b.catalog.Close()
-	b.cluster.Stop(context.Background()) //nolint:errcheck // best effort
+	if b.srv != nil {
+		b.srv.Close()
+	}
+	if b.catalog != nil {
+		b.catalog.Close()
+	}
+	if b.cluster != nil {
+		b.cluster.Stop(context.Background()) //nolint:errcheck // best effort
+	}
 	os.RemoveAll(b.dir)
 }
 
