@@ -100,11 +100,7 @@ func (h *Handler) CancelJob(ctx context.Context, actor Actor, jobID string) (*do
 		if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, j.Version(), actor.meta(), event(e)); err != nil {
 			return err
 		}
-		units, usd := j.RemainingHold()
-		if err := ledger.Release(ctx, tx, j.KeyID(), units, usd); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM job_leases WHERE job_id = $1`, jobID); err != nil {
+		if err := closeJob(ctx, tx, j); err != nil {
 			return err
 		}
 		j.Apply(e)
@@ -112,6 +108,17 @@ func (h *Handler) CancelJob(ctx context.Context, actor Actor, jobID string) (*do
 		return nil
 	})
 	return out, err
+}
+
+// closeJob does what every end of a job does: release what is left of its hold and
+// drop its lease.
+func closeJob(ctx context.Context, tx *eventstore.Tx, j *domain.Job) error {
+	units, usd := j.RemainingHold()
+	if err := ledger.Release(ctx, tx, j.KeyID(), units, usd); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `DELETE FROM job_leases WHERE job_id = $1`, j.ID())
+	return err
 }
 
 // ErrNotClaimable says another worker has the job, or it is finished.
@@ -252,11 +259,7 @@ func (h *Handler) FinishJob(ctx context.Context, jobID, worker string, problem *
 			eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID()}, event(e)); err != nil {
 			return err
 		}
-		units, usd := j.RemainingHold()
-		if err := ledger.Release(ctx, tx, j.KeyID(), units, usd); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM job_leases WHERE job_id = $1`, jobID); err != nil {
+		if err := closeJob(ctx, tx, j); err != nil {
 			return err
 		}
 		j.Apply(e)

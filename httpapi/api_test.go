@@ -138,13 +138,16 @@ func TestLegalMovesAndValidate(t *testing.T) {
 	})
 }
 
-// FuzzRequestBodies sends arbitrary bodies to every JSON endpoint of the skeleton: no
-// input may produce a 500 or a panic, and every error must be problem+json.
+// FuzzRequestBodies sends arbitrary bodies to every JSON endpoint: no input may produce
+// a 500 or a panic, and every error must be problem+json.
 func FuzzRequestBodies(f *testing.F) {
 	for _, s := range []string{
 		`{"fen":"` + startFEN + `"}`, `{"fen":"8/8/8/8/8/8/8/K6k w - - 0 1","chess960":true}`,
 		`{"email":"a@b.co"}`, `{"label":"x","scopes":["eval"],"budget_usd":"1.5"}`, `{"budget_units":null}`,
 		`{"grace_seconds":10}`, `[]`, `null`, `{"fen":"\u0000"}`, `{"budget_usd":1e400}`, `{"scopes":[1]}`,
+		`{"fen":"8/8/8/8/8/8/8/K6k w - - 0 1","depth":3,"multipv":2,"options":{"show_wdl":true}}`,
+		`{"fens":["8/8/8/8/8/8/8/K6k w - - 0 1"],"depth":2}`, `{"pgn":"1. e4 e5 2. Nf3 {c} (2. f4) Nc6 $1 *","depth":2}`,
+		`{"pgn":"[FEN \"bad\"]\n1. e4"}`, `{"plan":"pro"}`, `{"fen":"` + startFEN + `","depth":1e9}`,
 	} {
 		f.Add(s)
 	}
@@ -154,6 +157,8 @@ func FuzzRequestBodies(f *testing.F) {
 		for _, ep := range []struct{ method, path string }{
 			{"POST", "/v1/validate"}, {"POST", "/v1/legal-moves"}, {"POST", "/v1/keys"},
 			{"PATCH", "/v1/keys/" + keyID}, {"POST", "/v1/keys/key_x/rotate"}, {"POST", "/v1/signup"},
+			{"POST", "/v1/eval"}, {"POST", "/v1/bestmove"}, {"POST", "/v1/batch"}, {"POST", "/v1/analyze"},
+			{"POST", "/v1/billing/checkout"},
 		} {
 			req := httptest.NewRequest(ep.method, ep.path, strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+key)

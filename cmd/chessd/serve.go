@@ -18,25 +18,52 @@ import (
 	"chessd/projections"
 )
 
-func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
+// core is what both serve and worker run on: the database, the engines, the command
+// handler and the analysis service.
+type core struct {
+	db      *database
+	pepper  []byte
+	catalog *engine.Catalog
+	store   *eventstore.Store
+	cmds    *commands.Handler
+	svc     *analysis.Service
+}
+
+func openCore(ctx context.Context, cfg config, logger *slog.Logger) (*core, error) {
 	db, err := openDatabase(ctx, cfg, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer db.close(logger)
-	pepper, err := cfg.pepper(logger)
-	if err != nil {
-		return err
+	c := &core{db: db}
+	if c.pepper, err = cfg.pepper(logger); err != nil {
+		c.close(logger)
+		return nil, err
 	}
 	cfg.Engines.Logger = logger
-	catalog, err := engine.Open(ctx, cfg.Engines)
+	if c.catalog, err = engine.Open(ctx, cfg.Engines); err != nil {
+		c.close(logger)
+		return nil, err
+	}
+	c.store = eventstore.NewStore(db.pool, logger)
+	c.cmds = commands.New(c.store, c.pepper)
+	c.svc = analysis.NewService(c.catalog, db.pool, logger)
+	return c, nil
+}
+
+func (c *core) close(logger *slog.Logger) {
+	if c.catalog != nil {
+		c.catalog.Close()
+	}
+	c.db.close(logger)
+}
+
+func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
+	c, err := openCore(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
-	defer catalog.Close()
-	store := eventstore.NewStore(db.pool, logger)
-	cmds := commands.New(store, pepper)
-	svc := analysis.NewService(catalog, db.pool, logger)
+	defer c.close(logger)
+	db, store, cmds, svc, pepper := c.db, c.store, c.cmds, c.svc, c.pepper
 	// The charger outlives request handling: handlers wait on it while shutting down.
 	chargerCtx, stopCharger := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCharger()
@@ -116,22 +143,11 @@ func expireIdempotency(ctx context.Context, db *database, logger *slog.Logger) {
 // work runs only the job executor: `chessd worker`, for machines that analyse jobs
 // beside (or instead of) the API servers, against the same database.
 func work(ctx context.Context, cfg config, logger *slog.Logger) error {
-	db, err := openDatabase(ctx, cfg, logger)
+	c, err := openCore(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
-	defer db.close(logger)
-	pepper, err := cfg.pepper(logger)
-	if err != nil {
-		return err
-	}
-	cfg.Engines.Logger = logger
-	catalog, err := engine.Open(ctx, cfg.Engines)
-	if err != nil {
-		return err
-	}
-	defer catalog.Close()
-	svc := analysis.NewService(catalog, db.pool, logger)
+	defer c.close(logger)
 	logger.Info("worker running", "worker", cfg.Executor.Worker)
-	return executor.New(cfg.Executor, db.pool, commands.New(eventstore.NewStore(db.pool, logger), pepper), svc, logger).Run(ctx)
+	return executor.New(cfg.Executor, c.db.pool, c.cmds, c.svc, logger).Run(ctx)
 }
