@@ -102,18 +102,19 @@ type balance struct {
 	spentUSD, heldUSD     decimal.Decimal
 	budgetUnits           *int64
 	budgetUSD             *decimal.Decimal
+	lastUsedAt            *time.Time
 }
 
 func (s *Server) keySpend(r *http.Request, accountID string) (map[string]balance, error) {
-	rows, err := s.pool.Query(r.Context(), `SELECT key_id, env, spent_units, held_units, spent_usd, held_usd, budget_units, budget_usd
-		FROM key_balances WHERE account_id = $1 ORDER BY key_id`, accountID)
+	rows, err := s.pool.Query(r.Context(), `SELECT key_id, env, spent_units, held_units, spent_usd, held_usd, budget_units, budget_usd,
+			last_used_at FROM key_balances WHERE account_id = $1 ORDER BY key_id`, accountID)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]balance{}
 	for rows.Next() {
 		var b balance
-		if err := rows.Scan(&b.keyID, &b.env, &b.spentUnits, &b.heldUnits, &b.spentUSD, &b.heldUSD, &b.budgetUnits, &b.budgetUSD); err != nil {
+		if err := rows.Scan(&b.keyID, &b.env, &b.spentUnits, &b.heldUnits, &b.spentUSD, &b.heldUSD, &b.budgetUnits, &b.budgetUSD, &b.lastUsedAt); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -179,7 +180,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 	for _, k := range rows {
 		rec := toRecord(k)
 		if b, ok := spend[k.KeyID]; ok {
-			rec.SpentUnits, rec.SpentUSD = b.spentUnits, usd(b.spentUSD)
+			rec.SpentUnits, rec.SpentUSD, rec.LastUsedAt = b.spentUnits, usd(b.spentUSD), b.lastUsedAt
 		}
 		out = append(out, rec)
 	}

@@ -25,7 +25,7 @@ func (e *env) withIdem(path, key, idem, body string) response {
 	return e.send(req)
 }
 
-// caughtUp waits until every projection has applied every event.
+// caughtUp waits until the ledger and jobs projections have applied every event.
 func (e *env) caughtUp() {
 	e.t.Helper()
 	ctx := context.Background()
@@ -41,7 +41,13 @@ func (e *env) caughtUp() {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if behind == 0 && head >= 0 {
+		var jobsBehind int
+		err = e.pool.QueryRow(ctx, `SELECT count(*) FROM streams s LEFT JOIN jobs j ON s.stream_id = 'job-' || j.job_id
+			WHERE s.stream_type = 'job' AND (j.version IS NULL OR j.version <> s.version)`).Scan(&jobsBehind)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if behind == 0 && jobsBehind == 0 && head >= 0 {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -112,6 +118,11 @@ func TestBudgetHoldsUnderConcurrency(t *testing.T) {
 			}
 			if count[200] != 10 || count[402] != 40 {
 				t.Fatalf("statuses %v, want 10×200 and 40×402", count)
+			}
+			for _, k := range e.do("GET", "/v1/keys", owner, nil).Body["keys"].([]any) {
+				if k := k.(map[string]any); k["key_id"] == keyID && (k["last_used_at"] == nil || k["spent_units"] != float64(10)) {
+					t.Fatalf("key record after its calls: %v", k)
+				}
 			}
 			events, rows, spent := e.charged(keyID)
 			if events != 10 || rows != 10 || spent != 10 {
