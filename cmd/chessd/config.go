@@ -30,6 +30,7 @@ type config struct {
 	// NoRateLimits turns rate limiting off (CHESSD_RATE_LIMITS=off), for load tests.
 	NoRateLimits bool
 	Executor     executor.Config
+	NoExecutor   bool
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -69,9 +70,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	c.Executor.Worker = getenv("CHESSD_WORKER_NAME")
 	if v := getenv("CHESSD_WORKER_JOBS"); v != "" {
-		if c.Executor.MaxJobs, err = strconv.Atoi(v); err != nil || c.Executor.MaxJobs < 1 {
-			return c, fmt.Errorf("CHESSD_WORKER_JOBS must be a positive number, got %q", v)
+		if c.Executor.MaxJobs, err = strconv.Atoi(v); err != nil || c.Executor.MaxJobs < 0 {
+			return c, fmt.Errorf("CHESSD_WORKER_JOBS must be 0 or more, got %q", v)
 		}
+		c.NoExecutor = c.Executor.MaxJobs == 0 // serve without analysing jobs: workers do
 	}
 	// a job alone may use every engine process of the pool
 	c.Executor.Parallel = c.Engines.PoolSize

@@ -49,12 +49,13 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func startServer(t *testing.T, bin, dbURL string, port int) *server {
+func startServer(t *testing.T, bin, dbURL string, port int, env ...string) *server {
 	t.Helper()
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, fmt.Sprintf("PORT=%d", port), "LOG_LEVEL=error",
 		"CHESSD_KEY_PEPPER=crash-test-pepper-0123456789", "CHESSD_RATE_LIMITS=off", "CHESSD_ENGINE_POOL_SIZE=1",
 		"CHESSD_DATA_DIR="+t.TempDir())
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -304,5 +305,62 @@ func TestJobSurvivesSIGKILL(t *testing.T) {
 	if n != 30 || distinct != 30 || resumed < 1 || charges != 30 || held != 0 || spent != charged {
 		t.Fatalf("analysed %d (%d distinct, %d before the kill), resumed %d, charges %d, held %d, spent %d of %d charged",
 			n, distinct, before, resumed, charges, held, spent, charged)
+	}
+}
+
+// An API server that analyses no jobs, and a separate `chessd worker` process on the
+// same database that does.
+func TestWorkerProcessRunsJobs(t *testing.T) {
+	bin := buildBinary(t)
+	dbURL := pgtest.URL(t)
+	srv := startServer(t, bin, dbURL, freePort(t), "CHESSD_WORKER_JOBS=0")
+	ctx := context.Background()
+	pool := pgtest.NewDBAt(t, dbURL)
+	h := commands.New(eventstore.NewStore(pool, nil), []byte("crash-test-pepper-0123456789"))
+	su, err := h.Signup(ctx, domain.Signup{Email: "worker@example.com"}, "req")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", srv.base+"/analyze", strings.NewReader(`{"pgn":"1. e4 e5 2. Nf3 Nc6 *","depth":6}`))
+	req.Header.Set("Authorization", "Bearer "+su.Secret)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job struct {
+		ID string `json:"job_id"`
+	}
+	json.NewDecoder(res.Body).Decode(&job) //nolint:errcheck // checked below
+	res.Body.Close()
+	if res.StatusCode != 202 {
+		t.Fatalf("submit: %d", res.StatusCode)
+	}
+	last := func() string {
+		var e string
+		pool.QueryRow(ctx, `SELECT event_type FROM events WHERE stream_id = $1 ORDER BY version DESC LIMIT 1`, "job-"+job.ID).Scan(&e) //nolint:errcheck // polled
+		return e
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if e := last(); e != "JobSubmitted" {
+		t.Fatalf("the API server ran the job itself (last event %s)", e)
+	}
+	w := exec.Command(bin, "worker")
+	w.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "LOG_LEVEL=error", "CHESSD_KEY_PEPPER=crash-test-pepper-0123456789",
+		"CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_WORKER_NAME=worker-process", "CHESSD_DATA_DIR="+t.TempDir())
+	w.Stderr = os.Stderr
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Process.Signal(syscall.SIGTERM); w.Wait() }) //nolint:errcheck // stopping
+	deadline := time.Now().Add(60 * time.Second)
+	for last() != "JobSucceeded" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker did not finish the job (last event %s)", last())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var worker string
+	if err := pool.QueryRow(ctx, `SELECT payload->>'worker' FROM events WHERE stream_id = $1 AND event_type = 'JobStarted'`, "job-"+job.ID).Scan(&worker); err != nil || worker != "worker-process" {
+		t.Fatalf("started by %q (%v)", worker, err)
 	}
 }

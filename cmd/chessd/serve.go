@@ -79,7 +79,11 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	defer cancel()
 	go expireIdempotency(ctx, db, logger)
 	execDone := make(chan error, 1)
-	go func() { execDone <- executor.New(cfg.Executor, db.pool, cmds, svc, logger).Run(ctx) }()
+	if cfg.NoExecutor {
+		execDone <- nil
+	} else {
+		go func() { execDone <- executor.New(cfg.Executor, db.pool, cmds, svc, logger).Run(ctx) }()
+	}
 	runner := projections.NewRunner(db.pool, logger, allProjections()...)
 	runnerDone := make(chan error, 1)
 	go func() { runnerDone <- runner.Run(ctx, nil) }()
@@ -148,6 +152,9 @@ func work(ctx context.Context, cfg config, logger *slog.Logger) error {
 		return err
 	}
 	defer c.close(logger)
+	if cfg.NoExecutor {
+		return fmt.Errorf("CHESSD_WORKER_JOBS=0 leaves a worker nothing to do")
+	}
 	logger.Info("worker running", "worker", cfg.Executor.Worker)
 	return executor.New(cfg.Executor, c.db.pool, c.cmds, c.svc, logger).Run(ctx)
 }
