@@ -211,6 +211,7 @@ func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error
 		perKey := map[string][]eventstore.New{}
 		var keys []string
 		for i, p := range batch {
+			results[i] = Result{} // Transact may run this function again: start clean
 			switch outcomes[i] {
 			case "ok":
 			case "budget_units":
