@@ -18,7 +18,10 @@ CREATE TABLE key_balances (
     spent_units  bigint         NOT NULL DEFAULT 0,
     spent_usd    numeric(20, 6) NOT NULL DEFAULT 0,
     held_units   bigint         NOT NULL DEFAULT 0,
-    held_usd     numeric(20, 6) NOT NULL DEFAULT 0
+    held_usd     numeric(20, 6) NOT NULL DEFAULT 0,
+    -- the key's last charged call (free calls do not move it: a write per request
+    -- would cost more than the field is worth)
+    last_used_at timestamptz
 );
 
 CREATE TABLE account_days (
@@ -99,7 +102,7 @@ RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     b key_balances%ROWTYPE;
 BEGIN
-    UPDATE key_balances SET spent_units = spent_units + p_units, spent_usd = spent_usd + p_usd
+    UPDATE key_balances SET spent_units = spent_units + p_units, spent_usd = spent_usd + p_usd, last_used_at = now()
      WHERE key_id = p_key
        AND (budget_units IS NULL OR spent_units + held_units + p_units <= budget_units)
        AND (budget_usd IS NULL OR spent_usd + held_usd + p_usd <= budget_usd)

@@ -107,7 +107,7 @@ BEGIN
         RETURN 'allowance';
     END IF;
     UPDATE key_balances SET spent_units = spent_units + p_units, spent_usd = spent_usd + p_usd,
-        held_units = greatest(0, held_units - p_units), held_usd = greatest(0, held_usd - p_usd)
+        held_units = greatest(0, held_units - p_units), held_usd = greatest(0, held_usd - p_usd), last_used_at = now()
      WHERE key_id = p_key;
     RETURN 'ok';
 END $$;

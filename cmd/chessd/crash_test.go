@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/eventstore"
@@ -78,6 +80,25 @@ func startServer(t *testing.T, bin, dbURL string, port int, env ...string) *serv
 	}
 }
 
+// account signs up on the database at dbURL (with the servers' pepper) and moves the
+// account to plan.
+func account(t *testing.T, dbURL, email string, plan domain.Plan) (*pgxpool.Pool, commands.SignupResult) {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.NewDBAt(t, dbURL)
+	h := commands.New(eventstore.NewStore(pool, nil), []byte("crash-test-pepper-0123456789"))
+	su, err := h.Signup(ctx, domain.Signup{Email: email}, "req")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan != domain.PlanFree {
+		if err := h.ChangePlan(ctx, su.AccountID, plan, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pool, su
+}
+
 // call is one request of the load, identified by its Idempotency-Key.
 type call struct {
 	idem, body string
@@ -108,15 +129,7 @@ func TestCrashMidLoadChargesExactlyOnce(t *testing.T) {
 	srv := startServer(t, bin, dbURL, port)
 	ctx := context.Background()
 
-	pool := pgtest.NewDBAt(t, dbURL)
-	h := commands.New(eventstore.NewStore(pool, nil), []byte("crash-test-pepper-0123456789"))
-	su, err := h.Signup(ctx, domain.Signup{Email: "crash@example.com"}, "req")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.ChangePlan(ctx, su.AccountID, domain.PlanPro, "crash test"); err != nil {
-		t.Fatal(err)
-	}
+	pool, su := account(t, dbURL, "crash@example.com", domain.PlanPro)
 	fens := []string{
 		"r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3",
 		"rnbqkb1r/pp3ppp/4pn2/2pp4/3P4/2P1PN2/PP3PPP/RNBQKB1R w KQkq - 0 5",
@@ -228,15 +241,7 @@ func TestJobSurvivesSIGKILL(t *testing.T) {
 	port := freePort(t)
 	srv := startServer(t, bin, dbURL, port)
 	ctx := context.Background()
-	pool := pgtest.NewDBAt(t, dbURL)
-	h := commands.New(eventstore.NewStore(pool, nil), []byte("crash-test-pepper-0123456789"))
-	su, err := h.Signup(ctx, domain.Signup{Email: "job-crash@example.com"}, "req")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.ChangePlan(ctx, su.AccountID, domain.PlanPro, "crash test"); err != nil {
-		t.Fatal(err)
-	}
+	pool, su := account(t, dbURL, "job-crash@example.com", domain.PlanPro)
 	pgn := "1. e4 c5 2. Nf3 d6 3. d4 cxd4 4. Nxd4 Nf6 5. Nc3 a6 6. Be3 e5 7. Nb3 Be6 8. f3 Be7 9. Qd2 O-O " +
 		"10. O-O-O Nbd7 11. g4 b5 12. g5 b4 13. Ne2 Ne8 14. f4 a5 15. f5 a4 *"
 	body := fmt.Sprintf(`{"pgn":%q,"depth":13,"multipv":2}`, pgn)
@@ -315,12 +320,7 @@ func TestWorkerProcessRunsJobs(t *testing.T) {
 	dbURL := pgtest.URL(t)
 	srv := startServer(t, bin, dbURL, freePort(t), "CHESSD_WORKER_JOBS=0")
 	ctx := context.Background()
-	pool := pgtest.NewDBAt(t, dbURL)
-	h := commands.New(eventstore.NewStore(pool, nil), []byte("crash-test-pepper-0123456789"))
-	su, err := h.Signup(ctx, domain.Signup{Email: "worker@example.com"}, "req")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, su := account(t, dbURL, "worker@example.com", domain.PlanFree)
 	req, _ := http.NewRequest("POST", srv.base+"/analyze", strings.NewReader(`{"pgn":"1. e4 e5 2. Nf3 Nc6 *","depth":6}`))
 	req.Header.Set("Authorization", "Bearer "+su.Secret)
 	res, err := http.DefaultClient.Do(req)
