@@ -20,6 +20,9 @@ type signupRequest struct {
 }
 
 func (s *Server) signup(w http.ResponseWriter, r *http.Request) {
+	if !s.signupLimit(w, r) {
+		return
+	}
 	var req signupRequest
 	if err := decode(r, &req, false); err != nil {
 		s.writeError(w, r, err)

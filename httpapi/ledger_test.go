@@ -259,6 +259,16 @@ func TestRateLimit(t *testing.T) {
 	if last.Header.Get("RateLimit-Policy") != `"ip";q=30;w=60` {
 		t.Fatalf("keyless policy header: %v", last.Header)
 	}
+	for i := 0; i < 20; i++ { // one signup above came from this address already
+		last = e.do("POST", "/v1/signup", "", map[string]string{"email": fmt.Sprintf("burst%d@example.com", i)})
+		if last.Status == 429 {
+			break
+		}
+	}
+	wantProblem(t, last, 429, "retry_after")
+	if last.Header.Get("RateLimit-Policy") != `"signup";q=10;w=3600` {
+		t.Fatalf("signup policy header: %v", last.Header)
+	}
 }
 
 func TestBilling(t *testing.T) {

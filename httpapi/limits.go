@@ -11,6 +11,23 @@ import (
 // KeylessPerMinute is the request rate allowed to one address without a key.
 const KeylessPerMinute = 30
 
+// SignupsPerHour bounds the accounts one address can open.
+const SignupsPerHour = 10
+
+// signupLimit applies the per-address signup limit; false means it answered 429.
+func (s *Server) signupLimit(w http.ResponseWriter, r *http.Request) bool {
+	if s.limiter == nil {
+		return true
+	}
+	d := s.limiter.Allow("ip:"+clientIP(r).String(), ratelimit.Policy{Name: "signup", Limit: SignupsPerHour, Window: time.Hour})
+	ratelimit.SetHeaders(w.Header(), d)
+	if d.Allowed {
+		return true
+	}
+	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "hour"})
+	return false
+}
+
 // rateLimit applies the caller's limit: its plan's requests per minute for a key, the
 // keyless rate for an address. The RateLimit-Policy and RateLimit headers go on every
 // answer of a limited endpoint, successful ones included; false means it answered 429.
@@ -29,17 +46,18 @@ func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.K
 	if d.Allowed {
 		return true
 	}
-	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit})
+	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "minute"})
 	return false
 }
 
 type rateLimited struct {
 	after time.Duration
 	limit int
+	per   string
 }
 
 func (e *rateLimited) Error() string { return "rate limited" }
 func (e *rateLimited) Unwrap() error {
-	return domain.Errorf(domain.CodeRateLimited, "more than %d requests a minute; retry after the Retry-After delay", e.limit)
+	return domain.Errorf(domain.CodeRateLimited, "more than %d requests a %s; retry after the Retry-After delay", e.limit, e.per)
 }
 func (e *rateLimited) RetryAfter() time.Duration { return e.after }
