@@ -100,8 +100,9 @@ var Topics = map[string]string{
 // TopicDefault is the topic of stream types Topics does not name.
 const TopicDefault = "accounts"
 
-// BusSchema is the Watermill schema of every topic table.
-var BusSchema = wmsql.DefaultPostgreSQLSchema{}
+// BusSchema is the Watermill schema of every topic table (payload stored as bytea,
+// see migrations/0003_event_bus.sql).
+var BusSchema = wmsql.DefaultPostgreSQLSchema{GeneratePayloadType: func(string) string { return "BYTEA" }}
 
 // NewStore builds a store on pool.
 func NewStore(pool *pgxpool.Pool, logger *slog.Logger) *Store {

@@ -1,12 +1,14 @@
 -- Watermill (watermill-sql v4, DefaultPostgreSQLSchema and DefaultPostgreSQLOffsetsAdapter)
 -- tables for the event bus topics. Created here rather than by Watermill at run time
 -- because appends publish inside their own transaction, where Watermill may not create
--- tables; the shape is that of watermill-sql v4.0.0 (pinned in go.mod).
+-- tables; the shape is that of watermill-sql v4.0.0 (pinned in go.mod), with the
+-- payload as bytea (the schema adapter's documented alternative to JSON) so PostgreSQL
+-- does not parse each envelope again: the events table already holds it as json.
 CREATE TABLE watermill_accounts (
     "offset"       bigserial,
     uuid           varchar(36) NOT NULL,
     created_at     timestamp   NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    payload        json DEFAULT NULL,
+    payload        bytea DEFAULT NULL, -- the event envelope, JSON; bytea: stored as sent, not re-parsed
     metadata       json DEFAULT NULL,
     transaction_id xid8        NOT NULL,
     PRIMARY KEY (transaction_id, "offset")

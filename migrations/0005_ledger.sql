@@ -46,7 +46,7 @@ CREATE INDEX idempotency_age ON idempotency (created_at);
 -- One charge: everything needed to explain it later.
 CREATE TABLE charges (
     position    bigint PRIMARY KEY, -- the UnitsCharged event
-    charge_id   text           NOT NULL UNIQUE,
+    charge_id   text           NOT NULL,
     request_id  text           NOT NULL,
     account_id  text           NOT NULL,
     key_id      text           NOT NULL,
@@ -59,10 +59,10 @@ CREATE TABLE charges (
     cached      boolean        NOT NULL,
     units       bigint         NOT NULL,
     usd         numeric(20, 6) NOT NULL,
-    params      jsonb          NOT NULL
+    params      json           NOT NULL
 );
+-- GET /usage reads by account and day; audits read the key's ledger stream instead.
 CREATE INDEX charges_account_day ON charges (account_id, day);
-CREATE INDEX charges_key_day ON charges (key_id, day);
 
 -- Double-entry postings: per event, per currency, debits equal credits.
 CREATE TABLE ledger_entries (
@@ -75,13 +75,12 @@ CREATE TABLE ledger_entries (
     credit   numeric(20, 6) NOT NULL,
     PRIMARY KEY (position, line)
 );
-CREATE INDEX ledger_entries_book ON ledger_entries (book, account, currency);
 
 CREATE TABLE watermill_ledger (
     "offset"       bigserial,
     uuid           varchar(36) NOT NULL,
     created_at     timestamp   NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    payload        json DEFAULT NULL,
+    payload        bytea DEFAULT NULL, -- the event envelope, JSON; bytea: stored as sent, not re-parsed
     metadata       json DEFAULT NULL,
     transaction_id xid8        NOT NULL,
     PRIMARY KEY (transaction_id, "offset")

@@ -40,7 +40,7 @@ CREATE TABLE watermill_jobs (
     "offset"       bigserial,
     uuid           varchar(36) NOT NULL,
     created_at     timestamp   NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    payload        json DEFAULT NULL,
+    payload        bytea DEFAULT NULL, -- the event envelope, JSON; bytea: stored as sent, not re-parsed
     metadata       json DEFAULT NULL,
     transaction_id xid8        NOT NULL,
     PRIMARY KEY (transaction_id, "offset")
@@ -56,7 +56,7 @@ CREATE TABLE watermill_job_commands (
     "offset"       bigserial,
     uuid           varchar(36) NOT NULL,
     created_at     timestamp   NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    payload        json DEFAULT NULL,
+    payload        bytea DEFAULT NULL, -- the event envelope, JSON; bytea: stored as sent, not re-parsed
     metadata       json DEFAULT NULL,
     transaction_id xid8        NOT NULL,
     PRIMARY KEY (transaction_id, "offset")

@@ -19,13 +19,24 @@ import (
 // every call Watermill makes takes the same lock, so the two never overlap.
 type lockingBeginner struct{ inner wmsql.Beginner }
 
-func newLockingBeginner(pool *pgxpool.Pool) lockingBeginner {
+// NewBusBeginner is how every Watermill subscriber of ours opens its transactions.
+func NewBusBeginner(pool *pgxpool.Pool) wmsql.Beginner {
 	return lockingBeginner{wmsql.BeginnerFromPgx(pool)}
 }
 
+// BeginTx opens a subscriber transaction that commits without waiting for the WAL
+// flush. Its only writes are read-model rows and the consumer's offset, all derived
+// from the events: if a crash of the machine lost the last few milliseconds of them,
+// Watermill delivers those messages again and the projections, which skip what they
+// already applied, converge. Waiting for an fsync on every poll would cost more than
+// the whole projection.
 func (b lockingBeginner) BeginTx(ctx context.Context, opts *sql.TxOptions) (wmsql.Tx, error) {
 	tx, err := b.inner.BeginTx(ctx, opts)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+		tx.Rollback() //nolint:errcheck // reporting the first error
 		return nil, err
 	}
 	return &lockedTx{inner: tx}, nil

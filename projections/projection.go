@@ -61,9 +61,9 @@ func (r *Runner) Run(ctx context.Context, ready chan<- struct{}) error {
 	}
 	ackDeadline := 5 * time.Second
 	for _, p := range r.projections {
-		sub, err := wmsql.NewSubscriber(newLockingBeginner(r.pool), wmsql.SubscriberConfig{
+		sub, err := wmsql.NewSubscriber(NewBusBeginner(r.pool), wmsql.SubscriberConfig{
 			ConsumerGroup:  p.Name(),
-			SchemaAdapter:  wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: r.BatchSize},
+			SchemaAdapter:  wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: r.BatchSize, GeneratePayloadType: eventstore.BusSchema.GeneratePayloadType},
 			OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{},
 			PollInterval:   r.PollInterval,
 			ResendInterval: 50 * time.Millisecond,

@@ -25,7 +25,9 @@ import (
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/engine"
+	"chessd/eventstore"
 	"chessd/ledger"
+	"chessd/projections"
 )
 
 // ConsumerGroup is the executors' Watermill consumer group on the command bus: part of
@@ -88,9 +90,9 @@ func (x *Executor) Run(ctx context.Context) error {
 		return err
 	}
 	ack := 5 * time.Second
-	sub, err := wmsql.NewSubscriber(wmsql.BeginnerFromPgx(x.pool), wmsql.SubscriberConfig{
+	sub, err := wmsql.NewSubscriber(projections.NewBusBeginner(x.pool), wmsql.SubscriberConfig{
 		ConsumerGroup:  ConsumerGroup,
-		SchemaAdapter:  wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: 1},
+		SchemaAdapter:  wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: 1, GeneratePayloadType: eventstore.BusSchema.GeneratePayloadType},
 		OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{},
 		PollInterval:   50 * time.Millisecond,
 		ResendInterval: 100 * time.Millisecond,
