@@ -110,12 +110,14 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 		if calls == 0 {
 			continue // no charges at all: the ungrouped sum row
 		}
-		g := map[string]any{}
-		for i, d := range dims {
-			g[d] = strs[i]
+		if len(dims) > 0 { // without group_by there are only the totals
+			g := map[string]any{}
+			for i, d := range dims {
+				g[d] = strs[i]
+			}
+			g["calls"], g["units"], g["usd"] = calls, *units, usd(*usdSum)
+			groups = append(groups, g)
 		}
-		g["calls"], g["units"], g["usd"] = calls, *units, usd(*usdSum)
-		groups = append(groups, g)
 		sumCalls += calls
 		sumUnits += *units
 		sumUSD = sumUSD.Add(*usdSum)

@@ -121,7 +121,7 @@ func run() error {
 	fmt.Println()
 	fmt.Println("| connections | duration | requests | non-2xx | requests/s | p50 | p99 | charges recorded | projection lag max (events) | lag mean | caught up after the load |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
-	for _, clients := range []int{4, 16, 32} {
+	for _, clients := range []int{4, 16, 32, 64} {
 		before := b.chargeCount()
 		stopLag := b.watchLag()
 		l, err := b.cached(clients, *cachedFor)
