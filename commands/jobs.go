@@ -36,8 +36,12 @@ func LoadJob(ctx context.Context, q eventstore.Querier, jobID string) (*domain.J
 
 // SubmitJob accepts a job: it reserves the job's whole price on the key's budget
 // (402 raise_budget when it does not fit), appends JobSubmitted and sends SubmitJob on
-// the command bus, all in one transaction.
-func (h *Handler) SubmitJob(ctx context.Context, actor Actor, s domain.JobSubmitted) (*domain.Job, error) {
+// the command bus, all in one transaction. With idem set, the answer render makes is
+// stored for the Idempotency-Key in the same transaction; a key already used gives
+// *ledger.DuplicateError and changes nothing, so a job is submitted (and its price
+// held) once per key even when retries race or the server dies mid-way.
+func (h *Handler) SubmitJob(ctx context.Context, actor Actor, s domain.JobSubmitted, idem *ledger.Stored,
+	render func(*domain.Job) (int, []byte, error)) (*domain.Job, error) {
 	s.JobID, s.AccountID, s.KeyID, s.Env = NewID("job"), actor.Key.AccountID(), actor.Key.ID(), actor.Key.Env().String()
 	s.SubmittedAt = h.now()
 	e, err := domain.NewJob(s)
@@ -52,8 +56,26 @@ func (h *Handler) SubmitJob(ctx context.Context, actor Actor, s domain.JobSubmit
 			}
 			return err
 		}
-		if err := tx.Append(ctx, domain.JobStream(e.JobID), domain.StreamJob, 0, actor.meta(), event(e)); err != nil {
+		md := actor.meta()
+		if idem != nil {
+			md.IdempotencyKey = idem.Key
+		}
+		if err := tx.Append(ctx, domain.JobStream(e.JobID), domain.StreamJob, 0, md, event(e)); err != nil {
 			return err
+		}
+		if idem != nil {
+			status, body, err := render(domain.RehydrateJob([]domain.Event{e}))
+			if err != nil {
+				return err
+			}
+			tag, err := tx.Exec(ctx, `INSERT INTO idempotency (scope, idem_key, request_hash, status, response)
+				VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, idem.Scope, idem.Key, idem.RequestHash, status, body)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return &ledger.DuplicateError{Stored: *idem}
+			}
 		}
 		return publishCommand(ctx, tx, SubmitJobCommand{JobID: e.JobID}, actor.RequestID)
 	})

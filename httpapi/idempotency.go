@@ -69,6 +69,20 @@ func (s *Server) checkIdempotency(w http.ResponseWriter, r *http.Request, scope 
 	return idem, true
 }
 
+// replayStored answers a request whose Idempotency-Key was taken by a request that
+// finished meanwhile: it reads that first response and replays it.
+func (s *Server) replayStored(w http.ResponseWriter, r *http.Request, now ledger.Stored) {
+	var first ledger.Stored
+	err := s.pool.QueryRow(r.Context(), `SELECT request_hash, status, response FROM idempotency WHERE scope = $1 AND idem_key = $2`,
+		now.Scope, now.Key).Scan(&first.RequestHash, &first.Status, &first.Response)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	first.Scope, first.Key = now.Scope, now.Key
+	s.replay(w, r, now, first)
+}
+
 // replay answers a repeated Idempotency-Key from the first response.
 func (s *Server) replay(w http.ResponseWriter, r *http.Request, now, first ledger.Stored) {
 	if !bytes.Equal(now.RequestHash, first.RequestHash) {

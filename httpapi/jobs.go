@@ -13,6 +13,7 @@ import (
 	"chessd/domain"
 	"chessd/domain/position"
 	"chessd/engine"
+	"chessd/ledger"
 	"chessd/projections"
 )
 
@@ -73,6 +74,10 @@ func (s *Server) jobSpec(r *http.Request, p *domain.Problems, depth, multipv *in
 }
 
 func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
+	idem, done := s.checkIdempotency(w, r, principal(r.Context()).ID())
+	if done {
+		return
+	}
 	var req batchRequest
 	if err := decode(r, &req, false); err != nil {
 		s.writeError(w, r, err)
@@ -100,10 +105,14 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.submit(w, r, "batch", spec, positions)
+	s.submit(w, r, idem, "batch", spec, positions)
 }
 
 func (s *Server) analyze(w http.ResponseWriter, r *http.Request) {
+	idem, done := s.checkIdempotency(w, r, principal(r.Context()).ID())
+	if done {
+		return
+	}
 	var req analyzeRequest
 	if err := decode(r, &req, false); err != nil {
 		s.writeError(w, r, err)
@@ -148,7 +157,7 @@ func (s *Server) analyze(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.submit(w, r, "analyze", spec, positions)
+	s.submit(w, r, idem, "analyze", spec, positions)
 }
 
 func reason(err error) string {
@@ -161,7 +170,7 @@ func reason(err error) string {
 
 // submit prices the job with the shared pricing function, checks the plan, and hands
 // it to SubmitJob (which holds its whole price on the key's budget).
-func (s *Server) submit(w http.ResponseWriter, r *http.Request, kind string, spec domain.JobSpec, positions []domain.JobPosition) {
+func (s *Server) submit(w http.ResponseWriter, r *http.Request, idem idempotency, kind string, spec domain.JobSpec, positions []domain.JobPosition) {
 	key, acct := principal(r.Context()), account(r.Context())
 	plan := acct.Plan()
 	if err := plan.Limits().CheckCaps(plan, spec.Depth, spec.MultiPV, 0); err != nil {
@@ -173,9 +182,18 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, kind string, spe
 		s.writeError(w, r, err)
 		return
 	}
+	render := func(j *domain.Job) (int, []byte, error) {
+		body, err := json.Marshal(jobAnswer(s, j))
+		return http.StatusAccepted, body, err
+	}
 	job, err := s.commands.SubmitJob(r.Context(), s.actor(r), domain.JobSubmitted{
 		Kind: kind, Spec: spec, Positions: positions, HoldUnits: price.Units, HoldUSD: price.USD,
-	})
+	}, idem.stored, render)
+	var dup *ledger.DuplicateError
+	if errors.As(err, &dup) {
+		s.replayStored(w, r, *idem.stored)
+		return
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -402,3 +402,43 @@ func TestTwoWorkersNeverRunTheSameJob(t *testing.T) {
 		e.checkJobBooks(t, key, id)
 	}
 }
+
+// Retried submissions with one Idempotency-Key, even racing, make one job and hold its
+// price once; the same key with another body is refused.
+func TestIdempotentJobSubmission(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("idem-jobs@example.com")
+	body := `{"fens":["8/8/8/4k3/8/8/4P3/4K3 w - - 0 1","8/5k2/8/8/8/8/5PK1/8 w - - 0 1"],"depth":4}`
+	ids := make(chan string, 6)
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.withIdem("/v1/batch", key, "submit-1", body)
+			if r.Status != 202 {
+				t.Errorf("submit: %d %s", r.Status, r.Raw)
+				return
+			}
+			ids <- r.Body["job_id"].(string)
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[string]int{}
+	for id := range ids {
+		seen[id]++
+	}
+	if len(seen) != 1 {
+		t.Fatalf("job ids %v: one key must make one job", seen)
+	}
+	var jobs int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE event_type = 'JobSubmitted'`).Scan(&jobs); err != nil || jobs != 1 {
+		t.Fatalf("%d jobs submitted (%v)", jobs, err)
+	}
+	wantProblem(t, e.withIdem("/v1/batch", key, "submit-1", `{"fens":["8/8/8/4k3/8/8/4P3/4K3 w - - 0 1"]}`), 409, "fix_request")
+	for id := range seen {
+		e.waitJob(key, id, finished)
+		e.checkJobBooks(t, key, id)
+	}
+}

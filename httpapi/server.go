@@ -117,8 +117,8 @@ func (s *Server) routes() {
 	handle("POST", "/eval", s.eval) // keyless allowed: analyse authenticates itself
 	handle("POST", "/bestmove", s.bestMove)
 	handle("GET", "/price", s.authed(domain.ScopeEval, s.price))
-	handle("POST", "/batch", s.authed(domain.ScopeJobs, s.idempotent(s.batch)))
-	handle("POST", "/analyze", s.authed(domain.ScopeJobs, s.idempotent(s.analyze)))
+	handle("POST", "/batch", s.authed(domain.ScopeJobs, s.batch)) // idempotent inside SubmitJob
+	handle("POST", "/analyze", s.authed(domain.ScopeJobs, s.analyze))
 	handle("GET", "/jobs/{id}", s.authed(domain.ScopeJobs, s.getJob))
 	handle("DELETE", "/jobs/{id}", s.authed(domain.ScopeJobs, s.cancelJob))
 	handle("GET", "/jobs/{id}/result", s.authed(domain.ScopeJobs, s.jobResult))
