@@ -56,6 +56,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}{
 		{"CHESSD_ENGINE_QUEUE_WAIT", &c.Engines.QueueWait},
 		{"CHESSD_ENGINE_HANG_TIMEOUT", &c.Engines.HangTimeout},
+		{"CHESSD_ENGINE_STOP_GRACE", &c.Engines.StopGrace},
+		{"CHESSD_ENGINE_START_TIMEOUT", &c.Engines.StartTimeout},
 	} {
 		if v := getenv(d.name); v != "" {
 			if *d.dst, err = time.ParseDuration(v); err != nil {
@@ -63,6 +65,17 @@ func loadConfig(getenv func(string) string) (config, error) {
 			}
 		}
 	}
+	for _, n := range []struct {
+		name string
+		dst  *int
+	}{{"CHESSD_ENGINE_MAX_HASH_MB", &c.Engines.MaxHashMB}, {"CHESSD_ENGINE_MAX_THREADS", &c.Engines.MaxThreads}} {
+		if v := getenv(n.name); v != "" {
+			if *n.dst, err = strconv.Atoi(v); err != nil || *n.dst < 1 {
+				return c, fmt.Errorf("%s must be a positive number, got %q", n.name, v)
+			}
+		}
+	}
+	c.Engines.Eager = getenv("CHESSD_ENGINE_EAGER") == "true"
 	if v := getenv("CHESSD_ENGINE_POOL_SIZE"); v != "" {
 		if c.Engines.PoolSize, err = strconv.Atoi(v); err != nil || c.Engines.PoolSize < 1 || c.Engines.PoolSize > 64 {
 			return c, fmt.Errorf("CHESSD_ENGINE_POOL_SIZE must be from 1 to 64, got %q", v)
