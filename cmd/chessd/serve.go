@@ -78,6 +78,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go expireIdempotency(ctx, db, logger)
+	go projections.PruneLoop(ctx, db.pool, busConsumers(), time.Minute, logger)
 	execDone := make(chan error, 1)
 	if cfg.NoExecutor {
 		execDone <- nil
@@ -157,4 +158,14 @@ func work(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	logger.Info("worker running", "worker", cfg.Executor.Worker)
 	return executor.New(cfg.Executor, c.db.pool, c.cmds, c.svc, logger).Run(ctx)
+}
+
+// busConsumers says how many consumer groups read each bus topic: every projection
+// reads its topic, and the executors (here or in `chessd worker`) read the commands.
+func busConsumers() map[string]int {
+	m := map[string]int{commands.TopicJobCommands: 1}
+	for _, p := range allProjections() {
+		m[p.Topic()]++
+	}
+	return m
 }
