@@ -77,7 +77,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go expireIdempotency(ctx, db, logger)
+	go expireOldRows(ctx, db, logger)
 	go projections.PruneLoop(ctx, db.pool, busConsumers(), time.Minute, logger)
 	execDone := make(chan error, 1)
 	if cfg.NoExecutor {
@@ -129,8 +129,10 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	return err
 }
 
-// expireIdempotency deletes stored first responses older than the 24-hour window.
-func expireIdempotency(ctx context.Context, db *database, logger *slog.Logger) {
+// expireOldRows deletes what has outlived its use: first responses older than the
+// 24-hour Idempotency-Key window, keyless allowances of past days, and eval-cache
+// entries not refreshed for 30 days.
+func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 	t := time.NewTicker(10 * time.Minute)
 	defer t.Stop()
 	for {
@@ -138,8 +140,14 @@ func expireIdempotency(ctx context.Context, db *database, logger *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := db.pool.Exec(ctx, `DELETE FROM idempotency WHERE created_at < now() - interval '24 hours'`); err != nil && ctx.Err() == nil {
-				logger.Warn("expire idempotency keys", "err", err)
+		}
+		for _, q := range []string{
+			`DELETE FROM idempotency WHERE created_at < now() - interval '24 hours'`,
+			`DELETE FROM keyless_usage WHERE day < (now() AT TIME ZONE 'UTC')::date - 1`,
+			`DELETE FROM eval_cache WHERE created_at < now() - interval '30 days'`,
+		} {
+			if _, err := db.pool.Exec(ctx, q); err != nil && ctx.Err() == nil {
+				logger.Warn("expire old rows", "query", q, "err", err)
 			}
 		}
 	}
