@@ -44,7 +44,7 @@ type analyzeRequest struct {
 
 // jobSpec validates the settings every job shares, against the job bounds, the engine
 // catalog and the account's plan.
-func (s *Server) jobSpec(r *http.Request, p *domain.Problems, depth, multipv *int, eng, path *string, chess960 bool) domain.JobSpec {
+func (s *Server) jobSpec(p *domain.Problems, depth, multipv *int, eng, path *string, chess960 bool) domain.JobSpec {
 	spec := domain.JobSpec{Depth: JobMaxDepth, MultiPV: 1, Chess960: chess960}
 	if depth != nil {
 		if *depth < 1 || *depth > JobMaxDepth {
@@ -84,7 +84,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var p domain.Problems
-	spec := s.jobSpec(r, &p, req.Depth, req.MultiPV, req.Engine, req.Path, req.Chess960)
+	spec := s.jobSpec(&p, req.Depth, req.MultiPV, req.Engine, req.Path, req.Chess960)
 	var positions []domain.JobPosition
 	switch {
 	case req.FENs == nil:
@@ -119,7 +119,7 @@ func (s *Server) analyze(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var p domain.Problems
-	spec := s.jobSpec(r, &p, req.Depth, req.MultiPV, req.Engine, req.Path, req.Chess960)
+	spec := s.jobSpec(&p, req.Depth, req.MultiPV, req.Engine, req.Path, req.Chess960)
 	var positions []domain.JobPosition
 	switch {
 	case req.PGN != nil && req.FEN != nil:

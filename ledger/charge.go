@@ -87,6 +87,9 @@ var (
 	ErrAllowance = errors.New("daily allowance exceeded")
 )
 
+// ErrStopped: the charger stopped before this charge was made; nothing was charged.
+var ErrStopped = errors.New("ledger: charger stopped")
+
 // DuplicateError says the Idempotency-Key was used already; Stored is the first answer.
 type DuplicateError struct{ Stored Stored }
 
@@ -102,10 +105,11 @@ type Result struct {
 // commit (group commit), which is what lets the ledger keep up with cached evals. The
 // check of budget and allowance stays one atomic step per charge (ledger_charge).
 type Charger struct {
-	store  *eventstore.Store
-	logger *slog.Logger
-	queue  chan *pending
-	now    func() time.Time
+	store   *eventstore.Store
+	logger  *slog.Logger
+	queue   chan *pending
+	stopped chan struct{} // closed when the loop has ended
+	now     func() time.Time
 }
 
 type pending struct {
@@ -119,7 +123,7 @@ const maxBatch = 256
 
 // NewCharger starts the charging loop; it stops when ctx ends.
 func NewCharger(ctx context.Context, store *eventstore.Store, logger *slog.Logger) *Charger {
-	c := &Charger{store: store, logger: logger, queue: make(chan *pending, 4*maxBatch),
+	c := &Charger{store: store, logger: logger, queue: make(chan *pending, 4*maxBatch), stopped: make(chan struct{}),
 		now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }}
 	go c.loop(ctx)
 	return c
@@ -135,8 +139,18 @@ func (c *Charger) Charge(ctx context.Context, ch Charge) (Result, error) {
 		return Result{}, ctx.Err()
 	}
 	// Once queued, the charge may commit: wait for the outcome even if the client left,
-	// so that what we report matches what the ledger holds.
-	r := <-p.done
+	// so that what we report matches what the ledger holds. A loop that stopped answers
+	// every batch it took, so a charge still queued then was never made.
+	var r Result
+	select {
+	case r = <-p.done:
+	case <-c.stopped:
+		select {
+		case r = <-p.done:
+		default:
+			return Result{}, ErrStopped
+		}
+	}
 	if r.Err != nil && !isRefusal(r.Err) {
 		return Result{}, r.Err
 	}
@@ -151,6 +165,7 @@ func isRefusal(err error) bool {
 // loop takes whatever is queued (without waiting for more: an idle ledger adds no
 // latency) and charges it in one transaction.
 func (c *Charger) loop(ctx context.Context) {
+	defer close(c.stopped)
 	for {
 		var batch []*pending
 		select {
