@@ -62,6 +62,9 @@ type Result struct {
 	Cached      bool    `json:"cached"`
 	// Terminal is set when the position is already over: no engine ran.
 	Terminal string `json:"-"`
+	// Search is the time spent in the engine pool (waiting for a process included);
+	// zero when no engine ran. It feeds the Server-Timing header.
+	Search time.Duration `json:"-"`
 }
 
 // Service answers analysis requests.
@@ -129,14 +132,17 @@ func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, search.MoveTime+30*time.Second)
 	defer cancel()
+	started := time.Now()
 	raw, err := s.catalog.Search(ctx, spec.Engine, spec.Path, prio, search)
 	if err != nil {
 		return nil, engineError(err)
 	}
+	searched := time.Since(started)
 	res, err := convert(pos, raw, info.Name)
 	if err != nil {
 		return nil, err
 	}
+	res.Search = searched
 	if !spec.LimitStrength && !s.cacheOff.Load() {
 		s.cache.Put(key, spec.MultiPV, res)
 	}
@@ -244,6 +250,9 @@ func whiteScore(stm position.Color, s engine.Score) Score {
 func trim(r *Result, spec Spec, cached bool) *Result {
 	out := *r
 	out.Cached = cached
+	if cached {
+		out.Search = 0
+	}
 	if len(out.PVs) > spec.MultiPV {
 		out.PVs = out.PVs[:spec.MultiPV]
 	}

@@ -219,36 +219,43 @@ func (tx *Tx) Append(ctx context.Context, streamID, streamType string, expected 
 	if tag.RowsAffected() != 1 {
 		return &ConcurrencyError{StreamID: streamID, Expected: expected}
 	}
-	meta, err := json.Marshal(md)
-	if err != nil {
-		return err
-	}
 	now := tx.store.now()
 	for i, e := range evs {
-		meta := meta
-		if e.Meta != nil {
-			if meta, err = json.Marshal(e.Meta); err != nil {
-				return err
-			}
-		}
-		payload, err := json.Marshal(e.Payload)
-		if err != nil {
-			return fmt.Errorf("encode %s: %w", e.Type, err)
-		}
-		sv := e.SchemaVersion
-		if sv == 0 {
-			sv = 1
-		}
 		version := expected + int64(i) + 1
 		if expected == AnyVersion {
 			version = -tx.queued(streamID) // 0, -1, -2...: resolved by lockHead
 		}
-		tx.pending = append(tx.pending, Event{
-			StreamID: streamID, StreamType: streamType, Version: version,
-			Type: e.Type, SchemaVersion: sv, Payload: payload, Metadata: meta, RecordedAt: now,
-		})
+		ev, err := encode(streamID, streamType, version, md, e, now)
+		if err != nil {
+			return err
+		}
+		tx.pending = append(tx.pending, ev)
 	}
 	return nil
+}
+
+// encode turns a new event into the row it will be, short of its position and hash.
+func encode(streamID, streamType string, version int64, md Metadata, e New, now time.Time) (Event, error) {
+	m := &md
+	if e.Meta != nil {
+		m = e.Meta
+	}
+	meta, err := json.Marshal(m)
+	if err != nil {
+		return Event{}, err
+	}
+	payload, err := json.Marshal(e.Payload)
+	if err != nil {
+		return Event{}, fmt.Errorf("encode %s: %w", e.Type, err)
+	}
+	sv := e.SchemaVersion
+	if sv == 0 {
+		sv = 1
+	}
+	return Event{
+		StreamID: streamID, StreamType: streamType, Version: version,
+		Type: e.Type, SchemaVersion: sv, Payload: payload, Metadata: meta, RecordedAt: now,
+	}, nil
 }
 
 // queued counts the AnyVersion events of stream already pending.
@@ -274,7 +281,39 @@ func (tx *Tx) flush(ctx context.Context) error {
 	if err := tx.lockHead(ctx, &head, &prev); err != nil {
 		return err
 	}
-	n := len(tx.pending)
+	batch := &pgx.Batch{}
+	if err := queueWrite(ctx, batch, tx.pending, head, prev); err != nil {
+		return err
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("write events: %w", err)
+	}
+	return nil
+}
+
+// queueWrite gives evs the positions after head, chains their hashes from prev, and
+// queues their insert, the chain head's update and their bus messages on batch.
+func queueWrite(ctx context.Context, batch *pgx.Batch, evs []Event, head int64, prev []byte) error {
+	last := chain(evs, head, prev)
+	queueInsert(batch, evs)
+	batch.Queue(`UPDATE event_chain SET position = $1, hash = $2`, last.Position, last.Hash)
+	return queuePublish(ctx, batch, evs)
+}
+
+// chain gives evs the positions after head and their hashes, chained from prev; it
+// returns the last one.
+func chain(evs []Event, head int64, prev []byte) *Event {
+	for i := range evs {
+		e := &evs[i]
+		e.Position = head + int64(i) + 1
+		e.Hash = ChainHash(prev, e)
+		prev = e.Hash
+	}
+	return &evs[len(evs)-1]
+}
+
+// queueInsert queues the insert of chained events.
+func queueInsert(batch *pgx.Batch, evs []Event) {
 	cols := struct {
 		pos, ver             []int64
 		stream, stype, etype []string
@@ -283,11 +322,8 @@ func (tx *Tx) flush(ctx context.Context) error {
 		at                   []time.Time
 		hash                 [][]byte
 	}{}
-	for i := range tx.pending {
-		e := &tx.pending[i]
-		e.Position = head + int64(i) + 1
-		e.Hash = ChainHash(prev, e)
-		prev = e.Hash
+	for i := range evs {
+		e := &evs[i]
 		cols.pos = append(cols.pos, e.Position)
 		cols.ver = append(cols.ver, e.Version)
 		cols.stream = append(cols.stream, e.StreamID)
@@ -299,20 +335,11 @@ func (tx *Tx) flush(ctx context.Context) error {
 		cols.at = append(cols.at, e.RecordedAt)
 		cols.hash = append(cols.hash, e.Hash)
 	}
-	batch := &pgx.Batch{}
 	batch.Queue(`INSERT INTO events (position, stream_id, stream_type, version, event_type,
 			schema_version, payload, metadata, recorded_at, hash)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[],
 			$6::int[], $7::json[], $8::json[], $9::timestamptz[], $10::bytea[])`,
 		cols.pos, cols.stream, cols.stype, cols.ver, cols.etype, cols.sv, cols.payload, cols.meta, cols.at, cols.hash)
-	batch.Queue(`UPDATE event_chain SET position = $1, hash = $2`, head+int64(n), prev)
-	if err := tx.queuePublish(ctx, batch); err != nil {
-		return err
-	}
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return fmt.Errorf("write events: %w", err)
-	}
-	return nil
 }
 
 // lockHead locks and reads the chain's head and, in the same round trip, takes the
@@ -365,10 +392,10 @@ func (tx *Tx) lockHead(ctx context.Context, head *int64, prev *[]byte) error {
 // subscriber sees them exactly when they are committed. The insert is built by
 // watermill-sql's own schema adapter (what its Publisher runs) and sent in the same
 // round trip as the events, which matters while the chain's lock is held.
-func (tx *Tx) queuePublish(ctx context.Context, batch *pgx.Batch) error {
+func queuePublish(ctx context.Context, batch *pgx.Batch, evs []Event) error {
 	byTopic := map[string]message.Messages{}
 	var order []string
-	for _, e := range tx.pending {
+	for _, e := range evs {
 		body, err := json.Marshal(e)
 		if err != nil {
 			return err

@@ -66,6 +66,7 @@ func (s *Server) bestMove(w http.ResponseWriter, r *http.Request) {
 // before the client sees anything.
 func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoint, render func(*analysis.Result, int64) any) {
 	fail := func(err error) { s.writeError(w, r, err) }
+	timing := newServerTiming()
 	key, err := s.authenticate(r)
 	if err != nil {
 		fail(err)
@@ -82,6 +83,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	if !s.rateLimit(w, r, key) {
 		return
 	}
+	timing.mark("auth")
 	idem, done := s.checkIdempotency(w, r, scope)
 	if done {
 		return
@@ -113,6 +115,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 			return
 		}
 	}
+	timing.mark("request")
 	res, err := s.analysis.Analyse(r.Context(), spec, engine.Interactive, true)
 	if release != nil {
 		release(err)
@@ -135,6 +138,10 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		fail(err)
 		return
 	}
+	if res.Search > 0 {
+		timing.add("engine", res.Search)
+	}
+	timing.mark("analysis")
 	if key != nil {
 		charge := ledger.Charge{
 			RequestID: requestID(r.Context()), Key: key, Allowance: account(r.Context()).Plan().Limits().UnitsPerDay,
@@ -158,9 +165,11 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 			}
 			return
 		}
+		timing.mark("charge")
 	} else {
 		s.remember(r, idem, http.StatusOK, body)
 	}
+	timing.write(w.Header())
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(body) //nolint:errcheck // the client went away

@@ -110,6 +110,7 @@ type Charger struct {
 	queue   chan *pending
 	stopped chan struct{} // closed when the loop has ended
 	now     func() time.Time
+	cursor  eventstore.Cursor // the loop's: where its last append left the log
 }
 
 type pending struct {
@@ -166,6 +167,7 @@ func isRefusal(err error) bool {
 // latency) and charges it in one transaction.
 func (c *Charger) loop(ctx context.Context) {
 	defer close(c.stopped)
+	defer c.cursor.Close()
 	for {
 		var batch []*pending
 		select {
@@ -198,74 +200,104 @@ func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error
 	results := make([]Result, len(batch))
 	now := c.now()
 	day := now.Format(time.DateOnly)
-	_, err := c.store.Transact(context.WithoutCancel(ctx), func(ctx context.Context, tx *eventstore.Tx) error {
-		b := &pgx.Batch{}
-		for _, p := range batch {
-			ch := p.charge
-			k := ch.Key
-			var idem Stored
-			if ch.Idempotency != nil {
-				idem = *ch.Idempotency
+	// The common case, every charge passing and nobody else having appended since our
+	// last batch, takes one round trip (Fast). Otherwise one pipelined transaction:
+	// the checks of every charge go out with BEGIN and the chain's head, the events of
+	// those that passed with COMMIT.
+	events := make([]*UnitsCharged, len(batch))
+	for i, p := range batch {
+		e, err := chargeEvent(p.charge, now, day)
+		if err != nil {
+			return nil, err
+		}
+		events[i] = e
+	}
+	queue := func(strict bool) func(*pgx.Batch) {
+		fn := "ledger_charge_once"
+		if strict {
+			fn = "ledger_charge_strict"
+		}
+		return func(b *pgx.Batch) {
+			for _, p := range batch {
+				ch := p.charge
+				k := ch.Key
+				var idem Stored
+				if ch.Idempotency != nil {
+					idem = *ch.Idempotency
+				}
+				b.Queue(`SELECT `+fn+`($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+					k.ID(), k.AccountID(), k.Env().String(), day, ch.Units, ch.USD, ch.Allowance,
+					idem.Scope, idem.Key, idem.RequestHash, idem.Status, idem.Response)
 			}
-			b.Queue(`SELECT ledger_charge_once($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-				k.ID(), k.AccountID(), k.Env().String(), day, ch.Units, ch.USD, ch.Allowance,
-				idem.Scope, idem.Key, idem.RequestHash, idem.Status, idem.Response)
 		}
-		br := tx.SendBatch(ctx, b)
-		outcomes := make([]string, len(batch))
-		for i := range batch {
-			if err := br.QueryRow().Scan(&outcomes[i]); err != nil {
-				br.Close()
-				return fmt.Errorf("charge: %w", err)
-			}
-		}
-		if err := br.Close(); err != nil {
-			return err
-		}
-		// One append per key: a key's charges of this batch go to its stream together.
-		perKey := map[string][]eventstore.New{}
-		var keys []string
+	}
+	// appends puts the charges that passed on their keys' streams, one append per key.
+	appends := func(passed func(i int) bool) []eventstore.Appends {
+		var out []eventstore.Appends
+		index := map[string]int{}
 		for i, p := range batch {
-			results[i] = Result{} // Transact may run this function again: start clean
-			switch outcomes[i] {
-			case "ok":
-			case "budget_units":
-				results[i].Err = fmt.Errorf("%w: units", ErrBudget)
+			if !passed(i) {
 				continue
-			case "budget_usd":
-				results[i].Err = fmt.Errorf("%w: usd", ErrBudget)
-				continue
-			case "allowance":
-				results[i].Err = ErrAllowance
-				continue
-			case "duplicate":
-				results[i].Err = &DuplicateError{Stored: *p.charge.Idempotency}
-				continue
-			default:
-				return fmt.Errorf("charge: unexpected outcome %q", outcomes[i])
 			}
-			e, err := chargeEvent(p.charge, now, day)
-			if err != nil {
-				return err
-			}
+			e := events[i]
 			md := eventstore.Metadata{RequestID: p.charge.RequestID, AccountID: e.AccountID, KeyID: e.KeyID}
 			if p.charge.Idempotency != nil {
 				md.IdempotencyKey = p.charge.Idempotency.Key
 			}
-			if _, ok := perKey[e.KeyID]; !ok {
-				keys = append(keys, e.KeyID)
+			j, ok := index[e.KeyID]
+			if !ok {
+				j = len(out)
+				index[e.KeyID] = j
+				out = append(out, eventstore.Appends{StreamID: Stream(e.KeyID), StreamType: StreamLedger})
 			}
-			perKey[e.KeyID] = append(perKey[e.KeyID], eventstore.New{Type: e.EventType(), SchemaVersion: 1, Payload: e, Meta: &md})
-			results[i].Event = e
+			out[j].Events = append(out[j].Events, eventstore.New{Type: e.EventType(), SchemaVersion: 1, Payload: e, Meta: &md})
 		}
-		for _, k := range keys {
-			if err := tx.Append(ctx, Stream(k), StreamLedger, eventstore.AnyVersion, eventstore.Metadata{}, perKey[k]...); err != nil {
-				return err
+		return out
+	}
+	ctx = context.WithoutCancel(ctx)
+	_, err := c.store.Fast(ctx, &c.cursor, queue(true), appends(func(int) bool { return true }))
+	if err == nil {
+		for i := range batch {
+			results[i] = Result{Event: events[i]}
+		}
+		return results, nil
+	}
+	if !errors.Is(err, eventstore.ErrStale) {
+		return nil, err
+	}
+	read := func(br pgx.BatchResults) ([]eventstore.Appends, error) {
+		for i, p := range batch {
+			results[i] = Result{} // a retry reads afresh
+			var outcome string
+			if err := br.QueryRow().Scan(&outcome); err != nil {
+				return nil, fmt.Errorf("charge: %w", err)
+			}
+			switch outcome {
+			case "ok":
+				results[i].Event = events[i]
+			case "budget_units":
+				results[i].Err = fmt.Errorf("%w: units", ErrBudget)
+			case "budget_usd":
+				results[i].Err = fmt.Errorf("%w: usd", ErrBudget)
+			case "allowance":
+				results[i].Err = ErrAllowance
+			case "duplicate":
+				results[i].Err = &DuplicateError{Stored: *p.charge.Idempotency}
+			default:
+				return nil, fmt.Errorf("charge: unexpected outcome %q", outcome)
 			}
 		}
-		return nil
-	})
-	if err != nil {
+		return appends(func(i int) bool { return results[i].Err == nil }), nil
+	}
+	var streams []string
+	seen := map[string]bool{}
+	for _, p := range batch {
+		if id := Stream(p.charge.Key.ID()); !seen[id] {
+			seen[id] = true
+			streams = append(streams, id)
+		}
+	}
+	if _, err := c.store.Pipelined(ctx, &c.cursor, streams, queue(false), read); err != nil {
 		return nil, err
 	}
 	// A duplicate's first answer is read after the fact (it may have been written by a

@@ -66,6 +66,7 @@ func run() error {
 	rounds := flag.Int("rounds", 3, "passes over the positions per depth (deep ones: 1)")
 	cachedFor := flag.Duration("cached", 5*time.Second, "duration of the cached-throughput run")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	parts := flag.String("parts", "paired,jobs,cached", "which measurements to run")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -84,6 +85,27 @@ func run() error {
 		return err
 	}
 
+	run := func(part string) bool { return strings.Contains(*parts, part) }
+	if run("paired") {
+		if err := b.pairedAll(*depths, *rounds); err != nil {
+			return err
+		}
+	}
+	if run("jobs") {
+		if err := b.jobs(); err != nil {
+			return fmt.Errorf("jobs: %w", err)
+		}
+	}
+	if run("cached") {
+		if err := b.cachedAll(*cachedFor); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pairedAll compares raw Stockfish with POST /eval at each depth, concurrency 1 and 2.
+func (b *bench) pairedAll(depths string, rounds int) error {
 	fmt.Printf("## Raw Stockfish vs POST /eval (cache off)\n\n")
 	fmt.Printf("Engine: %s native (%s), 1 thread, 16 MB hash, %d positions; the service runs 2 processes.\n", b.engineID, b.binary, len(positions))
 	fmt.Println("Paired: each worker runs every position on its own raw process and through the service, alternating which goes first;")
@@ -91,28 +113,49 @@ func run() error {
 	fmt.Println()
 	fmt.Println("| depth | concurrency | pairs | raw total s | service total s | ratio | raw median ms | service median ms | added median ms |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
-	for _, d := range strings.Split(*depths, ",") {
+	var breakdown []string
+	for _, d := range strings.Split(depths, ",") {
 		var depth int
 		fmt.Sscan(d, &depth)
-		n := *rounds
+		n := rounds
 		if depth >= 18 {
 			n = max(1, n/2)
 		}
 		for _, conc := range []int{1, 2} {
-			raw, svc, err := b.paired(depth, conc, repeat(positions, n))
+			pairs, err := b.paired(depth, conc, repeat(positions, n))
 			if err != nil {
 				return fmt.Errorf("paired: %w", err)
 			}
+			raw, svc := pairs.raw(), pairs.svc()
 			fmt.Printf("| %d | %d | %d | %.2f | %.2f | %.3f | %.1f | %.1f | %+.2f |\n", depth, conc, len(raw),
 				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(),
 				ms(median(raw)), ms(median(svc)), ms(medianDiff(svc, raw)))
+			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %+.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |", depth, conc,
+				ms(pairs.median(func(p pair) time.Duration { return p.phase["engine"] - p.raw })),
+				ms(pairs.median(func(p pair) time.Duration { return p.svc - p.phase["engine"] })),
+				ms(pairs.median(func(p pair) time.Duration { return p.svc - p.phase["total"] })),
+				ms(pairs.median(func(p pair) time.Duration { return p.phase["auth"] })),
+				ms(pairs.median(func(p pair) time.Duration { return p.phase["request"] })),
+				ms(pairs.median(func(p pair) time.Duration { return p.phase["analysis"] - p.phase["engine"] })),
+				ms(pairs.median(func(p pair) time.Duration { return p.phase["charge"] }))))
 		}
 	}
-
-	if err := b.jobs(); err != nil {
-		return fmt.Errorf("jobs: %w", err)
+	fmt.Println()
+	fmt.Println("Where the service's time goes, from its Server-Timing header (medians over the same pairs, ms):")
+	fmt.Println("engine − raw: the pool's search (hand-over, options, position, go ... bestmove, parsing) against the raw process;")
+	fmt.Println("outside the engine: the client's whole time minus the pool's search; of it, HTTP (client time minus handler time),")
+	fmt.Println("auth (key lookup, scope, rate limit), request (decode, validate, caps), conversion (SAN, White's view, JSON), charge (durable).")
+	fmt.Println()
+	fmt.Println("| depth | concurrency | engine − raw | outside the engine | HTTP | auth | request | conversion | charge |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	for _, l := range breakdown {
+		fmt.Println(l)
 	}
+	return nil
+}
 
+// cachedAll measures cached POST /eval throughput with wrk at several concurrencies.
+func (b *bench) cachedAll(cachedFor time.Duration) error {
 	fmt.Printf("\n## Cached POST /eval throughput, each call charged in the ledger\n\n")
 	fmt.Println("With a key (authenticated, plan caps checked, charged: one UnitsCharged event and its postings per call), cache on, rate limits off.")
 	fmt.Println("Lag: how far the ledger projection's checkpoint (charges, ledger_entries) is behind the event log's head, in events, sampled every 50 ms.")
@@ -124,12 +167,12 @@ func run() error {
 	for _, clients := range []int{4, 16, 32, 64} {
 		before := b.chargeCount()
 		stopLag := b.watchLag()
-		l, err := b.cached(clients, *cachedFor)
+		l, err := b.cached(clients, cachedFor)
 		if err != nil {
 			return fmt.Errorf("cached: %w", err)
 		}
 		lagMax, lagMean, catchUp := stopLag()
-		fmt.Printf("| %d | %s | %d | %d | **%.0f** | %s | %s | %d | %d | %.0f | %s |\n", clients, *cachedFor, l.requests, l.non2, l.rate,
+		fmt.Printf("| %d | %s | %d | %d | **%.0f** | %s | %s | %d | %d | %.0f | %s |\n", clients, cachedFor, l.requests, l.non2, l.rate,
 			l.p50, l.p99, b.chargeCount()-before-int64(len(positions)), lagMax, lagMean, catchUp.Round(time.Millisecond))
 	}
 	return nil
@@ -246,19 +289,42 @@ func (b *bench) post(path, body, key string, out any) error {
 	return nil
 }
 
+// pair is one position run raw and through the service, with the service's
+// Server-Timing phases.
+type pair struct {
+	raw, svc time.Duration
+	phase    map[string]time.Duration
+}
+
+type pairs []pair
+
+func (ps pairs) raw() []time.Duration { return ps.each(func(p pair) time.Duration { return p.raw }) }
+func (ps pairs) svc() []time.Duration { return ps.each(func(p pair) time.Duration { return p.svc }) }
+
+func (ps pairs) each(f func(pair) time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ps))
+	for i, p := range ps {
+		out[i] = f(p)
+	}
+	return out
+}
+
+func (ps pairs) median(f func(pair) time.Duration) time.Duration { return median(ps.each(f)) }
+
 // paired runs work on conc workers; each worker has its own raw Stockfish process and
 // runs every position both raw and through the service (cache off), alternating the
 // order. It returns the raw and service times of each pair.
-func (b *bench) paired(depth, conc int, work []string) (raw, svc []time.Duration, err error) {
+func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 	b.svc.DisableCache()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var next atomic.Int64
+	var out pairs
 	errs := make(chan error, conc)
 	for range conc {
 		eng, err := startRaw(b.binary)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		wg.Add(1)
 		go func() {
@@ -269,33 +335,57 @@ func (b *bench) paired(depth, conc int, work []string) (raw, svc []time.Duration
 				if i >= len(work) {
 					return
 				}
-				var r, s time.Duration
+				var p pair
 				var err error
 				runSvc := func() {
 					t0 := time.Now()
-					err = b.post("/eval", fmt.Sprintf(`{"fen":%q,"depth":%d,"engine":%q,"path":"native"}`, work[i], depth, b.engineID), b.key, nil)
-					s = time.Since(t0)
+					p.phase, err = b.timedPost("/eval", fmt.Sprintf(`{"fen":%q,"depth":%d,"engine":%q,"path":"native"}`, work[i], depth, b.engineID), b.key)
+					p.svc = time.Since(t0)
 				}
 				if i%2 == 0 {
-					r = eng.search(work[i], depth)
+					p.raw = eng.search(work[i], depth)
 					runSvc()
 				} else {
 					runSvc()
-					r = eng.search(work[i], depth)
+					p.raw = eng.search(work[i], depth)
 				}
 				if err != nil {
 					errs <- err
 					return
 				}
 				mu.Lock()
-				raw, svc = append(raw, r), append(svc, s)
+				out = append(out, p)
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	close(errs)
-	return raw, svc, <-errs
+	return out, <-errs
+}
+
+// timedPost posts body and returns the answer's Server-Timing phases.
+func (b *bench) timedPost(path, body, key string) (map[string]time.Duration, error) {
+	req, _ := http.NewRequest("POST", b.url+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := b.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode >= 300 {
+		return nil, fmt.Errorf("%s: %d %s", path, res.StatusCode, raw)
+	}
+	phases := map[string]time.Duration{}
+	for _, m := range strings.Split(res.Header.Get("Server-Timing"), ",") {
+		name, dur, ok := strings.Cut(strings.TrimSpace(m), ";dur=")
+		var v float64
+		if _, err := fmt.Sscan(dur, &v); ok && err == nil {
+			phases[name] = time.Duration(v * float64(time.Millisecond))
+		}
+	}
+	return phases, nil
 }
 
 // rawEngine is Stockfish driven directly over UCI, as a client without our service
