@@ -100,7 +100,10 @@ func publishCommand(ctx context.Context, tx *eventstore.Tx, cmd SubmitJobCommand
 	msg.Metadata.Set("name", "SubmitJob")
 	msg.Metadata.Set("request_id", requestID)
 	msg.SetContext(ctx)
-	return pub.Publish(TopicJobCommands, msg)
+	if err := pub.Publish(TopicJobCommands, msg); err != nil {
+		return err
+	}
+	return eventstore.Notify(ctx, tx.Tx, TopicJobCommands)
 }
 
 // CancelJob cancels one of the actor's jobs: positions analysed so far stay charged,

@@ -415,6 +415,7 @@ func queuePublish(ctx context.Context, batch *pgx.Batch, evs []Event) error {
 			return fmt.Errorf("publish on %s: %w", topic, err)
 		}
 		batch.Queue(q.Query, q.Args...)
+		queueNotify(batch, topic)
 	}
 	return nil
 }

@@ -43,13 +43,15 @@ type Runner struct {
 	logger      *slog.Logger
 	// BatchSize is how many messages one subscriber transaction takes.
 	BatchSize int
-	// PollInterval is how long an idle subscriber waits before asking again.
-	PollInterval time.Duration
+	// Waiting is how a subscriber that has caught up waits for more (notifications
+	// on eventstore.NotifyChannel, gathered for a few milliseconds).
+	Waiting eventstore.Waiting
 }
 
 // NewRunner prepares the projections; Run starts them.
 func NewRunner(pool *pgxpool.Pool, logger *slog.Logger, ps ...Projection) *Runner {
-	return &Runner{pool: pool, projections: ps, logger: logger, BatchSize: 500, PollInterval: 10 * time.Millisecond}
+	return &Runner{pool: pool, projections: ps, logger: logger, BatchSize: 500,
+		Waiting: eventstore.Waiting{Idle: time.Second, Poll: 10 * time.Millisecond, Gather: 10 * time.Millisecond, Retry: time.Second}}
 }
 
 // Run blocks until ctx ends. It returns once the router is running via ready (closed).
@@ -59,15 +61,17 @@ func (r *Runner) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wake := eventstore.Listen(ctx, r.pool, r.logger)
 	ackDeadline := 5 * time.Second
 	for _, p := range r.projections {
 		sub, err := wmsql.NewSubscriber(NewBusBeginner(r.pool), wmsql.SubscriberConfig{
 			ConsumerGroup:  p.Name(),
 			SchemaAdapter:  wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: r.BatchSize, GeneratePayloadType: eventstore.BusSchema.GeneratePayloadType},
 			OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{},
-			PollInterval:   r.PollInterval,
+			BackoffManager: wake.Backoff(p.Topic(), r.Waiting),
 			ResendInterval: 50 * time.Millisecond,
-			RetryInterval:  time.Second,
 			AckDeadline:    &ackDeadline,
 		}, wlog)
 		if err != nil {

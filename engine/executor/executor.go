@@ -90,11 +90,15 @@ func (x *Executor) Run(ctx context.Context) error {
 		return err
 	}
 	ack := 5 * time.Second
+	listenCtx, stopListening := context.WithCancel(ctx)
+	defer stopListening()
+	wake := eventstore.Listen(listenCtx, x.pool, x.logger)
 	sub, err := wmsql.NewSubscriber(projections.NewBusBeginner(x.pool), wmsql.SubscriberConfig{
 		ConsumerGroup:  ConsumerGroup,
 		SchemaAdapter:  wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: 1, GeneratePayloadType: eventstore.BusSchema.GeneratePayloadType},
 		OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{},
-		PollInterval:   50 * time.Millisecond,
+		BackoffManager: wake.Backoff(commands.TopicJobCommands,
+			eventstore.Waiting{Idle: time.Second, Poll: 50 * time.Millisecond, Retry: time.Second}),
 		ResendInterval: 100 * time.Millisecond,
 		AckDeadline:    &ack,
 	}, wlog)
