@@ -149,6 +149,11 @@ type wakeBackoff struct {
 
 func (b *wakeBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
 	if err != nil {
+		select {
+		case <-b.w.done:
+			return 0 // shutting down: the subscriber is about to stop
+		default:
+		}
 		return b.errors.HandleError(logger, noMsg, err)
 	}
 	if !noMsg {

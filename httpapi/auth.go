@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -23,11 +24,28 @@ func bearer(r *http.Request) (secret string, ok bool, err error) {
 
 // authenticate resolves the request's key; nil with no error means no credential.
 func (s *Server) authenticate(r *http.Request) (*domain.Key, error) {
+	return s.authenticateWith(r, s.auth.Authenticate)
+}
+
+// authenticateRemembered is authenticate from memory, for costed calls only: their
+// charge checks that the key and account have not changed since (ledger.ErrStaleAuth).
+func (s *Server) authenticateRemembered(r *http.Request) (*domain.Key, error) {
+	return s.authenticateWith(r, s.auth.Remembered)
+}
+
+// forgetCredential drops the remembered state of the request's key.
+func (s *Server) forgetCredential(r *http.Request) {
+	if secret, present, err := bearer(r); err == nil && present {
+		s.auth.Forget(secret)
+	}
+}
+
+func (s *Server) authenticateWith(r *http.Request, auth func(context.Context, string) (*domain.Key, *domain.Account, error)) (*domain.Key, error) {
 	secret, present, err := bearer(r)
 	if err != nil || !present {
 		return nil, err
 	}
-	key, acct, err := s.auth.Authenticate(r.Context(), secret)
+	key, acct, err := auth(r.Context(), secret)
 	if err != nil {
 		return nil, err
 	}

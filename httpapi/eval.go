@@ -67,7 +67,7 @@ func (s *Server) bestMove(w http.ResponseWriter, r *http.Request) {
 func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoint, render func(*analysis.Result, int64) any) {
 	fail := func(err error) { s.writeError(w, r, err) }
 	timing := newServerTiming()
-	key, err := s.authenticate(r)
+	key, err := s.authenticateRemembered(r)
 	if err != nil {
 		fail(err)
 		return
@@ -104,16 +104,9 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 			fail(err)
 			return
 		}
-	} else {
-		plan := account(r.Context()).Plan()
-		if err := plan.Limits().CheckCaps(plan, spec.Depth, spec.MultiPV, spec.MoveTimeMS); err != nil {
-			fail(err)
-			return
-		}
-		if err := s.budgetLeft(r, key); err != nil {
-			fail(err)
-			return
-		}
+	} else if err := s.keyAllows(r, key, spec); err != nil {
+		fail(err)
+		return
 	}
 	timing.mark("request")
 	res, err := s.analysis.Analyse(r.Context(), spec, engine.Interactive, true)
@@ -154,7 +147,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 			st.Status, st.Response = http.StatusOK, body
 			charge.Idempotency = &st
 		}
-		out, err := s.charger.Charge(r.Context(), charge)
+		out, err := s.charge(r, charge, spec)
 		if err != nil {
 			fail(err)
 			return
@@ -173,6 +166,41 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(body) //nolint:errcheck // the client went away
+}
+
+// keyAllows checks what the key's plan and budget allow for spec, before any engine runs.
+func (s *Server) keyAllows(r *http.Request, key *domain.Key, spec analysis.Spec) error {
+	plan := account(r.Context()).Plan()
+	if err := plan.Limits().CheckCaps(plan, spec.Depth, spec.MultiPV, spec.MoveTimeMS); err != nil {
+		return err
+	}
+	return s.budgetLeft(r, key)
+}
+
+// charge charges a costed call with the versions its key and account were
+// authenticated at. When either has changed since (the request was authenticated from
+// memory), nothing was charged: the key is checked afresh in the database, with its
+// scope, caps and budget, and charged as it is now.
+func (s *Server) charge(r *http.Request, ch ledger.Charge, spec analysis.Spec) (ledger.Result, error) {
+	for attempt := 0; ; attempt++ {
+		ch.KeyVersion, ch.AccountVersion = ch.Key.Version(), account(r.Context()).Version()
+		out, err := s.charger.Charge(r.Context(), ch)
+		if err != nil || !errors.Is(out.Err, ledger.ErrStaleAuth) || attempt == 3 {
+			return out, err
+		}
+		s.forgetCredential(r)
+		key, err := s.authenticate(r)
+		if err != nil {
+			return ledger.Result{}, err
+		}
+		if key == nil || !key.HasScope(domain.ScopeEval) {
+			return ledger.Result{}, domain.Errorf(domain.CodeScope, "this key lacks the scope \"eval\"")
+		}
+		if err := s.keyAllows(r, key, spec); err != nil {
+			return ledger.Result{}, err
+		}
+		ch.Key, ch.Allowance = key, account(r.Context()).Plan().Limits().UnitsPerDay
+	}
 }
 
 // chargeRefusal turns a refused charge into the client's answer (a replay for a used

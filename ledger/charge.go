@@ -71,6 +71,10 @@ type Charge struct {
 	USD       decimal.Decimal
 	// Idempotency, when set, is stored with the charge: a retry finds it.
 	Idempotency *Stored
+	// KeyVersion and AccountVersion, when set, are the versions the caller
+	// authenticated at from memory: the charge is refused with ErrStaleAuth if either
+	// stream has moved since (a revocation, a rotation, a plan change).
+	KeyVersion, AccountVersion int64
 }
 
 // Stored is a first response kept for an Idempotency-Key.
@@ -85,6 +89,9 @@ type Stored struct {
 var (
 	ErrBudget    = errors.New("budget exceeded")
 	ErrAllowance = errors.New("daily allowance exceeded")
+	// ErrStaleAuth: the key or its account changed after the caller authenticated;
+	// nothing was charged, and the caller must authenticate afresh.
+	ErrStaleAuth = errors.New("key or account changed since authentication")
 )
 
 // ErrStopped: the charger stopped before this charge was made; nothing was charged.
@@ -160,7 +167,7 @@ func (c *Charger) Charge(ctx context.Context, ch Charge) (Result, error) {
 
 func isRefusal(err error) bool {
 	var dup *DuplicateError
-	return errors.Is(err, ErrBudget) || errors.Is(err, ErrAllowance) || errors.As(err, &dup)
+	return errors.Is(err, ErrBudget) || errors.Is(err, ErrAllowance) || errors.Is(err, ErrStaleAuth) || errors.As(err, &dup)
 }
 
 // loop takes whatever is queued (without waiting for more: an idle ledger adds no
@@ -213,7 +220,7 @@ func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error
 		events[i] = e
 	}
 	queue := func(strict bool) func(*pgx.Batch) {
-		fn := "ledger_charge_once"
+		fn := "ledger_charge_checked"
 		if strict {
 			fn = "ledger_charge_strict"
 		}
@@ -225,8 +232,8 @@ func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error
 				if ch.Idempotency != nil {
 					idem = *ch.Idempotency
 				}
-				b.Queue(`SELECT `+fn+`($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-					k.ID(), k.AccountID(), k.Env().String(), day, ch.Units, ch.USD, ch.Allowance,
+				b.Queue(`SELECT `+fn+`($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+					ch.KeyVersion, ch.AccountVersion, k.ID(), k.AccountID(), k.Env().String(), day, ch.Units, ch.USD, ch.Allowance,
 					idem.Scope, idem.Key, idem.RequestHash, idem.Status, idem.Response)
 			}
 		}
@@ -281,6 +288,8 @@ func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error
 				results[i].Err = fmt.Errorf("%w: usd", ErrBudget)
 			case "allowance":
 				results[i].Err = ErrAllowance
+			case "stale":
+				results[i].Err = ErrStaleAuth
 			case "duplicate":
 				results[i].Err = &DuplicateError{Stored: *p.charge.Idempotency}
 			default:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -132,7 +133,54 @@ type Authenticator struct {
 	pool   *pgxpool.Pool
 	pepper []byte
 	now    func() time.Time
-	cache  sync.Map // key id -> *domain.Key
+	cache  sync.Map // stream id -> *domain.Key or *domain.Account
+
+	remembered  sync.Map // secret hash -> remembered
+	rememberedN atomic.Int64
+}
+
+// remembered is what a secret opened when it was last checked in the database.
+type remembered struct {
+	key     *domain.Key
+	account *domain.Account
+}
+
+// maxRemembered bounds the secrets kept in memory; past it, all are forgotten.
+const maxRemembered = 100_000
+
+// Remembered is Authenticate answered from memory when the secret was seen before:
+// the hot path of costed calls, which saves a query per call. What it returns may be
+// out of date, so the caller must charge with the key's and the account's versions
+// (ledger.Charge.KeyVersion and AccountVersion): the charge refuses when either has
+// moved since (ledger.ErrStaleAuth), and the caller then calls Forget and
+// Authenticate. A revoked key is thus never charged, and never answered.
+func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.Key, *domain.Account, error) {
+	if !WellFormedSecret(secret) {
+		return a.Authenticate(ctx, secret)
+	}
+	hash := domain.HashSecret(a.pepper, secret)
+	if v, ok := a.remembered.Load(string(hash)); ok {
+		r := v.(remembered)
+		if err := r.key.Authenticate(hash, a.now()); err != nil { // a rotated-out secret's grace ends by the clock
+			return nil, nil, err
+		}
+		return r.key, r.account, nil
+	}
+	k, acct, err := a.Authenticate(ctx, secret)
+	if err != nil {
+		return nil, nil, err
+	}
+	if a.rememberedN.Add(1) > maxRemembered {
+		a.remembered.Clear()
+		a.rememberedN.Store(0)
+	}
+	a.remembered.Store(string(hash), remembered{key: k, account: acct})
+	return k, acct, nil
+}
+
+// Forget drops what Remembered knows of secret.
+func (a *Authenticator) Forget(secret string) {
+	a.remembered.Delete(string(domain.HashSecret(a.pepper, secret)))
 }
 
 // NewAuthenticator builds an Authenticator with the server's pepper.
