@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -95,27 +96,15 @@ func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), a
 	if !cur.known {
 		return nil, ErrStale
 	}
-	now := s.now()
-	var ids, types []string
-	var from, to []int64
-	for _, a := range appends {
-		if len(a.Events) == 0 {
-			continue
-		}
-		v, ok := cur.versions[a.StreamID]
+	evs, moves, err := encodeAppends(appends, s.now(), func(id string) (int64, error) {
+		v, ok := cur.versions[id]
 		if !ok {
-			return nil, ErrStale // never seen: it may exist
+			return 0, ErrStale // never seen: it may exist
 		}
-		ids, types, from = append(ids, a.StreamID), append(types, a.StreamType), append(from, v)
-		for _, e := range a.Events {
-			v++
-			ev, err := encode(a.StreamID, a.StreamType, v, Metadata{}, e, now)
-			if err != nil {
-				return nil, err
-			}
-			evs = append(evs, ev)
-		}
-		to = append(to, v)
+		return v, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(evs) == 0 {
 		return nil, ErrStale
@@ -127,7 +116,7 @@ func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), a
 	// streams', as in every other append.
 	last := chain(evs, cur.head, cur.hash)
 	b.Queue(`SELECT advance_chain($1, $2, $3, $4)`, cur.head, cur.hash, last.Position, last.Hash)
-	b.Queue(`SELECT advance_streams($1, $2, $3, $4)`, ids, types, from, to)
+	b.Queue(`SELECT advance_streams($1, $2, $3, $4)`, moves.ids, moves.types, moves.from, moves.to)
 	queueInsert(b, evs)
 	if err := queuePublish(ctx, b, evs); err != nil {
 		return nil, err
@@ -152,9 +141,9 @@ func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), a
 	if conn.Conn().PgConn().TxStatus() != 'I' {
 		return nil, errors.New("eventstore: fast append did not commit")
 	}
-	versions := make(map[string]int64, len(ids))
-	for i, id := range ids {
-		versions[id] = to[i]
+	versions := make(map[string]int64, len(moves.ids))
+	for i, id := range moves.ids {
+		versions[id] = moves.to[i]
 	}
 	cur.remember(last.Position, last.Hash, versions)
 	return evs, nil
@@ -177,22 +166,7 @@ func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), a
 //
 // cur, if not nil, is left remembering the head and the streams' versions.
 func (s *Store) Pipelined(ctx context.Context, cur *Cursor, streams []string, queue func(*pgx.Batch), read func(pgx.BatchResults) ([]Appends, error)) ([]Event, error) {
-	const attempts = 5
-	var err error
-	for i := 0; i < attempts; i++ {
-		var evs []Event
-		evs, err = s.pipelinedOnce(ctx, cur, streams, queue, read)
-		if err == nil {
-			return evs, nil
-		}
-		if !errors.Is(err, ErrConcurrency) && !postgres.IsRetryable(err) {
-			return nil, err
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-	}
-	return nil, err
+	return retry(ctx, func() ([]Event, error) { return s.pipelinedOnce(ctx, cur, streams, queue, read) })
 }
 
 func (s *Store) pipelinedOnce(ctx context.Context, cur *Cursor, streams []string, queue func(*pgx.Batch), read func(pgx.BatchResults) ([]Appends, error)) (evs []Event, err error) {
@@ -257,26 +231,18 @@ func (s *Store) pipelinedOnce(ctx context.Context, cur *Cursor, streams []string
 	// Every writer of these streams' versions holds the chain's head while it does
 	// (AnyVersion appends take them at flush), so what was read stays true;
 	// advance_streams still fails the transaction if a stream moved.
-	now := s.now()
-	var ids, types []string
-	var from, to []int64
-	for _, a := range appends {
-		if len(a.Events) == 0 {
-			continue
+	evs, moves, err := encodeAppends(appends, s.now(), func(id string) (int64, error) {
+		v, ok := version[id]
+		if !ok {
+			return 0, fmt.Errorf("eventstore: append to %s, which the pipelined transaction did not read", id)
 		}
-		if _, ok := version[a.StreamID]; !ok {
-			return nil, fmt.Errorf("eventstore: append to %s, which the pipelined transaction did not read", a.StreamID)
-		}
-		ids, types, from = append(ids, a.StreamID), append(types, a.StreamType), append(from, version[a.StreamID])
-		for _, e := range a.Events {
-			version[a.StreamID]++
-			ev, err := encode(a.StreamID, a.StreamType, version[a.StreamID], Metadata{}, e, now)
-			if err != nil {
-				return nil, err
-			}
-			evs = append(evs, ev)
-		}
-		to = append(to, version[a.StreamID])
+		return v, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, id := range moves.ids {
+		version[id] = moves.to[i] // what the streams hold once this commits
 	}
 	if len(evs) == 0 {
 		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
@@ -286,7 +252,7 @@ func (s *Store) pipelinedOnce(ctx context.Context, cur *Cursor, streams []string
 		return nil, nil
 	}
 	b = &pgx.Batch{}
-	b.Queue(`SELECT advance_streams($1, $2, $3, $4)`, ids, types, from, to)
+	b.Queue(`SELECT advance_streams($1, $2, $3, $4)`, moves.ids, moves.types, moves.from, moves.to)
 	if err := queueWrite(ctx, b, evs, head, prev); err != nil {
 		return nil, err
 	}
@@ -301,4 +267,37 @@ func (s *Store) pipelinedOnce(ctx context.Context, cur *Cursor, streams []string
 	last := evs[len(evs)-1]
 	cur.remember(last.Position, last.Hash, version) // the versions once this commits
 	return evs, nil
+}
+
+// streamMoves are the streams an append moves, from which version to which.
+type streamMoves struct {
+	ids, types []string
+	from, to   []int64
+}
+
+// encodeAppends turns appends into events after each stream's current version, which
+// current gives.
+func encodeAppends(appends []Appends, now time.Time, current func(streamID string) (int64, error)) ([]Event, streamMoves, error) {
+	var evs []Event
+	var m streamMoves
+	for _, a := range appends {
+		if len(a.Events) == 0 {
+			continue
+		}
+		v, err := current(a.StreamID)
+		if err != nil {
+			return nil, m, err
+		}
+		m.ids, m.types, m.from = append(m.ids, a.StreamID), append(m.types, a.StreamType), append(m.from, v)
+		for _, e := range a.Events {
+			v++
+			ev, err := encode(a.StreamID, a.StreamType, v, Metadata{}, e, now)
+			if err != nil {
+				return nil, m, err
+			}
+			evs = append(evs, ev)
+		}
+		m.to = append(m.to, v)
+	}
+	return evs, m, nil
 }

@@ -136,11 +136,17 @@ type Tx struct {
 // stream moved on meanwhile (or PostgreSQL reports a serialization failure) fn runs again
 // on fresh state, up to a few times; the final error is returned otherwise.
 func (s *Store) Transact(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) ([]Event, error) {
+	return retry(ctx, func() ([]Event, error) { return s.transactOnce(ctx, fn) })
+}
+
+// retry runs once a few times while it fails because a stream moved on or PostgreSQL
+// reports a serialization failure or deadlock.
+func retry(ctx context.Context, once func() ([]Event, error)) ([]Event, error) {
 	const attempts = 5
 	var err error
 	for i := 0; i < attempts; i++ {
 		var evs []Event
-		evs, err = s.transactOnce(ctx, fn)
+		evs, err = once()
 		if err == nil {
 			return evs, nil
 		}
