@@ -218,6 +218,9 @@ func (s *Server) chargeRefusal(w http.ResponseWriter, r *http.Request, out ledge
 	case errors.Is(out.Err, ledger.ErrAllowance):
 		plan := account(r.Context()).Plan()
 		return domain.Errorf(domain.CodeUpgrade, "the %s plan's daily allowance of %d units is used up for today (UTC)", plan, plan.Limits().UnitsPerDay)
+	case errors.Is(out.Err, ledger.ErrStaleAuth):
+		// the key kept changing while we charged (see charge): nothing was charged
+		return domain.Errorf(domain.CodeUnavailable, "the key changed while this call was being charged; nothing was charged, retry")
 	}
 	return out.Err
 }
