@@ -220,12 +220,18 @@ type Position struct {
 	Path      string
 }
 
-// RecordPosition appends a position's result and charges it against the job's hold,
-// in one transaction guarded by the job's version: a position is recorded and charged
-// once, and never after the job was cancelled. It returns the job as it now stands.
-func (h *Handler) RecordPosition(ctx context.Context, key *domain.Key, jobID, worker string, p Position, lease time.Duration) (*domain.Job, error) {
+// RecordPositions appends analysed positions' results and charges each against the
+// job's hold, in one transaction guarded by the job's version: a position is recorded
+// and charged once, and never after the job was cancelled. The executor hands over
+// whatever finished while its previous record was being written, so a busy job writes
+// one transaction per few positions, not one each. When the day's allowance runs out
+// at one of them, the positions before it are recorded and ledger.ErrAllowance is
+// returned. It returns the job as it now stands.
+func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, worker string, ps []Position, lease time.Duration) (*domain.Job, error) {
 	var out *domain.Job
+	var refused error
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		refused = nil
 		j, err := LoadJob(ctx, tx, jobID)
 		if err != nil {
 			return err
@@ -233,30 +239,45 @@ func (h *Handler) RecordPosition(ctx context.Context, key *domain.Key, jobID, wo
 		if j.State() != domain.StateRunning || j.Worker() != worker {
 			return ErrNotClaimable
 		}
-		charge := ledger.Charge{RequestID: "job:" + jobID, Key: key, Allowance: p.Allowance, Endpoint: domain.Endpoint(j.Kind()),
-			Params: p.Params, Engine: p.Engine, Path: p.Path, Cached: p.Cached, Units: p.Units, USD: p.USD}
-		uc, err := ledger.ChargeHeld(ctx, tx, charge, h.now())
-		if err != nil {
+		expected := j.Version()
+		var evs []eventstore.New
+		for _, p := range ps {
+			charge := ledger.Charge{RequestID: "job:" + jobID, Key: key, Allowance: p.Allowance, Endpoint: domain.Endpoint(j.Kind()),
+				Params: p.Params, Engine: p.Engine, Path: p.Path, Cached: p.Cached, Units: p.Units, USD: p.USD}
+			uc, err := ledger.ChargeHeld(ctx, tx, charge, h.now())
+			if errors.Is(err, ledger.ErrAllowance) {
+				refused = err
+				break
+			}
+			if err != nil {
+				return err
+			}
+			e, err := j.Analysed(domain.JobPositionAnalysed{Index: p.Index, Result: p.Result, Cached: p.Cached,
+				Units: p.Units, USD: p.USD, ChargeID: uc.ChargeID, At: h.now()})
+			if err != nil {
+				return err
+			}
+			j.Apply(e)
+			ev := event(e)
+			ev.Meta = &eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: uc.ChargeID}
+			evs = append(evs, ev)
+		}
+		if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, expected, eventstore.Metadata{}, evs...); err != nil {
 			return err
 		}
-		e, err := j.Analysed(domain.JobPositionAnalysed{Index: p.Index, Result: p.Result, Cached: p.Cached,
-			Units: p.Units, USD: p.USD, ChargeID: uc.ChargeID, At: h.now()})
-		if err != nil {
-			return err
+		if len(evs) > 0 {
+			if _, err := tx.Exec(ctx, `UPDATE job_leases SET lease_until = now() + $3::interval WHERE job_id = $1 AND worker = $2`,
+				jobID, worker, lease.String()); err != nil {
+				return err
+			}
 		}
-		if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, j.Version(),
-			eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: uc.ChargeID}, event(e)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE job_leases SET lease_until = now() + $3::interval WHERE job_id = $1 AND worker = $2`,
-			jobID, worker, lease.String()); err != nil {
-			return err
-		}
-		j.Apply(e)
 		out = j
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, refused
 }
 
 // FinishJob ends a running job: succeeded when every position is analysed, else failed

@@ -234,6 +234,49 @@ func TestBadJobsAreRefusedAndCostNothing(t *testing.T) {
 	})
 }
 
+// The day's allowance running out mid-job: the positions that fitted are recorded and
+// charged, the job fails with upgrade, and the rest of the hold is released.
+func TestAllowanceRunsOutMidJob(t *testing.T) {
+	e := newEnv(t)
+	key, keyID := e.signup("allowance-job@example.com")
+	fens := jobFENs(8) // eight distinct positions: each a fresh search at the same price
+	price := e.do("GET", "/v1/price?endpoint=batch&depth=6&items=1", key, nil)
+	if price.Status != 200 {
+		t.Fatalf("price: %s", price.Raw)
+	}
+	per := int64(price.Body["units"].(float64))
+	today := e.do("GET", "/v1/me", key, nil).Body["today"].(map[string]any)
+	allowance := int64(today["allowance_units"].(float64))
+	// room for three positions and not quite a fourth
+	if _, err := e.pool.Exec(context.Background(), `INSERT INTO account_days (account_id, env, day, units)
+		SELECT account_id, 'live', (now() AT TIME ZONE 'UTC')::date, $2 FROM key_balances WHERE key_id = $1`,
+		keyID, allowance-4*per+1); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do("POST", "/v1/batch", key, map[string]any{"fens": fens, "depth": 6})
+	if r.Status != 202 {
+		t.Fatalf("submit: %d %s", r.Status, r.Raw)
+	}
+	id := r.Body["job_id"].(string)
+	job := e.waitJob(key, id, finished)
+	errBody, _ := job["error"].(map[string]any)
+	if job["state"] != "failed" || errBody == nil || errBody["code"] != "upgrade" || job["positions_done"] != float64(3) ||
+		job["cost_units"] != float64(3*per) {
+		t.Fatalf("job: %v", job)
+	}
+	res := e.do("GET", "/v1/jobs/"+id+"/result", key, nil)
+	done := 0
+	for _, p := range res.Body["positions"].([]any) {
+		if p.(map[string]any)["status"] == "done" {
+			done++
+		}
+	}
+	if done != 3 || res.Body["complete"] != false {
+		t.Fatalf("result: %d done: %s", done, res.Raw)
+	}
+	e.checkJobBooks(t, key, id)
+}
+
 func TestCancelMidJob(t *testing.T) {
 	e := newEnv(t)
 	key := e.signupPro("cancel@example.com")

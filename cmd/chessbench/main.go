@@ -534,18 +534,18 @@ func jobPositions() []string {
 func (b *bench) jobs() error {
 	fens := jobPositions()
 	fmt.Printf("\n## Jobs: 50-position batches against raw Stockfish (cache off)\n\n")
-	fmt.Printf("%d distinct positions from two games; 2 engine processes on both sides (raw: two processes splitting the positions).\n\n", len(fens))
+	fmt.Printf("%d distinct positions from two games; 2 engine processes on both sides (raw: two warm processes splitting the positions, ucinewgame before each).\n\n", len(fens))
 	fmt.Println("| depth | raw positions/s | service positions/s | service / raw |")
 	fmt.Println("|---|---|---|---|")
 	b.svc.DisableCache()
 	defer b.svc.EnableCache()
 	for _, depth := range []int{10, 14} {
-		start := time.Now()
-		if _, err := runRawAll(b.binary, depth, 2, fens); err != nil {
+		took, err := runRawAll(b.binary, depth, 2, fens)
+		if err != nil {
 			return err
 		}
-		raw := float64(len(fens)) / time.Since(start).Seconds()
-		start = time.Now()
+		raw := float64(len(fens)) / took.Seconds()
+		start := time.Now()
 		if err := b.runJob(fens, depth); err != nil {
 			return err
 		}
@@ -625,20 +625,27 @@ func (b *bench) runJob(fens []string, depth int) error {
 	return nil
 }
 
-// runRawAll runs fens on conc raw processes, splitting them.
+// runRawAll runs fens on conc raw processes, splitting them, and returns the time
+// they took. The processes are started and ready (network loaded) before the clock
+// starts, as the service's pool is.
 func runRawAll(binary string, depth, conc int, fens []string) (time.Duration, error) {
 	var wg sync.WaitGroup
 	var next atomic.Int64
-	start := time.Now()
-	for range conc {
+	engines := make([]*rawEngine, conc)
+	for i := range engines {
 		eng, err := startRaw(binary)
 		if err != nil {
 			return 0, err
 		}
+		fmt.Fprintln(eng.in, "isready")
+		eng.until("readyok")
+		engines[i] = eng
+	}
+	start := time.Now()
+	for _, eng := range engines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer eng.close()
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(fens) {
@@ -649,7 +656,11 @@ func runRawAll(binary string, depth, conc int, fens []string) (time.Duration, er
 		}()
 	}
 	wg.Wait()
-	return time.Since(start), nil
+	took := time.Since(start)
+	for _, eng := range engines {
+		eng.close()
+	}
+	return took, nil
 }
 
 func (b *bench) chargeCount() int64 {

@@ -204,9 +204,12 @@ func (x *Executor) run(ctx context.Context, job *domain.Job) {
 	spec := job.Spec()
 	// Positions run Parallel at a time (the pool's size, by default): a job alone uses
 	// every engine process, while single evals, at interactive priority, still go
-	// first whenever a process frees up. Results are recorded as they finish; the
-	// result lists them in input order.
+	// first whenever a process frees up. An analysed position goes to the recorder and
+	// its engine goes on with the next one at once; the recorder writes whatever
+	// finished meanwhile in one transaction (positions are recorded as they finish; the
+	// result lists them in input order).
 	todo := make(chan domain.JobPosition)
+	analysed := make(chan commands.Position, x.cfg.Parallel)
 	var failOnce sync.Once
 	failJob := func(err error) {
 		failOnce.Do(func() {
@@ -216,20 +219,33 @@ func (x *Executor) run(ctx context.Context, job *domain.Job) {
 			cancel()
 		})
 	}
+	stop := func(err error) {
+		switch {
+		case ctx.Err() != nil, errors.Is(err, commands.ErrNotClaimable):
+			cancel() // cancelled, lost the lease, or shutting down
+		default:
+			failJob(err)
+		}
+	}
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		x.record(ctx, key, acct, job, analysed, stop)
+	}()
 	var wg sync.WaitGroup
-	var record sync.Mutex // analyses run in parallel; recording them takes turns (one job stream)
 	for range x.cfg.Parallel {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for p := range todo {
-				if err := x.position(ctx, &record, key, acct, job, spec, p); err != nil {
-					switch {
-					case ctx.Err() != nil, errors.Is(err, commands.ErrNotClaimable):
-						cancel() // cancelled, lost the lease, or shutting down
-					default:
-						failJob(err)
-					}
+				pos, err := x.position(ctx, acct, job, spec, p)
+				if err != nil {
+					stop(err)
+					continue
+				}
+				select {
+				case analysed <- pos:
+				case <-ctx.Done():
 				}
 			}
 		}()
@@ -247,6 +263,8 @@ feed:
 	}
 	close(todo)
 	wg.Wait()
+	close(analysed)
+	<-recorded
 	if ctx.Err() != nil {
 		return
 	}
@@ -255,15 +273,49 @@ feed:
 	}
 }
 
-// position analyses, records and charges one position.
-func (x *Executor) position(ctx context.Context, record *sync.Mutex, key *domain.Key, acct *domain.Account, job *domain.Job, spec domain.JobSpec, p domain.JobPosition) error {
+// maxRecord bounds the positions one record transaction takes.
+const maxRecord = 50
+
+// record writes and charges analysed positions until analysed is closed: each
+// transaction takes every position that is waiting. After a failure it only drains.
+func (x *Executor) record(ctx context.Context, key *domain.Key, acct *domain.Account, job *domain.Job, analysed <-chan commands.Position, stop func(error)) {
+	for first := range analysed {
+		if ctx.Err() != nil {
+			continue // stopped: what is left is never recorded nor charged
+		}
+		batch := []commands.Position{first}
+	more:
+		for len(batch) < maxRecord {
+			select {
+			case p, ok := <-analysed:
+				if !ok {
+					break more
+				}
+				batch = append(batch, p)
+			default:
+				break more
+			}
+		}
+		_, err := x.cmds.RecordPositions(ctx, key, job.ID(), x.cfg.Worker, batch, x.cfg.Lease)
+		if errors.Is(err, ledger.ErrAllowance) {
+			plan := acct.Plan()
+			err = domain.Errorf(domain.CodeUpgrade, "the %s plan's daily allowance of %d units ran out during the job", plan, plan.Limits().UnitsPerDay)
+		}
+		if err != nil {
+			stop(err)
+		}
+	}
+}
+
+// position analyses one position and prices it.
+func (x *Executor) position(ctx context.Context, acct *domain.Account, job *domain.Job, spec domain.JobSpec, p domain.JobPosition) (commands.Position, error) {
 	res, err := x.analyse(ctx, spec, p)
 	if err != nil {
-		return err
+		return commands.Position{}, err
 	}
 	price, err := domain.Quote(domain.Call{Endpoint: domain.Endpoint(job.Kind()), Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: 1})
 	if err != nil {
-		return err
+		return commands.Position{}, err
 	}
 	units := price.PerPosition
 	if res.Cached || res.Terminal != "" {
@@ -271,20 +323,13 @@ func (x *Executor) position(ctx context.Context, record *sync.Mutex, key *domain
 	}
 	body, err := json.Marshal(res)
 	if err != nil {
-		return err
+		return commands.Position{}, err
 	}
-	record.Lock()
-	defer record.Unlock()
-	_, err = x.cmds.RecordPosition(ctx, key, job.ID(), x.cfg.Worker, commands.Position{
+	return commands.Position{
 		Index: p.Index, Result: body, Cached: res.Cached || res.Terminal != "", Units: units, USD: domain.USD(units),
 		Allowance: acct.Plan().Limits().UnitsPerDay, Engine: res.Engine, Path: res.Path,
 		Params: ledger.Params{Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: 1, FEN: p.FEN, JobID: job.ID()},
-	}, x.cfg.Lease)
-	if errors.Is(err, ledger.ErrAllowance) {
-		plan := acct.Plan()
-		return domain.Errorf(domain.CodeUpgrade, "the %s plan's daily allowance of %d units ran out during the job", plan, plan.Limits().UnitsPerDay)
-	}
-	return err
+	}, nil
 }
 
 // analyse runs one position, retrying while the engines are saturated or restarting.
