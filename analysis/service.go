@@ -113,7 +113,7 @@ func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 	key := cacheKey(pos, spec)
 	if useCache && !spec.LimitStrength && !s.cacheOff.Load() {
 		if hit, ok := s.cache.Get(ctx, key, spec.Depth, spec.MultiPV); ok {
-			return trim(hit, spec, true), nil
+			return trim(hit, pos, spec, true), nil
 		}
 	}
 	search := engine.Search{FEN: pos.FEN(), Depth: spec.Depth, MultiPV: spec.MultiPV, Options: map[string]string{}}
@@ -146,7 +146,7 @@ func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 	if !spec.LimitStrength && !s.cacheOff.Load() {
 		s.cache.Put(key, spec.MultiPV, res)
 	}
-	return trim(res, spec, false), nil
+	return trim(res, pos, spec, false), nil
 }
 
 // parse reads a FEN, remembering recent ones: positions are immutable and safe to
@@ -247,8 +247,11 @@ func whiteScore(stm position.Color, s engine.Score) Score {
 }
 
 // trim cuts a (possibly cached, possibly richer) result down to what spec asked for.
-func trim(r *Result, spec Spec, cached bool) *Result {
+// The FEN is the request's own: a cached result was stored by a request for the same
+// position that may have had other move counters.
+func trim(r *Result, pos *position.Position, spec Spec, cached bool) *Result {
 	out := *r
+	out.FEN = pos.FEN()
 	out.Cached = cached
 	if cached {
 		out.Search = 0

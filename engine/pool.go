@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -103,6 +104,8 @@ type Pool struct {
 	closed  bool
 	closing chan struct{}
 	bg      sync.WaitGroup // resets and heals
+
+	searches atomic.Int64 // searches handed to a process
 }
 
 type waiter struct {
@@ -213,13 +216,15 @@ type PoolStats struct {
 	Idle    int
 	Healing int // replacements being started
 	Waiting [numPriorities]int
+	// Searches counts searches handed to a process since the pool started.
+	Searches int64
 }
 
 // Stats returns a snapshot of the pool's state.
 func (pl *Pool) Stats() PoolStats {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	s := PoolStats{Size: pl.cfg.Size, Live: len(pl.all), Idle: len(pl.idle), Healing: pl.healing}
+	s := PoolStats{Size: pl.cfg.Size, Live: len(pl.all), Idle: len(pl.idle), Healing: pl.healing, Searches: pl.searches.Load()}
 	for i := range pl.waiting {
 		s.Waiting[i] = len(pl.waiting[i])
 	}
@@ -294,6 +299,7 @@ func (pl *Pool) Search(ctx context.Context, prio Priority, s Search) (*Result, e
 	if err != nil {
 		return nil, err
 	}
+	pl.searches.Add(1)
 	res, err := p.search(ctx, &s, opts)
 	pl.release(p)
 	if err != nil && !errIsContext(err) && !errors.Is(err, ErrClosed) {

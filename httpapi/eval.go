@@ -27,10 +27,27 @@ const (
 	KeylessMaxMultiPV = 3
 )
 
+// cost is what a costed answer says of money: what was charged for it (nothing for a
+// keyless call) and what the call costs by the price table (cached or fresh).
+type cost struct {
+	CostUnits  int64  `json:"cost_units"` // charged
+	CostUSD    string `json:"cost_usd"`
+	PriceUnits int64  `json:"price_units"` // the price of this call, charged or not
+	PriceUSD   string `json:"price_usd"`
+}
+
+func newCost(charged bool, units int64) cost {
+	c := cost{PriceUnits: units, PriceUSD: usd(domain.USD(units)), CostUSD: usd(domain.USD(0))}
+	if charged {
+		c.CostUnits, c.CostUSD = units, c.PriceUSD
+	}
+	return c
+}
+
 // evalAnswer is the body of a 200 from POST /eval.
 type evalAnswer struct {
 	*analysis.Result
-	CostUnits int64 `json:"cost_units"`
+	cost
 }
 
 // bestMoveAnswer is the body of a 200 from POST /bestmove.
@@ -42,20 +59,20 @@ type bestMoveAnswer struct {
 	Depth       int            `json:"depth"`
 	Engine      string         `json:"engine"`
 	Cached      bool           `json:"cached"`
-	CostUnits   int64          `json:"cost_units"`
+	cost
 }
 
 func (s *Server) eval(w http.ResponseWriter, r *http.Request) {
-	s.costed(w, r, domain.EndpointEval, func(res *analysis.Result, units int64) any {
-		return evalAnswer{Result: res, CostUnits: units}
+	s.costed(w, r, domain.EndpointEval, func(res *analysis.Result, c cost) any {
+		return evalAnswer{Result: res, cost: c}
 	})
 }
 
 func (s *Server) bestMove(w http.ResponseWriter, r *http.Request) {
-	s.costed(w, r, domain.EndpointBestMove, func(res *analysis.Result, units int64) any {
+	s.costed(w, r, domain.EndpointBestMove, func(res *analysis.Result, c cost) any {
 		return bestMoveAnswer{
 			BestMove: res.BestMove, BestMoveSAN: res.BestMoveSAN, Ponder: res.Ponder, Eval: res.Eval,
-			Depth: res.Depth, Engine: res.Engine, Cached: res.Cached, CostUnits: units,
+			Depth: res.Depth, Engine: res.Engine, Cached: res.Cached, cost: c,
 		}
 	})
 }
@@ -64,7 +81,7 @@ func (s *Server) bestMove(w http.ResponseWriter, r *http.Request) {
 // Idempotency-Key, the request, plan caps or keyless limits, the analysis, its price,
 // and the charge, which is committed (with the response, for the Idempotency-Key)
 // before the client sees anything.
-func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoint, render func(*analysis.Result, int64) any) {
+func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoint, render func(*analysis.Result, cost) any) {
 	fail := func(err error) { s.writeError(w, r, err) }
 	timing := newServerTiming()
 	key, err := s.authenticateRemembered(r)
@@ -126,7 +143,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	if res.Cached || res.Terminal != "" { // no search ran: the cached price
 		units = price.CachedUnits
 	}
-	body, err := json.Marshal(render(res, units))
+	body, err := json.Marshal(render(res, newCost(key != nil, units)))
 	if err != nil {
 		fail(err)
 		return

@@ -148,12 +148,13 @@ type remembered struct {
 // maxRemembered bounds the secrets kept in memory; past it, all are forgotten.
 const maxRemembered = 100_000
 
-// Remembered is Authenticate answered from memory when the secret was seen before:
-// the hot path of costed calls, which saves a query per call. What it returns may be
-// out of date, so the caller must charge with the key's and the account's versions
-// (ledger.Charge.KeyVersion and AccountVersion): the charge refuses when either has
-// moved since (ledger.ErrStaleAuth), and the caller then calls Forget and
-// Authenticate. A revoked key is thus never charged, and never answered.
+// Remembered is Authenticate for the hot path of costed calls: the key and account a
+// secret opened last time are kept in memory, and one primary-key lookup of their
+// streams' versions tells whether either has changed since (a revocation, rotation,
+// PATCH or plan change on any server). Unchanged, they are answered from memory;
+// changed, they are loaded afresh. So the next call after any change sees it, on every
+// server, before any engine starts. The charge still checks the versions it was
+// authenticated at (ledger.ErrStaleAuth) for a change that lands during the search.
 func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.Key, *domain.Account, error) {
 	if !WellFormedSecret(secret) {
 		return a.Authenticate(ctx, secret)
@@ -161,10 +162,20 @@ func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.
 	hash := domain.HashSecret(a.pepper, secret)
 	if v, ok := a.remembered.Load(string(hash)); ok {
 		r := v.(remembered)
-		if err := r.key.Authenticate(hash, a.now()); err != nil { // a rotated-out secret's grace ends by the clock
+		var keyVersion, accountVersion int64
+		err := a.pool.QueryRow(ctx, `SELECT coalesce((SELECT version FROM streams WHERE stream_id = $1), 0),
+			coalesce((SELECT version FROM streams WHERE stream_id = $2), 0)`,
+			domain.KeyStream(r.key.ID()), domain.AccountStream(r.key.AccountID())).Scan(&keyVersion, &accountVersion)
+		if err != nil {
 			return nil, nil, err
 		}
-		return r.key, r.account, nil
+		if keyVersion == r.key.Version() && accountVersion == r.account.Version() {
+			if err := r.key.Authenticate(hash, a.now()); err != nil { // a rotated-out secret's grace ends by the clock
+				return nil, nil, err
+			}
+			return r.key, r.account, nil
+		}
+		a.remembered.Delete(string(hash))
 	}
 	k, acct, err := a.Authenticate(ctx, secret)
 	if err != nil {
