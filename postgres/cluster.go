@@ -30,6 +30,7 @@ type Cluster struct {
 	bin    string
 	runAs  *user.User // set when running as root: initdb refuses root
 	logger *slog.Logger
+	share  *os.File // held with a shared flock while this process uses the cluster
 }
 
 // NewCluster describes a cluster in dir on port; nothing is started yet.
@@ -131,6 +132,61 @@ func (c *Cluster) Stop(ctx context.Context) error {
 
 func (c *Cluster) running(ctx context.Context) bool {
 	return c.run(ctx, "pg_ctl", "-D", c.Dir, "status") == nil
+}
+
+// Watchdog stops the cluster and removes removeDir once this process has ended, however
+// it ends (a panic, SIGKILL, SIGPIPE from a closed pipe): for throw-away clusters of
+// tests and benchmarks, which must never outlive the program that made them.
+func (c *Cluster) Watchdog(removeDir string) {
+	script := fmt.Sprintf(`while kill -0 %d 2>/dev/null; do sleep 1; done
+pid=$(head -n 1 %q/postmaster.pid 2>/dev/null) && kill -INT "$pid" 2>/dev/null
+sleep 2; rm -rf %q`, os.Getpid(), c.Dir, removeDir)
+	cmd := exec.Command("sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // not killed with our process group
+	if err := cmd.Start(); err == nil {
+		go cmd.Wait() //nolint:errcheck // reaped if we outlive it
+	}
+}
+
+// Running reports whether a server runs in Dir.
+func (c *Cluster) Running(ctx context.Context) bool { return c.running(ctx) }
+
+// Share registers this process as a user of the cluster: a shared flock on Dir+".lock".
+// The kernel drops it when the process ends, however it ends, so the lock counts the
+// live users: a cluster left running by a server that was killed has none, and the next
+// server adopts it (StopIfLast stops it when that one leaves). Call before Start.
+func (c *Cluster) Share() error {
+	if err := os.MkdirAll(filepath.Dir(c.Dir), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(c.Dir+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("open the cluster's lock: %w", err)
+	}
+	// Blocks while a last user is stopping the cluster (it holds the lock exclusively);
+	// Start then starts it again.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		f.Close()
+		return fmt.Errorf("lock the cluster: %w", err)
+	}
+	c.share = f
+	return nil
+}
+
+// StopIfLast stops the cluster when no other live process shares it, and says whether
+// it did. Without Share it does nothing: the cluster is someone else's.
+func (c *Cluster) StopIfLast(ctx context.Context) (bool, error) {
+	if c.share == nil {
+		return false, nil
+	}
+	defer func() { c.share.Close(); c.share = nil }()
+	if err := syscall.Flock(int(c.share.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return false, nil // another server still uses it
+		}
+		return false, fmt.Errorf("lock the cluster: %w", err)
+	}
+	return true, c.Stop(ctx)
 }
 
 func (c *Cluster) run(ctx context.Context, tool string, args ...string) error {

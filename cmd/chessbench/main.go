@@ -205,6 +205,8 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	if _, err := b.cluster.Start(ctx); err != nil {
 		return b, err
 	}
+	// `make bench | head` ends us by SIGPIPE, past every deferred cleanup
+	b.cluster.Watchdog(dir)
 	if err := postgres.CreateDatabase(ctx, b.cluster.URL("postgres"), "bench"); err != nil {
 		return b, err
 	}

@@ -15,10 +15,10 @@ import (
 	"chessd/projections"
 )
 
-// database is an open, migrated database, and the embedded cluster if we started it.
+// database is an open, migrated database, and the embedded cluster when we use one.
 type database struct {
 	pool    *pgxpool.Pool
-	cluster *postgres.Cluster // nil unless this process started it
+	cluster *postgres.Cluster // nil with DATABASE_URL
 }
 
 // openDatabase connects to DATABASE_URL, or starts the embedded cluster in the data
@@ -31,12 +31,19 @@ func openDatabase(ctx context.Context, cfg config, logger *slog.Logger) (*databa
 		if err != nil {
 			return nil, err
 		}
-		started, err := c.Start(ctx)
-		if err != nil {
+		// Every process using the embedded cluster shares it; the last one out stops it,
+		// and a cluster left running by a server that died is adopted.
+		if err := c.Share(); err != nil {
 			return nil, err
 		}
-		if started {
-			db.cluster = c
+		db.cluster = c
+		started, err := c.Start(ctx)
+		if err != nil {
+			db.close(logger)
+			return nil, err
+		}
+		if !started {
+			logger.Info("using the embedded PostgreSQL already running in the data directory", "dir", c.Dir)
 		}
 		if err := postgres.CreateDatabase(ctx, c.URL("postgres"), "chessd"); err != nil {
 			db.close(logger)
@@ -65,8 +72,12 @@ func (db *database) close(logger *slog.Logger) {
 	if db.cluster != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := db.cluster.Stop(ctx); err != nil {
+		stopped, err := db.cluster.StopIfLast(ctx)
+		switch {
+		case err != nil:
 			logger.Error("stop PostgreSQL", "err", err)
+		case !stopped:
+			logger.Info("embedded PostgreSQL left running: another chessd process uses it")
 		}
 	}
 }

@@ -39,6 +39,10 @@ func openCore(ctx context.Context, cfg config, logger *slog.Logger) (*core, erro
 		c.close(logger)
 		return nil, err
 	}
+	if err := commands.ClaimPepper(ctx, db.pool, c.pepper); err != nil {
+		c.close(logger)
+		return nil, err
+	}
 	cfg.Engines.Logger = logger
 	if c.catalog, err = engine.Open(ctx, cfg.Engines); err != nil {
 		c.close(logger)

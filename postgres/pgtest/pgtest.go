@@ -9,10 +9,8 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"os/exec"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -47,19 +45,6 @@ func Main(m *testing.M) int {
 	return code
 }
 
-// watchdog stops the throw-away cluster in dir when this test binary dies without
-// running Main's cleanup (a test timeout panics straight out of the process).
-func watchdog(dir string) {
-	script := fmt.Sprintf(`while kill -0 %d 2>/dev/null; do sleep 1; done
-pid=$(head -n 1 %s/postmaster.pid 2>/dev/null) && kill -INT "$pid" 2>/dev/null
-sleep 2; rm -rf %s`, os.Getpid(), dir, dir)
-	cmd := exec.Command("sh", "-c", script)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // not killed with our process group
-	if err := cmd.Start(); err == nil {
-		go cmd.Wait() //nolint:errcheck // reaped if we outlive it
-	}
-}
-
 func logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
@@ -89,7 +74,8 @@ func server(tb testing.TB) (string, string) {
 			tb.Fatalf("start test PostgreSQL: %v", err)
 		}
 		cluster = c
-		watchdog(dir)
+		// a test timeout panics straight out of the process, past Main's cleanup
+		c.Watchdog(dir)
 		adminURL = c.URL("postgres")
 	}
 	name := fmt.Sprintf("chessd_tmpl_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000)
