@@ -6,6 +6,8 @@ export CHESSD_ENGINES_DIR ?= $(HOME)/.cache/chessd/engines
 GO       ?= go
 BIN      := bin/chessd
 FUZZTIME ?= 20s
+# make test runs every fuzz target this long after the unit tests (about 10 targets).
+TEST_FUZZTIME ?= 3s
 
 .PHONY: all build run test engines vet bench fuzz clean
 
@@ -27,14 +29,16 @@ vet:
 	$(GO) vet ./...
 
 # Real PostgreSQL (a private throw-away cluster per test binary unless DATABASE_URL is
-# set) and real engines.
+# set) and real engines; then every fuzz target for TEST_FUZZTIME.
 test: engines vet
 	$(GO) test -count=1 -timeout 30m ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
-# Runs each fuzz target for FUZZTIME.
+# Runs each fuzz target for FUZZTIME (one package's targets one after another: go test
+# fuzzes one target at a time). Inputs that fail are kept in testdata/fuzz.
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list 'Fuzz.*' $$pkg | grep '^Fuzz' || true); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 

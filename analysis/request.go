@@ -152,31 +152,54 @@ func Validate(req Request, cat *engine.Catalog) (Spec, error) {
 		}
 		s.MoveTimeMS = *req.MoveTimeMS
 	}
-	if req.Path != nil {
-		switch path := engine.Path(*req.Path); path {
-		case engine.PathAuto, engine.PathNative, engine.PathWasm:
-			s.Path = path
-		default:
-			p.Add("path", "must be auto, native or wasm")
-		}
-	}
-	if req.Engine != nil {
-		s.Engine = *req.Engine
-	}
-	id, path, err := cat.Resolve(s.Engine, s.Path)
-	if err != nil {
-		if req.Path != nil && *req.Path != string(engine.PathAuto) {
-			p.Add("path", err.Error())
-		} else {
-			p.Add("engine", fmt.Sprintf("unknown engine %q (see GET /v1/engines)", s.Engine))
-		}
-	} else {
+	if id, path, ok := ResolveEngine(&p, cat, req.Engine, req.Path); ok {
 		s.Engine, s.Path = id, path
 		if req.Options != nil {
 			validateOptions(&p, &s, req.Options, cat)
 		}
 	}
 	return s, p.Err()
+}
+
+// ResolveEngine resolves the engine version and path a request names (nil: the latest,
+// auto). Each mistake is reported under its own field: an engine that is not installed
+// under "engine", a path that is not auto, native or wasm, or that the engine lacks,
+// under "path".
+func ResolveEngine(p *domain.Problems, cat *engine.Catalog, version, path *string) (string, engine.Path, bool) {
+	v, want := engine.Latest, engine.PathAuto
+	if version != nil {
+		v = *version
+	}
+	ok := true
+	if path != nil {
+		switch want = engine.Path(*path); want {
+		case engine.PathAuto, engine.PathNative, engine.PathWasm:
+		default:
+			p.Add("path", "must be auto, native or wasm")
+			ok = false
+		}
+	}
+	if _, _, err := cat.Resolve(v, engine.PathAuto); err != nil {
+		p.Add("engine", fmt.Sprintf("unknown engine %s (see GET /v1/engines)", clip(v)))
+		return "", "", false
+	}
+	if !ok {
+		return "", "", false
+	}
+	id, resolved, err := cat.Resolve(v, want)
+	if err != nil {
+		p.Add("path", fmt.Sprintf("%s has no %s path installed (see GET /v1/engines)", clip(v), want))
+		return "", "", false
+	}
+	return id, resolved, true
+}
+
+// clip quotes a client's string for a message, cut to a readable length.
+func clip(s string) string {
+	if r := []rune(s); len(r) > 40 {
+		s = string(r[:40]) + "…"
+	}
+	return strconv.Quote(s)
 }
 
 func validateOptions(p *domain.Problems, s *Spec, o *Options, cat *engine.Catalog) {

@@ -111,9 +111,9 @@ func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 		return s.terminal(pos, spec), nil
 	}
 	key := cacheKey(pos, spec)
-	if useCache && !spec.LimitStrength && !s.cacheOff.Load() {
-		if hit, ok := s.cache.Get(ctx, key, spec.Depth, spec.MultiPV); ok {
-			return trim(hit, pos, spec, true), nil
+	if useCache {
+		if res, ok := s.lookup(ctx, pos, key, spec); ok {
+			return res, nil
 		}
 	}
 	search := engine.Search{FEN: pos.FEN(), Depth: spec.Depth, MultiPV: spec.MultiPV, Options: map[string]string{}}
@@ -147,6 +147,36 @@ func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 		s.cache.Put(key, spec.MultiPV, res)
 	}
 	return trim(res, pos, spec, false), nil
+}
+
+// Lookup answers spec without an engine when it can: a finished game, or a cached
+// result deep enough. ok is false when a search is needed (Analyse with useCache
+// false then skips a second lookup). Costed calls price what Lookup found.
+func (s *Service) Lookup(ctx context.Context, spec Spec) (res *Result, ok bool, err error) {
+	pos, err := s.parse(spec.FEN, spec.Chess960)
+	if err != nil {
+		var pe *position.Error
+		if errors.As(err, &pe) {
+			return nil, false, domain.Invalid("fen", pe.Reason)
+		}
+		return nil, false, err
+	}
+	if st := pos.Status(); st != position.Ongoing {
+		return s.terminal(pos, spec), true, nil
+	}
+	res, ok = s.lookup(ctx, pos, cacheKey(pos, spec), spec)
+	return res, ok, nil
+}
+
+func (s *Service) lookup(ctx context.Context, pos *position.Position, key string, spec Spec) (*Result, bool) {
+	if spec.LimitStrength || s.cacheOff.Load() {
+		return nil, false
+	}
+	hit, ok := s.cache.Get(ctx, key, spec.Depth, spec.MultiPV)
+	if !ok {
+		return nil, false
+	}
+	return trim(hit, pos, spec, true), true
 }
 
 // parse reads a FEN, remembering recent ones: positions are immutable and safe to

@@ -36,10 +36,10 @@ func LoadJob(ctx context.Context, q eventstore.Querier, jobID string) (*domain.J
 
 // SubmitJob accepts a job: it reserves the job's whole price on the key's budget
 // (402 raise_budget when it does not fit), appends JobSubmitted and sends SubmitJob on
-// the command bus, all in one transaction. With idem set, the answer render makes is
-// stored for the Idempotency-Key in the same transaction; a key already used gives
-// *ledger.DuplicateError and changes nothing, so a job is submitted (and its price
-// held) once per key even when retries race or the server dies mid-way.
+// the command bus, all in one transaction. With idem set (claimed by ledger.Meter.Claim),
+// the answer render makes is stored for the Idempotency-Key in the same transaction, so
+// a job is submitted (and its price held) once per key even when retries race or the
+// server dies mid-way.
 func (h *Handler) SubmitJob(ctx context.Context, actor Actor, s domain.JobSubmitted, idem *ledger.Stored,
 	render func(*domain.Job) (int, []byte, error)) (*domain.Job, error) {
 	s.JobID, s.AccountID, s.KeyID, s.Env = NewID("job"), actor.Key.AccountID(), actor.Key.ID(), actor.Key.Env().String()
@@ -68,13 +68,14 @@ func (h *Handler) SubmitJob(ctx context.Context, actor Actor, s domain.JobSubmit
 			if err != nil {
 				return err
 			}
-			tag, err := tx.Exec(ctx, `INSERT INTO idempotency (scope, idem_key, request_hash, status, response)
-				VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, idem.Scope, idem.Key, idem.RequestHash, status, body)
+			st := *idem
+			st.Status, st.Response = status, body
+			kept, err := ledger.StoreAnswer(ctx, tx, st)
 			if err != nil {
 				return err
 			}
-			if tag.RowsAffected() == 0 {
-				return &ledger.DuplicateError{Stored: *idem}
+			if !kept { // our claim expired and a retry took it over: it submits the job
+				return domain.Errorf(domain.CodeInProgress, "a retry with this Idempotency-Key took it over; retry to get its answer")
 			}
 		}
 		return publishCommand(ctx, tx, SubmitJobCommand{JobID: e.JobID}, actor.RequestID)
@@ -115,7 +116,7 @@ func (h *Handler) CancelJob(ctx context.Context, actor Actor, jobID string) (*do
 		if err != nil {
 			return err
 		}
-		if !j.Exists() || j.AccountID() != actor.Key.AccountID() {
+		if !j.VisibleTo(actor.Key) {
 			return domain.Errorf(domain.CodeNotFound, "no job %q on this account", jobID)
 		}
 		e, err := j.Cancel(h.now())
@@ -242,6 +243,9 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 		expected := j.Version()
 		var evs []eventstore.New
 		for _, p := range ps {
+			if j.Result(p.Index) != nil {
+				continue // recorded by an earlier try whose commit's outcome was not known: once only
+			}
 			charge := ledger.Charge{RequestID: "job:" + jobID, Key: key, Allowance: p.Allowance, Endpoint: domain.Endpoint(j.Kind()),
 				Params: p.Params, Engine: p.Engine, Path: p.Path, Cached: p.Cached, Units: p.Units, USD: p.USD}
 			uc, err := ledger.ChargeHeld(ctx, tx, charge, h.now())

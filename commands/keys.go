@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"chessd/domain"
@@ -27,7 +28,7 @@ func (h *Handler) Signup(ctx context.Context, s domain.Signup, requestID string)
 		return SignupResult{}, err
 	}
 	key, err := domain.NewKey(keyID, accountID, domain.KeySettings{Label: "signup", Scopes: domain.AllScopes, Env: domain.EnvLive},
-		nil, prefix, domain.HashSecret(h.pepper, secret), now)
+		nil, domain.Headroom{}, prefix, domain.HashSecret(h.pepper, secret), now)
 	if err != nil {
 		return SignupResult{}, err
 	}
@@ -68,11 +69,16 @@ func (h *Handler) Signup(ctx context.Context, s domain.Signup, requestID string)
 func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettings) (*domain.Key, string, error) {
 	keyID := NewID("key")
 	secret, prefix := newSecret(s.Env)
-	created, err := domain.NewKey(keyID, actor.Key.AccountID(), s, actor.Key, prefix, domain.HashSecret(h.pepper, secret), h.now())
-	if err != nil {
-		return nil, "", err
-	}
-	_, err = h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+	var created *domain.KeyCreated
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		by, left, err := acting(ctx, tx, actor)
+		if err != nil {
+			return err
+		}
+		created, err = domain.NewKey(keyID, by.AccountID(), s, by, left, prefix, domain.HashSecret(h.pepper, secret), h.now())
+		if err != nil {
+			return err
+		}
 		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, actor.meta(), event(created)); err != nil {
 			return err
 		}
@@ -86,45 +92,90 @@ func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettin
 
 // UpdateKey changes label, scopes or budgets of one of the actor's keys.
 func (h *Handler) UpdateKey(ctx context.Context, actor Actor, keyID string, c domain.KeyChange) (*domain.Key, error) {
-	return h.onKey(ctx, actor, keyID, func(k *domain.Key) (domain.Event, error) {
-		return k.Update(c, actor.Key, h.now())
+	return h.onKey(ctx, actor, keyID, func(k, by *domain.Key, left, _ domain.Headroom) (domain.Event, error) {
+		return k.Update(c, by, left, h.now())
 	})
 }
 
 // RotateKey gives a key a new secret; the old one keeps working for grace.
 func (h *Handler) RotateKey(ctx context.Context, actor Actor, keyID string, grace time.Duration) (*domain.Key, string, error) {
 	var secret string
-	k, err := h.onKey(ctx, actor, keyID, func(k *domain.Key) (domain.Event, error) {
+	k, err := h.onKey(ctx, actor, keyID, func(k, by *domain.Key, left, own domain.Headroom) (domain.Event, error) {
 		var prefix string
 		secret, prefix = newSecret(k.Env())
-		return k.Rotate(actor.Key, prefix, domain.HashSecret(h.pepper, secret), grace, h.now())
+		return k.Rotate(by, left, own, prefix, domain.HashSecret(h.pepper, secret), grace, h.now())
 	})
-	return k, secret, err
+	if err != nil {
+		return nil, "", err
+	}
+	return k, secret, nil
 }
 
-// RevokeKey ends a key for good.
+// RevokeKey ends a key for good. DELETE is idempotent: a revoked key records nothing more.
 func (h *Handler) RevokeKey(ctx context.Context, actor Actor, keyID string) (*domain.Key, error) {
-	return h.onKey(ctx, actor, keyID, func(k *domain.Key) (domain.Event, error) {
-		if k.Status() == domain.StatusRevoked {
-			return nil, nil // DELETE is idempotent: revoked once, nothing more to record
+	return h.onKey(ctx, actor, keyID, func(k, by *domain.Key, _, _ domain.Headroom) (domain.Event, error) {
+		e, err := k.Revoke(by, h.now())
+		if e == nil {
+			return nil, err // a nil *KeyRevoked is not a nil Event
 		}
-		return k.Revoke(actor.Key, h.now())
+		return e, err
 	})
+}
+
+// acting loads the acting key as it stands in this transaction (a PATCH or revocation
+// of it a moment ago counts) and what it has left to spend.
+func acting(ctx context.Context, tx *eventstore.Tx, actor Actor) (*domain.Key, domain.Headroom, error) {
+	by, err := LoadKey(ctx, tx, actor.Key.ID())
+	if err != nil {
+		return nil, domain.Headroom{}, err
+	}
+	if by.Status() != domain.StatusActive {
+		return nil, domain.Headroom{}, domain.Errorf(domain.CodeBadCredential, "this API key is revoked")
+	}
+	left, err := headroom(ctx, tx, by.ID())
+	return by, left, err
+}
+
+// headroom is what a key has left, from key_balances (budget less spend, never below
+// 0; nil without a budget), read in the command's transaction. Reservations are left
+// out: they are the key's own calls' leases and jobs' holds, which come and go with
+// its traffic, and a rule of key management must not depend on that timing.
+func headroom(ctx context.Context, tx *eventstore.Tx, keyID string) (domain.Headroom, error) {
+	var h domain.Headroom
+	// greatest() skips NULLs, so the CASE keeps "no budget" apart from "nothing left"
+	err := tx.QueryRow(ctx, `SELECT
+			CASE WHEN budget_units IS NOT NULL THEN greatest(0, budget_units - spent_units) END,
+			CASE WHEN budget_usd IS NOT NULL THEN greatest(0, budget_usd - spent_usd) END
+		FROM key_balances WHERE key_id = $1`, keyID).Scan(&h.Units, &h.USD)
+	if err != nil {
+		return h, fmt.Errorf("balance of key %s: %w", keyID, err)
+	}
+	return h, nil
 }
 
 // onKey loads one of the actor's keys, decides, and appends at the version it loaded.
-// Another account's key is reported exactly like a missing one.
-func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide func(*domain.Key) (domain.Event, error)) (*domain.Key, error) {
+// decide gets the target, the acting key and both keys' headroom. A key the actor may
+// not see (another account's; a live key for a test key) is reported exactly like a
+// missing one.
+func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide func(k, by *domain.Key, left, own domain.Headroom) (domain.Event, error)) (*domain.Key, error) {
 	var out *domain.Key
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		by, left, err := acting(ctx, tx, actor)
+		if err != nil {
+			return err
+		}
 		k, err := LoadKey(ctx, tx, keyID)
 		if err != nil {
 			return err
 		}
-		if !k.BelongsTo(actor.Key.AccountID()) {
+		if !by.Sees(k) {
 			return domain.Errorf(domain.CodeNotFound, "no key %q on this account", keyID)
 		}
-		e, err := decide(k)
+		own, err := headroom(ctx, tx, keyID)
+		if err != nil {
+			return err
+		}
+		e, err := decide(k, by, left, own)
 		if err != nil {
 			return err
 		}

@@ -3,10 +3,10 @@ package domain
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/mail"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // Plan is a closed set: free, hobby, pro.
@@ -72,12 +72,15 @@ func (a *Account) Verified() bool { return a.verified }
 // NormalizeEmail validates an address and returns its canonical form (trimmed, lower
 // case) used for uniqueness.
 func NormalizeEmail(s string) (string, error) {
+	if reason := TextProblem(s, false); reason != "" {
+		return "", Invalid("email", reason)
+	}
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return "", Invalid("email", "is required")
 	}
-	if len(s) > 254 {
-		return "", Invalid("email", "is longer than 254 characters")
+	if len(s) > MaxEmailLength {
+		return "", Invalid("email", fmt.Sprintf("is longer than %d bytes", MaxEmailLength))
 	}
 	addr, err := mail.ParseAddress(s)
 	if err != nil || addr.Address != s || !strings.Contains(s[strings.LastIndexByte(s, '@')+1:], ".") {
@@ -100,12 +103,7 @@ func NewAccount(id string, s Signup, now time.Time) (*AccountCreated, error) {
 		p = append(p, err.(*Error).Fields...)
 	}
 	for _, f := range []struct{ name, v string }{{"name", s.Name}, {"agent", s.Agent}, {"source", s.Source}} {
-		if utf8.RuneCountInString(f.v) > 200 {
-			p.Add(f.name, "is longer than 200 characters")
-		}
-		if !utf8.ValidString(f.v) {
-			p.Add(f.name, "is not valid UTF-8")
-		}
+		CheckText(&p, f.name, f.v, MaxNameLength)
 	}
 	if err := p.Err(); err != nil {
 		return nil, err

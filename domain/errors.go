@@ -28,6 +28,10 @@ const (
 	CodeNotEnabled       Code = "not_enabled" // e.g. paid subscriptions
 	CodeUnavailable      Code = "unavailable" // engines saturated or crashed
 	CodeInternal         Code = "internal"
+	// CodeIdempotencyMismatch: an Idempotency-Key reused with another request.
+	CodeIdempotencyMismatch Code = "idempotency_mismatch"
+	// CodeInProgress: a request with the same Idempotency-Key is still running.
+	CodeInProgress Code = "in_progress"
 )
 
 // FieldError names one invalid field of a request.

@@ -165,6 +165,12 @@ func (j *Job) HoldUnits() int64                  { return j.submitted.HoldUnits 
 func (j *Job) HoldUSD() decimal.Decimal          { return j.submitted.HoldUSD }
 func (j *Job) Result(i int) *JobPositionAnalysed { return j.results[i] }
 
+// VisibleTo tells whether k may see and touch the job: one of its account's, made in
+// its env (test and live are two worlds). Any other job is reported like a missing one.
+func (j *Job) VisibleTo(k *Key) bool {
+	return j.Exists() && j.AccountID() == k.AccountID() && j.Env() == k.Env().String()
+}
+
 // RemainingHold is what is still reserved: the hold less what the positions charged.
 func (j *Job) RemainingHold() (int64, decimal.Decimal) {
 	return max(0, j.submitted.HoldUnits-j.units), decimal.Max(decimal.Zero, j.submitted.HoldUSD.Sub(j.usd))

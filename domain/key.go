@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
 )
@@ -193,16 +192,30 @@ func ValidateBudgets(p *Problems, units *int64, usd *decimal.Decimal) {
 }
 
 func validateLabel(p *Problems, label string) {
-	if utf8.RuneCountInString(label) > 100 {
-		p.Add("label", "is longer than 100 characters")
-	}
-	if !utf8.ValidString(label) {
-		p.Add("label", "is not valid UTF-8")
-	}
+	CheckText(p, "label", label, MaxLabelLength)
 }
 
-// grantable checks that actor may hand out scopes and manage a key of env.
-func grantable(actor *Key, scopes []Scope, env Env) error {
+// Headroom is what a key may still spend, per kind: its budget less what it spent and
+// holds (never below 0); nil where it has no budget of that kind. Commands read it from
+// key_balances in their own transaction and hand it in.
+type Headroom struct {
+	Units *int64
+	USD   *decimal.Decimal
+}
+
+// Sees tells whether k may know that target exists: a key of its own account, and for a
+// test key a test key (test and live are two worlds; a live key lists test keys when
+// asked, so it sees them, though it manages only live ones). Anything else is reported
+// exactly like a missing key.
+func (k *Key) Sees(target *Key) bool {
+	return target.BelongsTo(k.accountID) && (k.env == EnvLive || target.env == EnvTest)
+}
+
+// grantable checks that actor, with left to spend, may create a key of env holding
+// scopes, or give a key the budgets of b: no key hands out a scope, an env or a budget
+// it does not hold itself. A live key may create test keys: test mode grants no live
+// power, and otherwise no test key could ever exist.
+func grantable(actor *Key, left Headroom, scopes []Scope, env Env, b budgetChange) error {
 	if actor == nil {
 		return nil // signup: the account's first key holds everything
 	}
@@ -214,19 +227,90 @@ func grantable(actor *Key, scopes []Scope, env Env) error {
 			return Errorf(CodeScope, "this key cannot grant the scope %q, which it does not hold", s)
 		}
 	}
+	if b.setUnits {
+		if err := fits("budget_units", decimalOf(left.Units), b.isNew, decimalOf(b.beforeUnits), decimalOf(b.afterUnits)); err != nil {
+			return err
+		}
+	}
+	if b.setUSD {
+		return fits("budget_usd", left.USD, b.isNew, b.beforeUSD, b.afterUSD)
+	}
 	return nil
 }
 
-// NewKey checks a new key's settings against the acting key (nil at signup) and returns
-// its first event.
-func NewKey(id, accountID string, s KeySettings, actor *Key, prefix string, secretHash []byte, now time.Time) (*KeyCreated, error) {
+// budgetChange is what a create or PATCH does to a key's budgets (nil: no budget).
+type budgetChange struct {
+	isNew                   bool
+	setUnits, setUSD        bool // the request sets this budget
+	beforeUnits, afterUnits *int64
+	beforeUSD, afterUSD     *decimal.Decimal
+}
+
+func decimalOf(v *int64) *decimal.Decimal {
+	if v == nil {
+		return nil
+	}
+	d := decimal.NewFromInt(*v)
+	return &d
+}
+
+// fits checks a budget a key would get (after; nil: none) against what the actor has
+// left of that kind (nil: it has no budget of that kind, so any budget is its to give).
+// Tightening an existing key's budget (after no looser than before) grants nothing and
+// is always allowed; anything else must be a budget within left.
+func fits(field string, left *decimal.Decimal, isNew bool, before, after *decimal.Decimal) error {
+	if left == nil {
+		return nil
+	}
+	if !isNew && after != nil && (before == nil || after.LessThanOrEqual(*before)) {
+		return nil
+	}
+	have := left.String() + " units"
+	if field == "budget_usd" {
+		have = "$" + left.StringFixed(6)
+	}
+	if after == nil {
+		return Errorf(CodeScope, "%s: this key is budgeted (%s left), so it cannot give a key no budget", field, have)
+	}
+	if after.GreaterThan(*left) {
+		return Errorf(CodeScope, "%s: this key has %s left, so it cannot give a key more", field, have)
+	}
+	return nil
+}
+
+// manageable checks that actor may change, rotate or revoke k: a key of its own env
+// whose scopes it holds every one of. A key may act on itself (its scopes are its own),
+// but grantable still keeps it from raising its own scopes or budgets.
+func (k *Key) manageable(actor *Key) error {
+	if actor == nil {
+		return nil
+	}
+	if !actor.Sees(k) {
+		return Errorf(CodeNotFound, "no key %q on this account", k.id)
+	}
+	if actor.env != k.env {
+		return Errorf(CodeScope, "key %s is a %s key; a %s key manages only %s keys (use a %s key holding keys:write)",
+			k.id, k.env, actor.env, actor.env, k.env)
+	}
+	for _, s := range k.scopes {
+		if !actor.HasScope(s) {
+			return Errorf(CodeScope, "key %s holds the scope %q, which this key lacks; only a key holding all of its scopes can manage it", k.id, s)
+		}
+	}
+	return nil
+}
+
+// NewKey checks a new key's settings against the acting key (nil at signup) and what it
+// has left to spend, and returns its first event.
+func NewKey(id, accountID string, s KeySettings, actor *Key, left Headroom, prefix string, secretHash []byte, now time.Time) (*KeyCreated, error) {
 	var p Problems
 	validateLabel(&p, s.Label)
 	ValidateBudgets(&p, s.BudgetUnits, s.BudgetUSD)
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
-	if err := grantable(actor, s.Scopes, s.Env); err != nil {
+	b := budgetChange{isNew: true, setUnits: true, setUSD: true, afterUnits: s.BudgetUnits, afterUSD: s.BudgetUSD}
+	if err := grantable(actor, left, s.Scopes, s.Env, b); err != nil {
 		return nil, err
 	}
 	return &KeyCreated{
@@ -246,14 +330,14 @@ type KeyChange struct {
 	ClearBudgetUSD   bool
 }
 
-// Update applies a change. A budget below what is already spent is allowed: it blocks
-// further costed calls.
-func (k *Key) Update(c KeyChange, actor *Key, now time.Time) (*KeyUpdated, error) {
+// Update applies a change made by actor, which has left to spend. A budget below what
+// is already spent is allowed: it blocks further costed calls.
+func (k *Key) Update(c KeyChange, actor *Key, left Headroom, now time.Time) (*KeyUpdated, error) {
+	if err := k.manageable(actor); err != nil {
+		return nil, err
+	}
 	if k.status == StatusRevoked {
 		return nil, Errorf(CodeConflict, "key %s is revoked; a revoked key cannot change", k.id)
-	}
-	if err := grantable(actor, c.Scopes, k.env); err != nil {
-		return nil, err
 	}
 	e := &KeyUpdated{Label: k.label, Scopes: k.scopes, BudgetUnits: k.budgetUnits, BudgetUSD: k.budgetUSD, UpdatedAt: now}
 	if c.Label != nil {
@@ -277,23 +361,41 @@ func (k *Key) Update(c KeyChange, actor *Key, now time.Time) (*KeyUpdated, error
 	var p Problems
 	validateLabel(&p, e.Label)
 	ValidateBudgets(&p, e.BudgetUnits, e.BudgetUSD)
-	return e, p.Err()
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	b := budgetChange{setUnits: c.ClearBudgetUnits || c.BudgetUnits != nil, setUSD: c.ClearBudgetUSD || c.BudgetUSD != nil,
+		beforeUnits: k.budgetUnits, afterUnits: e.BudgetUnits, beforeUSD: k.budgetUSD, afterUSD: e.BudgetUSD}
+	if err := grantable(actor, left, c.Scopes, k.env, b); err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 // MaxRotationGrace bounds how long a rotated-out secret may keep working.
 const MaxRotationGrace = 24 * time.Hour
 
 // Rotate gives the key a new secret. The old one stops at once, or after grace.
-// Spend and budget carry over: they belong to the key, not to the secret.
-func (k *Key) Rotate(actor *Key, prefix string, secretHash []byte, grace time.Duration, now time.Time) (*KeyRotated, error) {
+// Spend and budget carry over: they belong to the key, not to the secret. The new
+// secret hands its holder what the key may still spend (own), so actor, which has
+// left, may rotate only a key that can spend no more than it can itself.
+func (k *Key) Rotate(actor *Key, left, own Headroom, prefix string, secretHash []byte, grace time.Duration, now time.Time) (*KeyRotated, error) {
+	if err := k.manageable(actor); err != nil {
+		return nil, err
+	}
 	if k.status == StatusRevoked {
 		return nil, Errorf(CodeConflict, "key %s is revoked; a revoked key cannot be rotated", k.id)
 	}
 	if grace < 0 || grace > MaxRotationGrace {
 		return nil, Invalid("grace_seconds", "must be from 0 to 86400")
 	}
-	if err := grantable(actor, nil, k.env); err != nil {
-		return nil, err
+	if actor != nil {
+		if err := within("units", decimalOf(left.Units), decimalOf(own.Units), k.id); err != nil {
+			return nil, err
+		}
+		if err := within("USD", left.USD, own.USD, k.id); err != nil {
+			return nil, err
+		}
 	}
 	var current []byte
 	for _, s := range k.secrets {
@@ -307,14 +409,28 @@ func (k *Key) Rotate(actor *Key, prefix string, secretHash []byte, grace time.Du
 	}, nil
 }
 
-// Revoke ends the key for good. Revoking a revoked key is refused, so a DELETE retried
-// after success reports what happened instead of silently succeeding twice.
-func (k *Key) Revoke(actor *Key, now time.Time) (*KeyRevoked, error) {
-	if k.status == StatusRevoked {
-		return nil, Errorf(CodeConflict, "key %s is already revoked", k.id)
+// within checks that a key that can still spend own (nil: without limit) can spend no
+// more than the actor's left of the same kind (nil: without limit).
+func within(kind string, left, own *decimal.Decimal, keyID string) error {
+	switch {
+	case left == nil:
+		return nil
+	case own == nil:
+		return Errorf(CodeScope, "key %s has no %s budget and this key has one: its secret would spend more than this key may", keyID, kind)
+	case own.GreaterThan(*left):
+		return Errorf(CodeScope, "key %s may still spend %s %s, more than the %s this key has left", keyID, own, kind, left)
 	}
-	if err := grantable(actor, nil, k.env); err != nil {
+	return nil
+}
+
+// Revoke ends the key for good. A revoked key records nothing more (nil, nil): a DELETE
+// retried after success changes nothing.
+func (k *Key) Revoke(actor *Key, now time.Time) (*KeyRevoked, error) {
+	if err := k.manageable(actor); err != nil {
 		return nil, err
+	}
+	if k.status == StatusRevoked {
+		return nil, nil
 	}
 	return &KeyRevoked{RevokedAt: now}, nil
 }

@@ -1,12 +1,14 @@
 package eventstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/postgres"
@@ -31,7 +33,13 @@ type Cursor struct {
 	hash     []byte
 	versions map[string]int64
 	conn     *pgxpool.Conn
+	used     time.Time // when conn last ended a round trip
 }
+
+// idlePing is how long a cursor's connection may sit unused before it is pinged
+// before use, as the pool does with its own: one that died meanwhile (the database
+// restarted) is replaced rather than failing a transaction.
+const idlePing = time.Second
 
 // Close gives the cursor's connection back to the pool.
 func (c *Cursor) Close() {
@@ -52,6 +60,12 @@ func (s *Store) acquire(ctx context.Context, cur *Cursor) (*pgxpool.Conn, func(f
 		}
 		return conn, func(bool) { conn.Release() }, nil
 	}
+	if cur.conn != nil && time.Since(cur.used) > idlePing {
+		if err := cur.conn.Ping(ctx); err != nil {
+			cur.known = false
+			cur.Close()
+		}
+	}
 	if cur.conn == nil {
 		conn, err := s.pool.Acquire(ctx)
 		if err != nil {
@@ -60,6 +74,7 @@ func (s *Store) acquire(ctx context.Context, cur *Cursor) (*pgxpool.Conn, func(f
 		cur.conn = conn
 	}
 	return cur.conn, func(failed bool) {
+		cur.used = time.Now()
 		if failed || cur.conn.Conn().IsClosed() || cur.conn.Conn().PgConn().TxStatus() != 'I' {
 			cur.known = false
 			cur.Close()
@@ -91,7 +106,9 @@ var ErrStale = errors.New("eventstore: fast append not as assumed")
 // chain's head and of the streams from where cur remembers them, the events, their bus
 // messages and COMMIT. The statements must succeed for the appends to stand: one that
 // would not (a refused charge) raises serialization_failure. If anything is not as
-// assumed, the whole transaction rolls back and Fast returns ErrStale.
+// assumed, the whole transaction rolls back and Fast returns ErrStale. When the
+// connection fails, the outcome is open (COMMIT went out with the rest): Fast returns an
+// *UncertainCommitError, which the caller settles (Settle) when it can.
 func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), appends []Appends) (evs []Event, err error) {
 	if !cur.known {
 		return nil, ErrStale
@@ -136,7 +153,7 @@ func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), a
 		if postgres.IsRetryable(err) {
 			return nil, ErrStale
 		}
-		return nil, err
+		return nil, uncertain(err, conn.Conn().PgConn(), last)
 	}
 	if conn.Conn().PgConn().TxStatus() != 'I' {
 		return nil, errors.New("eventstore: fast append did not commit")
@@ -164,7 +181,9 @@ func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), a
 // Like Transact, it runs again (queue included) when PostgreSQL reports a
 // serialization failure or a deadlock, or a stream moved on meanwhile.
 //
-// cur, if not nil, is left remembering the head and the streams' versions.
+// cur, if not nil, is left remembering the head and the streams' versions. When the
+// connection fails during the second round trip (which carries COMMIT), Pipelined
+// returns an *UncertainCommitError, which the caller settles (Settle) when it can.
 func (s *Store) Pipelined(ctx context.Context, cur *Cursor, streams []string, queue func(*pgx.Batch), read func(pgx.BatchResults) ([]Appends, error)) ([]Event, error) {
 	return retry(ctx, func() ([]Event, error) { return s.pipelinedOnce(ctx, cur, streams, queue, read) })
 }
@@ -259,7 +278,7 @@ func (s *Store) pipelinedOnce(ctx context.Context, cur *Cursor, streams []string
 	b.Queue("COMMIT")
 	br = conn.SendBatch(ctx, b)
 	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("write events: %w", err)
+		return nil, uncertain(fmt.Errorf("write events: %w", err), conn.Conn().PgConn(), &evs[len(evs)-1])
 	}
 	if conn.Conn().PgConn().TxStatus() != 'I' {
 		return nil, errors.New("eventstore: pipelined transaction did not commit")
@@ -267,6 +286,125 @@ func (s *Store) pipelinedOnce(ctx context.Context, cur *Cursor, streams []string
 	last := evs[len(evs)-1]
 	cur.remember(last.Position, last.Hash, version) // the versions once this commits
 	return evs, nil
+}
+
+// ErrNotCommitted says a transaction whose connection failed at COMMIT proved, once
+// asked, not to have committed: nothing it wrote stands. The error wraps it together with
+// the connection's own error.
+var ErrNotCommitted = errors.New("eventstore: the transaction did not commit")
+
+// SettleWait bounds how long the outcome of a commit whose connection failed is asked
+// for (while the database is away) before it is reported as unknown.
+const SettleWait = 30 * time.Second
+
+// UncertainCommitError says the connection failed once COMMIT may have been sent: the
+// transaction may or may not have committed. Settle finds out which.
+type UncertainCommitError struct {
+	Err      error  // the connection's error
+	pid      uint32 // the transaction's backend
+	position int64  // where its last event would be
+	hash     []byte // and that event's hash, which names the transaction's whole content
+}
+
+func (e *UncertainCommitError) Error() string {
+	return "eventstore: commit outcome unknown: " + e.Err.Error()
+}
+
+func (e *UncertainCommitError) Unwrap() error { return e.Err }
+
+// uncertain turns err, returned by a round trip that carried COMMIT, into an
+// *UncertainCommitError when it leaves the outcome open: the connection failed or the
+// server went away. A statement's own error (a constraint, a conflict) is definite: the
+// transaction did not commit, and err is returned as it is.
+func uncertain(err error, conn *pgconn.PgConn, last *Event) error {
+	var pgErr *pgconn.PgError
+	if err == nil || last == nil || (errors.As(err, &pgErr) && !postgres.IsUnavailable(err)) {
+		return err
+	}
+	// Not even pgconn.SafeToRetry is proof that COMMIT was not sent: a connection the
+	// server closed while pgx flushed the COMMIT reports "conn closed", which it calls
+	// safe to retry.
+	return &UncertainCommitError{Err: err, pid: conn.PID(), position: last.Position, hash: last.Hash}
+}
+
+// Settle finds out whether the transaction of an *UncertainCommitError committed. Its
+// backend, if it still runs, is stopped and waited for first: a backend can still
+// commit after its client lost it (the COMMIT may sit unread in its socket), and once
+// it is gone its transaction has committed or never will. Then the log says: the
+// transaction committed if and only if its last event is at its position with its
+// hash. Settle asks until the database answers or ctx ends.
+//
+// The backend is found by process id; after a restart of the server that id may belong
+// to a new backend (of this same role), which is then stopped too: its user sees a
+// dropped connection, which it already copes with.
+func (s *Store) Settle(ctx context.Context, u *UncertainCommitError) (committed bool, err error) {
+	wait := 50 * time.Millisecond
+	for {
+		committed, err = s.settleOnce(ctx, u)
+		if err == nil {
+			return committed, nil
+		}
+		if s.logger != nil {
+			s.logger.Warn("settling an uncertain commit", "position", u.position, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("settle commit at position %d: %w", u.position, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+func (s *Store) settleOnce(ctx context.Context, u *UncertainCommitError) (bool, error) {
+	var alive int
+	// pg_terminate_backend waits (up to 5 s) for the backend to exit.
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT pg_terminate_backend(pid, 5000))
+		FROM pg_stat_activity WHERE pid = $1 AND pid <> pg_backend_pid()`, int32(u.pid)).Scan(&alive)
+	if err != nil {
+		return false, err
+	}
+	if alive > 0 {
+		return false, fmt.Errorf("backend %d of the uncertain commit still runs", u.pid)
+	}
+	var hash []byte
+	err = s.pool.QueryRow(ctx, `SELECT hash FROM events WHERE position = $1`, u.position).Scan(&hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(hash, u.hash), nil
+}
+
+func lastEvent(evs []Event) *Event {
+	if len(evs) == 0 {
+		return nil
+	}
+	return &evs[len(evs)-1]
+}
+
+// settled is what a caller that waits for its own transaction reports after COMMIT
+// failed with err: the events if it committed after all, ErrNotCommitted if it did not,
+// and err itself while nobody can say (ctx ended, or the database stayed away for
+// SettleWait).
+func (s *Store) settled(ctx context.Context, err error, evs []Event) ([]Event, error) {
+	var u *UncertainCommitError
+	if !errors.As(err, &u) {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, SettleWait)
+	defer cancel()
+	committed, serr := s.Settle(ctx, u)
+	switch {
+	case serr != nil:
+		return nil, err
+	case committed:
+		return evs, nil
+	default:
+		return nil, fmt.Errorf("%w (%w)", ErrNotCommitted, u.Err)
+	}
 }
 
 // streamMoves are the streams an append moves, from which version to which.

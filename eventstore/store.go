@@ -185,7 +185,9 @@ func (s *Store) transactOnce(ctx context.Context, fn func(ctx context.Context, t
 		testHookBeforeCommit(tx)
 	}
 	if err := pgtx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
+		// The connection may have failed with the commit done: find out (pipeline.go).
+		err = uncertain(fmt.Errorf("commit: %w", err), pgtx.Conn().PgConn(), lastEvent(tx.pending))
+		return s.settled(ctx, err, tx.pending)
 	}
 	return tx.pending, nil
 }

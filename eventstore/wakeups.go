@@ -50,10 +50,13 @@ func Listen(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) *Wakeu
 }
 
 func (w *Wakeups) run(ctx context.Context) {
-	backoff := 100 * time.Millisecond
+	const firstBackoff = 100 * time.Millisecond
+	backoff := firstBackoff
 	for ctx.Err() == nil {
 		err := w.listen(ctx)
-		w.listening.Store(false)
+		if w.listening.Swap(false) {
+			backoff = firstBackoff // it was listening: a new outage starts
+		}
 		if ctx.Err() != nil {
 			return
 		}

@@ -60,14 +60,25 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	spend, err := s.keySpend(r, key.AccountID())
+	spend, err := s.keySpend(ctx, key.AccountID())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	var keys []map[string]any
-	for _, b := range spend {
-		if key.Env() == domain.EnvTest && b.env != env {
+	// the caller's world only: keys of its own env (test and live are two worlds)
+	rows, err := projections.ListKeys(ctx, s.pool, key.AccountID(), env)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	counts := map[string]int{"active": 0, "total": len(rows)}
+	keys := []map[string]any{}
+	for _, row := range rows { // oldest first
+		if row.Status == string(domain.StatusActive) {
+			counts["active"]++
+		}
+		b, ok := spend[row.KeyID]
+		if !ok {
 			continue
 		}
 		k := map[string]any{"key_id": b.keyID, "env": b.env, "spent_units": b.spentUnits, "spent_usd": usd(b.spentUSD),
@@ -91,7 +102,7 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 		"today": map[string]any{"env": env, "units": today, "allowance_units": limits.UnitsPerDay,
 			"remaining_units": max(0, limits.UnitsPerDay-today)},
 		"created_at": acct.CreatedAt,
-		"keys":       map[string]int{"active": acct.ActiveKeys, "total": acct.TotalKeys},
+		"keys":       counts,
 		"key":        map[string]any{"key_id": key.ID(), "env": key.Env().String(), "scopes": key.Scopes()},
 		"key_spend":  keys,
 	})
@@ -108,8 +119,8 @@ type balance struct {
 	lastUsedAt            *time.Time
 }
 
-func (s *Server) keySpend(r *http.Request, accountID string) (map[string]balance, error) {
-	rows, err := s.pool.Query(r.Context(), `SELECT key_id, env, spent_units, held_units, spent_usd, held_usd, budget_units, budget_usd,
+func (s *Server) keySpend(ctx context.Context, accountID string) (map[string]balance, error) {
+	rows, err := s.pool.Query(ctx, `SELECT key_id, env, spent_units, held_units, spent_usd, held_usd, budget_units, budget_usd,
 			last_used_at FROM key_balances WHERE account_id = $1 ORDER BY key_id`, accountID)
 	if err != nil {
 		return nil, err
@@ -147,45 +158,85 @@ type keyRecord struct {
 
 func usd(d decimal.Decimal) string { return d.StringFixed(6) }
 
-func toRecord(k projections.KeyRow) keyRecord {
-	rec := keyRecord{
-		KeyID: k.KeyID, Label: k.Label, Scopes: k.Scopes, Env: k.Env, BudgetUnits: k.BudgetUnits,
-		SpentUSD: usd(decimal.Zero), Status: k.Status, Prefix: k.Prefix, CreatedAt: k.CreatedAt,
-		RotatedAt: k.RotatedAt, RevokedAt: k.RevokedAt,
-	}
-	if rec.Scopes == nil {
-		rec.Scopes = []string{}
-	}
-	if k.BudgetUSD != nil {
-		v := usd(*k.BudgetUSD)
-		rec.BudgetUSD = &v
-	}
-	return rec
-}
-
-func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
-	key := principal(r.Context())
-	env := ""
-	if key.Env() == domain.EnvTest { // a test key sees and manages only test keys
-		env = domain.EnvTest.String()
-	}
-	rows, err := projections.ListKeys(r.Context(), s.pool, key.AccountID(), env)
+// keyRecords renders keys the one way every key answer shows them (GET /keys, POST,
+// PATCH, rotate): settings from the key, spend and last use from key_balances, read
+// after the command committed. Times are UTC, as the read model's would be.
+func (s *Server) keyRecords(ctx context.Context, accountID string, keys ...projections.KeyRow) ([]keyRecord, error) {
+	spend, err := s.keySpend(ctx, accountID)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return nil, err
 	}
-	spend, err := s.keySpend(r, key.AccountID())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := make([]keyRecord, 0, len(rows))
-	for _, k := range rows {
-		rec := toRecord(k)
+	out := make([]keyRecord, 0, len(keys))
+	for _, k := range keys {
+		rec := keyRecord{
+			KeyID: k.KeyID, Label: k.Label, Scopes: k.Scopes, Env: k.Env, BudgetUnits: k.BudgetUnits,
+			SpentUSD: usd(decimal.Zero), Status: k.Status, Prefix: k.Prefix, CreatedAt: k.CreatedAt.UTC(),
+			RotatedAt: utc(k.RotatedAt), RevokedAt: utc(k.RevokedAt),
+		}
+		if rec.Scopes == nil {
+			rec.Scopes = []string{}
+		}
+		if k.BudgetUSD != nil {
+			v := usd(*k.BudgetUSD)
+			rec.BudgetUSD = &v
+		}
 		if b, ok := spend[k.KeyID]; ok {
-			rec.SpentUnits, rec.SpentUSD, rec.LastUsedAt = b.spentUnits, usd(b.spentUSD), b.lastUsedAt
+			rec.SpentUnits, rec.SpentUSD, rec.LastUsedAt = b.spentUnits, usd(b.spentUSD), utc(b.lastUsedAt)
 		}
 		out = append(out, rec)
+	}
+	return out, nil
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// writeKey answers a key command with the key's record, and its new secret if any.
+func (s *Server) writeKey(w http.ResponseWriter, r *http.Request, status int, k *domain.Key, secret string) {
+	recs, err := s.keyRecords(r.Context(), k.AccountID(), projections.KeyRowFrom(k))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	recs[0].APIKey = secret
+	writeJSON(w, status, recs[0])
+}
+
+// listKeys shows the keys of the caller's env: a test key sees only test keys; a live
+// key sees live keys, or test keys with env=test.
+func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
+	key := principal(r.Context())
+	env := key.Env()
+	for name, vals := range r.URL.Query() {
+		if name != "env" {
+			s.writeError(w, r, domain.Invalid(name, "is not a parameter of GET /keys (env)"))
+			return
+		}
+		e, ok := domain.ParseEnv(vals[len(vals)-1])
+		if !ok {
+			s.writeError(w, r, domain.Invalid("env", "must be live or test"))
+			return
+		}
+		if key.Env() == domain.EnvTest && e != domain.EnvTest {
+			s.writeError(w, r, domain.Errorf(domain.CodeScope, "a test key sees only test keys"))
+			return
+		}
+		env = e
+	}
+	rows, err := projections.ListKeys(r.Context(), s.pool, key.AccountID(), env.String())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out, err := s.keyRecords(r.Context(), key.AccountID(), rows...)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"keys": out})
 }
@@ -234,9 +285,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.settle(r.Context(), k)
-	rec := toRecord(projections.KeyRowFrom(k))
-	rec.APIKey = secret
-	writeJSON(w, http.StatusCreated, rec)
+	s.writeKey(w, r, http.StatusCreated, k, secret)
 }
 
 // settle gives the keys projection a moment to catch up with a change, so that the
@@ -311,7 +360,7 @@ func (s *Server) updateKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.settle(r.Context(), k)
-	writeJSON(w, http.StatusOK, toRecord(projections.KeyRowFrom(k)))
+	s.writeKey(w, r, http.StatusOK, k, "")
 }
 
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
@@ -344,7 +393,5 @@ func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.settle(r.Context(), k)
-	rec := toRecord(projections.KeyRowFrom(k))
-	rec.APIKey = secret
-	writeJSON(w, http.StatusCreated, rec)
+	s.writeKey(w, r, http.StatusCreated, k, secret)
 }

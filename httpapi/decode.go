@@ -7,19 +7,26 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
+	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/shopspring/decimal"
 
 	"chessd/domain"
 )
 
 // decode reads exactly one JSON object into v, refusing unknown fields, trailing data
-// and bodies over the limit. An empty body is allowed only when optional is true.
+// and bodies over the limit. An empty body (or null) is allowed only when optional is
+// true.
 func decode(r *http.Request, v any, optional bool) error {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return decodeReadError(err)
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
+	if trimmed := bytes.TrimSpace(body); len(trimmed) == 0 || optional && string(trimmed) == "null" {
 		if optional {
 			return nil
 		}
@@ -37,21 +44,411 @@ func decodeReadError(err error) error {
 	return domain.Errorf(domain.CodeInvalid, "could not read the request body")
 }
 
-// decodeBytes is decode's parser, also used by the fuzz tests.
+// member is one name and value of a JSON object, in the order of the body.
+type member struct {
+	name  string
+	value json.RawMessage
+}
+
+// decodeBytes is decode's parser, also used by the fuzz tests. v is a pointer to a
+// struct (fields by their json tags) or to a map. It reports every bad field at once:
+// each member, array element and nested field is decoded on its own, so one wrong type
+// does not hide the next, and every string is checked against the text rules
+// (domain.TextProblem; strings of a field tagged `text:"multiline"` may hold tab,
+// newline and carriage return).
 func decodeBytes(body []byte, v any) error {
+	if plainJSON(body) && strictUnmarshalOne(body, v) == nil {
+		return nil // the common case, in one pass: no string in it can break the text rules
+	}
+	reflect.ValueOf(v).Elem().SetZero()
+	return decodeFields(body, v)
+}
+
+// decodeFields is decodeBytes field by field, for the bodies its one pass cannot take.
+func decodeFields(body []byte, v any) error {
+	rv := reflect.ValueOf(v).Elem()
+	members, err := objectMembers(body)
+	if err != nil {
+		return err
+	}
+	var p domain.Problems
+	if rv.Kind() != reflect.Struct {
+		for _, m := range members {
+			if len(p) >= maxProblems {
+				break
+			}
+			checkText(&p, m.name, m.value, false)
+		}
+		if err := p.Err(); err != nil {
+			return err
+		}
+		if err := strictUnmarshal(body, v); err != nil {
+			return jsonError(err)
+		}
+		return nil
+	}
+	decodeObject(&p, "", members, rv)
+	return p.Err()
+}
+
+// plainJSON reports whether body is an object made of printable ASCII and JSON white
+// space without a backslash: then none of its strings can hold a control character,
+// an escape or invalid UTF-8.
+func plainJSON(body []byte) bool {
+	body = bytes.TrimLeft(body, " \t\r\n")
+	if len(body) == 0 || body[0] != '{' {
+		return false
+	}
+	for _, c := range body {
+		if c == '\\' || c >= 0x7f || c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+// strictUnmarshalOne decodes body, which must be one JSON value and nothing more, into
+// v, refusing unknown fields.
+func strictUnmarshalOne(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
-	}
-	if dec.More() {
-		return domain.Errorf(domain.CodeInvalid, "unexpected data after the JSON object")
+		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return domain.Errorf(domain.CodeInvalid, "unexpected data after the JSON object")
+		return errors.New("unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// objectMembers checks that body is one JSON object and nothing more, and splits it.
+func objectMembers(body []byte) ([]member, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return nil, jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, domain.Errorf(domain.CodeInvalid, "unexpected data after the JSON object")
+	}
+	raw = bytes.TrimSpace(raw)
+	if raw[0] != '{' {
+		return nil, domain.Errorf(domain.CodeInvalid, "the request body must be a JSON object, not %s", jsonKindOf(raw))
+	}
+	return splitObject(raw), nil
+}
+
+// splitObject splits a JSON object already known to be well formed.
+func splitObject(raw []byte) []member {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.Token() //nolint:errcheck // '{' of a checked object
+	var out []member
+	for dec.More() {
+		name, _ := dec.Token()
+		var m member
+		m.name, _ = name.(string)
+		dec.Decode(&m.value) //nolint:errcheck // a checked object
+		m.value = bytes.TrimSpace(m.value)
+		out = append(out, m)
+	}
+	return out
+}
+
+// splitArray splits a JSON array already known to be well formed.
+func splitArray(raw []byte) []json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.Token() //nolint:errcheck // '[' of a checked array
+	var out []json.RawMessage
+	for dec.More() {
+		var v json.RawMessage
+		dec.Decode(&v) //nolint:errcheck // a checked array
+		out = append(out, bytes.TrimSpace(v))
+	}
+	return out
+}
+
+// structField is one settable field of a request struct.
+type structField struct {
+	index     int
+	multiline bool
+}
+
+// fieldsOf maps the JSON names of t's fields to the fields.
+func fieldsOf(t reflect.Type) map[string]structField {
+	out := map[string]structField{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = structField{index: i, multiline: f.Tag.Get("text") == "multiline"}
+	}
+	return out
+}
+
+// lookup finds a member's field as encoding/json does: the exact name, else one that
+// differs only in case. A member given twice is decoded twice: the last one wins.
+func lookup(fields map[string]structField, name string) (structField, bool) {
+	if f, ok := fields[name]; ok {
+		return f, true
+	}
+	for n, f := range fields {
+		if strings.EqualFold(n, name) {
+			return f, true
+		}
+	}
+	return structField{}, false
+}
+
+// decodeObject decodes members into the struct rv, naming fields under prefix.
+func decodeObject(p *domain.Problems, prefix string, members []member, rv reflect.Value) {
+	fields := fieldsOf(rv.Type())
+	for _, m := range members {
+		if len(*p) >= maxProblems {
+			return
+		}
+		path := prefix + m.name
+		f, ok := lookup(fields, m.name)
+		if !ok {
+			p.Add(path, "is not a known field")
+			continue
+		}
+		decodeValue(p, path, m.value, rv.Field(f.index), f.multiline)
+	}
+}
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// decodeValue decodes raw into v, descending into objects and arrays so that each bad
+// member or element is named on its own ("options.elo", "fens[3]"). Every string is
+// checked against the text rules before it is decoded.
+func decodeValue(p *domain.Problems, path string, raw json.RawMessage, v reflect.Value, multiline bool) {
+	t := v.Type()
+	custom := reflect.PointerTo(t).Implements(unmarshalerType)
+	switch {
+	case raw[0] == '"':
+		if reason := jsonStringProblem(raw, multiline); reason != "" {
+			p.Add(path, reason)
+			return
+		}
+	case custom:
+	case t.Kind() == reflect.Pointer && string(raw) != "null":
+		elem := reflect.New(t.Elem())
+		before := len(*p)
+		decodeValue(p, path, raw, elem.Elem(), multiline)
+		if len(*p) == before {
+			v.Set(elem)
+		}
+		return
+	case t.Kind() == reflect.Struct && raw[0] == '{':
+		decodeObject(p, path+".", splitObject(raw), v)
+		return
+	case t.Kind() == reflect.Slice && raw[0] == '[':
+		elems := splitArray(raw)
+		s := reflect.MakeSlice(t, len(elems), len(elems))
+		for i, e := range elems {
+			if len(*p) >= maxProblems {
+				return
+			}
+			decodeValue(p, fmt.Sprintf("%s[%d]", path, i), e, s.Index(i), multiline)
+		}
+		v.Set(s)
+		return
+	}
+	before := len(*p)
+	if checkText(p, path, raw, multiline); len(*p) > before {
+		return // strings inside a value decoded whole (a map, a custom type)
+	}
+	if err := strictUnmarshal(raw, v.Addr().Interface()); err != nil {
+		p.Add(path, fmt.Sprintf("must be %s, not %s", describe(t), jsonKindOf(raw)))
+	}
+}
+
+func strictUnmarshal(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+// describe names what a field of type t takes, for a client.
+func describe(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeFor[decimal.Decimal]() {
+		return `a decimal number (or a string such as "5.00")`
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
+}
+
+// jsonKindOf names the kind of a JSON value, quoting short numbers.
+func jsonKindOf(raw []byte) string {
+	switch raw[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "true or false"
+	case 'n':
+		return "null"
+	}
+	if len(raw) > 24 {
+		return "a number too long to quote"
+	}
+	return "the number " + string(raw)
+}
+
+// maxProblems bounds the field problems one body can produce: enough to fix a
+// request, while a body of a million bad strings still gets a short answer.
+const maxProblems = 50
+
+// textFrame is one open object or array of checkText's walk.
+type textFrame struct {
+	object  bool
+	wantKey bool   // object: the next token is a member name
+	key     string // object: the current member's name
+	index   int    // array: the current element's index
+}
+
+// checkText applies the text rules to every string in raw (object member names aside:
+// an unknown name is refused anyway), adding a problem per bad string under its path.
+// It walks raw once, whatever its nesting, and builds a path only for a problem.
+func checkText(p *domain.Problems, path string, raw json.RawMessage, multiline bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var stack []textFrame
+	for len(*p) < maxProblems {
+		start := dec.InputOffset()
+		tok, err := dec.Token()
+		if err != nil {
+			return // io.EOF: raw is a checked value
+		}
+		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].wantKey {
+			if name, ok := tok.(string); ok {
+				stack[n-1].key, stack[n-1].wantKey = name, false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			stack = append(stack, textFrame{object: tok == json.Delim('{'), wantKey: true})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		default:
+			if _, ok := tok.(string); ok {
+				lit := bytes.TrimLeft(raw[start:dec.InputOffset()], " \t\r\n,:")
+				if reason := jsonStringProblem(lit, multiline); reason != "" {
+					p.Add(textPath(path, stack), reason)
+				}
+			}
+		}
+		if n := len(stack); n > 0 { // a value of the enclosing object or array is done
+			stack[n-1].wantKey = true
+			stack[n-1].index++
+		}
+	}
+}
+
+// textPath names the value checkText is at, cut short for absurd nesting.
+func textPath(root string, stack []textFrame) string {
+	var b strings.Builder
+	b.WriteString(root)
+	for _, f := range stack {
+		if b.Len() > 200 {
+			b.WriteString("…")
+			break
+		}
+		if f.object {
+			b.WriteString("." + f.key)
+		} else {
+			fmt.Fprintf(&b, "[%d]", f.index)
+		}
+	}
+	return b.String()
+}
+
+// jsonStringProblem decodes a well-formed JSON string literal exactly and applies the
+// text rules to it. encoding/json would replace invalid UTF-8 and unpaired surrogate
+// escapes with U+FFFD, silently changing what the client sent; the door refuses them.
+func jsonStringProblem(lit []byte, multiline bool) string {
+	s := lit[1 : len(lit)-1]
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c != '\\' {
+			r, size := utf8.DecodeRune(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				return fmt.Sprintf("is not valid UTF-8 (byte %d)", i)
+			}
+			b.Write(s[i : i+size])
+			i += size
+			continue
+		}
+		if s[i+1] != 'u' {
+			b.WriteByte(unescape(s[i+1]))
+			i += 2
+			continue
+		}
+		r := hex4(s[i+2 : i+6])
+		i += 6
+		if utf16.IsSurrogate(r) {
+			if r < 0xdc00 && i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+				if r2 := hex4(s[i+2 : i+6]); r2 >= 0xdc00 && r2 <= 0xdfff {
+					b.WriteRune(utf16.DecodeRune(r, r2))
+					i += 6
+					continue
+				}
+			}
+			return fmt.Sprintf("holds an unpaired surrogate escape \\u%04x, which is not a character", r)
+		}
+		b.WriteRune(r)
+	}
+	return domain.TextProblem(b.String(), multiline)
+}
+
+// unescape is the character a two-character escape such as \n stands for.
+func unescape(c byte) byte {
+	switch c {
+	case 'b':
+		return '\b'
+	case 'f':
+		return '\f'
+	case 'n':
+		return '\n'
+	case 'r':
+		return '\r'
+	case 't':
+		return '\t'
+	}
+	return c // \" \\ \/
+}
+
+func hex4(h []byte) rune {
+	n, _ := strconv.ParseUint(string(h), 16, 32) // a checked literal: four hex digits
+	return rune(n)
 }
 
 // jsonError turns encoding/json's errors into messages that name the field.
@@ -69,7 +466,7 @@ func jsonError(err error) error {
 		if field == "" {
 			return domain.Errorf(domain.CodeInvalid, "the request body must be a JSON object")
 		}
-		return domain.Invalid(field, fmt.Sprintf("must be %s, not %s", jsonKind(typ.Type.Kind().String()), typ.Value))
+		return domain.Invalid(field, fmt.Sprintf("must be %s, not %s", describe(typ.Type), typ.Value))
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return domain.Errorf(domain.CodeInvalid, "the JSON body ends early")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -77,20 +474,4 @@ func jsonError(err error) error {
 		return domain.Invalid(name, "is not a known field")
 	}
 	return domain.Errorf(domain.CodeInvalid, "invalid JSON: %s", err.Error())
-}
-
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "int", "int32", "int64":
-		return "an integer"
-	case "string":
-		return "a string"
-	case "bool":
-		return "true or false"
-	case "slice":
-		return "an array"
-	case "struct", "map":
-		return "an object"
-	}
-	return "a " + goKind
 }

@@ -3,15 +3,11 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"chessd/analysis"
 	"chessd/domain"
@@ -77,10 +73,10 @@ func (s *Server) bestMove(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// costed runs the shared path of /eval and /bestmove: credentials (optional), the
-// Idempotency-Key, the request, plan caps or keyless limits, the analysis, its price,
-// and the charge, which is committed (with the response, for the Idempotency-Key)
-// before the client sees anything.
+// costed runs the shared path of /eval and /bestmove (docs/BILLING.md): credentials
+// (optional), the request, plan caps or keyless limits, then the price reserved before
+// any engine starts (a refusal spends no engine time), the Idempotency-Key claimed while
+// the engine searches, the answer, and its charge settled after, off the response path.
 func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoint, render func(*analysis.Result, cost) any) {
 	fail := func(err error) { s.writeError(w, r, err) }
 	timing := newServerTiming()
@@ -101,8 +97,9 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		return
 	}
 	timing.mark("auth")
-	idem, done := s.checkIdempotency(w, r, scope)
-	if done {
+	idem, err := idempotencyRequest(r, scope)
+	if err != nil {
+		fail(err)
 		return
 	}
 	var req analysis.Request
@@ -115,33 +112,99 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		fail(err)
 		return
 	}
-	var release func(error)
+	call := domain.Call{Endpoint: ep, Depth: spec.Depth, MultiPV: spec.MultiPV, MoveTimeMS: spec.MoveTimeMS, Positions: 1}
+	// What needs no engine (a cached result, a finished game) is found first, so that
+	// its lower price is what is reserved.
+	known, hit, err := s.analysis.Lookup(r.Context(), spec)
+	if err != nil {
+		fail(err)
+		return
+	}
+	var reservation *ledger.Reservation
+	var keyless func(answered bool)
 	if key == nil {
-		if release, err = s.keylessAllowance(r, spec); err != nil {
+		if spec.Depth > KeylessMaxDepth || spec.MultiPV > KeylessMaxMultiPV {
+			fail(domain.Errorf(domain.CodeKeylessExhausted,
+				"without a key, depth is capped at %d and multipv at %d; sign up for a key (POST /v1/signup)", KeylessMaxDepth, KeylessMaxMultiPV))
+			return
+		}
+		if keyless, err = s.meter.ReserveKeyless(r.Context(), clientIP(r), KeylessPerDay); err != nil {
 			fail(err)
 			return
 		}
-	} else if err := s.keyAllows(r, key, spec); err != nil {
-		fail(err)
-		return
+	} else {
+		plan := account(r.Context()).Plan()
+		if err := plan.Limits().CheckCaps(plan, spec.Depth, spec.MultiPV, spec.MoveTimeMS); err != nil {
+			fail(err)
+			return
+		}
+		reservation, err = s.meter.Reserve(r.Context(), ledger.Call{RequestID: requestID(r.Context()), Key: key,
+			Account: account(r.Context()), Price: call, Cached: hit})
+		if err != nil {
+			fail(err)
+			return
+		}
 	}
+	answered := false
+	defer func() {
+		if !answered {
+			reservation.Cancel()
+			if keyless != nil {
+				keyless(false)
+			}
+		}
+	}()
 	timing.mark("request")
-	res, err := s.analysis.Analyse(r.Context(), spec, engine.Interactive, true)
-	if release != nil {
-		release(err)
+
+	// The Idempotency-Key's claim is written while the engine searches; a retry of a
+	// finished or running request stops the search and is answered from the claim.
+	ctx, stop := context.WithCancel(r.Context())
+	defer stop()
+	claimed := make(chan claimResult, 1)
+	if idem != nil {
+		go func() {
+			first, err := s.meter.Claim(ctx, *idem)
+			if err != nil || first != nil {
+				stop()
+			}
+			claimed <- claimResult{first, err}
+		}()
+	} else {
+		claimed <- claimResult{}
 	}
-	if err != nil {
+	res := known
+	if !hit {
+		res, err = s.analysis.Analyse(ctx, spec, engine.Interactive, false)
+	}
+	c := <-claimed
+	switch {
+	case c.err != nil:
+		fail(c.err)
+		return
+	case c.first != nil:
+		s.replay(w, *c.first)
+		return
+	case err != nil:
+		if idem != nil {
+			s.meter.Unclaim(r.Context(), *idem)
+		}
 		fail(err)
 		return
 	}
-	price, err := domain.Quote(domain.Call{Endpoint: ep, Depth: spec.Depth, MultiPV: spec.MultiPV, MoveTimeMS: spec.MoveTimeMS, Positions: 1})
-	if err != nil {
-		fail(err)
-		return
-	}
-	units := price.Units
-	if res.Cached || res.Terminal != "" { // no search ran: the cached price
-		units = price.CachedUnits
+	cached := res.Cached || res.Terminal != "" // no search ran: the cached price
+	var units int64
+	if reservation != nil {
+		units = reservation.Units(cached)
+	} else {
+		price, err := domain.Quote(call)
+		if err != nil {
+			fail(err)
+			return
+		}
+		units = price.Units
+		if cached {
+			units = price.CachedUnits
+		}
 	}
 	body, err := json.Marshal(render(res, newCost(key != nil, units)))
 	if err != nil {
@@ -152,32 +215,24 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		timing.add("engine", res.Search)
 	}
 	timing.mark("analysis")
-	if key != nil {
-		charge := ledger.Charge{
-			RequestID: requestID(r.Context()), Key: key, Allowance: account(r.Context()).Plan().Limits().UnitsPerDay,
-			Endpoint: ep, Engine: res.Engine, Path: res.Path, Cached: res.Cached || res.Terminal != "",
-			Units: units, USD: domain.USD(units),
-			Params: ledger.Params{Depth: spec.Depth, MultiPV: spec.MultiPV, MoveTimeMS: spec.MoveTimeMS, Positions: 1, FEN: res.FEN},
-		}
-		if idem.stored != nil {
-			st := *idem.stored
-			st.Status, st.Response = http.StatusOK, body
-			charge.Idempotency = &st
-		}
-		out, err := s.charge(r, charge, spec)
-		if err != nil {
+	if idem != nil {
+		idem.Status, idem.Response = http.StatusOK, body
+	}
+	if reservation != nil {
+		if _, err := reservation.Settle(ledger.Answered{Endpoint: ep, Engine: res.Engine, Path: res.Path, Cached: cached,
+			Params:      ledger.Params{Depth: spec.Depth, MultiPV: spec.MultiPV, MoveTimeMS: spec.MoveTimeMS, Positions: 1, FEN: res.FEN},
+			Idempotency: idem}); err != nil {
 			fail(err)
 			return
 		}
-		if err := s.chargeRefusal(w, r, out, idem); err != nil || out.Err != nil {
-			if err != nil {
-				fail(err)
-			}
-			return
+	} else if idem != nil {
+		if err := s.meter.Store(r.Context(), *idem); err != nil {
+			s.logger.WarnContext(r.Context(), "store idempotent response", "err", err)
 		}
-		timing.mark("charge")
-	} else {
-		s.remember(r, idem, http.StatusOK, body)
+	}
+	answered = true
+	if keyless != nil {
+		keyless(true)
 	}
 	timing.write(w.Header())
 	w.Header().Set("Content-Type", "application/json")
@@ -185,115 +240,9 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	w.Write(body) //nolint:errcheck // the client went away
 }
 
-// keyAllows checks what the key's plan and budget allow for spec, before any engine runs.
-func (s *Server) keyAllows(r *http.Request, key *domain.Key, spec analysis.Spec) error {
-	plan := account(r.Context()).Plan()
-	if err := plan.Limits().CheckCaps(plan, spec.Depth, spec.MultiPV, spec.MoveTimeMS); err != nil {
-		return err
-	}
-	return s.budgetLeft(r, key)
-}
-
-// charge charges a costed call with the versions its key and account were
-// authenticated at. When either has changed since (the request was authenticated from
-// memory), nothing was charged: the key is checked afresh in the database, with its
-// scope, caps and budget, and charged as it is now.
-func (s *Server) charge(r *http.Request, ch ledger.Charge, spec analysis.Spec) (ledger.Result, error) {
-	for attempt := 0; ; attempt++ {
-		ch.KeyVersion, ch.AccountVersion = ch.Key.Version(), account(r.Context()).Version()
-		out, err := s.charger.Charge(r.Context(), ch)
-		if err != nil || !errors.Is(out.Err, ledger.ErrStaleAuth) || attempt == 3 {
-			return out, err
-		}
-		s.forgetCredential(r)
-		key, err := s.authenticate(r)
-		if err != nil {
-			return ledger.Result{}, err
-		}
-		if key == nil || !key.HasScope(domain.ScopeEval) {
-			return ledger.Result{}, domain.Errorf(domain.CodeScope, "this key lacks the scope \"eval\"")
-		}
-		if err := s.keyAllows(r, key, spec); err != nil {
-			return ledger.Result{}, err
-		}
-		ch.Key, ch.Allowance = key, account(r.Context()).Plan().Limits().UnitsPerDay
-	}
-}
-
-// chargeRefusal turns a refused charge into the client's answer (a replay for a used
-// Idempotency-Key); it writes nothing when the charge went through.
-func (s *Server) chargeRefusal(w http.ResponseWriter, r *http.Request, out ledger.Result, idem idempotency) error {
-	var dup *ledger.DuplicateError
-	switch {
-	case out.Err == nil:
-		return nil
-	case errors.As(out.Err, &dup):
-		s.replay(w, r, *idem.stored, dup.Stored)
-		return nil
-	case errors.Is(out.Err, ledger.ErrBudget):
-		return domain.Errorf(domain.CodeBudget, "this call would exceed the key's budget (%v); raise it with PATCH /v1/keys/%s", out.Err, principal(r.Context()).ID())
-	case errors.Is(out.Err, ledger.ErrAllowance):
-		plan := account(r.Context()).Plan()
-		return domain.Errorf(domain.CodeUpgrade, "the %s plan's daily allowance of %d units is used up for today (UTC)", plan, plan.Limits().UnitsPerDay)
-	case errors.Is(out.Err, ledger.ErrStaleAuth):
-		// the key kept changing while we charged (see charge): nothing was charged
-		return domain.Errorf(domain.CodeUnavailable, "the key changed while this call was being charged; nothing was charged, retry")
-	}
-	return out.Err
-}
-
-// budgetLeft refuses early, before any engine runs, a key whose budget is already
-// spent. It is only a shortcut: the charge itself checks atomically.
-func (s *Server) budgetLeft(r *http.Request, key *domain.Key) error {
-	if key.BudgetUnits() == nil && key.BudgetUSD() == nil {
-		return nil
-	}
-	var exhausted bool
-	err := s.pool.QueryRow(r.Context(), `SELECT (budget_units IS NOT NULL AND spent_units + held_units >= budget_units)
-		OR (budget_usd IS NOT NULL AND spent_usd + held_usd >= budget_usd) FROM key_balances WHERE key_id = $1`, key.ID()).Scan(&exhausted)
-	if err != nil {
-		return err
-	}
-	if exhausted {
-		return domain.Errorf(domain.CodeBudget, "the key's budget is spent; raise it with PATCH /v1/keys/%s", key.ID())
-	}
-	return nil
-}
-
-// keylessAllowance enforces the keyless caps and takes one call from the client
-// address's daily allowance in one conditional statement, so concurrent calls cannot
-// overdraw it. The returned function gives the call back when the analysis failed.
-func (s *Server) keylessAllowance(r *http.Request, spec analysis.Spec) (func(error), error) {
-	if spec.Depth > KeylessMaxDepth || spec.MultiPV > KeylessMaxMultiPV {
-		return nil, domain.Errorf(domain.CodeKeylessExhausted,
-			"without a key, depth is capped at %d and multipv at %d; sign up for a key (POST /v1/signup)", KeylessMaxDepth, KeylessMaxMultiPV)
-	}
-	ip := clientIP(r)
-	day := time.Now().UTC().Format(time.DateOnly)
-	var calls int
-	err := s.pool.QueryRow(r.Context(), `INSERT INTO keyless_usage (ip, day, calls) VALUES ($1, $2, 1)
-		ON CONFLICT (ip, day) DO UPDATE SET calls = keyless_usage.calls + 1 WHERE keyless_usage.calls < $3
-		RETURNING calls`, ip, day, KeylessPerDay).Scan(&calls)
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return nil, err
-		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, domain.Errorf(domain.CodeKeylessExhausted,
-				"the keyless allowance of %d calls a day for your address is used up; sign up for a key (POST /v1/signup)", KeylessPerDay)
-		}
-		return nil, err
-	}
-	return func(failed error) {
-		if failed == nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
-		defer cancel()
-		if _, err := s.pool.Exec(ctx, `UPDATE keyless_usage SET calls = calls - 1 WHERE ip = $1 AND day = $2 AND calls > 0`, ip, day); err != nil {
-			s.logger.Warn("keyless allowance refund failed", "err", err)
-		}
-	}, nil
+type claimResult struct {
+	first *ledger.Stored
+	err   error
 }
 
 // clientIP is the connection's peer address. Behind a proxy, configure it to pass the

@@ -190,7 +190,7 @@ func TestEvalRefusesBadRequests(t *testing.T) {
 		"skill 21":              {`{` + fen + `,"options":{"skill_level":21}}`, "options.skill_level"},
 		"overhead above policy": {`{` + fen + `,"options":{"move_overhead_ms":5001}}`, "options.move_overhead_ms"},
 		"chess960 not boolean":  {`{` + fen + `,"options":{"chess960":"yes"}}`, "options.chess960"},
-		"unknown option":        {`{` + fen + `,"options":{"threads":4}}`, "threads"},
+		"unknown option":        {`{` + fen + `,"options":{"threads":4}}`, "options.threads"},
 		"unknown field":         {`{` + fen + `,"ponder":true}`, "ponder"},
 	}
 	for name, tc := range cases {

@@ -4,102 +4,82 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
-
-	"github.com/jackc/pgx/v5"
 
 	"chessd/domain"
 	"chessd/ledger"
 )
 
-// Idempotency-Key (any POST): a retry with the same key and the same request within 24
-// hours gets the first response again and changes nothing; the same key with another
-// request is 409. For costed calls the first response is stored in the transaction that
-// charges it, so a call is charged at most once whatever crashes in between.
+// Idempotency-Key (any POST, IETF draft semantics; the rule lives in ledger): the key is
+// claimed before the request's answer; a retry with the same key and request within 24
+// hours gets the first answer again and changes nothing (Idempotent-Replayed: true); the
+// same key with another request is 422; a retry while the first still runs is 409 with
+// Retry-After. A costed call's answer is stored with its charge.
 
-const idempotencyWindow = "24 hours"
-
-// idempotency is the state of one request's Idempotency-Key.
-type idempotency struct {
-	stored *ledger.Stored // nil without a header
-}
-
-// checkIdempotency reads the header and the body. When the key was seen with the same
-// request, it writes the first response and returns done; with another request, a 409.
-// The body stays readable by the handler.
-func (s *Server) checkIdempotency(w http.ResponseWriter, r *http.Request, scope string) (idem idempotency, done bool) {
+// idempotencyRequest reads the request's Idempotency-Key and body (which stays
+// readable): nil without the header.
+func idempotencyRequest(r *http.Request, scope string) (*ledger.Stored, error) {
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
-		return idem, false
+		return nil, nil
 	}
-	if len(key) > 255 || !printable(key) {
-		s.writeError(w, r, domain.Invalid("Idempotency-Key", "must be 1 to 255 printable ASCII characters"))
-		return idem, true
+	if err := checkIdempotencyKey(key); err != nil {
+		return nil, err
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		s.writeError(w, r, decodeReadError(err))
-		return idem, true
+		return nil, decodeReadError(err)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	h := sha256.New()
 	h.Write([]byte(r.Method + " " + r.URL.Path + "\n"))
 	h.Write(body)
-	stored := ledger.Stored{Scope: scope, Key: key, RequestHash: h.Sum(nil)}
-	ctx := r.Context()
-	if _, err := s.pool.Exec(ctx, `DELETE FROM idempotency WHERE scope = $1 AND idem_key = $2
-		AND created_at < now() - interval '`+idempotencyWindow+`'`, scope, key); err != nil {
-		s.writeError(w, r, err)
-		return idem, true
-	}
-	var first ledger.Stored
-	err = s.pool.QueryRow(ctx, `SELECT request_hash, status, response FROM idempotency WHERE scope = $1 AND idem_key = $2`,
-		scope, key).Scan(&first.RequestHash, &first.Status, &first.Response)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return idempotency{stored: &stored}, false
-	case err != nil:
-		s.writeError(w, r, err)
-		return idem, true
-	}
-	first.Scope, first.Key = scope, key
-	s.replay(w, r, stored, first)
-	return idem, true
+	return &ledger.Stored{Scope: scope, Key: key, RequestHash: h.Sum(nil)}, nil
 }
 
-// replayStored answers a request whose Idempotency-Key was taken by a request that
-// finished meanwhile: it reads that first response and replays it.
-func (s *Server) replayStored(w http.ResponseWriter, r *http.Request, now ledger.Stored) {
-	var first ledger.Stored
-	err := s.pool.QueryRow(r.Context(), `SELECT request_hash, status, response FROM idempotency WHERE scope = $1 AND idem_key = $2`,
-		now.Scope, now.Key).Scan(&first.RequestHash, &first.Status, &first.Response)
+// claim takes the request's Idempotency-Key, if any. done means the request was
+// answered here (the first answer replayed, or a refusal); otherwise st, when not nil,
+// is claimed and its answer must be stored or the claim given back.
+func (s *Server) claim(w http.ResponseWriter, r *http.Request, scope string) (st *ledger.Stored, done bool) {
+	st, err := idempotencyRequest(r, scope)
 	if err != nil {
 		s.writeError(w, r, err)
-		return
+		return nil, true
 	}
-	first.Scope, first.Key = now.Scope, now.Key
-	s.replay(w, r, now, first)
+	if st == nil {
+		return nil, false
+	}
+	first, err := s.meter.Claim(r.Context(), *st)
+	if err != nil {
+		s.writeError(w, r, err)
+		return nil, true
+	}
+	if first != nil {
+		s.replay(w, *first)
+		return nil, true
+	}
+	st.Owner = s.meter.Owner()
+	return st, false
 }
 
-// replay answers a repeated Idempotency-Key from the first response.
-func (s *Server) replay(w http.ResponseWriter, r *http.Request, now, first ledger.Stored) {
-	if !bytes.Equal(now.RequestHash, first.RequestHash) {
-		s.writeError(w, r, domain.Errorf(domain.CodeConflict,
-			"Idempotency-Key %q was already used with a different request; use a new key for a new request", now.Key))
-		return
-	}
+// replay answers a repeated Idempotency-Key with the first answer.
+func (s *Server) replay(w http.ResponseWriter, first ledger.Stored) {
 	w.Header().Set("Idempotent-Replayed", "true")
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(first.Status)
 	w.Write(first.Response) //nolint:errcheck // the client went away
 }
 
-// remember stores the first response of a request that moved no money (secrets are
-// stored redacted: they are shown once).
-func (s *Server) remember(r *http.Request, idem idempotency, status int, body []byte) {
-	if idem.stored == nil || status >= 500 {
+// keep stores the answer of a claimed key, or gives the claim back when the answer is
+// a server error (a retry should run afresh). Secrets are stored redacted: they are
+// shown once.
+func (s *Server) keep(r *http.Request, st *ledger.Stored, status int, body []byte) {
+	if st == nil {
+		return
+	}
+	if status >= 500 {
+		s.meter.Unclaim(r.Context(), *st)
 		return
 	}
 	var m map[string]any
@@ -109,32 +89,31 @@ func (s *Server) remember(r *http.Request, idem idempotency, status int, body []
 			body, _ = json.Marshal(m)
 		}
 	}
-	st := idem.stored
-	if _, err := s.pool.Exec(r.Context(), `INSERT INTO idempotency (scope, idem_key, request_hash, status, response)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, st.Scope, st.Key, st.RequestHash, status, body); err != nil {
+	st.Status, st.Response = status, body
+	if err := s.meter.Store(r.Context(), *st); err != nil {
 		s.logger.WarnContext(r.Context(), "store idempotent response", "err", err)
 	}
 }
 
 // idempotent wraps a POST handler that moves no money: replays and conflicts are
-// answered before it runs, and its response is remembered after.
+// answered before it runs, and its response is kept after.
 func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		scope := "ip:" + clientIP(r).String()
 		if k := principal(r.Context()); k != nil {
 			scope = k.ID()
 		}
-		idem, done := s.checkIdempotency(w, r, scope)
+		st, done := s.claim(w, r, scope)
 		if done {
 			return
 		}
-		if idem.stored == nil {
+		if st == nil {
 			h(w, r)
 			return
 		}
 		rec := &bodyRecorder{ResponseWriter: w, status: http.StatusOK}
 		h(rec, r)
-		s.remember(r, idem, rec.status, rec.body.Bytes())
+		s.keep(r, st, rec.status, rec.body.Bytes())
 	}
 }
 
@@ -152,6 +131,15 @@ func (b *bodyRecorder) WriteHeader(code int) {
 func (b *bodyRecorder) Write(p []byte) (int, error) {
 	b.body.Write(p)
 	return b.ResponseWriter.Write(p)
+}
+
+// checkIdempotencyKey applies the header's rule: it is stored (and put in event
+// metadata), so 1 to 255 printable ASCII characters, which excludes every control.
+func checkIdempotencyKey(key string) error {
+	if key == "" || len(key) > 255 || !printable(key) {
+		return domain.Invalid("Idempotency-Key", "must be 1 to 255 printable ASCII characters")
+	}
+	return nil
 }
 
 func printable(s string) bool {

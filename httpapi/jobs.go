@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"time"
 
+	"chessd/analysis"
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/domain/position"
-	"chessd/engine"
 	"chessd/ledger"
 	"chessd/projections"
 )
@@ -33,7 +33,7 @@ type batchRequest struct {
 }
 
 type analyzeRequest struct {
-	PGN      *string `json:"pgn"`
+	PGN      *string `json:"pgn" text:"multiline"`
 	FEN      *string `json:"fen"`
 	Depth    *int    `json:"depth"`
 	MultiPV  *int    `json:"multipv"`
@@ -58,29 +58,19 @@ func (s *Server) jobSpec(p *domain.Problems, depth, multipv *int, eng, path *str
 		}
 		spec.MultiPV = *multipv
 	}
-	version, enginePath := engine.Latest, engine.PathAuto
-	if eng != nil {
-		version = *eng
-	}
-	if path != nil {
-		enginePath = engine.Path(*path)
-	}
-	id, resolved, err := s.analysis.Catalog().Resolve(version, enginePath)
-	if err != nil {
-		p.Add("engine", fmt.Sprintf("no engine %q with path %q (see GET /v1/engines)", version, enginePath))
-	}
+	id, resolved, _ := analysis.ResolveEngine(p, s.analysis.Catalog(), eng, path)
 	spec.Engine, spec.Path = id, string(resolved)
 	return spec
 }
 
 func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
-	idem, done := s.checkIdempotency(w, r, principal(r.Context()).ID())
+	idem, done := s.claim(w, r, principal(r.Context()).ID())
 	if done {
 		return
 	}
 	var req batchRequest
 	if err := decode(r, &req, false); err != nil {
-		s.writeError(w, r, err)
+		s.keepError(w, r, idem, err)
 		return
 	}
 	var p domain.Problems
@@ -102,20 +92,20 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := p.Err(); err != nil {
-		s.writeError(w, r, err)
+		s.keepError(w, r, idem, err)
 		return
 	}
 	s.submit(w, r, idem, "batch", spec, positions)
 }
 
 func (s *Server) analyze(w http.ResponseWriter, r *http.Request) {
-	idem, done := s.checkIdempotency(w, r, principal(r.Context()).ID())
+	idem, done := s.claim(w, r, principal(r.Context()).ID())
 	if done {
 		return
 	}
 	var req analyzeRequest
 	if err := decode(r, &req, false); err != nil {
-		s.writeError(w, r, err)
+		s.keepError(w, r, idem, err)
 		return
 	}
 	var p domain.Problems
@@ -154,7 +144,7 @@ func (s *Server) analyze(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := p.Err(); err != nil {
-		s.writeError(w, r, err)
+		s.keepError(w, r, idem, err)
 		return
 	}
 	s.submit(w, r, idem, "analyze", spec, positions)
@@ -169,17 +159,18 @@ func reason(err error) string {
 }
 
 // submit prices the job with the shared pricing function, checks the plan, and hands
-// it to SubmitJob (which holds its whole price on the key's budget).
-func (s *Server) submit(w http.ResponseWriter, r *http.Request, idem idempotency, kind string, spec domain.JobSpec, positions []domain.JobPosition) {
+// it to SubmitJob (which holds its whole price on the key's budget and stores the answer
+// for a claimed Idempotency-Key in the same transaction).
+func (s *Server) submit(w http.ResponseWriter, r *http.Request, idem *ledger.Stored, kind string, spec domain.JobSpec, positions []domain.JobPosition) {
 	key, acct := principal(r.Context()), account(r.Context())
 	plan := acct.Plan()
 	if err := plan.Limits().CheckCaps(plan, spec.Depth, spec.MultiPV, 0); err != nil {
-		s.writeError(w, r, err)
+		s.keepError(w, r, idem, err)
 		return
 	}
 	price, err := domain.Quote(domain.Call{Endpoint: domain.Endpoint(kind), Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: len(positions)})
 	if err != nil {
-		s.writeError(w, r, err)
+		s.keepError(w, r, idem, err)
 		return
 	}
 	render := func(j *domain.Job) (int, []byte, error) {
@@ -188,19 +179,26 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, idem idempotency
 	}
 	job, err := s.commands.SubmitJob(r.Context(), s.actor(r), domain.JobSubmitted{
 		Kind: kind, Spec: spec, Positions: positions, HoldUnits: price.Units, HoldUSD: price.USD,
-	}, idem.stored, render)
-	var dup *ledger.DuplicateError
-	if errors.As(err, &dup) {
-		s.replayStored(w, r, *idem.stored)
-		return
-	}
+	}, idem, render)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.keepError(w, r, idem, err)
 		return
 	}
 	s.logger.InfoContext(r.Context(), "job submitted", "job_id", job.ID(), "key_id", key.ID(), "positions", len(positions))
 	w.Header().Set("Location", s.baseURL+"/jobs/"+job.ID())
 	writeJSON(w, http.StatusAccepted, jobAnswer(s, job))
+}
+
+// keepError answers err; a refusal is kept for the claimed Idempotency-Key like any
+// answer (a retry gets the same refusal), a server error gives the claim back.
+func (s *Server) keepError(w http.ResponseWriter, r *http.Request, idem *ledger.Stored, err error) {
+	if idem == nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rec := &bodyRecorder{ResponseWriter: w, status: http.StatusOK}
+	s.writeError(rec, r, err)
+	s.keep(r, idem, rec.status, rec.body.Bytes())
 }
 
 type jobJSON struct {
@@ -215,14 +213,14 @@ func jobAnswer(s *Server, j *domain.Job) jobJSON {
 }
 
 // ownJob loads one of the caller's jobs from its events (always current); another
-// account's job is 404, like an unknown one.
+// account's job, or one of the other env, is 404, like an unknown one.
 func (s *Server) ownJob(r *http.Request) (*domain.Job, error) {
 	id := pathVar(r, "id")
 	j, err := commands.LoadJob(r.Context(), s.pool, id)
 	if err != nil {
 		return nil, err
 	}
-	if !j.Exists() || j.AccountID() != principal(r.Context()).AccountID() {
+	if !j.VisibleTo(principal(r.Context())) {
 		return nil, domain.Errorf(domain.CodeNotFound, "no job %q on this account", id)
 	}
 	return j, nil
@@ -262,21 +260,44 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, jobAnswer(s, j))
 }
 
+// lastEventID reads the Last-Event-ID a reconnecting client sends; 0 without one.
+func lastEventID(r *http.Request) (int, error) {
+	v := r.Header.Get("Last-Event-ID")
+	if v == "" {
+		return 0, nil
+	}
+	last, err := strconv.Atoi(v)
+	if err != nil || last < 0 {
+		return 0, domain.Invalid("Last-Event-ID", "must be an event id from this stream")
+	}
+	return last, nil
+}
+
 // jobEvents streams the job event stream as Server-Sent Events: every event has an id,
 // so a client reconnecting with Last-Event-ID resumes exactly after what it saw; the
-// stream ends after `end`.
+// stream ends after `end`. A reconnect with nothing left to send (its Last-Event-ID is
+// at or past `end`) answers 204, which tells an EventSource to stop reconnecting.
 func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	j, err := s.ownJob(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	last := 0
-	if v := r.Header.Get("Last-Event-ID"); v != "" {
-		if last, err = strconv.Atoi(v); err != nil || last < 0 {
-			s.writeError(w, r, domain.Invalid("Last-Event-ID", "must be an event id from this stream"))
-			return
-		}
+	last, err := lastEventID(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	pending, ended, err := s.jobEventsAfter(ctx, j.ID(), last)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if ended && len(pending) == 0 {
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNoContent)
+		return
 	}
 	rc := http.NewResponseController(w)
 	rc.SetWriteDeadline(time.Time{}) //nolint:errcheck // a stream outlives the server's write timeout
@@ -285,16 +306,16 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprint(w, "retry: 1000\n\n")
-	rc.Flush() //nolint:errcheck // checked on the next write
-	ctx := r.Context()
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
 	for {
-		ended, err := s.sendJobEvents(ctx, w, j.ID(), &last)
-		if err != nil {
-			return // the client went away, or the database failed mid-stream
+		for _, e := range pending {
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.seq, e.kind, e.data); err != nil {
+				return // the client went away
+			}
+			last = e.seq
 		}
 		rc.Flush() //nolint:errcheck // a failed flush shows as a failed write next time
 		if ended {
@@ -309,29 +330,39 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		case <-poll.C:
 		}
+		if pending, ended, err = s.jobEventsAfter(ctx, j.ID(), last); err != nil {
+			return // the database failed mid-stream: the client reconnects with Last-Event-ID
+		}
 	}
 }
 
-func (s *Server) sendJobEvents(ctx context.Context, w http.ResponseWriter, jobID string, last *int) (ended bool, err error) {
-	rows, err := s.pool.Query(ctx, `SELECT seq, kind, data FROM job_stream WHERE job_id = $1 AND seq > $2 ORDER BY seq`, jobID, *last)
+// sseEvent is one event of a job's stream.
+type sseEvent struct {
+	seq  int
+	kind string
+	data json.RawMessage
+}
+
+// jobEventsAfter reads the job's stream events after last, and whether the stream has
+// ended: its `end` is among them, or at or before last (a client that saw it, or one
+// whose Last-Event-ID is past it, has nothing more to wait for).
+func (s *Server) jobEventsAfter(ctx context.Context, jobID string, last int) (evs []sseEvent, ended bool, err error) {
+	rows, err := s.pool.Query(ctx, `SELECT seq, kind, data FROM job_stream WHERE job_id = $1 AND (seq > $2 OR kind = 'end') ORDER BY seq`, jobID, last)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var seq int
-		var kind string
-		var data json.RawMessage
-		if err := rows.Scan(&seq, &kind, &data); err != nil {
-			return false, err
+		var e sseEvent
+		if err := rows.Scan(&e.seq, &e.kind, &e.data); err != nil {
+			return nil, false, err
 		}
-		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", seq, kind, data); err != nil {
-			return false, err
-		}
-		*last = seq
-		if kind == "end" {
+		if e.kind == "end" {
 			ended = true
 		}
+		if e.seq > last {
+			evs = append(evs, e)
+		}
 	}
-	return ended, rows.Err()
+	return evs, ended, rows.Err()
 }

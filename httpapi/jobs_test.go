@@ -452,13 +452,16 @@ func TestIdempotentJobSubmission(t *testing.T) {
 	e := newEnv(t)
 	key := e.signupPro("idem-jobs@example.com")
 	body := `{"fens":["8/8/8/4k3/8/8/4P3/4K3 w - - 0 1","8/5k2/8/8/8/8/5PK1/8 w - - 0 1"],"depth":4}`
-	ids := make(chan string, 6)
+	ids := make(chan string, 7)
 	var wg sync.WaitGroup
 	for range 6 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			r := e.withIdem("/v1/batch", key, "submit-1", body)
+			if r.Status == 409 && r.Body["next_action"] == "retry_after" {
+				return // the first submission was still running
+			}
 			if r.Status != 202 {
 				t.Errorf("submit: %d %s", r.Status, r.Raw)
 				return
@@ -467,6 +470,11 @@ func TestIdempotentJobSubmission(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	if r := e.withIdem("/v1/batch", key, "submit-1", body); r.Status == 202 { // after: the first answer
+		ids <- r.Body["job_id"].(string)
+	} else {
+		t.Fatalf("retry after the submission: %d %s", r.Status, r.Raw)
+	}
 	close(ids)
 	seen := map[string]int{}
 	for id := range ids {
@@ -479,7 +487,7 @@ func TestIdempotentJobSubmission(t *testing.T) {
 	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE event_type = 'JobSubmitted'`).Scan(&jobs); err != nil || jobs != 1 {
 		t.Fatalf("%d jobs submitted (%v)", jobs, err)
 	}
-	wantProblem(t, e.withIdem("/v1/batch", key, "submit-1", `{"fens":["8/8/8/4k3/8/8/4P3/4K3 w - - 0 1"]}`), 409, "fix_request")
+	wantProblem(t, e.withIdem("/v1/batch", key, "submit-1", `{"fens":["8/8/8/4k3/8/8/4P3/4K3 w - - 0 1"]}`), 422, "fix_request")
 	for id := range seen {
 		e.waitJob(key, id, finished)
 		e.checkJobBooks(t, key, id)

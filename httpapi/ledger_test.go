@@ -29,6 +29,10 @@ func (e *env) withIdem(path, key, idem, body string) response {
 func (e *env) caughtUp() {
 	e.t.Helper()
 	ctx := context.Background()
+	// answered calls are settled off the response path: commit what is queued first
+	if err := e.meter.Flush(ctx); err != nil {
+		e.t.Fatal(err)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		head, err := eventstore.Head(ctx, e.pool)
@@ -139,6 +143,30 @@ func TestBudgetHoldsUnderConcurrency(t *testing.T) {
 	}
 }
 
+// leasesReleased waits until the server has given back every lease (they go back
+// when idle), so that a test can set balances the next calls reserve against.
+func (e *env) leasesReleased() {
+	e.t.Helper()
+	ctx := context.Background()
+	if err := e.meter.Flush(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM leases`).Scan(&n); err != nil {
+			e.t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%d leases still held", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestIdempotency(t *testing.T) {
 	e := newEnv(t)
 	key := e.signupPro("idem@example.com")
@@ -149,23 +177,47 @@ func TestIdempotency(t *testing.T) {
 	if first.Status != 200 {
 		t.Fatal(first.Raw)
 	}
+	// the answer is stored with its charge, in the settler's next group commit: a
+	// retry before it is told the first request still runs (409, Retry-After)
+	if err := e.meter.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	again := e.withIdem("/v1/eval", key, "retry-1", body)
 	if again.Status != 200 || again.Raw != first.Raw || again.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay differs: %d %s", again.Status, again.Raw)
 	}
-	wantProblem(t, e.withIdem("/v1/eval", key, "retry-1", evalBody(startFEN, `"depth":8`)), 409, "fix_request")
-	// concurrent retries of one key: one charge
+	wantProblem(t, e.withIdem("/v1/eval", key, "retry-1", evalBody(startFEN, `"depth":8`)), 422, "fix_request")
+	// concurrent retries of one key: one answer, the others told to wait or replayed;
+	// one charge
 	var wg sync.WaitGroup
+	var answers sync.Map
 	for range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if r := e.withIdem("/v1/eval", key, "retry-2", body); r.Status != 200 {
+			switch r := e.withIdem("/v1/eval", key, "retry-2", body); r.Status {
+			case 200:
+				answers.Store(r.Raw, true)
+			case 409:
+				if r.Body["next_action"] != "retry_after" || r.Header.Get("Retry-After") == "" {
+					t.Errorf("409 without retry_after: %s", r.Raw)
+				}
+			default:
 				t.Errorf("concurrent retry: %d %s", r.Status, r.Raw)
 			}
 		}()
 	}
 	wg.Wait()
+	if err := e.meter.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	last := e.withIdem("/v1/eval", key, "retry-2", body)
+	answers.Store(last.Raw, true)
+	n := 0
+	answers.Range(func(any, any) bool { n++; return true })
+	if last.Status != 200 || n != 1 {
+		t.Fatalf("retries got %d different answers; the last %d %s", n, last.Status, last.Raw)
+	}
 	signupKeyID := principalKeyID(t, e, key)
 	events, rows, _ := e.charged(signupKeyID)
 	if events != 2 || rows != 2 {
@@ -215,6 +267,7 @@ func TestDailyAllowance(t *testing.T) {
 		t.Fatal(r.Raw)
 	}
 	ctx := context.Background()
+	e.leasesReleased()
 	if _, err := e.pool.Exec(ctx, `UPDATE account_days SET units = $1 - 5`, allowance); err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +279,7 @@ func TestDailyAllowance(t *testing.T) {
 	if r := e.do("POST", "/v1/eval", key, evalBody(startFEN, `"depth":8`)); r.Status != 200 { // cached: 1 unit fits
 		t.Fatalf("a call that fits: %d %s", r.Status, r.Raw)
 	}
+	e.caughtUp() // usage shows settled calls
 	me = e.do("GET", "/v1/me", key, nil)
 	if rem := me.Body["today"].(map[string]any)["remaining_units"]; rem != float64(4) {
 		t.Fatalf("remaining %v, want 4", rem)

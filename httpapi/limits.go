@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"chessd/domain"
-	"chessd/httpapi/ratelimit"
+	"chessd/ratelimit"
 )
 
 // KeylessPerMinute is the request rate allowed to one address without a key.
@@ -19,7 +19,7 @@ func (s *Server) signupLimit(w http.ResponseWriter, r *http.Request) bool {
 	if s.limiter == nil {
 		return true
 	}
-	d := s.limiter.Allow("ip:"+clientIP(r).String(), ratelimit.Policy{Name: "signup", Limit: SignupsPerHour, Window: time.Hour})
+	d := s.limiter.Allow(r.Context(), "ip:"+clientIP(r).String(), ratelimit.Policy{Name: "signup", Limit: SignupsPerHour, Window: time.Hour})
 	ratelimit.SetHeaders(w.Header(), d)
 	if d.Allowed {
 		return true
@@ -28,9 +28,11 @@ func (s *Server) signupLimit(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// rateLimit applies the caller's limit: its plan's requests per minute for a key, the
-// keyless rate for an address. The RateLimit-Policy and RateLimit headers go on every
-// answer of a limited endpoint, successful ones included; false means it answered 429.
+// rateLimit applies the caller's limit: its plan's requests per minute for a key (or
+// Config.KeyRequestsPerMinute), the keyless rate for an address. The limits hold across
+// every server of the database (package ratelimit). The RateLimit-Policy and RateLimit
+// headers go on every answer of a limited endpoint, successful ones included; false
+// means it answered 429.
 func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.Key) bool {
 	if s.limiter == nil {
 		return true
@@ -38,9 +40,12 @@ func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.K
 	var d ratelimit.Decision
 	if key != nil {
 		perMinute := account(r.Context()).Plan().Limits().RequestsPerMinute
-		d = s.limiter.Allow("key:"+key.ID(), ratelimit.Policy{Name: "key", Limit: perMinute, Window: time.Minute})
+		if s.keyRate > 0 {
+			perMinute = s.keyRate
+		}
+		d = s.limiter.Allow(r.Context(), "key:"+key.ID(), ratelimit.Policy{Name: "key", Limit: perMinute, Window: time.Minute})
 	} else {
-		d = s.limiter.Allow("ip:"+clientIP(r).String(), ratelimit.Policy{Name: "ip", Limit: KeylessPerMinute, Window: time.Minute})
+		d = s.limiter.Allow(r.Context(), "ip:"+clientIP(r).String(), ratelimit.Policy{Name: "ip", Limit: KeylessPerMinute, Window: time.Minute})
 	}
 	ratelimit.SetHeaders(w.Header(), d)
 	if d.Allowed {

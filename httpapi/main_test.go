@@ -64,11 +64,12 @@ var testPepper = []byte("test-pepper-0123456789abcdef")
 // env is one API server on a fresh database, with its projections running unless the
 // test asked for them to be held back.
 type env struct {
-	t    testing.TB
-	pool *pgxpool.Pool
-	srv  *httptest.Server
-	api  *httpapi.Server
-	svc  *analysis.Service
+	t     testing.TB
+	meter *ledger.Meter
+	pool  *pgxpool.Pool
+	srv   *httptest.Server
+	api   *httpapi.Server
+	svc   *analysis.Service
 }
 
 type envOption func(*envConfig)
@@ -77,6 +78,7 @@ type envConfig struct {
 	workers       int
 	noProjections bool
 	rateLimits    bool
+	keyPerMinute  int // httpapi.Config.KeyRequestsPerMinute
 	pool          *pgxpool.Pool
 }
 
@@ -108,12 +110,15 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	store := eventstore.NewStore(pool, logger)
 	svc := analysis.NewService(testCatalog(t), pool, logger)
-	chargerCtx, stopCharger := context.WithCancel(context.Background())
-	t.Cleanup(stopCharger)
-	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10, NoRateLimits: !cfg.rateLimits}, httpapi.Deps{
+	meterCtx, stopMeter := context.WithCancel(context.Background())
+	t.Cleanup(stopMeter)
+	// idle leases go back quickly, so that tests can set balances between calls
+	meter := ledger.NewMeter(meterCtx, store, logger, ledger.MeterConfig{LeaseIdle: 200 * time.Millisecond, Housekeeping: 50 * time.Millisecond})
+	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10, NoRateLimits: !cfg.rateLimits,
+		KeyRequestsPerMinute: cfg.keyPerMinute}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, testPepper),
 		Auth: projections.NewAuthenticator(pool, testPepper), Analysis: svc,
-		Charger: ledger.NewCharger(chargerCtx, store, logger), Logger: logger,
+		Meter: meter, Logger: logger,
 	})
 	if !cfg.noProjections {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -139,7 +144,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	return &env{t: t, pool: pool, srv: srv, api: api, svc: svc}
+	return &env{t: t, meter: meter, pool: pool, srv: srv, api: api, svc: svc}
 }
 
 // response is a decoded answer.

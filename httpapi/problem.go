@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/postgres"
 )
 
 // Problem is an RFC 9457 problem document with our next_action.
@@ -33,25 +35,56 @@ type problemKind struct {
 // problemKinds is the one table from error code to status and next_action
 // (decisions.md, Errors).
 var problemKinds = map[domain.Code]problemKind{
-	domain.CodeInvalid:          {"invalid-request", "Invalid request", 400, "fix_request", "The request is malformed or a value is out of range; `errors` names each field."},
-	domain.CodeTooLarge:         {"body-too-large", "Request body too large", 413, "fix_request", "The body is over the size limit; send less."},
-	domain.CodeNoCredential:     {"credential-required", "API key required", 401, "sign_up", "This endpoint needs `Authorization: Bearer <key>`; POST /v1/signup gives one."},
-	domain.CodeBadCredential:    {"invalid-credential", "Invalid API key", 401, "fix_request", "The key is unknown, malformed, revoked or rotated out."},
-	domain.CodeScope:            {"missing-scope", "Scope missing", 403, "fix_request", "The key does not hold the scope this endpoint needs."},
-	domain.CodeVerifyEmail:      {"email-unverified", "E-mail address not verified", 403, "verify_email", "Verify the account's e-mail address first."},
-	domain.CodeNotFound:         {"not-found", "Not found", 404, "fix_request", "No such resource on this account."},
-	domain.CodeConflict:         {"conflict", "Conflict", 409, "fix_request", "The resource's state does not allow this."},
-	domain.CodeUpgrade:          {"plan-limit", "Plan limit", 402, "upgrade", "The request is above the plan's caps."},
-	domain.CodeBudget:           {"budget-exceeded", "Budget exceeded", 402, "raise_budget", "The key's budget would be exceeded; raise it with PATCH /v1/keys/{id}."},
-	domain.CodeKeylessExhausted: {"keyless-allowance-exhausted", "Keyless allowance used up", 402, "sign_up", "Calls without a key are limited per address; sign up for a key."},
-	domain.CodeRateLimited:      {"rate-limited", "Too many requests", 429, "retry_after", "Slow down; Retry-After says when."},
-	domain.CodeNotEnabled:       {"not-enabled", "Not enabled", 409, "contact", "This is not enabled yet; contact us."},
-	domain.CodeUnavailable:      {"engine-unavailable", "Engine unavailable", 503, "retry_after", "The engines are busy or restarting; retry after Retry-After seconds."},
-	domain.CodeInternal:         {"internal-error", "Internal error", 500, "contact", "Something unexpected happened; contact us with the request id."},
-	codeMethodNotAllowed:        {"method-not-allowed", "Method not allowed", 405, "fix_request", "The path exists, but not with this method; see Allow."},
+	domain.CodeInvalid:             {"invalid-request", "Invalid request", 400, "fix_request", "The request is malformed or a value is out of range; `errors` names each field."},
+	domain.CodeTooLarge:            {"body-too-large", "Request body too large", 413, "fix_request", "The body is over the size limit; send less."},
+	domain.CodeNoCredential:        {"credential-required", "API key required", 401, "sign_up", "This endpoint needs `Authorization: Bearer <key>`; POST /v1/signup gives one."},
+	domain.CodeBadCredential:       {"invalid-credential", "Invalid API key", 401, "fix_request", "The key is unknown, malformed, revoked or rotated out."},
+	domain.CodeScope:               {"missing-scope", "Scope missing", 403, "fix_request", "The key does not hold the scope this endpoint needs."},
+	domain.CodeVerifyEmail:         {"email-unverified", "E-mail address not verified", 403, "verify_email", "Verify the account's e-mail address first."},
+	domain.CodeNotFound:            {"not-found", "Not found", 404, "fix_request", "No such resource on this account."},
+	domain.CodeConflict:            {"conflict", "Conflict", 409, "fix_request", "The resource's state does not allow this."},
+	domain.CodeUpgrade:             {"plan-limit", "Plan limit", 402, "upgrade", "The request is above the plan's caps."},
+	domain.CodeBudget:              {"budget-exceeded", "Budget exceeded", 402, "raise_budget", "The key's budget would be exceeded; raise it with PATCH /v1/keys/{id}."},
+	domain.CodeKeylessExhausted:    {"keyless-allowance-exhausted", "Keyless allowance used up", 402, "sign_up", "Calls without a key are limited per address; sign up for a key."},
+	domain.CodeRateLimited:         {"rate-limited", "Too many requests", 429, "retry_after", "Slow down; Retry-After says when."},
+	domain.CodeNotEnabled:          {"not-enabled", "Not enabled", 409, "contact", "This is not enabled yet; contact us."},
+	domain.CodeUnavailable:         {"engine-unavailable", "Engine unavailable", 503, "retry_after", "The engines are busy or restarting; retry after Retry-After seconds."},
+	domain.CodeInternal:            {"internal-error", "Internal error", 500, "contact", "Something unexpected happened; contact us with the request id."},
+	codeMethodNotAllowed:           {"method-not-allowed", "Method not allowed", 405, "fix_request", "The path exists, but not with this method; see Allow."},
+	domain.CodeIdempotencyMismatch: {"idempotency-key-reused", "Idempotency-Key reused", 422, "fix_request", "This Idempotency-Key was used with a different request; use a new key for a new request."},
+	domain.CodeInProgress:          {"request-in-progress", "Request in progress", 409, "retry_after", "A request with this Idempotency-Key is still running; retry after Retry-After seconds to get its answer."},
+	codeHeadersTooLarge:            {"headers-too-large", "Request headers too large", 431, "fix_request", "The request line and headers are over 32768 bytes; send less."},
+	codeNotImplemented:             {"not-implemented", "Not implemented", 501, "fix_request", "The request uses an HTTP feature this server does not implement (a Transfer-Encoding other than chunked)."},
+	codeHTTPVersion:                {"http-version-not-supported", "HTTP version not supported", 505, "fix_request", "Use HTTP/1.0 or HTTP/1.1."},
+	codeExpectation:                {"expectation-failed", "Expectation failed", 417, "fix_request", "The only Expect this server meets is 100-continue."},
+	codeDatabaseUnavailable:        {"service-unavailable", "Service unavailable", 503, "retry_after", "The database is out of reach for a moment; retry after Retry-After seconds. A costed call answered so was not charged, unless the detail says its charge's outcome is not known yet."},
 }
 
-const codeMethodNotAllowed domain.Code = "method_not_allowed"
+const (
+	codeMethodNotAllowed    domain.Code = "method_not_allowed"
+	codeDatabaseUnavailable domain.Code = "database_unavailable"
+)
+
+// databaseRetryAfter is what a client is told to wait when the database is away: about
+// what a restart or a failover takes.
+const databaseRetryAfter = 2 * time.Second
+
+// databaseProblem classifies, in one place, the errors that mean the database is away
+// rather than that something went wrong: they answer 503 retry_after, never 500. ok is
+// false for every other error.
+func databaseProblem(err error) (detail string, ok bool) {
+	var unsure *eventstore.UncertainCommitError
+	switch {
+	case errors.As(err, &unsure):
+		return "the database went away while this request was being committed and has not said yet whether it was; " +
+			"retry with the same Idempotency-Key: you get the first answer if it was committed, and it is charged once", true
+	case errors.Is(err, eventstore.ErrNotCommitted):
+		return "the database connection failed while this request was being committed; it was not committed (nothing was done or charged), retry", true
+	case postgres.IsUnavailable(err):
+		return "the database is out of reach for a moment; retry", true
+	}
+	return "", false
+}
 
 // retryAfterer is an error that knows when to try again.
 type retryAfterer interface{ RetryAfter() time.Duration }
@@ -60,6 +93,13 @@ type retryAfterer interface{ RetryAfter() time.Duration }
 // id and reported without internals.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := domain.ErrorCode(err)
+	dbDetail, dbAway := "", false
+	if code == domain.CodeInternal {
+		dbDetail, dbAway = databaseProblem(err)
+		if dbAway {
+			code = codeDatabaseUnavailable
+		}
+	}
 	kind, ok := problemKinds[code]
 	if !ok {
 		code, kind = domain.CodeInternal, problemKinds[domain.CodeInternal]
@@ -69,16 +109,22 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		Instance: r.URL.Path, RequestID: requestID(r.Context()),
 	}
 	var de *domain.Error
-	if code == domain.CodeInternal || !errors.As(err, &de) {
+	if dbAway {
+		p.Detail = dbDetail
+		s.logger.WarnContext(r.Context(), "database unavailable", "request_id", p.RequestID, "err", err)
+	} else if code == domain.CodeInternal || !errors.As(err, &de) {
 		p.Detail = "unexpected error; quote request id " + p.RequestID
 		s.logger.ErrorContext(r.Context(), "request failed", "request_id", p.RequestID, "err", err)
 	} else {
 		p.Detail, p.Errors = de.Message, de.Fields
 	}
 	var ra retryAfterer
-	if errors.As(err, &ra) {
+	switch {
+	case dbAway:
+		w.Header().Set("Retry-After", strconv.Itoa(int(databaseRetryAfter/time.Second)))
+	case errors.As(err, &ra):
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(ra.RetryAfter().Round(time.Second)/time.Second))))
-	} else if kind.next == "retry_after" {
+	case kind.next == "retry_after":
 		w.Header().Set("Retry-After", "1")
 	}
 	writeProblem(w, p)

@@ -20,9 +20,9 @@ import (
 	"chessd/analysis"
 	"chessd/commands"
 	"chessd/domain"
-	"chessd/httpapi/ratelimit"
 	"chessd/ledger"
 	"chessd/projections"
+	"chessd/ratelimit"
 )
 
 // Config is what the HTTP layer needs to know about its deployment.
@@ -33,6 +33,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// NoRateLimits turns rate limiting off (benchmarks of the charge path).
 	NoRateLimits bool
+	// KeyRequestsPerMinute, when set, replaces every plan's requests per minute (tests
+	// of the limit; the plans' own rates are in domain/plans.go).
+	KeyRequestsPerMinute int
 }
 
 // Server holds the handlers' dependencies.
@@ -43,9 +46,10 @@ type Server struct {
 	commands *commands.Handler
 	auth     *projections.Authenticator
 	analysis *analysis.Service
-	charger  *ledger.Charger
+	meter    *ledger.Meter
 	billing  BillingProvider
 	limiter  *ratelimit.Limiter
+	keyRate  int // Config.KeyRequestsPerMinute
 	logger   *slog.Logger
 	router   *mux.Router
 }
@@ -56,7 +60,7 @@ type Deps struct {
 	Commands *commands.Handler
 	Auth     *projections.Authenticator
 	Analysis *analysis.Service
-	Charger  *ledger.Charger
+	Meter    *ledger.Meter   // the money path
 	Billing  BillingProvider // nil: paid subscriptions not enabled
 	Logger   *slog.Logger
 }
@@ -68,14 +72,14 @@ func New(cfg Config, d Deps) *Server {
 	}
 	s := &Server{
 		baseURL: strings.TrimRight(cfg.BaseURL, "/"), maxBody: cfg.MaxBodyBytes,
-		pool: d.Pool, commands: d.Commands, auth: d.Auth, analysis: d.Analysis, charger: d.Charger,
-		billing: d.Billing, logger: d.Logger,
+		pool: d.Pool, commands: d.Commands, auth: d.Auth, analysis: d.Analysis, meter: d.Meter,
+		billing: d.Billing, logger: d.Logger, keyRate: cfg.KeyRequestsPerMinute,
 	}
 	if s.billing == nil {
 		s.billing = billingDisabled{}
 	}
 	if !cfg.NoRateLimits {
-		s.limiter = ratelimit.New()
+		s.limiter = ratelimit.New(d.Pool, d.Logger) // shared by every server of the database
 	}
 	s.routes()
 	return s
@@ -100,6 +104,7 @@ func (s *Server) routes() {
 	handle := func(method, path string, h http.HandlerFunc) { root.HandleFunc("/v1"+path, h).Methods(method) }
 	handle("GET", "/healthz", s.healthz)
 	handle("GET", "/readyz", s.readyz)
+	handle("GET", "/health", s.health)
 	handle("GET", "/problems/{slug}", s.problemPage)
 
 	handle("POST", "/signup", s.idempotent(s.signup))
@@ -142,7 +147,8 @@ func allowedMethods(router *mux.Router, r *http.Request) []string {
 	return out
 }
 
-// middleware: request id, panic recovery, body limit and an access log line.
+// middleware: request id, panic recovery, body limit, the door's checks and an
+// access log line.
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -173,6 +179,10 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			}
 			s.logger.LogAttrs(ctx, slog.LevelInfo, "request", argsToAttrs(attrs)...)
 		}()
+		if err := door(r); err != nil {
+			s.writeError(rec, r, err)
+			return
+		}
 		next.ServeHTTP(rec, r)
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,6 +84,7 @@ type Stored struct {
 	RequestHash []byte
 	Status      int
 	Response    []byte
+	Owner       string // the server that claimed it (Meter.Claim)
 }
 
 // Refusals.
@@ -112,12 +114,13 @@ type Result struct {
 // commit (group commit), which is what lets the ledger keep up with cached evals. The
 // check of budget and allowance stays one atomic step per charge (ledger_charge).
 type Charger struct {
-	store   *eventstore.Store
-	logger  *slog.Logger
-	queue   chan *pending
-	stopped chan struct{} // closed when the loop has ended
-	now     func() time.Time
-	cursor  eventstore.Cursor // the loop's: where its last append left the log
+	store    *eventstore.Store
+	logger   *slog.Logger
+	queue    chan *pending
+	stopped  chan struct{} // closed when the loop has ended
+	now      func() time.Time
+	cursor   eventstore.Cursor // the loop's: where its last append left the log
+	settling sync.WaitGroup    // batches whose commit's outcome is being found out
 }
 
 type pending struct {
@@ -138,7 +141,9 @@ func NewCharger(ctx context.Context, store *eventstore.Store, logger *slog.Logge
 }
 
 // Charge charges one call and waits until its transaction committed (or failed). A nil
-// error with Result.Err set is a refusal; an error means nothing was charged.
+// error with Result.Err set is a refusal; an error means nothing was charged, except an
+// *eventstore.UncertainCommitError: the database went away during the commit and did
+// not come back within eventstore.SettleWait to say whether it happened.
 func (c *Charger) Charge(ctx context.Context, ch Charge) (Result, error) {
 	p := &pending{ctx: ctx, charge: ch, done: make(chan Result, 1)}
 	select {
@@ -174,6 +179,7 @@ func isRefusal(err error) bool {
 // latency) and charges it in one transaction.
 func (c *Charger) loop(ctx context.Context) {
 	defer close(c.stopped)
+	defer c.settling.Wait() // every batch taken is answered before the loop says it stopped
 	defer c.cursor.Close()
 	for {
 		var batch []*pending
@@ -193,12 +199,49 @@ func (c *Charger) loop(ctx context.Context) {
 			}
 		}
 		results, err := c.charge(ctx, batch)
+		var unsure *eventstore.UncertainCommitError
+		if errors.As(err, &unsure) {
+			// Answered once the database says whether the batch committed; the next
+			// batches need not wait for that, they go out on a new connection.
+			c.settling.Add(1)
+			go func() {
+				defer c.settling.Done()
+				c.settle(ctx, batch, results, unsure)
+			}()
+			continue
+		}
 		for i, p := range batch {
 			if err != nil {
 				p.done <- Result{Err: err}
 			} else {
 				p.done <- results[i]
 			}
+		}
+	}
+}
+
+// settle answers a batch whose connection failed once its COMMIT may have gone out. The
+// charges' ids are in the events the batch would have appended: the database is asked
+// (until it answers, for at most eventstore.SettleWait) whether they are in the log.
+// If they are, every charge gets the result it would have had; if not, nothing was
+// charged, and each gets an error that says so. A call is thus never answered as failed
+// when it was charged, nor charged twice by a retry that follows a false failure.
+func (c *Charger) settle(ctx context.Context, batch []*pending, results []Result, unsure *eventstore.UncertainCommitError) {
+	ctx, cancel := context.WithTimeout(ctx, eventstore.SettleWait)
+	defer cancel()
+	committed, err := c.store.Settle(ctx, unsure)
+	c.logger.Warn("charge batch's commit was uncertain", "charges", len(batch), "committed", committed, "settled", err == nil, "err", unsure.Err)
+	if err == nil && committed {
+		c.readDuplicates(ctx, results)
+	}
+	for i, p := range batch {
+		switch {
+		case err != nil:
+			p.done <- Result{Err: unsure}
+		case committed:
+			p.done <- results[i]
+		default:
+			p.done <- Result{Err: fmt.Errorf("charge: %w (%w)", eventstore.ErrNotCommitted, unsure.Err)}
 		}
 	}
 }
@@ -263,11 +306,12 @@ func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error
 	}
 	ctx = context.WithoutCancel(ctx)
 	_, err := c.store.Fast(ctx, &c.cursor, queue(true), appends(func(int) bool { return true }))
-	if err == nil {
+	var unsure *eventstore.UncertainCommitError
+	if err == nil || errors.As(err, &unsure) {
 		for i := range batch {
-			results[i] = Result{Event: events[i]}
+			results[i] = Result{Event: events[i]} // what stands if it committed
 		}
-		return results, nil
+		return results, err
 	}
 	if !errors.Is(err, eventstore.ErrStale) {
 		return nil, err
@@ -307,10 +351,18 @@ func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error
 		}
 	}
 	if _, err := c.store.Pipelined(ctx, &c.cursor, streams, queue(false), read); err != nil {
+		if errors.As(err, &unsure) {
+			return results, err // as read: what stands if it committed
+		}
 		return nil, err
 	}
-	// A duplicate's first answer is read after the fact (it may have been written by a
-	// transaction that committed just before ours).
+	c.readDuplicates(ctx, results)
+	return results, nil
+}
+
+// readDuplicates reads each duplicate's first answer after the fact (it may have been
+// written by a transaction that committed just before ours).
+func (c *Charger) readDuplicates(ctx context.Context, results []Result) {
 	for i, r := range results {
 		var dup *DuplicateError
 		if errors.As(r.Err, &dup) {
@@ -321,7 +373,6 @@ func (c *Charger) charge(ctx context.Context, batch []*pending) ([]Result, error
 			}
 		}
 	}
-	return results, nil
 }
 
 func chargeEvent(ch Charge, now time.Time, day string) (*UnitsCharged, error) {

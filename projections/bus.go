@@ -3,11 +3,15 @@ package projections
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"log/slog"
 	"sync"
 
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/eventstore"
 )
 
 // lockingBeginner hands Watermill's subscriber transactions that a handler can hold.
@@ -53,53 +57,178 @@ func (b lockingBeginner) QueryContext(ctx context.Context, q string, args ...any
 type lockedTx struct {
 	mu    sync.Mutex
 	inner wmsql.Tx
-	// pending holds the writes of Queuer projections for this Watermill batch; they
+	// app applies the events of the projection this transaction serves (one consumer
+	// group per subscriber); nil until its first message, and for other subscribers.
+	app *applier
+	// pending holds the writes of a Queuer projection for this Watermill batch; they
 	// are sent in one round trip before Watermill stores the batch's offset (its only
 	// ExecContext call on the transaction), so both commit together.
-	pending *pgx.Batch
-	// advanced is the highest position per projection among the pending writes: one
-	// checkpoint update per batch, not one per event on the same row.
-	advanced map[string]int64
+	pending []pendingEvent
+	// advanced is the highest position among this batch's events: one checkpoint
+	// update per batch, not one per event on the same row.
+	advanced int64
+	// broken is a failure after which nothing of this batch may commit: Watermill
+	// delivers it again in a new transaction.
+	broken error
+}
+
+// pendingEvent is one event's queued writes, or its set-aside row.
+type pendingEvent struct {
+	e       eventstore.Event
+	queries []*pgx.QueuedQuery
+	cause   error // not nil: set aside for this reason
+	blocker int64 // the event it is held behind, 0 when it failed itself
 }
 
 func (t *lockedTx) pgx() pgx.Tx { return t.inner.(*wmsql.PgxTx).Tx }
 
-// queue adds writes to the pending batch (the caller holds mu).
-func (t *lockedTx) queue(add func(*pgx.Batch) error) error {
-	if t.pending == nil {
-		t.pending = &pgx.Batch{}
+// applierFor binds the transaction to p on its first message.
+func (t *lockedTx) applierFor(p Projection, logger *slog.Logger) *applier {
+	if t.app == nil {
+		t.app = &applier{p: p, logger: logger}
 	}
-	return add(t.pending)
+	return t.app
 }
 
-// advance notes that projection name has applied position pos (the caller holds mu).
-func (t *lockedTx) advance(name string, pos int64) {
-	if t.advanced == nil {
-		t.advanced = map[string]int64{}
+// queue adds e's writes (or, when it cannot be applied, its set-aside row) to the
+// pending batch (the caller holds mu).
+func (t *lockedTx) queue(ctx context.Context, q Queuer, e eventstore.Event) error {
+	ctx = withProjection(ctx, t.app.p.Name())
+	pe := pendingEvent{e: e}
+	blocker, held, err := t.app.heldBy(ctx, t.pgx(), e)
+	switch {
+	case err != nil:
+		return err
+	case held:
+		pe.cause, pe.blocker = heldError(e.StreamID, blocker), blocker
+	default:
+		b := &pgx.Batch{}
+		if err := q.Queue(b, e); err != nil {
+			if !CannotApply(err) {
+				return fmt.Errorf("position %d: %w", e.Position, err)
+			}
+			pe.cause = err
+			t.app.noteHeld(e.StreamID, e.Position)
+		}
+		pe.queries = b.QueuedQueries
 	}
-	t.advanced[name] = max(t.advanced[name], pos)
+	t.pending = append(t.pending, pe)
+	return nil
 }
 
-// flush sends the pending writes and checkpoints (the caller holds mu).
+// advance notes that the projection has processed position pos (the caller holds mu).
+func (t *lockedTx) advance(pos int64) { t.advanced = max(t.advanced, pos) }
+
+// flush sends the pending writes and the checkpoint (the caller holds mu). They go in
+// one round trip under a savepoint; when PostgreSQL refuses one event's writes, the
+// batch is rolled back to it and sent again event by event, setting aside those it
+// refuses.
 func (t *lockedTx) flush(ctx context.Context) error {
-	if (t.pending == nil || t.pending.Len() == 0) && len(t.advanced) == 0 {
+	if len(t.pending) == 0 && t.advanced == 0 {
 		return nil
 	}
-	b := t.pending
-	if b == nil {
-		b = &pgx.Batch{}
+	defer func() { t.pending, t.advanced = nil, 0 }()
+	b := &pgx.Batch{}
+	if len(t.pending) > 0 {
+		b.Queue(`SAVEPOINT flush`)
+		for _, pe := range t.pending {
+			t.queueEvent(b, pe)
+		}
 	}
-	for name, pos := range t.advanced {
-		queueAdvance(b, name, pos)
+	queueAdvance(b, t.app.p.Name(), t.advanced)
+	if len(t.pending) > 0 {
+		b.Queue(`RELEASE SAVEPOINT flush`)
 	}
-	t.pending, t.advanced = nil, nil
-	return t.pgx().SendBatch(ctx, b).Close()
+	err := t.pgx().SendBatch(ctx, b).Close()
+	if err != nil && len(t.pending) > 0 {
+		return t.flushEach(ctx, err)
+	}
+	if err == nil {
+		t.countSetAside()
+	}
+	return err
+}
+
+// queueEvent queues an event's writes, or its set-aside row.
+func (t *lockedTx) queueEvent(b *pgx.Batch, pe pendingEvent) {
+	if pe.cause != nil {
+		queueSetAside(b, t.app.p.Name(), pe.e, pe.cause, pe.blocker)
+		return
+	}
+	for _, q := range pe.queries {
+		b.Queue(q.SQL, q.Arguments...) // afresh: a query object is not sent twice
+	}
+}
+
+// countSetAside counts and logs the set-aside rows that were just written.
+func (t *lockedTx) countSetAside() {
+	for _, pe := range t.pending {
+		if pe.cause != nil {
+			t.app.noted(pe.e, pe.cause, pe.blocker)
+		}
+	}
+}
+
+// flushEach is flush's way after PostgreSQL refused the batch with first: each event's
+// writes under a savepoint of their own, in order.
+func (t *lockedTx) flushEach(ctx context.Context, first error) error {
+	tx := t.pgx()
+	if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT flush`); err != nil {
+		return fmt.Errorf("%w (rolling back: %w)", first, err)
+	}
+	if !CannotApply(first) {
+		return first
+	}
+	for i := range t.pending {
+		pe := &t.pending[i]
+		if pe.cause == nil {
+			if blocker, ok := t.app.held[pe.e.StreamID]; ok && blocker < pe.e.Position {
+				pe.cause, pe.blocker = heldError(pe.e.StreamID, blocker), blocker
+			}
+		}
+		if pe.cause != nil {
+			continue
+		}
+		b := &pgx.Batch{}
+		b.Queue(`SAVEPOINT one`)
+		t.queueEvent(b, *pe)
+		b.Queue(`RELEASE SAVEPOINT one`)
+		err := tx.SendBatch(ctx, b).Close()
+		if err == nil {
+			continue
+		}
+		if _, rbErr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT one; RELEASE SAVEPOINT one`); rbErr != nil {
+			return fmt.Errorf("position %d: %w (rolling back: %w)", pe.e.Position, err, rbErr)
+		}
+		if !CannotApply(err) {
+			return fmt.Errorf("position %d: %w", pe.e.Position, err)
+		}
+		pe.cause = err
+		t.app.noteHeld(pe.e.StreamID, pe.e.Position)
+	}
+	b := &pgx.Batch{}
+	for _, pe := range t.pending {
+		if pe.cause != nil {
+			t.queueEvent(b, pe)
+		}
+	}
+	queueAdvance(b, t.app.p.Name(), t.advanced)
+	b.Queue(`RELEASE SAVEPOINT flush`)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("set aside: %w", err)
+	}
+	t.countSetAside()
+	return nil
 }
 
 func (t *lockedTx) ExecContext(ctx context.Context, q string, args ...any) (wmsql.Result, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.broken != nil {
+		return nil, t.broken
+	}
 	if err := t.flush(ctx); err != nil {
+		t.broken = err
 		return nil, err
 	}
 	return t.inner.ExecContext(ctx, q, args...)
@@ -114,14 +243,20 @@ func (t *lockedTx) QueryContext(ctx context.Context, q string, args ...any) (wms
 func (t *lockedTx) Rollback() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.pending, t.advanced = nil, nil
+	t.pending, t.advanced = nil, 0
 	return t.inner.Rollback()
 }
 
 func (t *lockedTx) Commit() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if (t.pending != nil && t.pending.Len() > 0) || len(t.advanced) > 0 {
+	if t.broken != nil {
+		// Watermill commits when no message of the batch was acknowledged; whatever a
+		// failed handler left must not.
+		t.inner.Rollback() //nolint:errcheck // reporting the failure
+		return t.broken
+	}
+	if len(t.pending) > 0 || t.advanced > 0 {
 		// never reached in practice: Watermill stores the offset (flushing) first
 		if err := t.flush(context.Background()); err != nil {
 			t.inner.Rollback() //nolint:errcheck // reporting the flush error

@@ -88,8 +88,9 @@ func (r *Runner) Run(ctx context.Context, ready chan<- struct{}) error {
 	return router.Run(ctx)
 }
 
-// handler applies one message inside the subscriber's transaction. An error rolls the
-// whole batch back (offset included) and Watermill delivers it again.
+// handler applies one message inside the subscriber's transaction. An event the
+// projection cannot apply is set aside and the batch goes on (see applier); any other
+// error rolls the whole batch back (offset included) and Watermill delivers it again.
 func (r *Runner) handler(p Projection) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
 		ctx := msg.Context()
@@ -103,24 +104,30 @@ func (r *Runner) handler(p Projection) message.NoPublishHandlerFunc {
 		}
 		locked.mu.Lock()
 		defer locked.mu.Unlock()
+		if locked.broken != nil {
+			return locked.broken
+		}
 		if ctx.Err() != nil { // Watermill gave up on this message; it may roll back now
 			return ctx.Err()
 		}
 		var e eventstore.Event
 		if err := json.Unmarshal(msg.Payload, &e); err != nil {
+			// the envelope is our own json.Marshal of an Event: this is not the event's fault
 			return fmt.Errorf("decode event envelope: %w", err)
 		}
-		defer locked.advance(p.Name(), e.Position)
+		app := locked.applierFor(p, r.logger)
+		var err error
 		if q, ok := p.(Queuer); ok {
-			return locked.queue(func(b *pgx.Batch) error { return q.Queue(b, e) })
+			err = locked.queue(ctx, q, e)
+		} else {
+			err = app.apply(ctx, locked.pgx(), e)
 		}
-		if err := locked.flush(ctx); err != nil {
-			return err
-		}
-		if err := p.Apply(ctx, locked.pgx(), e); err != nil {
+		if err != nil {
 			r.logger.Error("projection failed", "projection", p.Name(), "position", e.Position, "err", err)
+			locked.broken = err
 			return err
 		}
+		locked.advance(e.Position)
 		return nil
 	}
 }
@@ -138,12 +145,22 @@ func queueAdvance(b *pgx.Batch, name string, pos int64) {
 		ON CONFLICT (name) DO UPDATE SET position = GREATEST(projection_checkpoints.position, excluded.position)`, name, pos)
 }
 
+// RebuildReport is what a rebuild did with the projection's events.
+type RebuildReport struct {
+	Applied  int64 // events applied
+	SetAside int64 // events it could not apply, and those held behind them (set_aside_events)
+	Skipped  int64 // events an operator skipped, left out again
+}
+
 // Rebuild empties p's read model and refills it from the events table alone, in one
 // transaction. It holds the projection's bus offset row meanwhile, so the live
-// subscriber waits and afterwards skips what the rebuild already applied.
-func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection) (int64, error) {
-	var applied int64
+// subscriber waits and afterwards skips what the rebuild already applied. Events it
+// cannot apply are set aside as the live projection does; a set-aside event that
+// applies now (its projection was fixed) is marked retried, and skipped ones stay out.
+func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection) (RebuildReport, error) {
+	var rep RebuildReport
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		rep = RebuildReport{}
 		offsets := fmt.Sprintf(`watermill_offsets_%s`, p.Topic())
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{offsets}.Sanitize()+` WHERE consumer_group = $1 FOR UPDATE`, p.Name()); err != nil {
 			return err
@@ -153,6 +170,18 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection) (int64, erro
 				return err
 			}
 		}
+		states := map[int64]string{}
+		rows, err := tx.Query(ctx, `SELECT position, state FROM set_aside_events WHERE projection = $1 AND state <> 'retried'`, p.Name())
+		if err != nil {
+			return fmt.Errorf("read set-aside events: %w", err)
+		}
+		var pos int64
+		var state string
+		if _, err := pgx.ForEachRow(rows, []any{&pos, &state}, func() error { states[pos] = state; return nil }); err != nil {
+			return fmt.Errorf("read set-aside events: %w", err)
+		}
+		a := &applier{p: p, fresh: true}
+		var resolved []int64
 		var last int64
 		for {
 			evs, err := eventstore.ReadFrom(ctx, tx, last, 1000)
@@ -163,26 +192,50 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection) (int64, erro
 				break
 			}
 			for _, e := range evs {
-				if eventstore.TopicOf(e.StreamType) == p.Topic() {
-					if err := p.Apply(ctx, tx, e); err != nil {
-						return fmt.Errorf("position %d: %w", e.Position, err)
-					}
-					applied++
-				}
 				last = e.Position
+				if eventstore.TopicOf(e.StreamType) != p.Topic() {
+					continue
+				}
+				if states[e.Position] == "skipped" {
+					rep.Skipped++
+					continue
+				}
+				before := a.setAsideN
+				if err := a.apply(ctx, tx, e); err != nil {
+					return err
+				}
+				if a.setAsideN == before {
+					rep.Applied++
+					if states[e.Position] == "open" {
+						resolved = append(resolved, e.Position)
+					}
+				}
+			}
+			if err := a.release(ctx, tx); err != nil {
+				return err
 			}
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
+		rep.SetAside = a.setAsideN
+		if len(resolved) > 0 {
+			if _, err := tx.Exec(ctx, `WITH done AS (
+					UPDATE set_aside_events SET state = 'retried' WHERE projection = $1 AND position = ANY($2) RETURNING id)
+				INSERT INTO set_aside_actions (set_aside_id, action, outcome, actor) SELECT id, 'rebuild', 'applied', 'chessd rebuild' FROM done`,
+				p.Name(), resolved); err != nil {
+				return fmt.Errorf("resolve set-aside events: %w", err)
+			}
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
 			ON CONFLICT (name) DO UPDATE SET position = excluded.position`, p.Name(), last)
 		return err
 	})
-	return applied, err
+	return rep, err
 }
 
 // applyInStreamOrder applies e to a per-stream row that is at version current. Events
 // already reflected are skipped; when earlier events of the stream are missing (the bus
 // orders by transaction id, not by position), they are read from the events table and
-// applied first, so the row always moves one version at a time.
+// applied first, so the row always moves one version at a time; those an operator
+// skipped (SkipSetAside) stay out.
 func applyInStreamOrder(ctx context.Context, tx pgx.Tx, e eventstore.Event, current int64, apply func(eventstore.Event) error) error {
 	if e.Version <= current {
 		return nil
@@ -192,8 +245,12 @@ func applyInStreamOrder(ctx context.Context, tx pgx.Tx, e eventstore.Event, curr
 		if err != nil {
 			return err
 		}
+		skipped, err := skippedIn(ctx, tx, e.StreamID)
+		if err != nil {
+			return err
+		}
 		for _, m := range evs {
-			if m.Version > current && m.Version < e.Version {
+			if m.Version > current && m.Version < e.Version && !skipped[m.Position] {
 				if err := apply(m); err != nil {
 					return err
 				}

@@ -229,7 +229,7 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	api := httpapi.New(httpapi.Config{BaseURL: "http://127.0.0.1/v1", NoRateLimits: true}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, pepper),
 		Auth: projections.NewAuthenticator(pool, pepper), Analysis: b.svc,
-		Charger: ledger.NewCharger(ctx, store, logger), Logger: logger,
+		Meter: ledger.NewMeter(ctx, store, logger, ledger.MeterConfig{}), Logger: logger,
 	})
 	go projections.NewRunner(pool, logger, projections.Accounts{}, projections.Ledger{}, projections.Jobs{}).Run(ctx, nil) //nolint:errcheck // ends with the process
 	x := executor.New(executor.Config{Worker: "bench", MaxJobs: 2, Parallel: 2}, pool, commands.New(store, pepper), b.svc, logger)

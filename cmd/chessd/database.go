@@ -106,11 +106,11 @@ func verify(ctx context.Context, db *database, out io.Writer) error {
 
 func rebuild(ctx context.Context, db *database, out io.Writer) error {
 	for _, p := range allProjections() {
-		n, err := projections.Rebuild(ctx, db.pool, p)
+		rep, err := projections.Rebuild(ctx, db.pool, p)
 		if err != nil {
 			return fmt.Errorf("rebuild %s: %w", p.Name(), err)
 		}
-		fmt.Fprintf(out, "rebuilt %s from %d events\n", p.Name(), n)
+		fmt.Fprintf(out, "rebuilt %s from %d events%s\n", p.Name(), rep.Applied, setAsideNote(rep))
 	}
 	return nil
 }

@@ -91,9 +91,13 @@ func replay(ctx context.Context, db *database, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		n, err := projections.Rebuild(ctx, db.pool, p)
+		rep, err := projections.Rebuild(ctx, db.pool, p)
 		if err != nil {
 			return fmt.Errorf("rebuild %s: %w", p.Name(), err)
+		}
+		n := rep.Applied
+		if note := setAsideNote(rep); note != "" {
+			fmt.Fprintf(out, "%s%s\n", p.Name(), note)
 		}
 		after, err := snapshotTables(ctx, db, p.Tables())
 		if err != nil {

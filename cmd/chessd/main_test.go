@@ -92,22 +92,27 @@ func TestAuditAndReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	charger := ledger.NewCharger(ctx, store, logger)
+	meter := ledger.NewMeter(ctx, store, logger, ledger.MeterConfig{})
 	for i := range 7 {
-		units := int64(10 * (i + 1))
-		out, err := charger.Charge(ctx, ledger.Charge{RequestID: fmt.Sprintf("req-%d", i), Key: key,
-			Allowance: acct.Plan().Limits().UnitsPerDay, Endpoint: domain.EndpointEval, Engine: "sf-17.1", Path: "native",
-			Units: units, USD: domain.USD(units), Params: ledger.Params{Depth: 10 + i, MultiPV: 1, Positions: 1}})
-		if err != nil || out.Err != nil {
-			t.Fatalf("charge %d: %v %v", i, err, out.Err)
+		r, err := meter.Reserve(ctx, ledger.Call{RequestID: fmt.Sprintf("req-%d", i), Key: key, Account: acct,
+			Price: domain.Call{Endpoint: domain.EndpointEval, Depth: 10 + i, MultiPV: 1, Positions: 1}})
+		if err != nil {
+			t.Fatalf("reserve %d: %v", i, err)
 		}
+		if _, err := r.Settle(ledger.Answered{Endpoint: domain.EndpointEval, Engine: "sf-17.1", Path: "native",
+			Params: ledger.Params{Depth: 10 + i, MultiPV: 1, Positions: 1}}); err != nil {
+			t.Fatalf("settle %d: %v", i, err)
+		}
+	}
+	if err := meter.Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
 	runner := projections.NewRunner(pool, logger, allProjections()...)
 	ready := make(chan struct{})
 	go runner.Run(ctx, ready) //nolint:errcheck // stops with ctx
 	<-ready
 	api := httpapi.New(httpapi.Config{BaseURL: "http://x/v1", NoRateLimits: true}, httpapi.Deps{
-		Pool: pool, Commands: h, Auth: auth, Charger: charger, Logger: logger})
+		Pool: pool, Commands: h, Auth: auth, Meter: meter, Logger: logger})
 	srv := httptest.NewServer(api)
 	defer srv.Close()
 	today := time.Now().UTC().Format(time.DateOnly)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"chessd/httpapi"
 	"chessd/ledger"
 	"chessd/projections"
+	"chessd/ratelimit"
 )
 
 // core is what both serve and worker run on: the database, the engines, the command
@@ -68,14 +70,16 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	defer c.close(logger)
 	db, store, cmds, svc, pepper := c.db, c.store, c.cmds, c.svc, c.pepper
-	// The charger outlives request handling: handlers wait on it while shutting down.
-	chargerCtx, stopCharger := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopCharger()
+	// The meter outlives request handling: it settles the last answers and gives its
+	// leases back once the server has stopped taking requests.
+	meterCtx, stopMeter := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopMeter()
+	meter := ledger.NewMeter(meterCtx, store, logger, ledger.MeterConfig{})
 	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL, NoRateLimits: cfg.NoRateLimits}, httpapi.Deps{
 		Pool: db.pool, Commands: cmds,
 		Auth:     projections.NewAuthenticator(db.pool, pepper),
 		Analysis: svc,
-		Charger:  ledger.NewCharger(chargerCtx, store, logger),
+		Meter:    meter,
 		Logger:   logger,
 	})
 
@@ -100,11 +104,18 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      90 * time.Second, // a search may take 60 s plus queueing
 		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    32 << 10,
+		MaxHeaderBytes:    httpapi.ServerMaxHeaderBytes, // the door refuses above httpapi.MaxHeaderBytes
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.ListenAndServe() }()
+	go func() {
+		ln, err := net.Listen("tcp", srv.Addr)
+		if err != nil {
+			serveErr <- err
+			return
+		}
+		serveErr <- srv.Serve(api.Listener(ln)) // net/http's own errors as problem+json
+	}()
 	logger.Info("serving", "addr", srv.Addr, "base_url", cfg.BaseURL)
 
 	runnerStopped := false
@@ -120,7 +131,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if shutErr := srv.Shutdown(shutdownCtx); shutErr != nil {
 		logger.Error("shutdown", "err", shutErr)
 	}
-	stopCharger()
+	stopMeter()
+	<-meter.Done() // the last answers settled, the leases given back
 	cancel()
 	if !runnerStopped {
 		<-runnerDone
@@ -134,8 +146,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 }
 
 // expireOldRows deletes what has outlived its use: first responses older than the
-// 24-hour Idempotency-Key window, keyless allowances of past days, and eval-cache
-// entries not refreshed for 30 days.
+// 24-hour Idempotency-Key window, keyless allowances of past days, eval-cache entries
+// not refreshed for 30 days, and rate-limit buckets that are full again.
 func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 	t := time.NewTicker(10 * time.Minute)
 	defer t.Stop()
@@ -153,6 +165,9 @@ func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 			if _, err := db.pool.Exec(ctx, q); err != nil && ctx.Err() == nil {
 				logger.Warn("expire old rows", "query", q, "err", err)
 			}
+		}
+		if _, err := ratelimit.Sweep(ctx, db.pool); err != nil && ctx.Err() == nil {
+			logger.Warn("expire old rows", "err", err)
 		}
 	}
 }

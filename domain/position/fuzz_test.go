@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // Fuzz tests: no input panics, every refusal is an *Error, and what is
@@ -35,6 +36,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		out := p.FEN()
+		storable(t, out) // a canonical FEN is stored in job events and charges
 		q, err := Parse(out, chess960)
 		if err != nil {
 			t.Fatalf("canonical FEN %q of %q refused: %v", out, fen, err)
@@ -101,13 +103,26 @@ func FuzzParsePGN(f *testing.F) {
 		if g.Start == nil || g.End == nil || len(g.Plies) > MaxPGNPlies {
 			t.Fatalf("bad game %+v", g)
 		}
-		// The plies replay from the start.
+		// The plies replay from the start, and what a job stores of them is storable.
 		var line []string
 		for _, p := range g.Plies {
 			line = append(line, p.Move.UCI)
+			storable(t, p.FEN+p.Move.UCI+p.Move.SAN)
+		}
+		if g.Result != "" && !isResult(g.Result) {
+			t.Fatalf("result %q", g.Result)
 		}
 		if _, err := g.Start.LineSAN(line); err != nil {
 			t.Fatalf("plies do not replay: %v", err)
 		}
 	})
+}
+
+// storable fails when s could not be stored as PostgreSQL text in an event: invalid
+// UTF-8, NUL or another control character.
+func storable(t *testing.T, s string) {
+	t.Helper()
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r >= 0x7f && r <= 0x9f }) {
+		t.Fatalf("%q is not storable text", s)
+	}
 }

@@ -3,6 +3,7 @@ package position
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Limits of ParsePGN.
@@ -35,9 +36,11 @@ type Ply struct {
 // ParsePGN reads one game: tag pairs ([FEN "..."] sets the start; [Variant
 // "chess960"] or "fischerandom" sets Chess960, as does the chess960 argument),
 // then the movetext with move numbers, comments {...} and ; ..., variations
-// (...) (skipped), NAGs $n and !? suffixes, and a result. Only the first game
-// is read. maxPlies bounds the plies read (<= 0 or above MaxPGNPlies means
-// MaxPGNPlies); moves past it are not checked. Errors are *Error with Field
+// (...) (skipped), NAGs $n and !? suffixes, and a result. A PGN holding more
+// than one game is refused, saying how many; so are invalid UTF-8 and control
+// characters other than tab, newline and carriage return. maxPlies bounds the
+// plies read (<= 0 or above MaxPGNPlies means MaxPGNPlies); moves past it are not
+// checked. Errors are *Error with Field
 // "pgn"; an illegal move is named by ply, move number and text, e.g.
 // `ply 7 (4. Nxe5??): illegal move "Nxe5"`.
 func ParsePGN(pgn string, chess960 bool, maxPlies int) (g *Game, err error) {
@@ -52,6 +55,9 @@ func ParsePGN(pgn string, chess960 bool, maxPlies int) (g *Game, err error) {
 	}
 	if maxPlies <= 0 || maxPlies > MaxPGNPlies {
 		maxPlies = MaxPGNPlies
+	}
+	if err := checkPGNText(pgn); err != nil {
+		return nil, err
 	}
 	sc := pgnScanner{s: strings.TrimPrefix(pgn, "\ufeff")}
 
@@ -122,7 +128,8 @@ func ParsePGN(pgn string, chess960 bool, maxPlies int) (g *Game, err error) {
 			sc.i++
 			continue
 		case c == '[' && depth == 0:
-			return nil, pgnErr("tag pair at byte %d after the moves began", sc.i)
+			// tag pairs after movetext begin the next game (this one had no result)
+			return nil, manyGames(1 + sc.countGames(false))
 		case c == '$':
 			sc.i++
 			for !sc.done() && sc.s[sc.i] >= '0' && sc.s[sc.i] <= '9' {
@@ -141,9 +148,11 @@ func ParsePGN(pgn string, chess960 bool, maxPlies int) (g *Game, err error) {
 		if depth > 0 {
 			continue
 		}
-		switch tok {
-		case "1-0", "0-1", "1/2-1/2", "*":
+		if isResult(tok) {
 			g.Result = tok
+			if more := sc.countGames(false); more > 0 {
+				return nil, manyGames(1 + more)
+			}
 			return g, nil
 		}
 		tok = stripMoveNumber(tok)
@@ -151,6 +160,10 @@ func ParsePGN(pgn string, chess960 bool, maxPlies int) (g *Game, err error) {
 			continue
 		}
 		if len(g.Plies) == maxPlies {
+			// the rest of this game is not checked, but a second game is still refused
+			if n := sc.countGames(true); n > 1 {
+				return nil, manyGames(n)
+			}
 			g.Truncated = true
 			return g, nil
 		}
@@ -185,6 +198,86 @@ func ParsePGN(pgn string, chess960 bool, maxPlies int) (g *Game, err error) {
 		return nil, pgnErr("PGN is empty")
 	}
 	return g, nil
+}
+
+// checkPGNText applies the service's text rules to a PGN: valid UTF-8, and no control
+// character but tab, newline and carriage return (so no NUL, which PostgreSQL cannot
+// store, in anything taken from it, such as its tags).
+func checkPGNText(pgn string) *Error {
+	for i, r := range pgn {
+		switch {
+		case r == utf8.RuneError:
+			if _, size := utf8.DecodeRuneInString(pgn[i:]); size == 1 {
+				return pgnErr("PGN is not valid UTF-8 (byte %d)", i)
+			}
+		case r == '\t' || r == '\n' || r == '\r':
+		case r < 0x20 || r >= 0x7f && r <= 0x9f:
+			return pgnErr("PGN holds the control character %U at byte %d; only tab, newline and carriage return are allowed", r, i)
+		}
+	}
+	return nil
+}
+
+func isResult(tok string) bool {
+	switch tok {
+	case "1-0", "0-1", "1/2-1/2", "*":
+		return true
+	}
+	return false
+}
+
+func manyGames(n int) *Error {
+	return pgnErr("the PGN holds %d games; send one game per request", n)
+}
+
+// countGames counts the games in the rest of the input, each a run of tag pairs and
+// movetext ended by a result or by the next game's tag pairs. inGame: the scanner is
+// inside a game's movetext, which counts as the first.
+func (sc *pgnScanner) countGames(inGame bool) int {
+	n, inMoves, depth := 0, inGame, 0
+	for {
+		sc.skipSpaceAndComments()
+		if sc.err != nil { // an unterminated comment: the rest belongs to the game it is in
+			sc.err = nil
+			return n + 1
+		}
+		if sc.done() {
+			break
+		}
+		switch c := sc.s[sc.i]; {
+		case c == '(':
+			depth++
+			sc.i++
+		case c == ')':
+			depth = max(0, depth-1)
+			sc.i++
+		case c == '[' && depth == 0:
+			if inMoves { // the previous game ended without a result
+				n++
+			}
+			if _, _, err := sc.tag(); err != nil {
+				sc.i++
+			}
+			inGame, inMoves = true, false
+			continue
+		case c == '$':
+			sc.i++
+		default:
+			tok := sc.word()
+			if tok == "" {
+				sc.i++
+			} else if depth == 0 && isResult(tok) {
+				n++
+				inGame, inMoves = false, false
+				continue
+			}
+		}
+		inGame, inMoves = true, true
+	}
+	if inGame {
+		n++
+	}
+	return n
 }
 
 func pgnErr(format string, args ...any) *Error {

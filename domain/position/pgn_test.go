@@ -14,7 +14,7 @@ func TestParsePGN(t *testing.T) {
 [Result "1-0"]
 % an escape line
 1. e4 {best by test} e5 $1 2. Nf3!? Nc6 (2... d6 3. d4 (3. Bc4) exd4) 3. Bb5 ; the Ruy
-a6 4.Ba4 Nf6 5. O-O Be7 6... 1-0 7. d4`
+a6 4.Ba4 Nf6 5. O-O Be7 6... 1-0 {the end}`
 	g, err := ParsePGN(full, false, 0)
 	if err != nil {
 		t.Fatal(err)

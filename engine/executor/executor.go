@@ -27,6 +27,7 @@ import (
 	"chessd/engine"
 	"chessd/eventstore"
 	"chessd/ledger"
+	"chessd/postgres"
 	"chessd/projections"
 )
 
@@ -191,15 +192,20 @@ func (x *Executor) run(ctx context.Context, job *domain.Job) {
 	defer cancel()
 	go x.watch(ctx, cancel, job.ID())
 
-	key, err := commands.LoadKey(ctx, x.pool, job.KeyID())
+	var key *domain.Key
+	var acct *domain.Account
+	err := persist(ctx, log, "load job's key and account", func() (err error) {
+		if key, err = commands.LoadKey(ctx, x.pool, job.KeyID()); err != nil {
+			return err
+		}
+		acct, err = commands.LoadAccount(ctx, x.pool, key.AccountID())
+		return err
+	})
 	if err != nil {
-		log.Error("load job key", "err", err)
-		return
-	}
-	acct, err := commands.LoadAccount(ctx, x.pool, key.AccountID())
-	if err != nil {
-		log.Error("load job account", "err", err)
-		return
+		if ctx.Err() == nil {
+			log.Error("load job key and account", "err", err)
+		}
+		return // the lease runs out and the job is resumed
 	}
 	spec := job.Spec()
 	// Positions run Parallel at a time (the pool's size, by default): a job alone uses
@@ -268,9 +274,41 @@ feed:
 	if ctx.Err() != nil {
 		return
 	}
-	if _, err := x.cmds.FinishJob(context.WithoutCancel(ctx), job.ID(), x.cfg.Worker, nil); err != nil && !errors.Is(err, commands.ErrNotClaimable) {
-		log.Error("finish job", "err", err)
+	err = persist(ctx, log, "finish job", func() error {
+		_, err := x.cmds.FinishJob(context.WithoutCancel(ctx), job.ID(), x.cfg.Worker, nil)
+		return err
+	})
+	if err != nil && !errors.Is(err, commands.ErrNotClaimable) {
+		log.Error("finish job", "err", err) // the lease runs out and the job is resumed
 	}
+}
+
+// persist runs fn until it succeeds or fails for a reason of its own, retrying with a
+// growing wait while it fails for one that passes (the database away or restarting, a
+// conflict with another writer), until ctx ends: a job never fails because its
+// database was briefly out of reach.
+func persist(ctx context.Context, log *slog.Logger, what string, fn func() error) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil || !transient(err) {
+			return err
+		}
+		log.Warn(what+" failed for a passing reason; retrying", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// transient reports errors that say nothing about the job: the database away, a commit
+// whose connection failed, a serialization conflict.
+func transient(err error) bool {
+	var unsure *eventstore.UncertainCommitError
+	return postgres.IsTransient(err) || errors.Is(err, eventstore.ErrNotCommitted) || errors.As(err, &unsure)
 }
 
 // maxRecord bounds the positions one record transaction takes.
@@ -296,7 +334,11 @@ func (x *Executor) record(ctx context.Context, key *domain.Key, acct *domain.Acc
 				break more
 			}
 		}
-		_, err := x.cmds.RecordPositions(ctx, key, job.ID(), x.cfg.Worker, batch, x.cfg.Lease)
+		// A retry after a commit of unknown outcome skips what that commit recorded.
+		err := persist(ctx, x.logger.With("job_id", job.ID()), "record positions", func() error {
+			_, err := x.cmds.RecordPositions(ctx, key, job.ID(), x.cfg.Worker, batch, x.cfg.Lease)
+			return err
+		})
 		if errors.Is(err, ledger.ErrAllowance) {
 			plan := acct.Plan()
 			err = domain.Errorf(domain.CodeUpgrade, "the %s plan's daily allowance of %d units ran out during the job", plan, plan.Limits().UnitsPerDay)
@@ -364,7 +406,11 @@ func (x *Executor) fail(ctx context.Context, jobID string, cause error, log *slo
 		log.Error("job failed", "err", cause)
 		de = domain.Errorf(domain.CodeInternal, "the job failed unexpectedly")
 	}
-	if _, err := x.cmds.FinishJob(context.WithoutCancel(ctx), jobID, x.cfg.Worker, de); err != nil && !errors.Is(err, commands.ErrNotClaimable) {
+	err := persist(ctx, log, "record job failure", func() error {
+		_, err := x.cmds.FinishJob(context.WithoutCancel(ctx), jobID, x.cfg.Worker, de)
+		return err
+	})
+	if err != nil && !errors.Is(err, commands.ErrNotClaimable) {
 		log.Error("record job failure", "err", err)
 	}
 }

@@ -103,13 +103,13 @@ func TestHeadersFromLimiter(t *testing.T) {
 	t.Parallel()
 	l, _ := newTestLimiter(t)
 	h := http.Header{}
-	SetHeaders(h, l.Allow("key:k1", perKey))
+	SetHeaders(h, l.Allow(t.Context(), "key:k1", perKey))
 	if h.Get("RateLimit-Policy") != `"key";q=120;w=60` || h.Get("RateLimit") != `"key";r=119;t=1` || h.Get("Retry-After") != "" {
 		t.Fatalf("first request: %v", h)
 	}
 	var d Decision
 	for range perKey.Limit {
-		d = l.Allow("key:k1", perKey)
+		d = l.Allow(t.Context(), "key:k1", perKey)
 	}
 	h = http.Header{}
 	SetHeaders(h, d)

@@ -46,9 +46,14 @@ func (d Decision) RetryAfterSeconds() int {
 }
 
 // SetHeaders sets RateLimit-Policy and RateLimit from d and, when d denied the request,
-// Retry-After. It replaces any values already set under those names.
+// Retry-After. It replaces any values already set under those names. An Unchecked
+// decision gets only RateLimit-Policy: there is no true remaining count to send.
 func SetHeaders(h http.Header, d Decision) {
 	h.Set(HeaderPolicy, d.PolicyHeader())
+	if d.Unchecked {
+		h.Del(HeaderRateLimit)
+		return
+	}
 	h.Set(HeaderRateLimit, d.Header())
 	if !d.Allowed {
 		h.Set(HeaderRetryAfter, strconv.Itoa(d.RetryAfterSeconds()))

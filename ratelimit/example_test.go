@@ -5,14 +5,11 @@ import (
 	"net/http"
 	"time"
 
-	"chessd/httpapi/ratelimit"
+	"chessd/ratelimit"
 )
 
 func ExampleSetHeaders() {
-	frozen := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	l := ratelimit.New(ratelimit.WithClock(func() time.Time { return frozen }))
 	perKey := ratelimit.Policy{Name: "key", Limit: 120, Window: time.Minute}
-
 	show := func(d ratelimit.Decision) {
 		h := http.Header{}
 		ratelimit.SetHeaders(h, d)
@@ -21,11 +18,9 @@ func ExampleSetHeaders() {
 			fmt.Printf("  Retry-After: %s\n", ra)
 		}
 	}
-	show(l.Allow("key:k1", perKey))
-	for range 119 {
-		l.Allow("key:k1", perKey)
-	}
-	show(l.Allow("key:k1", perKey))
+	// The first request of a fresh key, and the 121st in the same instant.
+	show(ratelimit.Decision{Allowed: true, Limit: 120, Remaining: 119, Reset: 500 * time.Millisecond, Policy: perKey})
+	show(ratelimit.Decision{Limit: 120, Reset: time.Minute, RetryAfter: 500 * time.Millisecond, Policy: perKey})
 	// Output:
 	// allowed=true
 	//   RateLimit-Policy: "key";q=120;w=60

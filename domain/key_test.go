@@ -1,0 +1,60 @@
+package domain
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+func testKey(id string, env Env, units *int64, scopes ...Scope) *Key {
+	return RehydrateKey([]Event{&KeyCreated{KeyID: id, AccountID: "acct_1", Scopes: scopes, Env: env.String(), BudgetUnits: units}})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// The budget rule alone: a budgeted key gives out only budgets within what it has left,
+// tightening grants nothing, and the other kind of budget is not its to limit.
+func TestBudgetRule(t *testing.T) {
+	now := time.Now()
+	actor := testKey("key_a", EnvLive, ptr[int64](100), AllScopes...)
+	left := Headroom{Units: ptr[int64](40)}
+	target := testKey("key_t", EnvLive, ptr[int64](90), ScopeEval)
+	unbudgeted := testKey("key_u", EnvLive, nil, ScopeEval)
+	cases := []struct {
+		name string
+		key  *Key // nil: create
+		set  KeySettings
+		c    KeyChange
+		ok   bool
+	}{
+		{"create within", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUnits: ptr[int64](40)}, KeyChange{}, true},
+		{"create over", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUnits: ptr[int64](41)}, KeyChange{}, false},
+		{"create unbudgeted", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive}, KeyChange{}, false},
+		{"create with a USD budget only", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUSD: ptr(decimal.New(5, 0))}, KeyChange{}, false},
+		{"lower above left", target, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](80)}, true},
+		{"raise", target, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](91)}, false},
+		{"clear", target, KeySettings{}, KeyChange{ClearBudgetUnits: true}, false},
+		{"budget an unbudgeted key", unbudgeted, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](1000)}, true},
+		{"label only of an unbudgeted key", unbudgeted, KeySettings{}, KeyChange{Label: ptr("x")}, true},
+		{"USD budget, which the actor has none of", target, KeySettings{}, KeyChange{BudgetUSD: ptr(decimal.New(5, 0))}, true},
+		{"raise its own", actor, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](101)}, false},
+		{"lower its own", actor, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](50)}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if tc.key == nil {
+				_, err = NewKey("key_n", "acct_1", tc.set, actor, left, "ce_live_x", []byte{1}, now)
+			} else {
+				_, err = tc.key.Update(tc.c, actor, left, now)
+			}
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok=%v", err, tc.ok)
+			}
+			if err != nil && ErrorCode(err) != CodeScope {
+				t.Fatalf("refused with %v, want a scope refusal", ErrorCode(err))
+			}
+		})
+	}
+}

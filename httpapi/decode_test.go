@@ -1,0 +1,109 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"chessd/analysis"
+	"chessd/domain"
+)
+
+// fieldsOfErr lists the fields a decode error names, in order.
+func fieldsOfErr(t *testing.T, err error) []string {
+	t.Helper()
+	var de *domain.Error
+	if !errors.As(err, &de) || de.Code != domain.CodeInvalid {
+		t.Fatalf("error %v is not a 400-class *domain.Error", err)
+	}
+	var out []string
+	for _, f := range de.Fields {
+		out = append(out, f.Field)
+	}
+	return out
+}
+
+func TestDecodeReportsEveryField(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		body   string
+		into   func() any
+		fields []string
+	}{
+		{"three wrong types", `{"depth":"x","multipv":"y","fen":5}`, func() any { return &analysis.Request{} },
+			[]string{"depth", "multipv", "fen"}},
+		{"nested options", `{"fen":"x","options":{"hash_mb":"big","elo":true,"nope":1}}`, func() any { return &analysis.Request{} },
+			[]string{"options.hash_mb", "options.elo", "options.nope"}},
+		{"array elements", `{"fens":["ok",3,"\u0000"],"depth":1.5}`, func() any { return &batchRequest{} },
+			[]string{"fens[1]", "fens[2]", "depth"}},
+		{"unknown, and a bad duplicate", `{"email":"a@b.co","bogus":1,"email":"c\u0000@d.co"}`, func() any { return &signupRequest{} },
+			[]string{"bogus", "email"}},
+		{"NUL in every signup field", `{"email":"a\u0000@b.co","name":"\u0000","agent":"x\u0001","source":"\u007f"}`,
+			func() any { return &signupRequest{} }, []string{"email", "name", "agent", "source"}},
+		{"C1 control and newline in a label", `{"label":"a\u0085","scopes":["eval\n"]}`, func() any { return &createKeyRequest{} },
+			[]string{"label", "scopes[0]"}},
+		{"unpaired surrogates", `{"name":"\ud800","agent":"\udc00x","source":"\ud800\u0041"}`, func() any { return &signupRequest{} },
+			[]string{"name", "agent", "source"}},
+		{"invalid UTF-8", "{\"name\":\"\xff\",\"email\":\"a@b.co\"}", func() any { return &signupRequest{} }, []string{"name"}},
+		{"PATCH body as a map", `{"label":"a\u0000","budget_units":null}`, func() any { return &map[string]json.RawMessage{} },
+			[]string{"label"}},
+		{"nested strings in a map", `{"x":{"a":[1,"\u0000",{"b":"\u0001"}]},"y":"ok"}`, func() any { return &map[string]any{} },
+			[]string{"x.a[1]", "x.a[2].b"}},
+		{"many bad strings, a short answer", `{"fens":[` + strings.Repeat(`"\u0000",`, 200) + `"x"]}`, func() any { return &batchRequest{} },
+			func() []string {
+				var out []string
+				for i := range maxProblems {
+					out = append(out, fmt.Sprintf("fens[%d]", i))
+				}
+				return out
+			}()},
+		{"PGN keeps newlines, not NUL", `{"pgn":"[Event \"x\"]\n1. e4\t*\r\n","fen":"a\nb"}`, func() any { return &analyzeRequest{} },
+			[]string{"fen"}},
+		{"PGN with NUL", `{"pgn":"[Event \"\u0000\"] 1. e4 *"}`, func() any { return &analyzeRequest{} }, []string{"pgn"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := fieldsOfErr(t, decodeBytes([]byte(tt.body), tt.into()))
+			if !slices.Equal(got, tt.fields) {
+				t.Fatalf("fields %v, want %v", got, tt.fields)
+			}
+		})
+	}
+}
+
+func TestDecodeAccepts(t *testing.T) {
+	t.Parallel()
+	var req analysis.Request
+	body := `{"fen":"8/8/8/8/8/8/8/K6k w - - 0 1","depth":3,"options":{"show_wdl":true,"hash_mb":16},"engine":"Ré\u00e9\ud83d\ude00"}`
+	if err := decodeBytes([]byte(body), &req); err != nil {
+		t.Fatal(err)
+	}
+	if *req.Depth != 3 || !*req.Options.ShowWDL || *req.Options.HashMB != 16 || *req.Engine != "Réé😀" {
+		t.Fatalf("decoded %+v", req)
+	}
+	var pgn analyzeRequest
+	if err := decodeBytes([]byte(`{"pgn":"1. e4\n*"}`), &pgn); err != nil || *pgn.PGN != "1. e4\n*" {
+		t.Fatalf("%v %+v", err, pgn)
+	}
+	var key createKeyRequest
+	if err := decodeBytes([]byte(`{"label":"ci \"main\" \\ /","budget_usd":"1.5","scopes":null}`), &key); err != nil ||
+		key.Label != `ci "main" \ /` || key.BudgetUSD.String() != "1.5" || key.Scopes != nil {
+		t.Fatalf("%v %+v", err, key)
+	}
+}
+
+func TestDecodeRefusesNonObjects(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{`[]`, `null`, `"x"`, `{"a":1} {}`, `{"a":`, `{"a":1}}`} {
+		var req signupRequest
+		err := decodeBytes([]byte(body), &req)
+		if domain.ErrorCode(err) != domain.CodeInvalid || strings.Contains(err.Error(), "panic") {
+			t.Errorf("%q: %v", body, err)
+		}
+	}
+}

@@ -1,0 +1,260 @@
+package httpapi_test
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// spend makes a charged call with key and returns what the key has left of a units
+// budget of budget.
+func (e *env) spend(key, keyID string, budget int64) int64 {
+	e.t.Helper()
+	if r := e.do("POST", "/v1/eval", key, evalBody(cheapFEN, `"depth":6`)); r.Status != 200 {
+		e.t.Fatalf("eval: %d %s", r.Status, r.Raw)
+	}
+	if err := e.meter.Flush(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	var spent int64
+	if err := e.pool.QueryRow(context.Background(), `SELECT spent_units FROM key_balances WHERE key_id = $1`, keyID).Scan(&spent); err != nil || spent <= 0 {
+		e.t.Fatalf("a charged call left spent_units %d (%v)", spent, err)
+	}
+	return budget - spent
+}
+
+// keyRecord is keyID's record as GET /keys (with env, when given) lists it to key.
+func (e *env) keyRecord(key, keyID, env string) map[string]any {
+	e.t.Helper()
+	path := "/v1/keys"
+	if env != "" {
+		path += "?env=" + env
+	}
+	r := e.do("GET", path, key, nil)
+	if r.Status != 200 {
+		e.t.Fatalf("list keys: %d %s", r.Status, r.Raw)
+	}
+	for _, k := range r.Body["keys"].([]any) {
+		if k := k.(map[string]any); k["key_id"] == keyID {
+			return k
+		}
+	}
+	e.t.Fatalf("key %s not listed: %s", keyID, r.Raw)
+	return nil
+}
+
+// TestKeyPermissions: a key acts only on keys of its own env whose scopes it holds,
+// and never hands out a scope, an env or a budget it does not hold itself.
+func TestKeyPermissions(t *testing.T) {
+	e := newEnv(t)
+	root, _ := e.signup("perm@example.com")
+	keysOnly, _ := e.createKey(root, map[string]any{"label": "kw", "scopes": []string{"keys:write"}})
+	keysEval, _ := e.createKey(root, map[string]any{"label": "kwe", "scopes": []string{"keys:write", "eval"}})
+	testAll, _ := e.createKey(root, map[string]any{"label": "test-all", "env": "test"})
+	budgeted, budgetedID := e.createKey(root, map[string]any{"label": "b", "scopes": []string{"eval", "keys:write"}, "budget_units": 1000})
+	left := e.spend(budgeted, budgetedID, 1000) // what it has left is below its budget now
+
+	// fresh makes a new target key with root (or by, when given) for one case.
+	fresh := func(by string, body map[string]any) func() string {
+		return func() string {
+			if by == "" {
+				by = root
+			}
+			_, id := e.createKey(by, body)
+			return id
+		}
+	}
+	allScopes := fresh("", map[string]any{"label": "all"})
+	evalOnly := fresh("", map[string]any{"label": "eval", "scopes": []string{"eval"}})
+	testEval := fresh(testAll, map[string]any{"label": "test-eval", "scopes": []string{"eval"}})
+	child := fresh(budgeted, map[string]any{"label": "child", "scopes": []string{"eval"}, "budget_units": 10})
+	self := func() string { return budgetedID }
+	none := func() string { return "" }
+
+	cases := []struct {
+		name   string
+		actor  string
+		op     string // create, update, rotate, revoke
+		target func() string
+		body   map[string]any
+		status int
+	}{
+		// create
+		{"create: grant a scope it lacks", keysOnly, "create", none, map[string]any{"scopes": []string{"eval"}}, 403},
+		{"create: its own scopes", keysOnly, "create", none, map[string]any{"label": "x"}, 201},
+		{"create: test key makes a live key", testAll, "create", none, map[string]any{"env": "live"}, 403},
+		{"create: live key makes a test key", root, "create", none, map[string]any{"env": "test"}, 201},
+		{"create: budgeted makes unbudgeted", budgeted, "create", none, map[string]any{"scopes": []string{"eval"}}, 403},
+		{"create: budgeted over what it has left", budgeted, "create", none, map[string]any{"budget_units": 1000}, 403},
+		{"create: budgeted within what it has left", budgeted, "create", none, map[string]any{"budget_units": left}, 201},
+		{"create: budgeted, a budget kind it has none of", budgeted, "create", none, map[string]any{"budget_units": 1, "budget_usd": "99"}, 201},
+		// update
+		{"update: scope superset target", keysOnly, "update", allScopes, map[string]any{"label": "mine"}, 403},
+		{"update: scope subset target", keysEval, "update", evalOnly, map[string]any{"label": "mine"}, 200},
+		{"update: grant a scope it lacks", keysEval, "update", evalOnly, map[string]any{"scopes": []string{"eval", "jobs"}}, 403},
+		{"update: test key, live target", testAll, "update", evalOnly, map[string]any{"label": "mine"}, 404},
+		{"update: live key, test target", root, "update", testEval, map[string]any{"label": "mine"}, 403},
+		{"update: raise its own budget", budgeted, "update", self, map[string]any{"budget_units": 5000}, 403},
+		{"update: clear its own budget", budgeted, "update", self, map[string]any{"budget_units": nil}, 403},
+		{"update: clear a budget", budgeted, "update", child, map[string]any{"budget_units": nil}, 403},
+		{"update: over what it has left", budgeted, "update", child, map[string]any{"budget_units": 1000}, 403},
+		{"update: within what it has left", budgeted, "update", child, map[string]any{"budget_units": left}, 200},
+		{"update: tighten an unbudgeted key", budgeted, "update", evalOnly, map[string]any{"budget_units": 5000}, 200},
+		{"update: its own label", budgeted, "update", self, map[string]any{"label": "b2"}, 200},
+		// rotate
+		{"rotate: scope superset target", keysOnly, "rotate", allScopes, nil, 403},
+		{"rotate: test key, live target", testAll, "rotate", evalOnly, nil, 404},
+		{"rotate: live key, test target", root, "rotate", testEval, nil, 403},
+		{"rotate: budgeted, unbudgeted target", budgeted, "rotate", evalOnly, nil, 403},
+		{"rotate: budgeted, target within what it has left", budgeted, "rotate", child, nil, 201},
+		{"rotate: scope subset target", keysEval, "rotate", evalOnly, nil, 201},
+		{"rotate: test key, test target", testAll, "rotate", testEval, nil, 201},
+		// revoke
+		{"revoke: scope superset target", keysOnly, "revoke", allScopes, nil, 403},
+		{"revoke: test key, live target", testAll, "revoke", evalOnly, nil, 404},
+		{"revoke: live key, test target", root, "revoke", testEval, nil, 403},
+		{"revoke: scope subset target", keysEval, "revoke", evalOnly, nil, 204},
+		{"revoke: test key, test target", testAll, "revoke", testEval, nil, 204},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id := tc.target()
+			var r response
+			switch tc.op {
+			case "create":
+				r = e.do("POST", "/v1/keys", tc.actor, tc.body)
+			case "update":
+				r = e.do("PATCH", "/v1/keys/"+id, tc.actor, tc.body)
+			case "rotate":
+				r = e.do("POST", "/v1/keys/"+id+"/rotate", tc.actor, nil)
+			case "revoke":
+				r = e.do("DELETE", "/v1/keys/"+id, tc.actor, nil)
+			}
+			if tc.status >= 400 {
+				wantProblem(t, r, tc.status, "fix_request")
+				if strings.Contains(r.Raw, "ce_live_") || strings.Contains(r.Raw, "ce_test_") {
+					t.Fatalf("a refusal carries a secret: %s", r.Raw)
+				}
+				return
+			}
+			if r.Status != tc.status {
+				t.Fatalf("status %d, want %d: %s", r.Status, tc.status, r.Raw)
+			}
+		})
+	}
+}
+
+// The issue's case: a key holding only keys:write rotated a key with every scope and
+// received its secret.
+func TestKeysWriteOnlyCannotRotateAStrongerKey(t *testing.T) {
+	e := newEnv(t)
+	root, rootID := e.signup("climb@example.com")
+	weak, _ := e.createKey(root, map[string]any{"scopes": []string{"keys:write"}})
+	before := e.keyRecord(root, rootID, "")
+
+	r := e.do("POST", "/v1/keys/"+rootID+"/rotate", weak, nil)
+	wantProblem(t, r, 403, "fix_request")
+	if _, ok := r.Body["api_key"]; ok || strings.Contains(r.Raw, "ce_live_") {
+		t.Fatalf("the refusal hands out a secret: %s", r.Raw)
+	}
+	if s := e.probe(root); s != 200 {
+		t.Fatalf("the stronger key's secret stopped working: %d", s)
+	}
+	if after := e.keyRecord(root, rootID, ""); !reflect.DeepEqual(before, after) {
+		t.Fatalf("the stronger key changed:\n%v\n%v", before, after)
+	}
+}
+
+// Test and live are two worlds: a test key cannot see, read or cancel a live job, nor
+// see live usage or keys; a live key cannot see a test job either.
+func TestTestKeySeesNothingLive(t *testing.T) {
+	e := newEnv(t)
+	live, liveID := e.signup("worlds@example.com")
+	test, testID := e.createKey(live, map[string]any{"env": "test", "label": "t"})
+
+	submit := func(key string) string {
+		t.Helper()
+		r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(1), "depth": 6})
+		if r.Status != 202 {
+			t.Fatalf("batch: %d %s", r.Status, r.Raw)
+		}
+		return r.Body["job_id"].(string)
+	}
+	liveJob, testJob := submit(live), submit(test)
+	e.waitJob(live, liveJob, finished)
+	e.waitJob(test, testJob, finished)
+	e.caughtUp()
+
+	for _, tc := range []struct {
+		key, job string
+	}{{test, liveJob}, {live, testJob}} {
+		for _, req := range []struct{ method, path string }{
+			{"GET", "/v1/jobs/" + tc.job},
+			{"GET", "/v1/jobs/" + tc.job + "/result"},
+			{"GET", "/v1/jobs/" + tc.job + "/events"},
+			{"DELETE", "/v1/jobs/" + tc.job},
+		} {
+			r := e.do(req.method, req.path, tc.key, nil)
+			wantProblem(t, r, 404, "fix_request")
+			missing := e.do(req.method, strings.Replace(req.path, tc.job, "job_doesnotexist", 1), tc.key, nil)
+			if r.Body["title"] != missing.Body["title"] || strings.ReplaceAll(r.Body["detail"].(string), tc.job, "") !=
+				strings.ReplaceAll(missing.Body["detail"].(string), "job_doesnotexist", "") {
+				t.Fatalf("%s %s: another env's job is told apart from a missing one:\n%s\n%s", req.method, req.path, r.Raw, missing.Raw)
+			}
+		}
+	}
+	if j := e.do("GET", "/v1/jobs/"+liveJob, live, nil); j.Status != 200 || j.Body["state"] != "succeeded" {
+		t.Fatalf("the live job, to its own key: %d %s", j.Status, j.Raw)
+	}
+
+	usage := e.do("GET", "/v1/usage?group_by=key,env", test, nil)
+	if usage.Status != 200 || strings.Contains(usage.Raw, liveID) || strings.Contains(usage.Raw, `"live"`) {
+		t.Fatalf("a test key sees live usage: %s", usage.Raw)
+	}
+	me := e.do("GET", "/v1/me", test, nil)
+	if me.Status != 200 || strings.Contains(me.Raw, liveID) || me.Body["keys"].(map[string]any)["total"] != float64(1) {
+		t.Fatalf("a test key's /me shows live keys: %s", me.Raw)
+	}
+	if list := e.do("GET", "/v1/keys", test, nil); strings.Contains(list.Raw, liveID) || !strings.Contains(list.Raw, testID) {
+		t.Fatalf("a test key's list: %s", list.Raw)
+	}
+	wantProblem(t, e.do("GET", "/v1/keys?env=live", test, nil), 403, "fix_request")
+	if list := e.do("GET", "/v1/keys", live, nil); strings.Contains(list.Raw, testID) {
+		t.Fatalf("a live key's list shows test keys unless asked: %s", list.Raw)
+	}
+	if list := e.do("GET", "/v1/keys?env=test", live, nil); !strings.Contains(list.Raw, testID) || strings.Contains(list.Raw, liveID) {
+		t.Fatalf("a live key's list of test keys: %s", list.Raw)
+	}
+}
+
+// Every key answer shows the record GET /keys shows: spend and last use included.
+func TestKeyAnswersAreTheListedRecord(t *testing.T) {
+	e := newEnv(t)
+	root, _ := e.signup("record@example.com")
+	key, id := e.createKey(root, map[string]any{"label": "used", "scopes": []string{"eval"}, "budget_units": 5000})
+	e.spend(key, id, 5000)
+	e.spend(key, id, 5000)
+
+	same := func(what string, r response) {
+		t.Helper()
+		delete(r.Body, "api_key")
+		listed := e.keyRecord(root, id, "")
+		if listed["spent_units"].(float64) <= 0 || listed["last_used_at"] == nil {
+			t.Fatalf("listed record without its use: %v", listed)
+		}
+		if !reflect.DeepEqual(r.Body, listed) {
+			t.Fatalf("%s answers\n%v\nGET /keys lists\n%v", what, r.Body, listed)
+		}
+	}
+	patched := e.do("PATCH", "/v1/keys/"+id, root, map[string]any{"label": "used-2"})
+	if patched.Status != 200 {
+		t.Fatalf("patch: %d %s", patched.Status, patched.Raw)
+	}
+	same("PATCH", patched)
+	rotated := e.do("POST", "/v1/keys/"+id+"/rotate", root, nil)
+	if rotated.Status != 201 {
+		t.Fatalf("rotate: %d %s", rotated.Status, rotated.Raw)
+	}
+	same("rotate", rotated)
+}

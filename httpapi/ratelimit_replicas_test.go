@@ -1,0 +1,82 @@
+package httpapi_test
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// withKeyRequestsPerMinute replaces the plans' requests per minute
+// (httpapi.Config.KeyRequestsPerMinute).
+func withKeyRequestsPerMinute(n int) envOption {
+	return func(c *envConfig) { c.keyPerMinute = n }
+}
+
+var rateLimitField = regexp.MustCompile(`^"([a-z]+)";r=(\d+);t=(\d+)$`)
+
+// TestRateLimitAcrossServers: two servers on one database enforce one limit. Calls
+// alternate between them as fast as they are answered; the number let through is what
+// one limiter would allow in that time (the burst plus what refilled while the calls
+// ran), every 429 carries Retry-After and the RateLimit fields, and the remaining
+// count the servers report never goes up while the bucket drains.
+func TestRateLimitAcrossServers(t *testing.T) {
+	a := newEnv(t, withRateLimits(), withKeyRequestsPerMinute(60), withWorkers(0))
+	b := newEnv(t, withRateLimits(), withKeyRequestsPerMinute(60), withWorkers(0), onPool(a.pool))
+	key, _ := a.signup("replicas@example.com")
+	for _, tc := range []struct {
+		name   string
+		policy string
+		limit  int
+		status int // of a call let through
+		call   func(e *env) response
+	}{
+		{"key", `"key";q=60;w=60`, 60, 200, func(e *env) response {
+			return e.do("POST", "/v1/validate", key, `{"fen":"`+startFEN+`"}`)
+		}},
+		// Refused for the request after the limiter and before any engine or allowance.
+		{"keyless", `"ip";q=30;w=60`, 30, 400, func(e *env) response {
+			return e.do("POST", "/v1/eval", "", `{}`)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			interval := time.Minute / time.Duration(tc.limit)
+			through, remaining := 0, tc.limit
+			start := time.Now()
+			for i := range 150 {
+				r := tc.call([]*env{a, b}[i%2])
+				if got := r.Header.Get("RateLimit-Policy"); got != tc.policy {
+					t.Fatalf("call %d: RateLimit-Policy %q, want %q", i, got, tc.policy)
+				}
+				m := rateLimitField.FindStringSubmatch(r.Header.Get("RateLimit"))
+				if m == nil || !strings.HasPrefix(tc.policy, `"`+m[1]+`";`) {
+					t.Fatalf("call %d: RateLimit %q", i, r.Header.Get("RateLimit"))
+				}
+				r0, _ := strconv.Atoi(m[2])
+				if r0 > remaining {
+					t.Fatalf("call %d: remaining went up from %d to %d", i, remaining, r0)
+				}
+				remaining = r0
+				if r.Status == 429 {
+					wantProblem(t, r, 429, "retry_after")
+					if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 || r0 != 0 {
+						t.Fatalf("call %d: 429 with Retry-After %q and RateLimit %q", i, r.Header.Get("Retry-After"), r.Header.Get("RateLimit"))
+					}
+					continue
+				}
+				if r.Status != tc.status {
+					t.Fatalf("call %d: %d %s", i, r.Status, r.Raw)
+				}
+				through++
+			}
+			elapsed := time.Since(start)
+			// One limiter admits the burst plus a token per interval that passed.
+			most := tc.limit + int(elapsed/interval)
+			t.Logf("%d of 150 calls through two servers in %v (limit %d a minute, at most %d in that time)", through, elapsed.Round(time.Millisecond), tc.limit, most)
+			if through < tc.limit || through > most {
+				t.Fatalf("%d calls through, want %d to %d", through, tc.limit, most)
+			}
+		})
+	}
+}

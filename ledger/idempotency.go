@@ -1,0 +1,74 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"chessd/eventstore"
+)
+
+// Idempotency-Key (IETF draft semantics), one rule for every POST: a key is claimed,
+// durably, before the request's answer; the answer is stored with the claim (for a
+// costed call, in the group commit that charges it); a retry at any server gets the
+// stored answer and is charged nothing; the same key with another request is refused
+// (422), and while the first request still runs, a retry is told to wait (409). A claim
+// whose server died expires (MeterConfig.LeaseTTL) and a retry takes it over.
+
+// Claim takes st's key for this request. It returns nil, nil when claimed: the caller
+// must later Store an answer, Settle with it, or Unclaim. It returns the first answer
+// when the key was used for this very request and answered already. A *Refusal
+// (ErrIdempotencyMismatch, ErrIdempotencyRunning) otherwise.
+func (m *Meter) Claim(ctx context.Context, st Stored) (*Stored, error) {
+	var outcome string
+	var status *int32
+	var response []byte
+	err := m.pool.QueryRow(ctx, `SELECT outcome, status, response FROM meter_claim($1, $2, $3, $4, $5)`,
+		st.Scope, st.Key, st.RequestHash, m.owner, m.cfg.LeaseTTL).Scan(&outcome, &status, &response)
+	if err != nil {
+		return nil, fmt.Errorf("claim Idempotency-Key: %w", err)
+	}
+	switch outcome {
+	case "claimed":
+		return nil, nil // st is claimed; its Owner is m.Owner()
+	case "done":
+		first := st
+		first.Status, first.Response = int(*status), response
+		return &first, nil
+	}
+	return nil, refusal(outcome)
+}
+
+// storeAnswer is the one statement that stores a claimed key's answer: only its owner's
+// claim takes it (a claim that expired and was taken over belongs to the retry).
+const storeAnswer = `UPDATE idempotency SET state = 'done', status = $3, response = $4, expires_at = NULL
+	WHERE scope = $1 AND idem_key = $2 AND owner = $5 AND state = 'running'`
+
+// Store records the answer of a claimed key (requests that move no money; costed calls
+// store theirs with the charge, Answered.Idempotency).
+func (m *Meter) Store(ctx context.Context, st Stored) error {
+	st.Owner = m.owner
+	_, err := StoreAnswer(ctx, m.pool, st)
+	return err
+}
+
+// StoreAnswer stores st's answer in the caller's transaction (a job's submission, with
+// its events), under the claim of st.Owner. False: the claim is not st.Owner's any more.
+func StoreAnswer(ctx context.Context, q eventstore.Querier, st Stored) (bool, error) {
+	tag, err := q.Exec(ctx, storeAnswer, st.Scope, st.Key, st.Status, st.Response, st.Owner)
+	if err != nil {
+		return false, fmt.Errorf("store idempotent answer: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Unclaim gives a claimed key back when its request produced no answer to keep (an
+// error): a retry runs afresh.
+func (m *Meter) Unclaim(ctx context.Context, st Stored) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := m.pool.Exec(ctx, `DELETE FROM idempotency WHERE scope = $1 AND idem_key = $2 AND owner = $3 AND state = 'running'`,
+		st.Scope, st.Key, m.owner); err != nil {
+		m.logger.Warn("give back Idempotency-Key (it will expire)", "err", err)
+	}
+}

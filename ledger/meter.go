@@ -1,0 +1,384 @@
+package ledger
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/postgres"
+)
+
+// Meter is the one money path of costed calls (docs/BILLING.md, the billing rule):
+//
+//   - Reserve, before any engine starts: the call's price is taken from this server's
+//     lease on the key, a durable reservation of units against the key's budgets and
+//     its account's daily allowance (meter_lease, the whole budget rule). A lease is
+//     topped up in one round trip when it runs short, and a refusal spends no engine
+//     time. Served from memory otherwise.
+//   - Settle, after the answer: each answered call is one line item (a UnitsCharged
+//     event), committed with the others in group commits by one settler per server,
+//     off the response path.
+//   - Cancel, when no answer was produced: the units go back to the lease.
+//
+// A server that dies forgives the calls it answered and had not settled (bounded by
+// MaxBacklog); its leases expire and any server gives their units back. Nothing is
+// ever charged twice nor past a budget: a settle whose lease is gone settles nothing.
+type Meter struct {
+	store  *eventstore.Store
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	cfg    MeterConfig
+	owner  string // this process, as the owner of its leases and claims
+	now    func() time.Time
+
+	mu     sync.Mutex
+	leases map[leaseKey]*lease
+
+	queue    chan *settlement
+	flushReq chan chan error
+	stopped  chan struct{}
+	cursor   eventstore.Cursor
+
+	// unsettled holds when each answered, not yet committed call was answered, oldest
+	// first (under mu); settled is closed and replaced after each commit.
+	unsettled []time.Time
+	settled   chan struct{}
+	crashed   atomic.Bool // tests: stop as a killed process would
+}
+
+// MeterConfig tunes the meter; zero values take the defaults.
+type MeterConfig struct {
+	// LeaseCalls is how many calls at the current price a lease is topped up for (64).
+	LeaseCalls int64
+	// LeaseTTL is how long a lease (or an Idempotency-Key claim) outlives its owner's
+	// last renewal (15 s): after it, any server releases it.
+	LeaseTTL time.Duration
+	// LeaseIdle is how long an unused lease is kept before its units are given back (2 s).
+	LeaseIdle time.Duration
+	// MaxBacklog bounds what a crash can forgive: while the oldest answered call has
+	// waited this long to be settled (the database is slow or away), new calls wait
+	// for the settler (100 ms).
+	MaxBacklog time.Duration
+	// BacklogWait is how long a new call waits for the settler to catch up before it is
+	// refused with 503 (2 s).
+	BacklogWait time.Duration
+	// Housekeeping is how often leases are renewed, idle ones released and expired ones
+	// of other servers recovered (1 s).
+	Housekeeping time.Duration
+}
+
+func (c *MeterConfig) defaults() {
+	if c.LeaseCalls <= 0 {
+		c.LeaseCalls = 64
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 15 * time.Second
+	}
+	if c.LeaseIdle <= 0 {
+		c.LeaseIdle = 2 * time.Second
+	}
+	if c.MaxBacklog <= 0 {
+		c.MaxBacklog = 100 * time.Millisecond
+	}
+	if c.BacklogWait <= 0 {
+		c.BacklogWait = 2 * time.Second
+	}
+	if c.Housekeeping <= 0 {
+		c.Housekeeping = time.Second
+	}
+}
+
+type leaseKey struct {
+	keyID, day string
+}
+
+// lease is this server's reservation on one key for one allowance day.
+type lease struct {
+	acquire sync.Mutex // one top-up round trip at a time per lease
+
+	// the rest under Meter.mu
+	id                         string
+	keyID, accountID, env, day string
+	keyVersion, accountVersion int64
+	avail                      int64 // reserved in the database, not handed to a call
+	inflight                   int   // reservations neither settled nor cancelled
+	pending                    int64 // settled in memory, not yet committed
+	lastUsed                   time.Time
+	released                   bool
+}
+
+// NewMeter starts the settler; it stops when ctx ends, after settling what is queued
+// and giving back its leases.
+func NewMeter(ctx context.Context, store *eventstore.Store, logger *slog.Logger, cfg MeterConfig) *Meter {
+	cfg.defaults()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Meter{
+		store: store, pool: store.Pool(), logger: logger, cfg: cfg, owner: "srv_" + randomHex(8),
+		now:    func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
+		leases: map[leaseKey]*lease{}, queue: make(chan *settlement, 4096), flushReq: make(chan chan error),
+		stopped: make(chan struct{}), settled: make(chan struct{}),
+	}
+	go m.loop(ctx)
+	return m
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) //nolint:errcheck // crypto/rand does not fail on Linux
+	return hex.EncodeToString(b)
+}
+
+// Call is a costed call as the meter prices and records it.
+type Call struct {
+	RequestID string
+	Key       *domain.Key
+	Account   *domain.Account // the key's account: its plan's daily allowance
+	Price     domain.Call     // what the call is priced by
+	// Cached: the answer is known without a search (a cached result, a finished game);
+	// the cached price is reserved.
+	Cached bool
+}
+
+// Reservation is a call's price taken from a lease. Exactly one of Settle or Cancel
+// must follow.
+type Reservation struct {
+	m     *Meter
+	l     *lease
+	call  Call
+	price domain.Price
+	units int64 // reserved: the fresh price
+	done  atomic.Bool
+}
+
+// Price is what the reserved call costs fresh and from the cache.
+func (r *Reservation) Price() domain.Price { return r.price }
+
+// Reserve takes call's fresh price from this server's lease on the key before any work
+// starts. A refusal is an *Refusal error (budget, allowance, backlog); nothing is
+// reserved then.
+func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
+	price, err := domain.Quote(call.Price)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.waitBacklog(ctx); err != nil {
+		return nil, err
+	}
+	units := price.Units
+	if call.Cached {
+		units = price.CachedUnits * int64(call.Price.Positions)
+	}
+	k := call.Key
+	day := m.now().Format(time.DateOnly)
+	for {
+		l, fresh := m.leaseFor(k, call.Account, day)
+		if !fresh {
+			// the key or account changed since the lease was taken: the lease's terms
+			// (budget, plan) are gone with it
+			m.release(ctx, l)
+			continue
+		}
+		if m.take(l, units) {
+			return &Reservation{m: m, l: l, call: call, price: price, units: units}, nil
+		}
+		if err := m.topUp(ctx, l, call, units); err != nil {
+			if errors.Is(err, errLeaseGone) {
+				continue
+			}
+			return nil, err
+		}
+		if m.take(l, units) {
+			return &Reservation{m: m, l: l, call: call, price: price, units: units}, nil
+		}
+	}
+}
+
+var errLeaseGone = errors.New("lease released meanwhile")
+
+// leaseFor returns this server's lease on the key for day, and false when it was taken
+// for other versions of the key or account.
+func (m *Meter) leaseFor(k *domain.Key, acct *domain.Account, day string) (*lease, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lk := leaseKey{k.ID(), day}
+	l, ok := m.leases[lk]
+	if !ok {
+		l = &lease{id: "lease_" + randomHex(12), keyID: k.ID(), accountID: k.AccountID(), env: k.Env().String(), day: day,
+			keyVersion: k.Version(), accountVersion: acct.Version(), lastUsed: time.Now()}
+		m.leases[lk] = l
+		return l, true
+	}
+	if l.keyVersion != k.Version() || l.accountVersion != acct.Version() {
+		l.released = true
+		delete(m.leases, lk)
+		return l, false
+	}
+	return l, true
+}
+
+// take hands units of the lease to a call when it has them.
+func (m *Meter) take(l *lease, units int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l.released || l.avail < units {
+		return false
+	}
+	l.avail -= units
+	l.inflight++
+	l.lastUsed = time.Now()
+	return true
+}
+
+// topUp reserves more units for the lease: enough for LeaseCalls calls at this price
+// when the budgets have room, at least enough for this one.
+func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64) error {
+	l.acquire.Lock()
+	defer l.acquire.Unlock()
+	m.mu.Lock()
+	released, avail := l.released, l.avail
+	m.mu.Unlock()
+	if released {
+		return errLeaseGone
+	}
+	if avail >= units {
+		return nil // another call topped it up meanwhile
+	}
+	need := units - avail
+	var outcome string
+	var granted int64
+	for attempt := 0; ; attempt++ {
+		err := m.pool.QueryRow(ctx, `SELECT outcome, granted FROM meter_lease($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+			l.id, m.owner, l.keyID, l.accountID, l.env, l.day, need, max(need, units*m.cfg.LeaseCalls),
+			domain.UnitPriceUSD, call.Account.Plan().Limits().UnitsPerDay, m.cfg.LeaseTTL).Scan(&outcome, &granted)
+		if err == nil {
+			break
+		}
+		if !postgres.IsRetryable(err) || attempt == 5 {
+			return fmt.Errorf("reserve: %w", err)
+		}
+	}
+	if outcome != OutcomeOK {
+		return refusal(outcome)
+	}
+	m.mu.Lock()
+	l.avail += granted
+	m.mu.Unlock()
+	return nil
+}
+
+// Cancel gives an unanswered call's units back to its lease.
+func (r *Reservation) Cancel() {
+	if r == nil || !r.done.CompareAndSwap(false, true) {
+		return
+	}
+	m := r.m
+	m.mu.Lock()
+	r.l.avail += r.units
+	r.l.inflight--
+	m.mu.Unlock()
+}
+
+// Answered is what a call produced, for its line item.
+type Answered struct {
+	Endpoint domain.Endpoint
+	Params   Params
+	Engine   string
+	Path     string
+	Cached   bool // no search ran: the cached price
+	// Idempotency, when set, is the call's claimed Idempotency-Key and its answer,
+	// stored with the charge.
+	Idempotency *Stored
+}
+
+// Units is what the call is charged once answered: the fresh or the cached price.
+func (r *Reservation) Units(cached bool) int64 {
+	if cached && !r.call.Cached {
+		return r.price.CachedUnits * int64(r.call.Price.Positions)
+	}
+	return r.units
+}
+
+// Settle records an answered call: it is charged in the settler's next group commit.
+// It returns at once with the line item's event (not yet durable).
+func (r *Reservation) Settle(a Answered) (*UnitsCharged, error) {
+	if !r.done.CompareAndSwap(false, true) {
+		return nil, errors.New("reservation already settled or cancelled")
+	}
+	m := r.m
+	units := r.Units(a.Cached)
+	now := m.now()
+	e, err := chargeEvent(Charge{
+		RequestID: r.call.RequestID, Key: r.call.Key, Endpoint: a.Endpoint, Params: a.Params, Engine: a.Engine,
+		Path: a.Path, Cached: a.Cached, Units: units, USD: domain.USD(units),
+	}, now, r.l.day)
+	if err != nil {
+		r.done.Store(false)
+		r.Cancel()
+		return nil, err
+	}
+	m.mu.Lock()
+	r.l.avail += r.units - units
+	r.l.inflight--
+	r.l.pending += units
+	m.unsettled = append(m.unsettled, time.Now())
+	m.mu.Unlock()
+	select {
+	case m.queue <- &settlement{lease: r.l, event: e, idem: a.Idempotency}:
+	case <-m.stopped: // shutting down: the answer stands, the charge is forgiven
+		m.logger.Warn("meter stopped before a call was settled; it is forgiven", "request_id", e.RequestID)
+		m.mu.Lock()
+		r.l.pending -= units
+		m.unsettled = m.unsettled[1:] // nothing else will take it off
+		m.mu.Unlock()
+	}
+	return e, nil
+}
+
+// waitBacklog holds a new call back while the oldest answered call has waited more than
+// MaxBacklog to be settled: what a crash could forgive stays within that bound. After
+// BacklogWait the call is refused (503), with nothing reserved.
+func (m *Meter) waitBacklog(ctx context.Context) error {
+	var deadline <-chan time.Time
+	for {
+		m.mu.Lock()
+		behind := len(m.unsettled) > 0 && time.Since(m.unsettled[0]) > m.cfg.MaxBacklog
+		settled := m.settled
+		m.mu.Unlock()
+		if !behind {
+			return nil
+		}
+		if deadline == nil {
+			t := time.NewTimer(m.cfg.BacklogWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-settled:
+		case <-deadline:
+			return refusal(OutcomeBacklog)
+		case <-m.stopped:
+			return ErrStopped
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Done is closed once the meter has stopped: what was answered is settled and the
+// leases are given back.
+func (m *Meter) Done() <-chan struct{} { return m.stopped }
+
+// Owner names this server in its leases and claims.
+func (m *Meter) Owner() string { return m.owner }

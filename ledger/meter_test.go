@@ -1,0 +1,239 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/ledger"
+	"chessd/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// fixture is one account on a fresh database, with a key of the given budget.
+type fixture struct {
+	pool    *pgxpool.Pool
+	store   *eventstore.Store
+	key     *domain.Key
+	account *domain.Account
+}
+
+func newFixture(t *testing.T, budgetUnits *int64) *fixture {
+	t.Helper()
+	pool := pgtest.NewDB(t)
+	store := eventstore.NewStore(pool, nil)
+	h := commands.New(store, []byte("meter-test-pepper-0123456789"))
+	ctx := context.Background()
+	su, err := h.Signup(ctx, domain.Signup{Email: "meter@example.com"}, "req")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := commands.LoadKey(ctx, pool, su.KeyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _, err := h.CreateKey(ctx, commands.Actor{Key: admin}, domain.KeySettings{Scopes: []domain.Scope{domain.ScopeEval},
+		Env: domain.EnvLive, BudgetUnits: budgetUnits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct, err := commands.LoadAccount(ctx, pool, su.AccountID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{pool: pool, store: store, key: k, account: acct}
+}
+
+func (f *fixture) meter(t *testing.T, cfg ledger.MeterConfig) *ledger.Meter {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	m := ledger.NewMeter(ctx, f.store, nil, cfg)
+	t.Cleanup(cancel)
+	return m
+}
+
+// evalCall costs 10 units (depth ≤ 10, one line).
+func (f *fixture) evalCall(i int) ledger.Call {
+	return ledger.Call{RequestID: fmt.Sprintf("req-%d", i), Key: f.key, Account: f.account,
+		Price: domain.Call{Endpoint: domain.EndpointEval, Depth: 8, MultiPV: 1, Positions: 1}}
+}
+
+type balance struct{ spent, held, dayUnits, dayHeld, leases, events int64 }
+
+func (f *fixture) balance(t *testing.T) balance {
+	t.Helper()
+	var b balance
+	err := f.pool.QueryRow(context.Background(), `SELECT spent_units, held_units,
+			(SELECT coalesce(sum(units), 0) FROM account_days WHERE account_id = $2),
+			(SELECT coalesce(sum(held_units), 0) FROM account_days WHERE account_id = $2),
+			(SELECT coalesce(sum(units), 0) FROM leases WHERE key_id = $1),
+			(SELECT count(*) FROM events WHERE stream_id = 'ledger-' || $1)
+		FROM key_balances WHERE key_id = $1`, f.key.ID(), f.key.AccountID()).
+		Scan(&b.spent, &b.held, &b.dayUnits, &b.dayHeld, &b.leases, &b.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func answered() ledger.Answered {
+	return ledger.Answered{Endpoint: domain.EndpointEval, Params: ledger.Params{Depth: 8, MultiPV: 1, Positions: 1}, Engine: "sf-17.1", Path: "native"}
+}
+
+// Two servers' meters, fifty concurrent calls, a budget for ten: exactly ten are
+// answered and charged, the rest refused before any work, and nothing stays held.
+func TestMeterBudgetHoldsAcrossServers(t *testing.T) {
+	budget := int64(100)
+	for round := range 20 {
+		f := newFixture(t, &budget)
+		meters := []*ledger.Meter{f.meter(t, ledger.MeterConfig{}), f.meter(t, ledger.MeterConfig{})}
+		var ok, refused atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 50 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := meters[i%2].Reserve(context.Background(), f.evalCall(i))
+				if err != nil {
+					if !errors.Is(err, ledger.ErrBudget) {
+						t.Errorf("refusal %v, want a budget refusal", err)
+					}
+					refused.Add(1)
+					return
+				}
+				if _, err := r.Settle(answered()); err != nil {
+					t.Error(err)
+				}
+				ok.Add(1)
+			}()
+		}
+		wg.Wait()
+		for _, m := range meters {
+			if err := m.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b := f.balance(t)
+		if ok.Load() != 10 || b.spent != 100 || b.events != 10 || b.dayUnits != 100 {
+			t.Fatalf("round %d: %d answered, %d refused; spent %d in %d events (allowance used %d); want 10, 100, 10",
+				round, ok.Load(), refused.Load(), b.spent, b.events, b.dayUnits)
+		}
+		if b.held != b.leases || b.dayHeld != b.leases || b.spent+b.held > budget {
+			t.Fatalf("round %d: held %d, day held %d, leases %d, spent %d: the invariants broke", round, b.held, b.dayHeld, b.leases, b.spent)
+		}
+	}
+}
+
+// A cached answer is charged the cached price, and the rest of the reservation goes
+// back to the lease; a cancelled call is charged nothing.
+func TestMeterChargesWhatWasAnswered(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.meter(t, ledger.MeterConfig{})
+	ctx := context.Background()
+	r1, err := m.Reserve(ctx, f.evalCall(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := answered()
+	a.Cached = true
+	e, err := r1.Settle(a)
+	if err != nil || e.Units != 1 {
+		t.Fatalf("cached charge %v (%v), want 1 unit", e, err)
+	}
+	r2, err := m.Reserve(ctx, f.evalCall(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Cancel()
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b := f.balance(t); b.spent != 1 || b.events != 1 || b.held != b.leases {
+		t.Fatalf("balance %+v, want 1 unit spent in 1 event", b)
+	}
+}
+
+// A server that stops renewing its leases (it died) leaves them to expire; another
+// server gives their units back. What the dead server answered and had not settled is
+// forgiven, never charged.
+func TestMeterExpiredLeasesAreRecovered(t *testing.T) {
+	budget := int64(1000)
+	f := newFixture(t, &budget)
+	cfg := ledger.MeterConfig{LeaseTTL: time.Second, Housekeeping: 100 * time.Millisecond}
+	deadCtx, die := context.WithCancel(context.Background())
+	dead := ledger.NewMeter(deadCtx, f.store, nil, cfg)
+	if _, err := dead.Reserve(context.Background(), f.evalCall(1)); err != nil {
+		t.Fatal(err)
+	}
+	if b := f.balance(t); b.held == 0 || b.held != b.leases {
+		t.Fatalf("nothing held by the lease: %+v", b)
+	}
+	ledger.Crash(dead, die)
+	f.meter(t, cfg) // a live server's housekeeping
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b := f.balance(t)
+		if b.held == 0 && b.leases == 0 && b.dayHeld == 0 {
+			if b.spent != 0 {
+				t.Fatalf("the dead server's call was charged: %+v", b)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead server's lease was not recovered: %+v", b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Idempotency-Key: a second claim while the first runs is told to wait, with another
+// request refused, and after the answer is stored every claim gets it.
+func TestMeterIdempotencyClaims(t *testing.T) {
+	f := newFixture(t, nil)
+	m1, m2 := f.meter(t, ledger.MeterConfig{}), f.meter(t, ledger.MeterConfig{})
+	ctx := context.Background()
+	st := ledger.Stored{Scope: f.key.ID(), Key: "idem-1", RequestHash: []byte("hash-a")}
+	if first, err := m1.Claim(ctx, st); err != nil || first != nil {
+		t.Fatalf("first claim: %v %v", first, err)
+	}
+	if _, err := m2.Claim(ctx, st); !errors.Is(err, ledger.ErrIdempotencyRunning) {
+		t.Fatalf("claim while running: %v", err)
+	}
+	other := st
+	other.RequestHash = []byte("hash-b")
+	if _, err := m2.Claim(ctx, other); !errors.Is(err, ledger.ErrIdempotencyMismatch) {
+		t.Fatalf("claim with another request: %v", err)
+	}
+	r, err := m1.Reserve(ctx, f.evalCall(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := answered()
+	done := st
+	done.Status, done.Response = 200, []byte(`{"ok":true}`)
+	a.Idempotency = &done
+	if _, err := r.Settle(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := m1.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, err := m2.Claim(ctx, st)
+	if err != nil || first == nil || first.Status != 200 || string(first.Response) != `{"ok":true}` {
+		t.Fatalf("claim after the answer: %+v %v", first, err)
+	}
+	if b := f.balance(t); b.events != 1 {
+		t.Fatalf("%d charges, want 1", b.events)
+	}
+}

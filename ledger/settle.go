@@ -1,0 +1,360 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"chessd/domain"
+	"chessd/eventstore"
+)
+
+// settlement is one answered call waiting for the settler.
+type settlement struct {
+	lease *lease
+	event *UnitsCharged
+	idem  *Stored
+}
+
+// maxSettleBatch bounds one group commit.
+const maxSettleBatch = 512
+
+// loop is the settler: it commits what is queued, as soon as the previous commit is
+// done (under load, the calls answered during one commit make up the next), and keeps
+// the leases: renews this server's, releases idle ones, recovers expired ones of
+// servers that died.
+func (m *Meter) loop(ctx context.Context) {
+	defer close(m.stopped)
+	defer m.cursor.Close()
+	tick := time.NewTicker(m.cfg.Housekeeping)
+	defer tick.Stop()
+	var waiting []chan error // Flush calls served by the next commit
+	for {
+		var batch []*settlement
+		select {
+		case s := <-m.queue:
+			batch = append(batch, s)
+		case done := <-m.flushReq:
+			waiting = append(waiting, done)
+		case <-tick.C:
+			m.housekeeping(ctx)
+			continue
+		case <-ctx.Done():
+			if !m.crashed.Load() {
+				m.shutdown()
+			}
+			return
+		}
+		batch = m.drain(batch)
+		err := m.settle(ctx, batch)
+		if err != nil {
+			m.logger.Error("settle", "calls", len(batch), "err", err)
+		}
+		for _, done := range waiting {
+			done <- err
+		}
+		waiting = nil
+	}
+}
+
+// drain adds whatever else is queued, up to a batch.
+func (m *Meter) drain(batch []*settlement) []*settlement {
+	for len(batch) < maxSettleBatch {
+		select {
+		case s := <-m.queue:
+			batch = append(batch, s)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// Flush waits until every call settled before it is committed (tests, shutdown).
+func (m *Meter) Flush(ctx context.Context) error {
+	done := make(chan error, 1)
+	select {
+	case m.flushReq <- done:
+	case <-m.stopped:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-m.stopped:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// settle commits a batch: per lease, one meter_settle of the batch's units; per call,
+// its UnitsCharged event and, with an Idempotency-Key, its stored answer. A transient
+// failure is retried (the lease keeps the units meanwhile); a lease found gone settles
+// nothing of its calls: they are forgiven, never charged past what was reserved.
+func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	type group struct {
+		l     *lease
+		units int64
+		idx   []int
+	}
+	var groups []*group
+	byLease := map[*lease]*group{}
+	for i, s := range batch {
+		g, ok := byLease[s.lease]
+		if !ok {
+			g = &group{l: s.lease}
+			byLease[s.lease] = g
+			groups = append(groups, g)
+		}
+		g.units += s.event.Units
+		g.idx = append(g.idx, i)
+	}
+	// every settler locks keys in one order, so two servers' batches cannot deadlock
+	slices.SortFunc(groups, func(a, b *group) int { return strings.Compare(a.l.keyID+a.l.id, b.l.keyID+b.l.id) })
+	at := batch[len(batch)-1].event.ChargedAt
+	queue := func(strict bool) func(*pgx.Batch) {
+		return func(b *pgx.Batch) {
+			for _, g := range groups {
+				b.Queue(`SELECT meter_settle($1, $2, $3, $4, $5, $6)`, g.l.id, m.owner, g.units, domain.UnitPriceUSD, at, strict)
+			}
+			for _, s := range batch {
+				if st := s.idem; st != nil {
+					b.Queue(storeAnswer, st.Scope, st.Key, st.Status, st.Response, m.owner)
+				}
+			}
+		}
+	}
+	appends := func(passed func(i int) bool) []eventstore.Appends {
+		var out []eventstore.Appends
+		index := map[string]int{}
+		for i, s := range batch {
+			if !passed(i) {
+				continue
+			}
+			e := s.event
+			md := eventstore.Metadata{RequestID: e.RequestID, AccountID: e.AccountID, KeyID: e.KeyID}
+			if s.idem != nil {
+				md.IdempotencyKey = s.idem.Key
+			}
+			j, ok := index[e.KeyID]
+			if !ok {
+				j = len(out)
+				index[e.KeyID] = j
+				out = append(out, eventstore.Appends{StreamID: Stream(e.KeyID), StreamType: StreamLedger})
+			}
+			out[j].Events = append(out[j].Events, eventstore.New{Type: e.EventType(), SchemaVersion: 1, Payload: e, Meta: &md})
+		}
+		return out
+	}
+	order := make([]*lease, len(groups)) // as queued: the outcomes come back in this order
+	for i, g := range groups {
+		order[i] = g.l
+	}
+	lost := map[*lease]bool{}
+	for attempt := 0; ; attempt++ {
+		err := m.settleOnce(ctx, batch, queue, appends, lost, order)
+		if err == nil {
+			break
+		}
+		var u *eventstore.UncertainCommitError
+		if errors.As(err, &u) {
+			committed, serr := m.store.Settle(ctx, u)
+			if serr == nil && committed {
+				break
+			}
+			if serr != nil {
+				err = serr
+			}
+		}
+		if attempt >= 20 {
+			// The database stayed away: these answered calls are forgiven, and their
+			// leases' units stay reserved until the leases expire or are released.
+			m.logger.Error("settle gave up; the calls are forgiven", "calls", len(batch), "err", err)
+			m.forget(batch)
+			return err
+		}
+		m.logger.Warn("settle failed; retrying", "calls", len(batch), "attempt", attempt, "err", err)
+		time.Sleep(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second))
+	}
+	if len(lost) > 0 {
+		n := 0
+		for _, s := range batch {
+			if lost[s.lease] {
+				n++
+			}
+		}
+		m.logger.Warn("leases lost before their calls were settled; the calls are forgiven", "calls", n)
+		m.mu.Lock()
+		for l := range lost {
+			if !l.released {
+				l.released = true
+				if m.leases[leaseKey{l.keyID, l.day}] == l {
+					delete(m.leases, leaseKey{l.keyID, l.day})
+				}
+			}
+		}
+		m.mu.Unlock()
+	}
+	m.forget(batch)
+	return nil
+}
+
+// settleOnce is one attempt: the one-round-trip path when every lease holds and nobody
+// else appended since our last commit, else the checked, pipelined path.
+func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, queue func(bool) func(*pgx.Batch),
+	appends func(func(int) bool) []eventstore.Appends, lost map[*lease]bool, order []*lease) error {
+	_, err := m.store.Fast(ctx, &m.cursor, queue(true), appends(func(int) bool { return true }))
+	if err == nil || !errors.Is(err, eventstore.ErrStale) {
+		return err
+	}
+	var streams []string
+	seen := map[string]bool{}
+	for _, s := range batch {
+		if id := Stream(s.event.KeyID); !seen[id] {
+			seen[id] = true
+			streams = append(streams, id)
+		}
+	}
+	read := func(br pgx.BatchResults) ([]eventstore.Appends, error) {
+		clear(lost)
+		for _, l := range order {
+			var outcome string
+			if err := br.QueryRow().Scan(&outcome); err != nil {
+				return nil, fmt.Errorf("settle: %w", err)
+			}
+			if outcome != OutcomeOK {
+				lost[l] = true
+			}
+		}
+		for _, s := range batch {
+			if s.idem != nil {
+				if _, err := br.Exec(); err != nil {
+					return nil, fmt.Errorf("store idempotent answer: %w", err)
+				}
+			}
+		}
+		return appends(func(i int) bool { return !lost[batch[i].lease] }), nil
+	}
+	_, err = m.store.Pipelined(ctx, &m.cursor, streams, queue(false), read)
+	return err
+}
+
+// forget drops the batch's units from the leases' pending counts once committed (or
+// given up).
+func (m *Meter) forget(batch []*settlement) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range batch {
+		s.lease.pending -= s.event.Units
+	}
+	// the queue is first in, first out, and so is unsettled
+	m.unsettled = m.unsettled[min(len(batch), len(m.unsettled)):]
+	close(m.settled)
+	m.settled = make(chan struct{})
+}
+
+// housekeeping renews this server's leases and claims, gives back idle leases and
+// recovers expired ones of other servers.
+func (m *Meter) housekeeping(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL/3)
+	defer cancel()
+	var idle []*lease
+	m.mu.Lock()
+	for lk, l := range m.leases {
+		if l.inflight == 0 && l.pending == 0 && time.Since(l.lastUsed) > m.cfg.LeaseIdle {
+			l.released = true
+			delete(m.leases, lk)
+			idle = append(idle, l)
+		}
+	}
+	m.mu.Unlock()
+	for _, l := range idle {
+		m.releaseRow(ctx, l)
+	}
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE leases SET expires_at = now() + $2 WHERE owner = $1`, m.owner, m.cfg.LeaseTTL)
+	b.Queue(`UPDATE idempotency SET expires_at = now() + $2 WHERE owner = $1 AND state = 'running'`, m.owner, m.cfg.LeaseTTL)
+	b.Queue(`SELECT coalesce(sum(meter_release(lease_id, NULL, $1)), 0) FROM
+		(SELECT lease_id FROM leases WHERE expires_at < now() ORDER BY expires_at LIMIT 100) expired`, domain.UnitPriceUSD)
+	br := m.pool.SendBatch(ctx, b)
+	_, err1 := br.Exec()
+	_, err2 := br.Exec()
+	var recovered int64
+	err3 := br.QueryRow().Scan(&recovered)
+	if err := errors.Join(err1, err2, err3, br.Close()); err != nil {
+		if ctx.Err() == nil {
+			m.logger.Warn("lease housekeeping", "err", err)
+		}
+		return
+	}
+	if recovered > 0 {
+		m.logger.Info("released the expired leases of a stopped server", "units", recovered)
+	}
+}
+
+// release ends a lease that no call may use any more, once its calls are settled.
+func (m *Meter) release(ctx context.Context, l *lease) {
+	go func() {
+		// calls still holding it settle first; then its units go back
+		for {
+			m.mu.Lock()
+			busy := l.inflight > 0 || l.pending > 0
+			m.mu.Unlock()
+			if !busy {
+				break
+			}
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-m.stopped:
+				return
+			}
+		}
+		m.releaseRow(context.WithoutCancel(ctx), l)
+	}()
+}
+
+func (m *Meter) releaseRow(ctx context.Context, l *lease) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := m.pool.Exec(ctx, `SELECT meter_release($1, $2, $3)`, l.id, m.owner, domain.UnitPriceUSD); err != nil {
+		m.logger.Warn("release lease (it will expire)", "lease", l.id, "err", err)
+	}
+}
+
+// shutdown settles what is queued and gives every lease back.
+func (m *Meter) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var batch []*settlement
+queued:
+	for {
+		select {
+		case s := <-m.queue:
+			batch = append(batch, s)
+		default:
+			break queued
+		}
+	}
+	if err := m.settle(ctx, batch); err != nil {
+		m.logger.Error("settle at shutdown", "err", err)
+	}
+	m.mu.Lock()
+	leases := m.leases
+	m.leases = map[leaseKey]*lease{}
+	m.mu.Unlock()
+	for _, l := range leases {
+		m.releaseRow(ctx, l)
+	}
+}
