@@ -34,13 +34,13 @@ func LoadJob(ctx context.Context, q eventstore.Querier, jobID string) (*domain.J
 	return domain.RehydrateJob(evs), nil
 }
 
-// SubmitJob accepts a job: it reserves the job's whole price on the key's budget
-// (402 raise_budget when it does not fit), appends JobSubmitted and sends SubmitJob on
+// SubmitJob accepts a job: it reserves the job's whole price on the key's budget and
+// the day's allowance (a ledger refusal when it does not fit: 402), appends JobSubmitted and sends SubmitJob on
 // the command bus, all in one transaction. With idem set (claimed by ledger.Meter.Claim),
 // the answer render makes is stored for the Idempotency-Key in the same transaction, so
 // a job is submitted (and its price held) once per key even when retries race or the
 // server dies mid-way.
-func (h *Handler) SubmitJob(ctx context.Context, actor Actor, s domain.JobSubmitted, idem *ledger.Stored,
+func (h *Handler) SubmitJob(ctx context.Context, actor Actor, allowance int64, s domain.JobSubmitted, idem *ledger.Stored,
 	render func(*domain.Job) (int, []byte, error)) (*domain.Job, error) {
 	s.JobID, s.AccountID, s.KeyID, s.Env = NewID("job"), actor.Key.AccountID(), actor.Key.ID(), actor.Key.Env().String()
 	s.SubmittedAt = h.now()
@@ -49,11 +49,8 @@ func (h *Handler) SubmitJob(ctx context.Context, actor Actor, s domain.JobSubmit
 		return nil, err
 	}
 	_, err = h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		if err := ledger.Hold(ctx, tx, actor.Key.ID(), e.HoldUnits, e.HoldUSD); err != nil {
-			if errors.Is(err, ledger.ErrBudget) {
-				return domain.Errorf(domain.CodeBudget, "the job's price (%d units, $%s) does not fit the key's remaining budget (%v); raise it with PATCH /v1/keys/%s",
-					e.HoldUnits, e.HoldUSD.StringFixed(6), err, actor.Key.ID())
-			}
+		day := e.SubmittedAt.UTC().Format(time.DateOnly)
+		if err := ledger.HoldJob(ctx, tx, e.JobID, actor.Key, allowance, day, e.HoldUnits); err != nil {
 			return err
 		}
 		md := actor.meta()
@@ -139,8 +136,7 @@ func (h *Handler) CancelJob(ctx context.Context, actor Actor, jobID string) (*do
 // closeJob does what every end of a job does: release what is left of its hold and
 // drop its lease.
 func closeJob(ctx context.Context, tx *eventstore.Tx, j *domain.Job) error {
-	units, usd := j.RemainingHold()
-	if err := ledger.Release(ctx, tx, j.KeyID(), units, usd); err != nil {
+	if err := ledger.ReleaseHold(ctx, tx, j.ID()); err != nil {
 		return err
 	}
 	_, err := tx.Exec(ctx, `DELETE FROM job_leases WHERE job_id = $1`, j.ID())
@@ -210,29 +206,24 @@ func (h *Handler) RenewLease(ctx context.Context, jobID, worker string, lease ti
 
 // Position is one analysed position of a job, as the executor reports it.
 type Position struct {
-	Index     int
-	Result    json.RawMessage
-	Cached    bool
-	Units     int64
-	USD       decimal.Decimal
-	Allowance int64
-	Params    ledger.Params
-	Engine    string
-	Path      string
+	Index  int
+	Result json.RawMessage
+	Cached bool
+	Units  int64
+	USD    decimal.Decimal
+	Params ledger.Params
+	Engine string
+	Path   string
 }
 
 // RecordPositions appends analysed positions' results and charges each against the
 // job's hold, in one transaction guarded by the job's version: a position is recorded
 // and charged once, and never after the job was cancelled. The executor hands over
 // whatever finished while its previous record was being written, so a busy job writes
-// one transaction per few positions, not one each. When the day's allowance runs out
-// at one of them, the positions before it are recorded and ledger.ErrAllowance is
-// returned. It returns the job as it now stands.
+// one transaction per few positions, not one each. It returns the job as it now stands.
 func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, worker string, ps []Position, lease time.Duration) (*domain.Job, error) {
 	var out *domain.Job
-	var refused error
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		refused = nil
 		j, err := LoadJob(ctx, tx, jobID)
 		if err != nil {
 			return err
@@ -246,13 +237,9 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 			if j.Result(p.Index) != nil {
 				continue // recorded by an earlier try whose commit's outcome was not known: once only
 			}
-			charge := ledger.Charge{RequestID: "job:" + jobID, Key: key, Allowance: p.Allowance, Endpoint: domain.Endpoint(j.Kind()),
+			charge := ledger.Charge{RequestID: "job:" + jobID, Key: key, Endpoint: domain.Endpoint(j.Kind()),
 				Params: p.Params, Engine: p.Engine, Path: p.Path, Cached: p.Cached, Units: p.Units, USD: p.USD}
-			uc, err := ledger.ChargeHeld(ctx, tx, charge, h.now())
-			if errors.Is(err, ledger.ErrAllowance) {
-				refused = err
-				break
-			}
+			uc, err := ledger.ChargeHeld(ctx, tx, jobID, j.SubmittedAt().UTC().Format(time.DateOnly), charge, h.now())
 			if err != nil {
 				return err
 			}
@@ -281,7 +268,7 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 	if err != nil {
 		return nil, err
 	}
-	return out, refused
+	return out, nil
 }
 
 // FinishJob ends a running job: succeeded when every position is analysed, else failed

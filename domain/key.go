@@ -195,8 +195,9 @@ func validateLabel(p *Problems, label string) {
 	CheckText(p, "label", label, MaxLabelLength)
 }
 
-// Headroom is what a key may still spend, per kind: its budget less what it spent and
-// holds (never below 0); nil where it has no budget of that kind. Commands read it from
+// Headroom is what a key has left, per kind: its budget less what it spent (never
+// below 0; reservations come and go with its traffic and are left out); nil where it
+// has no budget of that kind. Commands read it from
 // key_balances in their own transaction and hand it in.
 type Headroom struct {
 	Units *int64

@@ -9,6 +9,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"chessd/domain"
+	"chessd/ledger"
 	"chessd/projections"
 )
 
@@ -54,13 +55,12 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 	plan := account(ctx).Plan() // from the events: current even if the read model lags
 	limits := plan.Limits()
 	env := key.Env().String()
-	var today int64
-	if err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(units), 0) FROM account_days
-		WHERE account_id = $1 AND env = $2 AND day = (now() AT TIME ZONE 'UTC')::date`, key.AccountID(), env).Scan(&today); err != nil {
+	day, err := ledger.DayUse(ctx, s.pool, key.AccountID(), env, time.Now())
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	spend, err := s.keySpend(ctx, key.AccountID())
+	spend, err := ledger.KeyBalances(ctx, s.pool, key.AccountID())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -81,14 +81,12 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			continue
 		}
-		k := map[string]any{"key_id": b.keyID, "env": b.env, "spent_units": b.spentUnits, "spent_usd": usd(b.spentUSD),
-			"budget_units": b.budgetUnits, "budget_usd": nil, "remaining_units": nil, "remaining_usd": nil}
-		if b.budgetUnits != nil {
-			k["remaining_units"] = max(0, *b.budgetUnits-b.spentUnits-b.heldUnits)
-		}
-		if b.budgetUSD != nil {
-			k["budget_usd"] = usd(*b.budgetUSD)
-			k["remaining_usd"] = usd(decimal.Max(decimal.Zero, b.budgetUSD.Sub(b.spentUSD).Sub(b.heldUSD)))
+		k := map[string]any{"key_id": b.KeyID, "env": b.Env, "spent_units": b.SpentUnits, "spent_usd": usd(b.SpentUSD),
+			"held_units": b.HeldUnits, "held_usd": usd(b.HeldUSD),
+			"budget_units": b.BudgetUnits, "budget_usd": nil, "remaining_units": b.RemainingUnits(), "remaining_usd": nil}
+		if b.BudgetUSD != nil {
+			k["budget_usd"] = usd(*b.BudgetUSD)
+			k["remaining_usd"] = usd(*b.RemainingUSD())
 		}
 		keys = append(keys, k)
 	}
@@ -99,42 +97,13 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 		"email_verified": acct.EmailVerified,
 		"plan":           plan.String(),
 		"caps":           limits,
-		"today": map[string]any{"env": env, "units": today, "allowance_units": limits.UnitsPerDay,
-			"remaining_units": max(0, limits.UnitsPerDay-today)},
+		"today": map[string]any{"env": env, "units": day.Units, "held_units": day.HeldUnits, "allowance_units": limits.UnitsPerDay,
+			"remaining_units": day.Remaining(limits.UnitsPerDay)},
 		"created_at": acct.CreatedAt,
 		"keys":       counts,
 		"key":        map[string]any{"key_id": key.ID(), "env": key.Env().String(), "scopes": key.Scopes()},
 		"key_spend":  keys,
 	})
-}
-
-// balance is a key's row of key_balances: spend, holds and budgets as the charge path
-// sees them.
-type balance struct {
-	keyID, env            string
-	spentUnits, heldUnits int64
-	spentUSD, heldUSD     decimal.Decimal
-	budgetUnits           *int64
-	budgetUSD             *decimal.Decimal
-	lastUsedAt            *time.Time
-}
-
-func (s *Server) keySpend(ctx context.Context, accountID string) (map[string]balance, error) {
-	rows, err := s.pool.Query(ctx, `SELECT key_id, env, spent_units, held_units, spent_usd, held_usd, budget_units, budget_usd,
-			last_used_at FROM key_balances WHERE account_id = $1 ORDER BY key_id`, accountID)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]balance{}
-	for rows.Next() {
-		var b balance
-		if err := rows.Scan(&b.keyID, &b.env, &b.spentUnits, &b.heldUnits, &b.spentUSD, &b.heldUSD, &b.budgetUnits, &b.budgetUSD, &b.lastUsedAt); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out[b.keyID] = b
-	}
-	return out, rows.Err()
 }
 
 // keyRecord is the JSON form of a key (decisions.md, Keys).
@@ -162,7 +131,7 @@ func usd(d decimal.Decimal) string { return d.StringFixed(6) }
 // PATCH, rotate): settings from the key, spend and last use from key_balances, read
 // after the command committed. Times are UTC, as the read model's would be.
 func (s *Server) keyRecords(ctx context.Context, accountID string, keys ...projections.KeyRow) ([]keyRecord, error) {
-	spend, err := s.keySpend(ctx, accountID)
+	spend, err := ledger.KeyBalances(ctx, s.pool, accountID)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +150,7 @@ func (s *Server) keyRecords(ctx context.Context, accountID string, keys ...proje
 			rec.BudgetUSD = &v
 		}
 		if b, ok := spend[k.KeyID]; ok {
-			rec.SpentUnits, rec.SpentUSD, rec.LastUsedAt = b.spentUnits, usd(b.spentUSD), utc(b.lastUsedAt)
+			rec.SpentUnits, rec.SpentUSD, rec.LastUsedAt = b.SpentUnits, usd(b.SpentUSD), utc(b.LastUsedAt)
 		}
 		out = append(out, rec)
 	}

@@ -33,7 +33,7 @@ type cost struct {
 }
 
 func newCost(charged bool, units int64) cost {
-	c := cost{PriceUnits: units, PriceUSD: usd(domain.USD(units)), CostUSD: usd(domain.USD(0))}
+	c := cost{PriceUnits: units, PriceUSD: usd(ledger.UnitsUSD(units)), CostUSD: usd(ledger.UnitsUSD(0))}
 	if charged {
 		c.CostUnits, c.CostUSD = units, c.PriceUSD
 	}
@@ -196,7 +196,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	if reservation != nil {
 		units = reservation.Units(cached)
 	} else {
-		price, err := domain.Quote(call)
+		price, err := ledger.Quote(call)
 		if err != nil {
 			fail(err)
 			return
@@ -344,18 +344,18 @@ func (s *Server) price(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	price, err := domain.Quote(call)
+	price, err := ledger.Quote(call)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"endpoint": ep, "units": price.Units, "usd": usd(price.USD),
-		"cached_units": price.CachedUnits * int64(call.Positions), "cached_usd": usd(domain.USD(price.CachedUnits * int64(call.Positions))),
+		"cached_units": price.CachedUnits * int64(call.Positions), "cached_usd": usd(ledger.UnitsUSD(price.CachedUnits * int64(call.Positions))),
 		"breakdown": map[string]any{
 			"depth": call.Depth, "multipv": call.MultiPV, "movetime_ms": call.MoveTimeMS, "positions": call.Positions,
 			"units_per_position": price.PerPosition, "cached_units_per_position": price.CachedUnits,
-			"unit_usd": domain.UnitPriceUSD.StringFixed(6),
+			"unit_usd": ledger.UnitPriceUSD.StringFixed(6),
 		},
 	})
 }

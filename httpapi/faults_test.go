@@ -220,7 +220,7 @@ func TestJobSurvivesDroppedConnection(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e, proxy := proxiedEnv(t)
 			key, keyID := e.signup("job-cut@example.com")
-			cut := proxy.CutCommit("ledger_charge_held", tc.mode)
+			cut := proxy.CutCommit("$8, false)", tc.mode) // the job recorder's meter_settle
 			fens := jobFENs(4)
 			r := e.do("POST", "/v1/batch", key, map[string]any{"fens": fens, "depth": 6})
 			if r.Status != 202 {

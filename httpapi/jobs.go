@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -168,7 +167,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, idem *ledger.Sto
 		s.keepError(w, r, idem, err)
 		return
 	}
-	price, err := domain.Quote(domain.Call{Endpoint: domain.Endpoint(kind), Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: len(positions)})
+	price, err := ledger.Quote(domain.Call{Endpoint: domain.Endpoint(kind), Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: len(positions)})
 	if err != nil {
 		s.keepError(w, r, idem, err)
 		return
@@ -177,7 +176,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, idem *ledger.Sto
 		body, err := json.Marshal(jobAnswer(s, j))
 		return http.StatusAccepted, body, err
 	}
-	job, err := s.commands.SubmitJob(r.Context(), s.actor(r), domain.JobSubmitted{
+	job, err := s.commands.SubmitJob(r.Context(), s.actor(r), acct.Plan().Limits().UnitsPerDay, domain.JobSubmitted{
 		Kind: kind, Spec: spec, Positions: positions, HoldUnits: price.Units, HoldUSD: price.USD,
 	}, idem, render)
 	if err != nil {
@@ -289,7 +288,7 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	pending, ended, err := s.jobEventsAfter(ctx, j.ID(), last)
+	pending, ended, err := projections.JobStreamAfter(ctx, s.pool, j.ID(), last)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -312,10 +311,10 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	defer poll.Stop()
 	for {
 		for _, e := range pending {
-			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.seq, e.kind, e.data); err != nil {
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, e.Data); err != nil {
 				return // the client went away
 			}
-			last = e.seq
+			last = e.Seq
 		}
 		rc.Flush() //nolint:errcheck // a failed flush shows as a failed write next time
 		if ended {
@@ -330,39 +329,8 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		case <-poll.C:
 		}
-		if pending, ended, err = s.jobEventsAfter(ctx, j.ID(), last); err != nil {
+		if pending, ended, err = projections.JobStreamAfter(ctx, s.pool, j.ID(), last); err != nil {
 			return // the database failed mid-stream: the client reconnects with Last-Event-ID
 		}
 	}
-}
-
-// sseEvent is one event of a job's stream.
-type sseEvent struct {
-	seq  int
-	kind string
-	data json.RawMessage
-}
-
-// jobEventsAfter reads the job's stream events after last, and whether the stream has
-// ended: its `end` is among them, or at or before last (a client that saw it, or one
-// whose Last-Event-ID is past it, has nothing more to wait for).
-func (s *Server) jobEventsAfter(ctx context.Context, jobID string, last int) (evs []sseEvent, ended bool, err error) {
-	rows, err := s.pool.Query(ctx, `SELECT seq, kind, data FROM job_stream WHERE job_id = $1 AND (seq > $2 OR kind = 'end') ORDER BY seq`, jobID, last)
-	if err != nil {
-		return nil, false, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var e sseEvent
-		if err := rows.Scan(&e.seq, &e.kind, &e.data); err != nil {
-			return nil, false, err
-		}
-		if e.kind == "end" {
-			ended = true
-		}
-		if e.seq > last {
-			evs = append(evs, e)
-		}
-	}
-	return evs, ended, rows.Err()
 }

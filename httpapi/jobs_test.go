@@ -234,9 +234,10 @@ func TestBadJobsAreRefusedAndCostNothing(t *testing.T) {
 	})
 }
 
-// The day's allowance running out mid-job: the positions that fitted are recorded and
-// charged, the job fails with upgrade, and the rest of the hold is released.
-func TestAllowanceRunsOutMidJob(t *testing.T) {
+// A job reserves its whole price, on the key's budgets and the day's allowance, when it
+// is accepted: one that does not fit is refused before any engine runs and holds
+// nothing; one that fits charges exactly what it analysed and gives the rest back.
+func TestJobHoldsTheAllowanceWhenAccepted(t *testing.T) {
 	e := newEnv(t)
 	key, keyID := e.signup("allowance-job@example.com")
 	fens := jobFENs(8) // eight distinct positions: each a fresh search at the same price
@@ -253,26 +254,33 @@ func TestAllowanceRunsOutMidJob(t *testing.T) {
 		keyID, allowance-4*per+1); err != nil {
 		t.Fatal(err)
 	}
-	r := e.do("POST", "/v1/batch", key, map[string]any{"fens": fens, "depth": 6})
+	held := func() (held, leases int64) {
+		t.Helper()
+		if err := e.pool.QueryRow(context.Background(), `SELECT held_units, (SELECT coalesce(sum(units), 0) FROM leases WHERE key_id = $1)
+			FROM key_balances WHERE key_id = $1`, keyID).Scan(&held, &leases); err != nil {
+			t.Fatal(err)
+		}
+		return held, leases
+	}
+	wantProblem(t, e.do("POST", "/v1/batch", key, map[string]any{"fens": fens, "depth": 6}), 402, "upgrade")
+	if h, l := held(); h != 0 || l != 0 {
+		t.Fatalf("a refused job holds %d units (%d in leases)", h, l)
+	}
+	var jobs int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE event_type = 'JobSubmitted'`).Scan(&jobs); err != nil || jobs != 0 {
+		t.Fatalf("%d jobs submitted (%v)", jobs, err)
+	}
+	r := e.do("POST", "/v1/batch", key, map[string]any{"fens": fens[:3], "depth": 6})
 	if r.Status != 202 {
 		t.Fatalf("submit: %d %s", r.Status, r.Raw)
 	}
 	id := r.Body["job_id"].(string)
 	job := e.waitJob(key, id, finished)
-	errBody, _ := job["error"].(map[string]any)
-	if job["state"] != "failed" || errBody == nil || errBody["code"] != "upgrade" || job["positions_done"] != float64(3) ||
-		job["cost_units"] != float64(3*per) {
+	if job["state"] != "succeeded" || job["positions_done"] != float64(3) || job["cost_units"] != float64(3*per) {
 		t.Fatalf("job: %v", job)
 	}
-	res := e.do("GET", "/v1/jobs/"+id+"/result", key, nil)
-	done := 0
-	for _, p := range res.Body["positions"].([]any) {
-		if p.(map[string]any)["status"] == "done" {
-			done++
-		}
-	}
-	if done != 3 || res.Body["complete"] != false {
-		t.Fatalf("result: %d done: %s", done, res.Raw)
+	if h, l := held(); h != 0 || l != 0 {
+		t.Fatalf("a finished job left %d units held (%d in leases)", h, l)
 	}
 	e.checkJobBooks(t, key, id)
 }

@@ -5,54 +5,63 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/shopspring/decimal"
-
+	"chessd/domain"
 	"chessd/eventstore"
 )
 
-// Holds reserve a job's whole price on its key's budget when the job is accepted; each
-// analysed position is charged against the hold, and the end of the job releases what
-// is left. All three run inside the caller's transaction, with the job's own events.
+// A job's hold is a lease owned by the job (the same reservation as a server's, made by
+// the same budget rule, meter_lease): its whole price is reserved against the key's
+// budgets and the account's daily allowance of the day it is accepted, each analysed
+// position is settled against it in the transaction that records the position, and the
+// end of the job gives back what is left. All three run inside the caller's
+// transaction, with the job's own events.
 
-// Hold reserves units and usd on the key's budget, or returns ErrBudget.
-func Hold(ctx context.Context, tx *eventstore.Tx, keyID string, units int64, usd decimal.Decimal) error {
+// holdLease names a job's hold, and holdOwner its owner.
+func holdLease(jobID string) string { return "hold_" + jobID }
+func holdOwner(jobID string) string { return "job:" + jobID }
+
+// jobHoldTTL: a job's hold does not expire; the job's end releases it.
+const jobHoldTTL = 100 * 365 * 24 * time.Hour
+
+// HoldJob reserves a job's whole price (units) for key on day (the UTC date of the
+// allowance it draws on), or returns a refusal (*Refusal: budget or allowance).
+func HoldJob(ctx context.Context, tx *eventstore.Tx, jobID string, key *domain.Key, allowance int64, day string, units int64) error {
 	var outcome string
-	if err := tx.QueryRow(ctx, `SELECT ledger_hold($1, $2, $3)`, keyID, units, usd).Scan(&outcome); err != nil {
+	var granted int64
+	err := tx.QueryRow(ctx, `SELECT outcome, granted FROM meter_lease($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10)`,
+		holdLease(jobID), holdOwner(jobID), key.ID(), key.AccountID(), key.Env().String(), day, units,
+		UnitPriceUSD, allowance, jobHoldTTL).Scan(&outcome, &granted)
+	if err != nil {
 		return fmt.Errorf("hold: %w", err)
 	}
-	switch outcome {
-	case "ok":
-		return nil
-	case "budget_units":
-		return fmt.Errorf("%w: units", ErrBudget)
-	default:
-		return fmt.Errorf("%w: usd", ErrBudget)
+	if outcome != OutcomeOK {
+		return refusal(outcome)
 	}
+	return nil
 }
 
-// Release gives back what is left of a hold.
-func Release(ctx context.Context, tx *eventstore.Tx, keyID string, units int64, usd decimal.Decimal) error {
-	if units <= 0 && !usd.IsPositive() {
-		return nil
+// ReleaseHold gives back what is left of a job's hold.
+func ReleaseHold(ctx context.Context, tx *eventstore.Tx, jobID string) error {
+	if _, err := tx.Exec(ctx, `SELECT meter_release($1, $2, $3)`, holdLease(jobID), holdOwner(jobID), UnitPriceUSD); err != nil {
+		return fmt.Errorf("release hold: %w", err)
 	}
-	_, err := tx.Exec(ctx, `SELECT ledger_release($1, $2, $3)`, keyID, units, usd)
-	return err
+	return nil
 }
 
-// ChargeHeld charges one call against the key's hold (the budget was reserved; the
-// daily allowance is checked here) and appends its UnitsCharged event. ErrAllowance
-// when the day's allowance is used up.
-func ChargeHeld(ctx context.Context, tx *eventstore.Tx, ch Charge, now time.Time) (*UnitsCharged, error) {
+// ChargeHeld charges one analysed position of a job against the job's hold, drawn on
+// day, and appends its UnitsCharged event: one line item, as for any call.
+func ChargeHeld(ctx context.Context, tx *eventstore.Tx, jobID, day string, ch Charge, now time.Time) (*UnitsCharged, error) {
 	now = now.UTC().Truncate(time.Microsecond)
-	day := now.Format(time.DateOnly)
-	k := ch.Key
-	var outcome string
-	if err := tx.QueryRow(ctx, `SELECT ledger_charge_held($1, $2, $3, $4, $5, $6, $7)`,
-		k.ID(), k.AccountID(), k.Env().String(), day, ch.Units, ch.USD, ch.Allowance).Scan(&outcome); err != nil {
+	var kept []bool
+	if err := tx.QueryRow(ctx, `SELECT meter_settle($1, $2, $3, $4, $4, $5, $6, $7, $8, false)`,
+		holdLease(jobID), holdOwner(jobID), []int64{ch.Units}, []*string{nil}, []*int32{nil}, [][]byte{nil},
+		UnitPriceUSD, now).Scan(&kept); err != nil {
 		return nil, fmt.Errorf("charge held: %w", err)
 	}
-	if outcome != "ok" {
-		return nil, ErrAllowance
+	if len(kept) != 1 || !kept[0] {
+		// the hold covers the whole job at the fresh price: this cannot happen unless
+		// the job charged more than it held
+		return nil, fmt.Errorf("charge held: the hold of job %s does not cover %d units", jobID, ch.Units)
 	}
 	e, err := chargeEvent(ch, now, day)
 	if err != nil {

@@ -94,7 +94,8 @@ func (c *MeterConfig) defaults() {
 		c.BacklogWait = 2 * time.Second
 	}
 	if c.Housekeeping <= 0 {
-		c.Housekeeping = time.Second
+		// renew well within the lease's life: a live server's lease must never expire
+		c.Housekeeping = min(time.Second, c.LeaseTTL/4)
 	}
 }
 
@@ -157,21 +158,26 @@ type Reservation struct {
 	m     *Meter
 	l     *lease
 	call  Call
-	price domain.Price
+	price Price
 	units int64 // reserved: the fresh price
 	done  atomic.Bool
 }
 
 // Price is what the reserved call costs fresh and from the cache.
-func (r *Reservation) Price() domain.Price { return r.price }
+func (r *Reservation) Price() Price { return r.price }
 
 // Reserve takes call's fresh price from this server's lease on the key before any work
 // starts. A refusal is an *Refusal error (budget, allowance, backlog); nothing is
 // reserved then.
 func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
-	price, err := domain.Quote(call.Price)
+	price, err := Quote(call.Price)
 	if err != nil {
 		return nil, err
+	}
+	select {
+	case <-m.stopped:
+		return nil, refusal(OutcomeStopped)
+	default:
 	}
 	if err := m.waitBacklog(ctx); err != nil {
 		return nil, err
@@ -261,7 +267,7 @@ func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64) err
 	for attempt := 0; ; attempt++ {
 		err := m.pool.QueryRow(ctx, `SELECT outcome, granted FROM meter_lease($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 			l.id, m.owner, l.keyID, l.accountID, l.env, l.day, need, max(need, units*m.cfg.LeaseCalls),
-			domain.UnitPriceUSD, call.Account.Plan().Limits().UnitsPerDay, m.cfg.LeaseTTL).Scan(&outcome, &granted)
+			UnitPriceUSD, call.Account.Plan().Limits().UnitsPerDay, m.cfg.LeaseTTL).Scan(&outcome, &granted)
 		if err == nil {
 			break
 		}
@@ -321,7 +327,7 @@ func (r *Reservation) Settle(a Answered) (*UnitsCharged, error) {
 	now := m.now()
 	e, err := chargeEvent(Charge{
 		RequestID: r.call.RequestID, Key: r.call.Key, Endpoint: a.Endpoint, Params: a.Params, Engine: a.Engine,
-		Path: a.Path, Cached: a.Cached, Units: units, USD: domain.USD(units),
+		Path: a.Path, Cached: a.Cached, Units: units, USD: UnitsUSD(units),
 	}, now, r.l.day)
 	if err != nil {
 		r.done.Store(false)
@@ -369,7 +375,7 @@ func (m *Meter) waitBacklog(ctx context.Context) error {
 		case <-deadline:
 			return refusal(OutcomeBacklog)
 		case <-m.stopped:
-			return ErrStopped
+			return refusal(OutcomeStopped)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

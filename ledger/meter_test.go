@@ -237,3 +237,19 @@ func TestMeterIdempotencyClaims(t *testing.T) {
 		t.Fatalf("%d charges, want 1", b.events)
 	}
 }
+
+// A stopped meter reserves nothing more: the call is refused (503), not left holding a
+// lease nobody would give back.
+func TestStoppedMeterRefuses(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	m := ledger.NewMeter(ctx, f.store, nil, ledger.MeterConfig{})
+	cancel()
+	<-m.Done()
+	if _, err := m.Reserve(context.Background(), f.evalCall(1)); !errors.Is(err, ledger.ErrStopped) {
+		t.Fatalf("reserve on a stopped meter: %v", err)
+	}
+	if b := f.balance(t); b.held != 0 || b.leases != 0 {
+		t.Fatalf("a stopped meter holds %+v", b)
+	}
+}

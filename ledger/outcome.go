@@ -16,6 +16,7 @@ const (
 	OutcomeBacklog      = "backlog"
 	OutcomeIdemMismatch = "idempotency_mismatch"
 	OutcomeIdemRunning  = "idempotency_running"
+	OutcomeStopped      = "stopped"
 )
 
 // outcomeRow is one row of the table of outcomes: what the client is told, by domain
@@ -40,6 +41,7 @@ var outcomes = map[string]outcomeRow{
 		ErrIdempotencyMismatch, 0},
 	OutcomeIdemRunning: {domain.CodeInProgress, "a request with this Idempotency-Key is still running; retry after it finished",
 		ErrIdempotencyRunning, time.Second},
+	OutcomeStopped: {domain.CodeUnavailable, "this server is shutting down; nothing was charged, retry", ErrStopped, time.Second},
 }
 
 // More refusals (ErrBudget and ErrAllowance are in charge.go).

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"chessd/domain"
 	"chessd/eventstore"
 )
 
@@ -95,52 +94,62 @@ func (m *Meter) Flush(ctx context.Context) error {
 	}
 }
 
-// settle commits a batch: per lease, one meter_settle of the batch's units; per call,
-// its UnitsCharged event and, with an Idempotency-Key, its stored answer. A transient
-// failure is retried (the lease keeps the units meanwhile); a lease found gone settles
-// nothing of its calls: they are forgiven, never charged past what was reserved.
+// settleGroup is one lease's calls in a batch: one meter_settle.
+type settleGroup struct {
+	l            *lease
+	idx          []int // into the batch, in call order
+	units        []int64
+	scopes, keys []*string
+	statuses     []*int32
+	responses    [][]byte
+}
+
+// settle commits a batch: per lease, one meter_settle of its calls (their units, and
+// the answers of those with an Idempotency-Key); per call charged, its UnitsCharged
+// event. A transient failure is retried (the lease keeps the units meanwhile). A call
+// whose lease is gone, or whose claim a retry took over, is not charged: forgiven, never
+// charged past what was reserved nor twice.
 func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	if len(batch) == 0 {
 		return nil
 	}
 	ctx = context.WithoutCancel(ctx)
-	type group struct {
-		l     *lease
-		units int64
-		idx   []int
-	}
-	var groups []*group
-	byLease := map[*lease]*group{}
+	var groups []*settleGroup
+	byLease := map[*lease]*settleGroup{}
 	for i, s := range batch {
 		g, ok := byLease[s.lease]
 		if !ok {
-			g = &group{l: s.lease}
+			g = &settleGroup{l: s.lease}
 			byLease[s.lease] = g
 			groups = append(groups, g)
 		}
-		g.units += s.event.Units
 		g.idx = append(g.idx, i)
+		g.units = append(g.units, s.event.Units)
+		if st := s.idem; st != nil {
+			status := int32(st.Status)
+			g.scopes, g.keys, g.statuses, g.responses = append(g.scopes, &st.Scope), append(g.keys, &st.Key),
+				append(g.statuses, &status), append(g.responses, st.Response)
+		} else {
+			g.scopes, g.keys, g.statuses, g.responses = append(g.scopes, nil), append(g.keys, nil),
+				append(g.statuses, nil), append(g.responses, nil)
+		}
 	}
 	// every settler locks keys in one order, so two servers' batches cannot deadlock
-	slices.SortFunc(groups, func(a, b *group) int { return strings.Compare(a.l.keyID+a.l.id, b.l.keyID+b.l.id) })
+	slices.SortFunc(groups, func(a, b *settleGroup) int { return strings.Compare(a.l.keyID+a.l.id, b.l.keyID+b.l.id) })
 	at := batch[len(batch)-1].event.ChargedAt
 	queue := func(strict bool) func(*pgx.Batch) {
 		return func(b *pgx.Batch) {
 			for _, g := range groups {
-				b.Queue(`SELECT meter_settle($1, $2, $3, $4, $5, $6)`, g.l.id, m.owner, g.units, domain.UnitPriceUSD, at, strict)
-			}
-			for _, s := range batch {
-				if st := s.idem; st != nil {
-					b.Queue(storeAnswer, st.Scope, st.Key, st.Status, st.Response, m.owner)
-				}
+				b.Queue(`SELECT meter_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, g.l.id, m.owner,
+					g.units, g.scopes, g.keys, g.statuses, g.responses, UnitPriceUSD, at, strict)
 			}
 		}
 	}
-	appends := func(passed func(i int) bool) []eventstore.Appends {
+	appends := func(charged func(i int) bool) []eventstore.Appends {
 		var out []eventstore.Appends
 		index := map[string]int{}
 		for i, s := range batch {
-			if !passed(i) {
+			if !charged(i) {
 				continue
 			}
 			e := s.event
@@ -158,13 +167,13 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 		}
 		return out
 	}
-	order := make([]*lease, len(groups)) // as queued: the outcomes come back in this order
-	for i, g := range groups {
-		order[i] = g.l
-	}
-	lost := map[*lease]bool{}
+	forgiven := make([]bool, len(batch))
+	started := time.Now()
+	defer func() {
+		m.logger.Debug("settled", "calls", len(batch), "leases", len(groups), "ms", float64(time.Since(started).Microseconds())/1000)
+	}()
 	for attempt := 0; ; attempt++ {
-		err := m.settleOnce(ctx, batch, queue, appends, lost, order)
+		err := m.settleOnce(ctx, batch, groups, queue, appends, forgiven)
 		if err == nil {
 			break
 		}
@@ -188,17 +197,12 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 		m.logger.Warn("settle failed; retrying", "calls", len(batch), "attempt", attempt, "err", err)
 		time.Sleep(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second))
 	}
-	if len(lost) > 0 {
-		n := 0
-		for _, s := range batch {
-			if lost[s.lease] {
-				n++
-			}
-		}
-		m.logger.Warn("leases lost before their calls were settled; the calls are forgiven", "calls", n)
+	if n := countTrue(forgiven); n > 0 {
+		m.logger.Warn("calls whose lease was lost or whose Idempotency-Key a retry took over were not charged", "calls", n)
 		m.mu.Lock()
-		for l := range lost {
-			if !l.released {
+		for i, f := range forgiven {
+			if l := batch[i].lease; f && !l.released {
+				// its lease may be gone: take a new one for later calls
 				l.released = true
 				if m.leases[leaseKey{l.keyID, l.day}] == l {
 					delete(m.leases, leaseKey{l.keyID, l.day})
@@ -211,10 +215,22 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	return nil
 }
 
-// settleOnce is one attempt: the one-round-trip path when every lease holds and nobody
-// else appended since our last commit, else the checked, pipelined path.
-func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, queue func(bool) func(*pgx.Batch),
-	appends func(func(int) bool) []eventstore.Appends, lost map[*lease]bool, order []*lease) error {
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+// settleOnce is one attempt: the one-round-trip path when every lease holds, every
+// claim is ours and nobody else appended since our last commit, else the checked,
+// pipelined path, which reads which calls are charged (forgiven marks the others).
+func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, groups []*settleGroup, queue func(bool) func(*pgx.Batch),
+	appends func(func(int) bool) []eventstore.Appends, forgiven []bool) error {
+	clear(forgiven)
 	_, err := m.store.Fast(ctx, &m.cursor, queue(true), appends(func(int) bool { return true }))
 	if err == nil || !errors.Is(err, eventstore.ErrStale) {
 		return err
@@ -228,24 +244,20 @@ func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, queue func(
 		}
 	}
 	read := func(br pgx.BatchResults) ([]eventstore.Appends, error) {
-		clear(lost)
-		for _, l := range order {
-			var outcome string
-			if err := br.QueryRow().Scan(&outcome); err != nil {
+		clear(forgiven)
+		for _, g := range groups {
+			var kept []bool
+			if err := br.QueryRow().Scan(&kept); err != nil {
 				return nil, fmt.Errorf("settle: %w", err)
 			}
-			if outcome != OutcomeOK {
-				lost[l] = true
+			if len(kept) != len(g.idx) {
+				return nil, fmt.Errorf("settle: %d outcomes for %d calls", len(kept), len(g.idx))
+			}
+			for j, i := range g.idx {
+				forgiven[i] = !kept[j]
 			}
 		}
-		for _, s := range batch {
-			if s.idem != nil {
-				if _, err := br.Exec(); err != nil {
-					return nil, fmt.Errorf("store idempotent answer: %w", err)
-				}
-			}
-		}
-		return appends(func(i int) bool { return !lost[batch[i].lease] }), nil
+		return appends(func(i int) bool { return !forgiven[i] }), nil
 	}
 	_, err = m.store.Pipelined(ctx, &m.cursor, streams, queue(false), read)
 	return err
@@ -287,7 +299,7 @@ func (m *Meter) housekeeping(ctx context.Context) {
 	b.Queue(`UPDATE leases SET expires_at = now() + $2 WHERE owner = $1`, m.owner, m.cfg.LeaseTTL)
 	b.Queue(`UPDATE idempotency SET expires_at = now() + $2 WHERE owner = $1 AND state = 'running'`, m.owner, m.cfg.LeaseTTL)
 	b.Queue(`SELECT coalesce(sum(meter_release(lease_id, NULL, $1)), 0) FROM
-		(SELECT lease_id FROM leases WHERE expires_at < now() ORDER BY expires_at LIMIT 100) expired`, domain.UnitPriceUSD)
+		(SELECT lease_id FROM leases WHERE expires_at < now() ORDER BY expires_at LIMIT 100) expired`, UnitPriceUSD)
 	br := m.pool.SendBatch(ctx, b)
 	_, err1 := br.Exec()
 	_, err2 := br.Exec()
@@ -328,7 +340,7 @@ func (m *Meter) release(ctx context.Context, l *lease) {
 func (m *Meter) releaseRow(ctx context.Context, l *lease) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := m.pool.Exec(ctx, `SELECT meter_release($1, $2, $3)`, l.id, m.owner, domain.UnitPriceUSD); err != nil {
+	if _, err := m.pool.Exec(ctx, `SELECT meter_release($1, $2, $3)`, l.id, m.owner, UnitPriceUSD); err != nil {
 		m.logger.Warn("release lease (it will expire)", "lease", l.id, "err", err)
 	}
 }

@@ -11,6 +11,19 @@
 -- Invariants: key_balances.held_units = sum of its leases' units (held_usd the same at
 -- the unit price); account_days.held_units likewise per account, env and day; spent plus
 -- held never exceeds a budget or an allowance.
+-- The per-call charge functions of 0005-0008 (budget checked after the search, in
+-- several places) and the job holds of 0006 give way to the meter.
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT oid::regprocedure FROM pg_proc
+              WHERE proname IN ('ledger_charge', 'ledger_charge_once', 'ledger_charge_strict', 'ledger_charge_checked',
+                                'ledger_hold', 'ledger_charge_held', 'ledger_release') LOOP
+        EXECUTE 'DROP FUNCTION ' || f;
+    END LOOP;
+END $$;
+
 ALTER TABLE account_days ADD COLUMN held_units bigint NOT NULL DEFAULT 0;
 
 CREATE TABLE leases (
@@ -87,34 +100,57 @@ BEGIN
     granted := room;
 END $$;
 
--- meter_settle charges p_units of the answered calls of lease p_lease: reserved becomes
--- spent. A lease that is gone (it expired and was released) or holds less than that
--- settles nothing: 'lost', or with p_strict a serialization failure that rolls the
--- whole one-round-trip batch back (the caller then takes the checked path).
-CREATE FUNCTION meter_settle(p_lease text, p_owner text, p_units bigint, p_unit_usd numeric, p_at timestamptz,
+-- meter_settle charges the answered calls of lease p_lease (p_units[i] each): reserved
+-- becomes spent, and the answer of a call with an Idempotency-Key (p_keys[i] not null)
+-- is stored with its charge. It returns, per call, whether it was charged. A call whose
+-- claim is no longer p_owner's (taken over by a retry after its claim expired) is not:
+-- the retry answers and charges it. A lease that is gone (it expired and was released)
+-- or holds less than the total settles nothing. With p_strict any of these raises a
+-- serialization failure that rolls the whole one-round-trip batch back (the caller then
+-- takes the checked path).
+CREATE FUNCTION meter_settle(p_lease text, p_owner text, p_units bigint[], p_scopes text[], p_keys text[],
+                             p_statuses int[], p_responses bytea[], p_unit_usd numeric, p_at timestamptz,
                              p_strict boolean)
-RETURNS text LANGUAGE plpgsql AS $$
+RETURNS boolean[] LANGUAGE plpgsql AS $$
 DECLARE
-    l leases%ROWTYPE;
+    l     leases%ROWTYPE;
+    kept  boolean[] := '{}';
+    total bigint := 0;
+    n     int := coalesce(array_length(p_units, 1), 0);
 BEGIN
     -- every function here locks the key's balance first, then the day, then the lease
     PERFORM 1 FROM key_balances WHERE key_id = (SELECT key_id FROM leases WHERE lease_id = p_lease) FOR UPDATE;
-    UPDATE leases SET units = units - p_units
-     WHERE lease_id = p_lease AND owner = p_owner AND units >= p_units
+    FOR i IN 1 .. n LOOP
+        IF p_keys[i] IS NULL THEN
+            kept := kept || true;
+        ELSE
+            UPDATE idempotency SET state = 'done', status = p_statuses[i], response = p_responses[i], expires_at = NULL
+             WHERE scope = p_scopes[i] AND idem_key = p_keys[i] AND owner = p_owner AND state = 'running';
+            IF NOT FOUND AND p_strict THEN
+                RAISE EXCEPTION 'claim of % taken over', p_keys[i] USING ERRCODE = 'serialization_failure';
+            END IF;
+            kept := kept || FOUND;
+        END IF;
+        IF kept[i] THEN
+            total := total + p_units[i];
+        END IF;
+    END LOOP;
+    UPDATE leases SET units = units - total
+     WHERE lease_id = p_lease AND owner = p_owner AND units >= total
     RETURNING * INTO l;
     IF NOT FOUND THEN
         IF p_strict THEN
             RAISE EXCEPTION 'lease % lost', p_lease USING ERRCODE = 'serialization_failure';
         END IF;
-        RETURN 'lost';
+        RETURN array_fill(false, ARRAY[n]);
     END IF;
-    UPDATE key_balances SET spent_units = spent_units + p_units, spent_usd = spent_usd + p_units * p_unit_usd,
-           held_units = held_units - p_units, held_usd = held_usd - p_units * p_unit_usd,
+    UPDATE key_balances SET spent_units = spent_units + total, spent_usd = spent_usd + total * p_unit_usd,
+           held_units = held_units - total, held_usd = held_usd - total * p_unit_usd,
            last_used_at = greatest(last_used_at, p_at)
      WHERE key_id = l.key_id;
-    UPDATE account_days SET units = units + p_units, held_units = held_units - p_units
+    UPDATE account_days SET units = units + total, held_units = held_units - total
      WHERE account_id = l.account_id AND env = l.env AND day = l.day;
-    RETURN 'ok';
+    RETURN kept;
 END $$;
 
 -- meter_release gives back what lease p_lease still reserves and deletes it: its owner's

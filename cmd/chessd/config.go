@@ -15,6 +15,7 @@ import (
 
 	"chessd/engine"
 	"chessd/engine/executor"
+	"chessd/ledger"
 )
 
 // config is everything the binary reads from its environment (README.md lists it).
@@ -31,6 +32,7 @@ type config struct {
 	NoRateLimits bool
 	Executor     executor.Config
 	NoExecutor   bool
+	Meter        ledger.MeterConfig
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -58,6 +60,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		{"CHESSD_ENGINE_HANG_TIMEOUT", &c.Engines.HangTimeout},
 		{"CHESSD_ENGINE_STOP_GRACE", &c.Engines.StopGrace},
 		{"CHESSD_ENGINE_START_TIMEOUT", &c.Engines.StartTimeout},
+		{"CHESSD_LEASE_TTL", &c.Meter.LeaseTTL},
+		{"CHESSD_MAX_SETTLE_BACKLOG", &c.Meter.MaxBacklog},
 	} {
 		if v := getenv(d.name); v != "" {
 			if *d.dst, err = time.ParseDuration(v); err != nil {

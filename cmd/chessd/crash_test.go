@@ -104,6 +104,7 @@ type call struct {
 	idem, body string
 	ok         bool      // the client saw a 200
 	at         time.Time // when
+	server     int       // which server (of a sequence of restarts) answered it
 }
 
 func (s *server) post(c *call, key string) (int, error) {
@@ -121,98 +122,97 @@ func (s *server) post(c *call, key string) (int, error) {
 }
 
 // The server is killed with SIGKILL in the middle of a load of charged calls with
-// idempotency keys, restarted, and the client retries what got no answer: every call
-// the client saw succeed is charged exactly once, and nothing else is charged.
+// idempotency keys, ten times; each time it is restarted and the clients retry what got
+// no answer (waiting out 409 while the dead server's claims expire). Every call is
+// charged at most once; every call answered after a restart exactly once; a call
+// answered before a kill and not yet settled is forgiven, and only within the settle
+// bound (CHESSD_MAX_SETTLE_BACKLOG, 100 ms, plus the commit in flight).
 func TestCrashMidLoadChargesExactlyOnce(t *testing.T) {
 	bin := buildBinary(t)
 	dbURL := pgtest.URL(t)
 	port := freePort(t)
-	srv := startServer(t, bin, dbURL, port)
-	ctx := context.Background()
-
 	pool, su := account(t, dbURL, "crash@example.com", domain.PlanPro)
+	env := []string{"CHESSD_LEASE_TTL=2s"}
+	srv := startServer(t, bin, dbURL, port, env...)
+	ctx := context.Background()
 	fens := []string{
 		"r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3",
 		"rnbqkb1r/pp3ppp/4pn2/2pp4/3P4/2P1PN2/PP3PPP/RNBQKB1R w KQkq - 0 5",
 		"rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
 	}
-	calls := make([]*call, 400)
-	for i := range calls {
-		calls[i] = &call{idem: fmt.Sprintf("load-%03d", i), body: fmt.Sprintf(`{"fen":%q,"depth":%d}`, fens[i%3], 6+i%3)}
-	}
-	var mu sync.Mutex
-	done := 0
-	next := 0
-	killed := make(chan struct{})
-	var killedAt time.Time
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				if next >= len(calls) {
-					mu.Unlock()
-					return
-				}
-				c := calls[next]
-				next++
-				mu.Unlock()
-				status, err := srv.post(c, su.Secret)
-				mu.Lock()
-				if err == nil && status == 200 {
-					c.ok, c.at = true, time.Now()
-				}
-				done++
-				if done == 150 {
-					srv.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck // the point of the test
-					killedAt = time.Now()
-					close(killed)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	<-killed
-	srv.cmd.Wait() //nolint:errcheck // killed
-	answered := 0
-	for _, c := range calls {
-		if c.ok {
-			answered++
-		}
-	}
-	if answered < 100 || answered == len(calls) {
-		t.Fatalf("%d of %d calls answered before the kill: the kill did not land mid-load", answered, len(calls))
-	}
-
-	srv = startServer(t, bin, dbURL, port)
+	var calls []*call
 	retried := map[string]bool{}
-	for _, c := range calls {
-		if c.ok {
-			continue
+	var killedAt []time.Time
+	for round := range 10 {
+		load := make([]*call, 160)
+		for i := range load {
+			load[i] = &call{idem: fmt.Sprintf("r%d-load-%03d", round, i), body: fmt.Sprintf(`{"fen":%q,"depth":%d}`, fens[i%3], 6+(i+round)%4)}
 		}
-		// a call the killed server was running holds its Idempotency-Key until the
-		// claim expires: 409 with Retry-After until then
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			status, err := srv.post(c, su.Secret)
-			if err == nil && status == 200 {
-				break
-			}
-			if err != nil || status != 409 || time.Now().After(deadline) {
-				t.Fatalf("retry of %s: %d %v", c.idem, status, err)
-			}
-			time.Sleep(200 * time.Millisecond)
+		calls = append(calls, load...)
+		var mu sync.Mutex
+		done, next := 0, 0
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					mu.Lock()
+					if next >= len(load) {
+						mu.Unlock()
+						return
+					}
+					c := load[next]
+					next++
+					mu.Unlock()
+					status, err := srv.post(c, su.Secret)
+					mu.Lock()
+					if err == nil && status == 200 {
+						c.ok, c.at, c.server = true, time.Now(), round
+					}
+					done++
+					if done == 60 {
+						killedAt = append(killedAt, time.Now())
+						srv.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck // the point of the test
+					}
+					mu.Unlock()
+				}
+			}()
 		}
-		c.ok = true
-		retried[c.idem] = true
+		wg.Wait()
+		srv.cmd.Wait() //nolint:errcheck // killed
+		answered := 0
+		for _, c := range load {
+			if c.ok {
+				answered++
+			}
+		}
+		if answered < 40 || answered == len(load) {
+			t.Fatalf("round %d: %d of %d calls answered before the kill: the kill did not land mid-load", round, answered, len(load))
+		}
+		srv = startServer(t, bin, dbURL, port, env...)
+		for _, c := range load {
+			if c.ok {
+				continue
+			}
+			// a call the killed server was running holds its Idempotency-Key until the
+			// claim expires: 409 with Retry-After until then
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				status, err := srv.post(c, su.Secret)
+				if err == nil && status == 200 {
+					break
+				}
+				if err != nil || status != 409 || time.Now().After(deadline) {
+					t.Fatalf("round %d: retry of %s: %d %v", round, c.idem, status, err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			c.ok, c.at, c.server = true, time.Now(), round+1
+			retried[c.idem] = true
+		}
 	}
 	srv.stop(t) // settles what it answered
-	// Every call was seen to succeed by now. Each is charged at most once; a retried
-	// call exactly once; a call answered before the kill and not yet settled is
-	// forgiven, and only calls answered within the settle backlog bound (1 s) can be.
 	rows, err := pool.Query(ctx, `SELECT metadata->>'idempotency_key', count(*) FROM events
 		WHERE stream_id = $1 GROUP BY 1`, "ledger-"+su.KeyID)
 	if err != nil {
@@ -228,20 +228,27 @@ func TestCrashMidLoadChargesExactlyOnce(t *testing.T) {
 		perKey[k] = n
 	}
 	forgiven := 0
+	var oldest time.Duration
 	for _, c := range calls {
 		switch n := perKey[c.idem]; {
 		case n > 1:
 			t.Fatalf("%s charged %d times", c.idem, n)
-		case n == 0 && retried[c.idem]:
-			t.Fatalf("%s answered after the restart and not charged", c.idem)
 		case n == 0:
+			// the server that answered it was killed before settling it, within the
+			// settle bound
 			forgiven++
-			if killedAt.Sub(c.at) > 1500*time.Millisecond {
-				t.Fatalf("%s, answered %v before the kill, was forgiven: past the settle bound", c.idem, killedAt.Sub(c.at))
+			if c.server == len(killedAt) {
+				t.Fatalf("%s was answered by the server that stopped cleanly and not charged", c.idem)
+			}
+			before := killedAt[c.server].Sub(c.at)
+			oldest = max(oldest, before)
+			if before > 500*time.Millisecond { // 100 ms of backlog plus the commit in flight, on a busy machine
+				t.Fatalf("%s, answered %v before a kill, was forgiven: past the settle bound", c.idem, before)
 			}
 		}
 	}
-	t.Logf("%d calls answered, %d retried, %d forgiven by the crash", len(calls), len(retried), forgiven)
+	t.Logf("10 kills: %d calls answered, %d retried after a restart, %d forgiven, answered at most %v before their kill",
+		len(calls), len(retried), forgiven, oldest)
 	var spent, sum int64
 	if err := pool.QueryRow(ctx, `SELECT spent_units FROM key_balances WHERE key_id = $1`, su.KeyID).Scan(&spent); err != nil {
 		t.Fatal(err)
@@ -253,7 +260,7 @@ func TestCrashMidLoadChargesExactlyOnce(t *testing.T) {
 		t.Fatalf("balance says %d units spent, the charges %d", spent, sum)
 	}
 	if out, err := runCLI(t, dbURL, "verify"); err != nil {
-		t.Fatalf("chain after the crash: %v %s", err, out)
+		t.Fatalf("chain after the crashes: %v %s", err, out)
 	}
 }
 

@@ -74,7 +74,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	// leases back once the server has stopped taking requests.
 	meterCtx, stopMeter := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMeter()
-	meter := ledger.NewMeter(meterCtx, store, logger, ledger.MeterConfig{})
+	meter := ledger.NewMeter(meterCtx, store, logger, cfg.Meter)
 	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL, NoRateLimits: cfg.NoRateLimits}, httpapi.Deps{
 		Pool: db.pool, Commands: cmds,
 		Auth:     projections.NewAuthenticator(db.pool, pepper),

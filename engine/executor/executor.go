@@ -339,10 +339,6 @@ func (x *Executor) record(ctx context.Context, key *domain.Key, acct *domain.Acc
 			_, err := x.cmds.RecordPositions(ctx, key, job.ID(), x.cfg.Worker, batch, x.cfg.Lease)
 			return err
 		})
-		if errors.Is(err, ledger.ErrAllowance) {
-			plan := acct.Plan()
-			err = domain.Errorf(domain.CodeUpgrade, "the %s plan's daily allowance of %d units ran out during the job", plan, plan.Limits().UnitsPerDay)
-		}
 		if err != nil {
 			stop(err)
 		}
@@ -355,7 +351,7 @@ func (x *Executor) position(ctx context.Context, acct *domain.Account, job *doma
 	if err != nil {
 		return commands.Position{}, err
 	}
-	price, err := domain.Quote(domain.Call{Endpoint: domain.Endpoint(job.Kind()), Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: 1})
+	price, err := ledger.Quote(domain.Call{Endpoint: domain.Endpoint(job.Kind()), Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: 1})
 	if err != nil {
 		return commands.Position{}, err
 	}
@@ -368,8 +364,8 @@ func (x *Executor) position(ctx context.Context, acct *domain.Account, job *doma
 		return commands.Position{}, err
 	}
 	return commands.Position{
-		Index: p.Index, Result: body, Cached: res.Cached || res.Terminal != "", Units: units, USD: domain.USD(units),
-		Allowance: acct.Plan().Limits().UnitsPerDay, Engine: res.Engine, Path: res.Path,
+		Index: p.Index, Result: body, Cached: res.Cached || res.Terminal != "", Units: units, USD: ledger.UnitsUSD(units),
+		Engine: res.Engine, Path: res.Path,
 		Params: ledger.Params{Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: 1, FEN: p.FEN, JobID: job.ID()},
 	}, nil
 }

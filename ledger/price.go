@@ -1,42 +1,15 @@
-package domain
+package ledger
 
 import (
 	"fmt"
 
 	"github.com/shopspring/decimal"
+
+	"chessd/domain"
 )
-
-// Endpoint names a costed endpoint.
-type Endpoint string
-
-const (
-	EndpointEval     Endpoint = "eval"
-	EndpointBestMove Endpoint = "bestmove"
-	EndpointAnalyze  Endpoint = "analyze"
-	EndpointBatch    Endpoint = "batch"
-)
-
-// ParseEndpoint accepts the four costed endpoints.
-func ParseEndpoint(s string) (Endpoint, bool) {
-	switch e := Endpoint(s); e {
-	case EndpointEval, EndpointBestMove, EndpointAnalyze, EndpointBatch:
-		return e, true
-	}
-	return "", false
-}
 
 // UnitPriceUSD is what one unit costs.
 var UnitPriceUSD = decimal.New(1, -5) // $0.00001
-
-// Call describes a costed call for pricing. Positions is 1 for eval and bestmove, the
-// number of FENs for batch and of plies for analyze. MoveTimeMS is 0 when not given.
-type Call struct {
-	Endpoint   Endpoint
-	Depth      int
-	MultiPV    int
-	MoveTimeMS int
-	Positions  int
-}
 
 // Price is a quote; the same numbers are charged.
 type Price struct {
@@ -47,7 +20,8 @@ type Price struct {
 	PerPosition int64 // fresh units of one position
 }
 
-// Quote is the one pricing function: every quote of GET /price and every charge use it.
+// Quote is the one pricing function: every quote of GET /price, every reservation and
+// every charge use it. A new price component is a change here and in its tests.
 //
 // One position at depth d with m lines costs 10 × tier(d) × (m+1)/2 units, rounded up,
 // where tier doubles every 4 plies past depth 10 (≤10: 1, 11–14: 2, 15–18: 4, 19–22: 8,
@@ -55,7 +29,7 @@ type Price struct {
 // adds half. A movetime makes the search stop at whichever limit comes first, so the
 // price is the lower of the depth price and 5 units per started 250 ms (times the same
 // line factor). A position served from the cache costs a tenth, at least 1 unit.
-func Quote(c Call) (Price, error) {
+func Quote(c domain.Call) (Price, error) {
 	if c.Depth < 1 || c.MultiPV < 1 || c.Positions < 1 || c.MoveTimeMS < 0 {
 		return Price{}, fmt.Errorf("quote: invalid call %+v", c)
 	}
@@ -68,11 +42,11 @@ func Quote(c Call) (Price, error) {
 	cached := max(1, (units+9)/10)
 	total := units * int64(c.Positions)
 	return Price{
-		Units: total, USD: USD(total), CachedUnits: cached, CachedUSD: USD(cached), PerPosition: units,
+		Units: total, USD: UnitsUSD(total), CachedUnits: cached, CachedUSD: UnitsUSD(cached), PerPosition: units,
 	}, nil
 }
 
-// USD is the price of n units.
-func USD(units int64) decimal.Decimal { return UnitPriceUSD.Mul(decimal.NewFromInt(units)) }
+// UnitsUSD is the price of n units. (ledger.USD names the currency of a posting.)
+func UnitsUSD(units int64) decimal.Decimal { return UnitPriceUSD.Mul(decimal.NewFromInt(units)) }
 
 func ceilHalf(v int64) int64 { return (v + 1) / 2 }

@@ -1,0 +1,92 @@
+package httpapi_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// GET /me subtracts from a key's budgets and the day's allowance what running jobs hold,
+// and not what servers hold in leases for the key's own next calls: those units are the
+// key's to spend, and a lease taken by one call must not make a budget look a quarter
+// used. Leases are written here as another server and a job would hold them.
+func TestMeRemainingCountsJobHoldsNotLeases(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	cases := []struct {
+		name               string
+		leases             map[string]int64 // owner → units held on the key
+		wantHeld, wantLeft int64            // units; the USD figures follow at the unit price
+	}{
+		{"nothing held", nil, 0, 990},
+		{"another server's lease", map[string]int64{"srv_other": 400}, 0, 990},
+		{"a running job's hold", map[string]int64{"job:job_running": 300}, 300, 690},
+		{"both", map[string]int64{"srv_other": 400, "job:job_running": 300, "job:job_second": 100}, 400, 590},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			owner, _ := e.signup("me-held-" + string(rune('a'+i)) + "@example.com")
+			key, keyID := e.createKey(owner, map[string]any{"label": "budgeted", "budget_units": 1000, "budget_usd": "0.01"})
+			if r := e.do("POST", "/v1/eval", key, evalBody(jobFENs(len(cases))[i], `"depth":8`)); r.Status != 200 { // fresh: 10 units
+				t.Fatalf("eval: %d %s", r.Status, r.Raw)
+			}
+			// the call is settled and this server's lease given back (others' stay)
+			if err := e.meter.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the lease to go back", func() bool {
+				var n int
+				if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM leases WHERE key_id = $1`, keyID).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n == 0
+			})
+			me := e.do("GET", "/v1/me", key, nil)
+			acct := me.Body["account_id"].(string)
+			day := time.Now().UTC().Format(time.DateOnly)
+			var total int64
+			for o, units := range tc.leases {
+				if _, err := e.pool.Exec(ctx, `INSERT INTO leases (lease_id, owner, key_id, account_id, env, day, units, expires_at)
+					VALUES ($1, $2, $3, $4, 'live', $5, $6, now() + interval '1 hour')`, "lease_"+o+"_"+keyID, o, keyID, acct, day, units); err != nil {
+					t.Fatal(err)
+				}
+				total += units
+			}
+			// the invariants of 0013_meter.sql: held is the sum of the leases
+			if _, err := e.pool.Exec(ctx, `UPDATE key_balances SET held_units = $2::bigint, held_usd = $2::bigint * 0.00001 WHERE key_id = $1`, keyID, total); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.pool.Exec(ctx, `UPDATE account_days SET held_units = $3 WHERE account_id = $1 AND env = 'live' AND day = $2`,
+				acct, day, total); err != nil {
+				t.Fatal(err)
+			}
+
+			me = e.do("GET", "/v1/me", key, nil)
+			if me.Status != 200 {
+				t.Fatalf("me: %d %s", me.Status, me.Raw)
+			}
+			var spend map[string]any
+			for _, k := range me.Body["key_spend"].([]any) {
+				if k := k.(map[string]any); k["key_id"] == keyID {
+					spend = k
+				}
+			}
+			usd := func(units int64) string { return decimal.New(units, -5).StringFixed(6) }
+			want := map[string]any{"spent_units": float64(10), "held_units": float64(tc.wantHeld), "held_usd": usd(tc.wantHeld),
+				"remaining_units": float64(tc.wantLeft), "remaining_usd": usd(tc.wantLeft)}
+			for f, v := range want {
+				if spend[f] != v {
+					t.Errorf("key_spend %s = %v, want %v (%v)", f, spend[f], v, spend)
+				}
+			}
+			today := me.Body["today"].(map[string]any)
+			allowance := today["allowance_units"].(float64)
+			if today["units"] != float64(10) || today["held_units"] != float64(tc.wantHeld) ||
+				today["remaining_units"] != allowance-10-float64(tc.wantHeld) {
+				t.Errorf("today: %v, want units 10, held %d", today, tc.wantHeld)
+			}
+		})
+	}
+}
