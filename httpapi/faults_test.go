@@ -248,17 +248,7 @@ func TestJobSurvivesDroppedConnection(t *testing.T) {
 // guards against one that never does) and returns the status and the event ids.
 func sseToClose(t *testing.T, e *env, key, id, lastID string) (int, []string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/v1/jobs/"+id+"/events", nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	if lastID != "" {
-		req.Header.Set("Last-Event-ID", lastID)
-	}
-	res, err := e.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := openSSE(t, e, key, id, lastID, 30*time.Second)
 	defer res.Body.Close()
 	var ids []string
 	sc := bufio.NewScanner(res.Body)

@@ -331,11 +331,12 @@ func TestCancelMidJob(t *testing.T) {
 	e.checkJobBooks(t, key, id)
 }
 
-// readSSE reads events until the stream ends, or until stopAfter events when > 0.
-func readSSE(t *testing.T, e *env, key, id, lastID string, stopAfter int) (ids, kinds []string, ended bool) {
+// openSSE opens a job's event stream (resuming after lastID when set); the request
+// gives up after timeout, so that a stream that never ends fails its test.
+func openSSE(t *testing.T, e *env, key, id, lastID string, timeout time.Duration) *http.Response {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/v1/jobs/"+id+"/events", nil)
 	req.Header.Set("Authorization", "Bearer "+key)
 	if lastID != "" {
@@ -345,6 +346,13 @@ func readSSE(t *testing.T, e *env, key, id, lastID string, stopAfter int) (ids, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return res
+}
+
+// readSSE reads events until the stream ends, or until stopAfter events when > 0.
+func readSSE(t *testing.T, e *env, key, id, lastID string, stopAfter int) (ids, kinds []string, ended bool) {
+	t.Helper()
+	res := openSSE(t, e, key, id, lastID, 90*time.Second)
 	defer res.Body.Close()
 	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("events: %d %s", res.StatusCode, res.Header.Get("Content-Type"))

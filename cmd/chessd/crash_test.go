@@ -64,20 +64,8 @@ func startServer(t *testing.T, bin, dbURL string, port int, env ...string) *serv
 	}
 	s := &server{t: t, cmd: cmd, base: fmt.Sprintf("http://127.0.0.1:%d/v1", port)}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck // may be dead already
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := http.Get(s.base + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return s
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("server did not become ready")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	s.waitReady(t)
+	return s
 }
 
 // account signs up on the database at dbURL (with the servers' pepper) and moves the
