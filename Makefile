@@ -42,13 +42,14 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
-# Go benchmarks, then the load driver on loopback (raw Stockfish vs the service).
-# Results go to bench.out; docs/BENCHMARKS.md quotes them.
+# Go benchmarks, then the load driver on loopback (raw Stockfish vs the service, the
+# service vs a trivial Go JSON handler). Results go to bench.out; docs/BENCHMARKS.md
+# quotes them. BENCHFLAGS go to chessbench (e.g. -parts cached -cpuprofile cpu.prof).
 bench: build engines
 	@command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y wrk >/dev/null; }; }
 	@set -o pipefail; { \
 	  $(GO) test -run '^$$' -bench . -benchtime 40x ./engine/ ./domain/... && \
-	  $(GO) run ./cmd/chessbench; } | tee bench.out
+	  $(GO) run ./cmd/chessbench $(BENCHFLAGS); } | tee bench.out
 
 clean:
 	rm -rf bin

@@ -3,7 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -384,7 +387,7 @@ func TestKilledMidSearch(t *testing.T) {
 				errc <- err
 			}()
 			waitBusy(t, pl)
-			time.Sleep(200 * time.Millisecond) // let it get into the search
+			waitSearching(t, p) // kill it in the search, not before
 			if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -478,7 +481,7 @@ func TestCancel(t *testing.T) {
 				errc <- err
 			}()
 			waitBusy(t, pl)
-			time.Sleep(300 * time.Millisecond)
+			waitSearching(t, p) // cancel the search, not the command
 			start := time.Now()
 			cancel()
 			select {
@@ -638,6 +641,37 @@ func TestCloseReapsProcesses(t *testing.T) {
 func waitBusy(t *testing.T, pl *Pool) {
 	t.Helper()
 	waitStats(t, pl, func(s PoolStats) bool { return s.Idle == 0 && s.Live == s.Size })
+}
+
+// waitSearching waits until p has used a tenth of a second of CPU time since the
+// call: an idle engine uses none, so it is searching.
+func waitSearching(t *testing.T, p *process) {
+	t.Helper()
+	start := cpuTicks(t, p.pid)
+	deadline := time.Now().Add(30 * time.Second)
+	for cpuTicks(t, p.pid) < start+10 { // clock ticks of 10 ms (USER_HZ)
+		if time.Now().After(deadline) {
+			t.Fatal("the engine never started searching")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// cpuTicks is the user and system time pid has used, from /proc/<pid>/stat.
+func cpuTicks(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// after "pid (comm) ": state is field 3; utime and stime are fields 14 and 15
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("/proc/%d/stat: %q", pid, b)
+	}
+	return utime + stime
 }
 
 func waitStats(t *testing.T, pl *Pool, ok func(PoolStats) bool) {

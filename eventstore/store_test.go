@@ -64,6 +64,50 @@ func follow(ctx context.Context, pool *pgxpool.Pool, want int, stop <-chan struc
 	return got, nil
 }
 
+// followFrom reads the log after position after until it has want more events or
+// ctx ends.
+func followFrom(ctx context.Context, pool *pgxpool.Pool, after int64, want int) ([]Event, error) {
+	var got []Event
+	for len(got) < want {
+		evs, err := ReadFrom(ctx, pool, after, 100)
+		if err != nil {
+			return got, err
+		}
+		for _, e := range evs {
+			got = append(got, e)
+			after = e.Position
+		}
+		if len(evs) == 0 {
+			select {
+			case <-ctx.Done():
+				return got, ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	return got, nil
+}
+
+// waitLockWaiter waits until a session of the test's database is waiting for a lock.
+func waitLockWaiter(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no session ever waited for a lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestConcurrentAppendsSameExpectedVersionOneWins(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
@@ -145,20 +189,24 @@ func TestFollowerDeliversLateCommit(t *testing.T) {
 		aDone <- err
 	}()
 	<-aAppended
-	followed := make(chan []Event, 1)
-	go func() {
-		evs, _ := follow(ctx, s.Pool(), 2, nil)
-		followed <- evs
-	}()
 	if err := appendOne(ctx, s, "b", 0, 2); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // let the follower read B alone
+	// the follower reads B alone while A is still open...
+	first, err := follow(ctx, s.Pool(), 1, nil)
+	if err != nil || len(first) != 1 || first[0].StreamID != "b" {
+		t.Fatalf("while A is open the follower got %+v (%v), want B alone", first, err)
+	}
 	close(bCommitted)
 	if err := <-aDone; err != nil {
 		t.Fatal(err)
 	}
-	evs := <-followed
+	// ...and A once it commits, after B: nothing skipped, nothing twice
+	rest, err := followFrom(ctx, s.Pool(), first[0].Position, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := append(first, rest...)
 	if len(evs) != 2 {
 		t.Fatalf("follower delivered %d events, want 2", len(evs))
 	}
@@ -193,7 +241,7 @@ func TestFollowerNeverSkipsUncommittedPosition(t *testing.T) {
 	bDone := make(chan error, 1)
 	go func() { bDone <- appendOne(ctx, s, "b", 0, 2) }()
 
-	time.Sleep(100 * time.Millisecond)
+	waitLockWaiter(t, s.Pool()) // B waits for the chain A holds
 	if evs, err := ReadFrom(ctx, s.Pool(), 0, 10); err != nil || len(evs) != 0 {
 		t.Fatalf("follower saw %d events while position 1 was uncommitted (err %v)", len(evs), err)
 	}

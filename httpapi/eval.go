@@ -128,7 +128,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 				"without a key, depth is capped at %d and multipv at %d; sign up for a key (POST /v1/signup)", KeylessMaxDepth, KeylessMaxMultiPV))
 			return
 		}
-		if keyless, err = s.meter.ReserveKeyless(r.Context(), clientIP(r), KeylessPerDay); err != nil {
+		if keyless, err = s.meter.ReserveKeyless(r.Context(), clientIP(r), s.keyless); err != nil {
 			fail(err)
 			return
 		}
@@ -294,7 +294,7 @@ func (s *Server) engines(w http.ResponseWriter, r *http.Request) {
 			"depth":       map[string]int{"min": 1, "max": analysis.MaxDepth, "default": analysis.DefaultDepth},
 			"multipv":     map[string]int{"min": 1, "max": analysis.MaxMultiPV, "default": 1},
 			"movetime_ms": map[string]int{"min": analysis.MinMoveTime, "max": analysis.MaxMoveTime},
-			"keyless":     map[string]int{"calls_per_day": KeylessPerDay, "max_depth": KeylessMaxDepth, "max_multipv": KeylessMaxMultiPV},
+			"keyless":     map[string]int{"calls_per_day": s.keyless, "max_depth": KeylessMaxDepth, "max_multipv": KeylessMaxMultiPV},
 		},
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -312,7 +313,15 @@ func TestCancelMidJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the engine to stop", func() bool { s := pool.Stats(); return s.Idle == s.Size })
-	time.Sleep(300 * time.Millisecond) // a position finishing now would show below
+	// once no executor runs the job, whatever it was going to record has been recorded
+	waitFor(t, "the executors to let go of the job", func() bool {
+		for _, x := range e.execs {
+			if slices.Contains(x.Running(), id) {
+				return false
+			}
+		}
+		return true
+	})
 	job := e.do("GET", "/v1/jobs/"+id, key, nil).Body
 	if job["state"] != "cancelled" || job["positions_done"] != doneAtCancel {
 		t.Fatalf("after cancel: %v (done %v at cancel)", job, doneAtCancel)

@@ -18,11 +18,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/analysis"
+	"chessd/auth"
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/engine"
-	"chessd/engine/executor"
 	"chessd/eventstore"
+	"chessd/executor"
 	"chessd/httpapi"
 	"chessd/ledger"
 	"chessd/postgres/pgtest"
@@ -70,6 +71,7 @@ type env struct {
 	srv   *httptest.Server
 	api   *httpapi.Server
 	svc   *analysis.Service
+	execs []*executor.Executor
 }
 
 type envOption func(*envConfig)
@@ -117,7 +119,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10, NoRateLimits: !cfg.rateLimits,
 		KeyRequestsPerMinute: cfg.keyPerMinute}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, testPepper),
-		Auth: projections.NewAuthenticator(pool, testPepper), Analysis: svc,
+		Auth: auth.NewAuthenticator(pool, testPepper), Analysis: svc,
 		Meter: meter, Logger: logger,
 	})
 	if !cfg.noProjections {
@@ -134,17 +136,19 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		}
 		t.Cleanup(func() { cancel(); <-done })
 	}
+	var execs []*executor.Executor
 	for i := range cfg.workers {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		x := executor.New(executor.Config{Worker: fmt.Sprintf("test-worker-%d", i), MaxJobs: 2, Lease: 3 * time.Second, Scan: 200 * time.Millisecond},
 			pool, commands.New(store, testPepper), svc, logger)
+		execs = append(execs, x)
 		go func() { done <- x.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	return &env{t: t, meter: meter, pool: pool, srv: srv, api: api, svc: svc}
+	return &env{t: t, meter: meter, pool: pool, srv: srv, api: api, svc: svc, execs: execs}
 }
 
 // response is a decoded answer.

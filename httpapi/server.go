@@ -18,10 +18,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/analysis"
+	"chessd/auth"
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/ledger"
-	"chessd/projections"
 	"chessd/ratelimit"
 )
 
@@ -36,6 +36,9 @@ type Config struct {
 	// KeyRequestsPerMinute, when set, replaces every plan's requests per minute (tests
 	// of the limit; the plans' own rates are in domain/plans.go).
 	KeyRequestsPerMinute int
+	// KeylessPerDay, when set, replaces the keyless daily allowance per address
+	// (KeylessPerDay; load tests, whose every call comes from 127.0.0.1).
+	KeylessPerDay int
 }
 
 // Server holds the handlers' dependencies.
@@ -44,12 +47,13 @@ type Server struct {
 	maxBody  int64
 	pool     *pgxpool.Pool
 	commands *commands.Handler
-	auth     *projections.Authenticator
+	auth     *auth.Authenticator
 	analysis *analysis.Service
 	meter    *ledger.Meter
 	billing  BillingProvider
 	limiter  *ratelimit.Limiter
 	keyRate  int // Config.KeyRequestsPerMinute
+	keyless  int // keyless calls per address and day: Config.KeylessPerDay or KeylessPerDay
 	logger   *slog.Logger
 	router   *mux.Router
 }
@@ -58,7 +62,7 @@ type Server struct {
 type Deps struct {
 	Pool     *pgxpool.Pool
 	Commands *commands.Handler
-	Auth     *projections.Authenticator
+	Auth     *auth.Authenticator
 	Analysis *analysis.Service
 	Meter    *ledger.Meter   // the money path
 	Billing  BillingProvider // nil: paid subscriptions not enabled
@@ -77,6 +81,10 @@ func New(cfg Config, d Deps) *Server {
 	}
 	if s.billing == nil {
 		s.billing = billingDisabled{}
+	}
+	s.keyless = KeylessPerDay
+	if cfg.KeylessPerDay > 0 {
+		s.keyless = cfg.KeylessPerDay
 	}
 	if !cfg.NoRateLimits {
 		s.limiter = ratelimit.New(d.Pool, d.Logger) // shared by every server of the database

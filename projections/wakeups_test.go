@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/eventstore"
@@ -30,8 +32,9 @@ func TestProjectionFollowsNotifications(t *testing.T) {
 	go r.Run(ctx, ready) //nolint:errcheck // stops with ctx
 	<-ready
 	for i := range 3 {
-		// let the subscriber reach its wait first, so only a notification can end it
-		time.Sleep(200 * time.Millisecond)
+		// let the subscriber reach its wait first, so only a notification can end it:
+		// notifications are listened for, and no session is in a query or transaction
+		waitQuiet(t, pool)
 		if _, err := h.Signup(ctx, domain.Signup{Email: fmt.Sprintf("w%d@example.com", i)}, "req"); err != nil {
 			t.Fatal(err)
 		}
@@ -49,5 +52,29 @@ func TestProjectionFollowsNotifications(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+}
+
+// waitQuiet waits until the bus's notifications are listened for and no other session
+// of the database is running a statement or holding a transaction open.
+func waitQuiet(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var quiet bool
+		err := pool.QueryRow(context.Background(), `SELECT
+			EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN ' || $1)
+			AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+				AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND state <> 'idle')`, eventstore.NotifyChannel).Scan(&quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if quiet {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the subscriber never went quiet")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

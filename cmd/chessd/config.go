@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"chessd/engine"
-	"chessd/engine/executor"
+	"chessd/executor"
 	"chessd/ledger"
 )
 

@@ -359,9 +359,34 @@ func TestWorkerProcessRunsJobs(t *testing.T) {
 		pool.QueryRow(ctx, `SELECT event_type FROM events WHERE stream_id = $1 ORDER BY version DESC LIMIT 1`, "job-"+job.ID).Scan(&e) //nolint:errcheck // polled
 		return e
 	}
-	time.Sleep(1500 * time.Millisecond)
-	if e := last(); e != "JobSubmitted" {
-		t.Fatalf("the API server ran the job itself (last event %s)", e)
+	// An executor subscribes to the command bus under its consumer group before it
+	// reads a command, and the subscription leaves a row in the topic's offsets table.
+	// Once the API server's own subscribers (its projections) have applied the job, an
+	// executor of its would have subscribed too: there must be none, and the job must
+	// still be waiting.
+	executors := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM watermill_offsets_job_commands WHERE consumer_group = 'executor_v1'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE job_id = $1`, job.ID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the API server's projections never showed the job")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n, e := executors(), last(); n != 0 || e != "JobSubmitted" {
+		t.Fatalf("the API server runs an executor (%d subscribed; last event of the job %s)", n, e)
 	}
 	w := exec.Command(bin, "worker")
 	w.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "LOG_LEVEL=error", "CHESSD_KEY_PEPPER=crash-test-pepper-0123456789",
@@ -371,7 +396,7 @@ func TestWorkerProcessRunsJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Process.Signal(syscall.SIGTERM); w.Wait() }) //nolint:errcheck // stopping
-	deadline := time.Now().Add(60 * time.Second)
+	deadline = time.Now().Add(60 * time.Second)
 	for last() != "JobSucceeded" {
 		if time.Now().After(deadline) {
 			t.Fatalf("the worker did not finish the job (last event %s)", last())
@@ -381,5 +406,8 @@ func TestWorkerProcessRunsJobs(t *testing.T) {
 	var worker string
 	if err := pool.QueryRow(ctx, `SELECT payload->>'worker' FROM events WHERE stream_id = $1 AND event_type = 'JobStarted'`, "job-"+job.ID).Scan(&worker); err != nil || worker != "worker-process" {
 		t.Fatalf("started by %q (%v)", worker, err)
+	}
+	if n := executors(); n != 1 { // the check above sees an executor when there is one
+		t.Fatalf("%d executor consumer groups after the worker ran, want 1", n)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
 	"chessd/commands"
@@ -87,7 +86,7 @@ func truncate(s string, n int) string {
 func replay(ctx context.Context, db *database, out io.Writer) error {
 	same := true
 	for _, p := range allProjections() {
-		before, err := snapshotTables(ctx, db, p.Tables())
+		before, err := projections.Snapshot(ctx, db.pool, p)
 		if err != nil {
 			return err
 		}
@@ -99,7 +98,7 @@ func replay(ctx context.Context, db *database, out io.Writer) error {
 		if note := setAsideNote(rep); note != "" {
 			fmt.Fprintf(out, "%s%s\n", p.Name(), note)
 		}
-		after, err := snapshotTables(ctx, db, p.Tables())
+		after, err := projections.Snapshot(ctx, db.pool, p)
 		if err != nil {
 			return err
 		}
@@ -112,25 +111,16 @@ func replay(ctx context.Context, db *database, out io.Writer) error {
 			}
 		}
 	}
-	for _, check := range []struct{ name, live, replayed string }{
-		{"key_balances.spent", `SELECT key_id || ' ' || spent_units || ' ' || spent_usd FROM key_balances WHERE spent_units > 0 ORDER BY 1`,
-			`SELECT key_id || ' ' || sum(units) || ' ' || sum(usd)::numeric(20,6) FROM charges GROUP BY key_id ORDER BY 1`},
-		{"account_days", `SELECT account_id || ' ' || env || ' ' || day || ' ' || units FROM account_days WHERE units > 0 ORDER BY 1`,
-			`SELECT account_id || ' ' || env || ' ' || day || ' ' || sum(units) FROM charges GROUP BY account_id, env, day ORDER BY 1`},
-	} {
-		live, err := queryStrings(ctx, db, check.live)
-		if err != nil {
-			return err
-		}
-		replayed, err := queryStrings(ctx, db, check.replayed)
-		if err != nil {
-			return err
-		}
-		if reflect.DeepEqual(live, replayed) {
-			fmt.Fprintf(out, "equal   %s: %d rows recomputed from the charges\n", check.name, len(live))
+	checks, err := ledger.RecomputeBalances(ctx, db.pool)
+	if err != nil {
+		return err
+	}
+	for _, c := range checks {
+		if c.Equal() {
+			fmt.Fprintf(out, "equal   %s: %d rows recomputed from the charges\n", c.Name, len(c.Live))
 		} else {
 			same = false
-			fmt.Fprintf(out, "DIFFERS %s: live %v, from the events %v\n", check.name, live, replayed)
+			fmt.Fprintf(out, "DIFFERS %s: live %v, from the events %v\n", c.Name, c.Live, c.Replayed)
 		}
 	}
 	if !same {
@@ -138,26 +128,6 @@ func replay(ctx context.Context, db *database, out io.Writer) error {
 	}
 	fmt.Fprintln(out, "replay: the read models and balances equal what the events say")
 	return nil
-}
-
-func snapshotTables(ctx context.Context, db *database, tables []string) (map[string][]string, error) {
-	out := map[string][]string{}
-	for _, t := range tables {
-		rows, err := queryStrings(ctx, db, `SELECT x::text FROM `+pgx.Identifier{t}.Sanitize()+` x ORDER BY 1`)
-		if err != nil {
-			return nil, err
-		}
-		out[t] = rows
-	}
-	return out, nil
-}
-
-func queryStrings(ctx context.Context, db *database, sql string) ([]string, error) {
-	rows, err := db.pool.Query(ctx, sql)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // changePlan is the operator's way to move an account between plans while paid

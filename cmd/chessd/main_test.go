@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"chessd/auth"
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/eventstore"
@@ -87,8 +88,8 @@ func TestAuditAndReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth := projections.NewAuthenticator(pool, pepper)
-	key, acct, err := auth.Authenticate(ctx, res.Secret)
+	authn := auth.NewAuthenticator(pool, pepper)
+	key, acct, err := authn.Authenticate(ctx, res.Secret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestAuditAndReplay(t *testing.T) {
 	go runner.Run(ctx, ready) //nolint:errcheck // stops with ctx
 	<-ready
 	api := httpapi.New(httpapi.Config{BaseURL: "http://x/v1", NoRateLimits: true}, httpapi.Deps{
-		Pool: pool, Commands: h, Auth: auth, Meter: meter, Logger: logger})
+		Pool: pool, Commands: h, Auth: authn, Meter: meter, Logger: logger})
 	srv := httptest.NewServer(api)
 	defer srv.Close()
 	today := time.Now().UTC().Format(time.DateOnly)

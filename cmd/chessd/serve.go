@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"chessd/analysis"
+	"chessd/auth"
 	"chessd/commands"
 	"chessd/engine"
-	"chessd/engine/executor"
 	"chessd/eventstore"
+	"chessd/executor"
 	"chessd/httpapi"
 	"chessd/ledger"
 	"chessd/projections"
@@ -77,7 +78,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	meter := ledger.NewMeter(meterCtx, store, logger, cfg.Meter)
 	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL, NoRateLimits: cfg.NoRateLimits}, httpapi.Deps{
 		Pool: db.pool, Commands: cmds,
-		Auth:     projections.NewAuthenticator(db.pool, pepper),
+		Auth:     auth.NewAuthenticator(db.pool, pepper),
 		Analysis: svc,
 		Meter:    meter,
 		Logger:   logger,
@@ -145,9 +146,10 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	return err
 }
 
-// expireOldRows deletes what has outlived its use: first responses older than the
-// 24-hour Idempotency-Key window, keyless allowances of past days, eval-cache entries
-// not refreshed for 30 days, and rate-limit buckets that are full again.
+// expireOldRows has, every 10 minutes, each package delete what of its own has
+// outlived its use: first responses older than the 24-hour Idempotency-Key window and
+// keyless allowances of past days (ledger), eval-cache entries not refreshed for 30
+// days (analysis), and rate-limit buckets that are full again (ratelimit).
 func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 	t := time.NewTicker(10 * time.Minute)
 	defer t.Stop()
@@ -157,17 +159,14 @@ func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 			return
 		case <-t.C:
 		}
-		for _, q := range []string{
-			`DELETE FROM idempotency WHERE created_at < now() - interval '24 hours'`,
-			`DELETE FROM keyless_usage WHERE day < (now() AT TIME ZONE 'UTC')::date - 1`,
-			`DELETE FROM eval_cache WHERE created_at < now() - interval '30 days'`,
+		for _, expire := range []func() (int64, error){
+			func() (int64, error) { return ledger.Expire(ctx, db.pool) },
+			func() (int64, error) { return analysis.ExpireCache(ctx, db.pool, 30*24*time.Hour) },
+			func() (int64, error) { return ratelimit.Sweep(ctx, db.pool) },
 		} {
-			if _, err := db.pool.Exec(ctx, q); err != nil && ctx.Err() == nil {
-				logger.Warn("expire old rows", "query", q, "err", err)
+			if _, err := expire(); err != nil && ctx.Err() == nil {
+				logger.Warn("expire old rows", "err", err)
 			}
-		}
-		if _, err := ratelimit.Sweep(ctx, db.pool); err != nil && ctx.Err() == nil {
-			logger.Warn("expire old rows", "err", err)
 		}
 	}
 }

@@ -82,6 +82,18 @@ func New(cfg Config, pool *pgxpool.Pool, cmds *commands.Handler, svc *analysis.S
 	return &Executor{cfg: cfg, pool: pool, cmds: cmds, analysis: svc, logger: logger.With("worker", cfg.Worker), running: map[string]bool{}}
 }
 
+// Running lists the jobs this executor is working on: a job leaves the list once its
+// run has ended, with everything it recorded committed.
+func (x *Executor) Running() []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ids := make([]string, 0, len(x.running))
+	for id := range x.running {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // Run consumes the command bus and scans for orphaned jobs until ctx ends, then waits
 // for the jobs it runs to stop (they resume elsewhere or after a restart).
 func (x *Executor) Run(ctx context.Context) error {

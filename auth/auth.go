@@ -1,0 +1,184 @@
+// Package auth turns a bearer secret into the key and account it opens. It reads the
+// write side (streams, events, through commands' loaders) so that authentication never
+// depends on projection lag, and the key_secrets and api_keys read models only as an
+// index from a secret's hash to its key.
+package auth
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/commands"
+	"chessd/domain"
+)
+
+// Authenticator turns a bearer secret into the key it opens, consistent with every
+// committed event whatever the projection's lag:
+//   - the read model maps the secret's hash to a key id, and the streams table gives
+//     the key stream's current version in the same query;
+//   - a key whose cached state is at that version is decided from the cache; otherwise
+//     its events are folded afresh;
+//   - a hash the read model does not know yet (a key created or rotated a moment ago)
+//     is looked up in the events themselves.
+type Authenticator struct {
+	pool   *pgxpool.Pool
+	pepper []byte
+	now    func() time.Time
+	cache  sync.Map // stream id -> *domain.Key or *domain.Account
+
+	remembered  sync.Map // secret hash -> remembered
+	rememberedN atomic.Int64
+}
+
+// remembered is what a secret opened when it was last checked in the database.
+type remembered struct {
+	key     *domain.Key
+	account *domain.Account
+}
+
+// maxRemembered bounds the secrets kept in memory; past it, all are forgotten.
+const maxRemembered = 100_000
+
+// Remembered is Authenticate for the hot path of costed calls: the key and account a
+// secret opened last time are kept in memory, and one primary-key lookup of their
+// streams' versions tells whether either has changed since (a revocation, rotation,
+// PATCH or plan change on any server). Unchanged, they are answered from memory;
+// changed, they are loaded afresh. So the next call after any change sees it, on every
+// server, before any engine starts. The charge still checks the versions it was
+// authenticated at (ledger.ErrStaleAuth) for a change that lands during the search.
+func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.Key, *domain.Account, error) {
+	if !WellFormedSecret(secret) {
+		return a.Authenticate(ctx, secret)
+	}
+	hash := domain.HashSecret(a.pepper, secret)
+	if v, ok := a.remembered.Load(string(hash)); ok {
+		r := v.(remembered)
+		var keyVersion, accountVersion int64
+		err := a.pool.QueryRow(ctx, `SELECT coalesce((SELECT version FROM streams WHERE stream_id = $1), 0),
+			coalesce((SELECT version FROM streams WHERE stream_id = $2), 0)`,
+			domain.KeyStream(r.key.ID()), domain.AccountStream(r.key.AccountID())).Scan(&keyVersion, &accountVersion)
+		if err != nil {
+			return nil, nil, err
+		}
+		if keyVersion == r.key.Version() && accountVersion == r.account.Version() {
+			if err := r.key.Authenticate(hash, a.now()); err != nil { // a rotated-out secret's grace ends by the clock
+				return nil, nil, err
+			}
+			return r.key, r.account, nil
+		}
+		a.remembered.Delete(string(hash))
+	}
+	k, acct, err := a.Authenticate(ctx, secret)
+	if err != nil {
+		return nil, nil, err
+	}
+	if a.rememberedN.Add(1) > maxRemembered {
+		a.remembered.Clear()
+		a.rememberedN.Store(0)
+	}
+	a.remembered.Store(string(hash), remembered{key: k, account: acct})
+	return k, acct, nil
+}
+
+// Forget drops what Remembered knows of secret.
+func (a *Authenticator) Forget(secret string) {
+	a.remembered.Delete(string(domain.HashSecret(a.pepper, secret)))
+}
+
+// NewAuthenticator builds an Authenticator with the server's pepper.
+func NewAuthenticator(pool *pgxpool.Pool, pepper []byte) *Authenticator {
+	return &Authenticator{pool: pool, pepper: pepper, now: time.Now}
+}
+
+// WellFormedSecret checks the shape of a secret before any lookup.
+func WellFormedSecret(s string) bool {
+	rest, ok := strings.CutPrefix(s, "ce_live_")
+	if !ok {
+		rest, ok = strings.CutPrefix(s, "ce_test_")
+	}
+	if !ok || len(rest) < 40 || len(rest) > 64 {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if !('0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z') {
+			return false
+		}
+	}
+	return true
+}
+
+// Authenticate returns the active key that secret opens, with its account, or a
+// CodeBadCredential error. One query answers the common case.
+func (a *Authenticator) Authenticate(ctx context.Context, secret string) (*domain.Key, *domain.Account, error) {
+	if !WellFormedSecret(secret) {
+		return nil, nil, domain.Errorf(domain.CodeBadCredential, "malformed API key (expected ce_live_... or ce_test_...)")
+	}
+	hash := domain.HashSecret(a.pepper, secret)
+	var keyID string
+	var keyVersion int64
+	var accountID *string
+	var accountVersion *int64
+	err := a.pool.QueryRow(ctx, `SELECT ks.key_id, s.version, k.account_id, av.version FROM key_secrets ks
+		JOIN streams s ON s.stream_id = 'key-' || ks.key_id
+		LEFT JOIN api_keys k ON k.key_id = ks.key_id
+		LEFT JOIN streams av ON av.stream_id = 'account-' || k.account_id
+		WHERE ks.secret_hash = $1`, hash).Scan(&keyID, &keyVersion, &accountID, &accountVersion)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		var stream string
+		err = a.pool.QueryRow(ctx, `SELECT stream_id FROM events
+			WHERE event_type IN ('KeyCreated', 'KeyRotated') AND payload ->> 'secret_hash' = $1 LIMIT 1`,
+			hex.EncodeToString(hash)).Scan(&stream)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, nil, domain.Errorf(domain.CodeBadCredential, "unknown API key")
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		keyID = strings.TrimPrefix(stream, "key-")
+	case err != nil:
+		return nil, nil, err
+	}
+	key, err := a.fresh(ctx, "key-"+keyID, keyVersion, func() (any, error) { return commands.LoadKey(ctx, a.pool, keyID) })
+	if err != nil {
+		return nil, nil, err
+	}
+	k := key.(*domain.Key)
+	if err := k.Authenticate(hash, a.now()); err != nil {
+		return nil, nil, err
+	}
+	var av int64
+	if accountVersion != nil {
+		av = *accountVersion
+	}
+	acct, err := a.fresh(ctx, "account-"+k.AccountID(), av, func() (any, error) { return commands.LoadAccount(ctx, a.pool, k.AccountID()) })
+	if err != nil {
+		return nil, nil, err
+	}
+	return k, acct.(*domain.Account), nil
+}
+
+type versioned interface{ Version() int64 }
+
+// fresh returns the cached aggregate of stream when it is at version, else loads it.
+// Version 0 (unknown) always loads.
+func (a *Authenticator) fresh(ctx context.Context, stream string, version int64, load func() (any, error)) (any, error) {
+	if v, ok := a.cache.Load(stream); ok && version != 0 && v.(versioned).Version() == version {
+		return v, nil
+	}
+	v, err := load()
+	if err != nil {
+		return nil, err
+	}
+	a.cache.Store(stream, v)
+	return v, nil
+}

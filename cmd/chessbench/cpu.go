@@ -1,0 +1,58 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// cpuTime is CPU time (user + system) used so far by this process (the servers, the
+// trivial handlers, the projections, the bench itself) and by the bench's PostgreSQL
+// (the postmaster, its live children and those it reaped).
+type cpuTime struct{ self, pg time.Duration }
+
+func (b *bench) cpuNow() cpuTime {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru) //nolint:errcheck // reported as 0
+	t := cpuTime{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	raw, err := os.ReadFile(filepath.Join(b.cluster.Dir, "postmaster.pid"))
+	if err != nil {
+		return t
+	}
+	master := strings.SplitN(string(raw), "\n", 2)[0]
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		stat, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime stime: fields 14 and 15, counted from 1
+		s := string(stat)
+		pid := s[:strings.IndexByte(s, ' ')]
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 15 || (pid != master && f[1] != master) {
+			continue
+		}
+		ticks := int64(0)
+		fields := f[11:13] // utime, stime
+		if pid == master {
+			fields = f[11:15] // and cutime, cstime: the backends that exited, reaped by it
+		}
+		for _, v := range fields {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			ticks += n
+		}
+		t.pg += time.Duration(ticks) * (time.Second / 100) // USER_HZ is 100 on Linux
+	}
+	return t
+}
+
+// perCall formats CPU microseconds per request: this process, PostgreSQL and wrk.
+func perCall(before, after cpuTime, l load) string {
+	n := float64(max(1, l.requests))
+	us := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/n, 'f', 0, 64) }
+	return us(after.self-before.self) + " / " + us(after.pg-before.pg) + " / " + us(l.cpu)
+}

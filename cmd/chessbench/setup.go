@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/analysis"
+	"chessd/auth"
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/engine"
+	"chessd/eventstore"
+	"chessd/executor"
+	"chessd/httpapi"
+	"chessd/ledger"
+	"chessd/postgres"
+	"chessd/projections"
+)
+
+var pepper = []byte("bench-pepper-0123456789")
+
+// bench is the run's database, engines and first server (url, svc, pool); replicas
+// holds every server started, the first one included.
+type bench struct {
+	url      string
+	key      string
+	binary   string
+	engineID string
+	catalog  *engine.Catalog
+	cluster  *postgres.Cluster
+	dir      string
+	svc      *analysis.Service
+	client   *http.Client
+	pool     *pgxpool.Pool
+	cmds     *commands.Handler
+	replicas []*replica
+	trivial  []string // base URLs of the trivial handlers (load.go)
+	closers  []func()
+}
+
+// replica is one `serve` as the bench runs it: its own connection pool, event store,
+// meter, authenticator and analysis service (with its own cache in front of the shared
+// eval_cache table) on its own port; the engine catalog is shared.
+type replica struct {
+	url string
+	svc *analysis.Service
+}
+
+func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
+	dir, err := os.MkdirTemp("", "chessbench-")
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{dir: dir}
+	b.cluster, err = postgres.NewCluster(filepath.Join(dir, "pg"), 5433, logger)
+	if err != nil {
+		return b, err
+	}
+	if _, err := b.cluster.Start(ctx); err != nil {
+		return b, err
+	}
+	// `make bench | head` ends us by SIGPIPE, past every deferred cleanup
+	b.cluster.Watchdog(dir)
+	if err := postgres.CreateDatabase(ctx, b.cluster.URL("postgres"), "bench"); err != nil {
+		return b, err
+	}
+	b.catalog, err = engine.Open(ctx, engine.Config{PoolSize: 2, Logger: logger})
+	if err != nil {
+		return b, err
+	}
+	b.engineID = b.catalog.Default()
+	b.binary = filepath.Join(engine.DefaultDir(), b.engineID, "stockfish")
+	first, pool, err := b.addReplica(ctx, logger)
+	if err != nil {
+		return b, err
+	}
+	b.url, b.svc, b.pool = first.url, first.svc, pool
+	b.cmds = commands.New(eventstore.NewStore(pool, logger), pepper)
+	// one projection runner and one job executor, as with one serve and its database
+	go projections.NewRunner(pool, logger, projections.Accounts{}, projections.Ledger{}, projections.Jobs{}).Run(ctx, nil) //nolint:errcheck // ends with the process
+	x := executor.New(executor.Config{Worker: "bench", MaxJobs: 2, Parallel: 2}, pool, b.cmds, b.svc, logger)
+	go x.Run(ctx) //nolint:errcheck // ends with the process
+	b.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	keys, err := b.signup(ctx, 1, "bench")
+	if err != nil {
+		return b, err
+	}
+	b.key = keys[0]
+	return b, nil
+}
+
+// addReplica starts one more server on the bench's database (migrating it first when it
+// is the first) and returns it with its connection pool.
+func (b *bench) addReplica(ctx context.Context, logger *slog.Logger) (*replica, *pgxpool.Pool, error) {
+	pool, err := postgres.Open(ctx, b.cluster.URL("bench"), 40)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(b.replicas) == 0 {
+		if err := postgres.Migrate(ctx, pool, logger); err != nil {
+			return nil, nil, err
+		}
+	}
+	store := eventstore.NewStore(pool, logger)
+	r := &replica{svc: analysis.NewService(b.catalog, pool, logger)}
+	api := httpapi.New(httpapi.Config{BaseURL: "http://127.0.0.1/v1", NoRateLimits: true, KeylessPerDay: 1 << 30}, httpapi.Deps{
+		Pool: pool, Commands: commands.New(store, pepper),
+		Auth: auth.NewAuthenticator(pool, pepper), Analysis: r.svc,
+		Meter: ledger.NewMeter(ctx, store, logger, ledger.MeterConfig{}), Logger: logger,
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	r.url = "http://" + ln.Addr().String() + "/v1"
+	srv := &http.Server{Handler: api}
+	go srv.Serve(api.Listener(ln)) //nolint:errcheck // closed at the end
+	b.closers = append(b.closers, func() { srv.Close() })
+	b.replicas = append(b.replicas, r)
+	return r, pool, nil
+}
+
+// signup makes n accounts on the pro plan (its allowance covers the whole run) and
+// returns one key of each.
+func (b *bench) signup(ctx context.Context, n int, name string) ([]string, error) {
+	var keys []string
+	for i := range n {
+		var su struct {
+			APIKey    string `json:"api_key"`
+			AccountID string `json:"account_id"`
+		}
+		if err := b.post(b.url, "/signup", fmt.Sprintf(`{"email":"%s-%d@example.com"}`, name, i), "", &su); err != nil {
+			return nil, err
+		}
+		if err := b.cmds.ChangePlan(ctx, su.AccountID, domain.PlanPro, "benchmark"); err != nil {
+			return nil, err
+		}
+		keys = append(keys, su.APIKey)
+	}
+	return keys, nil
+}
+
+func (b *bench) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+	if b.catalog != nil {
+		b.catalog.Close()
+	}
+	if b.cluster != nil {
+		b.cluster.Stop(context.Background()) //nolint:errcheck // best effort
+	}
+	os.RemoveAll(b.dir)
+}
+
+// post posts body to base+path, with a key when key is set.
+func (b *bench) post(base, path, body, key string, out any) error {
+	req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := b.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode >= 300 {
+		return fmt.Errorf("%s: %d %s", path, res.StatusCode, raw)
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}

@@ -1,0 +1,366 @@
+package commands_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/ledger"
+	"chessd/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+var pepper = []byte("pepper-for-the-commands-tests")
+
+type fixture struct {
+	t    *testing.T
+	ctx  context.Context
+	pool *pgxpool.Pool
+	h    *commands.Handler
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	pool := pgtest.NewDB(t)
+	return &fixture{t: t, ctx: context.Background(), pool: pool, h: commands.New(eventstore.NewStore(pool, nil), pepper)}
+}
+
+func (f *fixture) count(query string, args ...any) int {
+	f.t.Helper()
+	var n int
+	if err := f.pool.QueryRow(f.ctx, query, args...).Scan(&n); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+func (f *fixture) key(id string) *domain.Key {
+	f.t.Helper()
+	k, err := commands.LoadKey(f.ctx, f.pool, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return k
+}
+
+// opens reports whether secret opens key id as its events now stand.
+func (f *fixture) opens(id, secret string) error {
+	f.t.Helper()
+	return f.key(id).Authenticate(domain.HashSecret(pepper, secret), time.Now())
+}
+
+func wantCode(t *testing.T, what string, err error, code domain.Code) {
+	t.Helper()
+	if domain.ErrorCode(err) != code {
+		t.Fatalf("%s: %v, want %s", what, err, code)
+	}
+}
+
+// Signup writes the account, its first key, the key's balance row and the mail in one
+// transaction; the secret opens the key; a second signup with the address is refused
+// and writes nothing.
+func TestSignup(t *testing.T) {
+	f := newFixture(t)
+	res, err := f.h.Signup(f.ctx, domain.Signup{Email: "Ann@Example.com"}, "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(res.AccountID, "acct_") || !strings.HasPrefix(res.KeyID, "key_") || res.Plan != domain.PlanFree {
+		t.Fatalf("signup result %+v", res)
+	}
+	if err := f.opens(res.KeyID, res.Secret); err != nil {
+		t.Fatalf("the signup secret does not open its key: %v", err)
+	}
+	acct, err := commands.LoadAccount(f.ctx, f.pool, res.AccountID)
+	if err != nil || acct.Version() != 1 || acct.Plan() != domain.PlanFree {
+		t.Fatalf("account: %+v %v", acct, err)
+	}
+	if k := f.key(res.KeyID); k.AccountID() != res.AccountID || len(k.Scopes()) != len(domain.AllScopes) || k.Env() != domain.EnvLive {
+		t.Fatalf("signup key: account %s scopes %v env %s", k.AccountID(), k.Scopes(), k.Env())
+	}
+	if n := f.count(`SELECT count(*) FROM key_balances WHERE key_id = $1`, res.KeyID); n != 1 {
+		t.Fatalf("%d balance rows", n)
+	}
+	if n := f.count(`SELECT count(*) FROM mail_outbox WHERE account_id = $1`, res.AccountID); n != 1 {
+		t.Fatalf("%d mails", n)
+	}
+	events := f.count(`SELECT count(*) FROM events`)
+
+	_, err = f.h.Signup(f.ctx, domain.Signup{Email: "ann@example.com"}, "req-2")
+	wantCode(t, "second signup with the address", err, domain.CodeConflict)
+	if n := f.count(`SELECT count(*) FROM events`); n != events {
+		t.Fatalf("the refused signup wrote %d events", n-events)
+	}
+}
+
+// A key's life: created with a budget, updated, rotated (the old secret stops at once
+// with no grace), revoked (no secret opens it, a second revocation records nothing),
+// and never visible to another account.
+func TestKeyLifecycle(t *testing.T) {
+	f := newFixture(t)
+	owner, err := f.h.Signup(f.ctx, domain.Signup{Email: "owner@example.com"}, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := f.h.Signup(f.ctx, domain.Signup{Email: "other@example.com"}, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor := commands.Actor{Key: f.key(owner.KeyID), RequestID: "r"}
+	budget := int64(500)
+	k, secret, err := f.h.CreateKey(f.ctx, actor, domain.KeySettings{Label: "ci", Scopes: []domain.Scope{domain.ScopeEval}, Env: domain.EnvLive, BudgetUnits: &budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.opens(k.ID(), secret); err != nil {
+		t.Fatalf("new secret: %v", err)
+	}
+	var units *int64
+	if err := f.pool.QueryRow(f.ctx, `SELECT budget_units FROM key_balances WHERE key_id = $1`, k.ID()).Scan(&units); err != nil || units == nil || *units != 500 {
+		t.Fatalf("balance row budget %v (%v)", units, err)
+	}
+
+	label := "ci-2"
+	more := int64(900)
+	if _, err := f.h.UpdateKey(f.ctx, actor, k.ID(), domain.KeyChange{Label: &label, BudgetUnits: &more}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.key(k.ID()); got.Label() != "ci-2" || got.Version() != 2 {
+		t.Fatalf("after update: label %q version %d", got.Label(), got.Version())
+	}
+	if err := f.pool.QueryRow(f.ctx, `SELECT budget_units FROM key_balances WHERE key_id = $1`, k.ID()).Scan(&units); err != nil || *units != 900 {
+		t.Fatalf("the balance row did not move with the key: %v (%v)", *units, err)
+	}
+
+	_, rotated, err := f.h.RotateKey(f.ctx, actor, k.ID(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.opens(k.ID(), rotated); err != nil {
+		t.Fatalf("rotated secret: %v", err)
+	}
+	wantCode(t, "old secret after a rotation without grace", f.opens(k.ID(), secret), domain.CodeBadCredential)
+
+	stranger := commands.Actor{Key: f.key(other.KeyID)}
+	_, err = f.h.RevokeKey(f.ctx, stranger, k.ID())
+	wantCode(t, "another account revokes the key", err, domain.CodeNotFound)
+
+	if _, err := f.h.RevokeKey(f.ctx, actor, k.ID()); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "secret of a revoked key", f.opens(k.ID(), rotated), domain.CodeBadCredential)
+	version := f.key(k.ID()).Version()
+	if _, err := f.h.RevokeKey(f.ctx, actor, k.ID()); err != nil {
+		t.Fatalf("second revocation: %v", err)
+	}
+	if v := f.key(k.ID()).Version(); v != version {
+		t.Fatalf("a second revocation recorded an event (version %d -> %d)", version, v)
+	}
+
+	// a revoked actor is refused even though the caller still holds its *domain.Key
+	if _, err := f.h.RevokeKey(f.ctx, actor, owner.KeyID); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = f.h.CreateKey(f.ctx, actor, domain.KeySettings{Label: "late", Scopes: []domain.Scope{domain.ScopeEval}, Env: domain.EnvLive})
+	wantCode(t, "create with a revoked key", err, domain.CodeBadCredential)
+}
+
+func TestClaimPepper(t *testing.T) {
+	f := newFixture(t)
+	if err := commands.ClaimPepper(f.ctx, f.pool, pepper); err != nil {
+		t.Fatal(err)
+	}
+	if err := commands.ClaimPepper(f.ctx, f.pool, pepper); err != nil {
+		t.Fatalf("the same pepper again: %v", err)
+	}
+	if err := commands.ClaimPepper(f.ctx, f.pool, []byte("another-pepper-entirely")); !errors.Is(err, commands.ErrPepperMismatch) {
+		t.Fatalf("another pepper: %v, want ErrPepperMismatch", err)
+	}
+}
+
+// job submits a job of n positions for a fresh pro account and returns it with its key.
+func (f *fixture) job(n int) (*domain.Job, *domain.Key) {
+	f.t.Helper()
+	res, err := f.h.Signup(f.ctx, domain.Signup{Email: commands.NewID("jobs") + "@example.com"}, "r")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.h.ChangePlan(f.ctx, res.AccountID, domain.PlanPro, "test"); err != nil {
+		f.t.Fatal(err)
+	}
+	key := f.key(res.KeyID)
+	price, err := ledger.Quote(domain.Call{Endpoint: domain.EndpointBatch, Depth: 8, MultiPV: 1, Positions: n})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var ps []domain.JobPosition
+	for i := range n {
+		ps = append(ps, domain.JobPosition{Index: i, FEN: "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"})
+	}
+	j, err := f.h.SubmitJob(f.ctx, commands.Actor{Key: key, RequestID: "r"}, domain.PlanPro.Limits().UnitsPerDay, domain.JobSubmitted{
+		Kind: "batch", Spec: domain.JobSpec{Depth: 8, MultiPV: 1, Engine: "sf-17.1", Path: "native"}, Positions: ps,
+		HoldUnits: price.Units, HoldUSD: price.USD}, nil, nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return j, key
+}
+
+// position is what an executor reports for index i at the fresh price.
+func position(t *testing.T, j *domain.Job, i int) commands.Position {
+	t.Helper()
+	price, err := ledger.Quote(domain.Call{Endpoint: domain.EndpointBatch, Depth: 8, MultiPV: 1, Positions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return commands.Position{Index: i, Result: json.RawMessage(`{"bestmove":"e2e4"}`), Units: price.PerPosition,
+		USD: ledger.UnitsUSD(price.PerPosition), Engine: "sf-17.1", Path: "native",
+		Params: ledger.Params{Depth: 8, MultiPV: 1, Positions: 1, JobID: j.ID()}}
+}
+
+func (f *fixture) events(jobID, typ string) int {
+	f.t.Helper()
+	return f.count(`SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = $2`, domain.JobStream(jobID), typ)
+}
+
+func (f *fixture) balance(key *domain.Key) ledger.Balance {
+	f.t.Helper()
+	bs, err := ledger.KeyBalances(f.ctx, f.pool, key.AccountID())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return bs[key.ID()]
+}
+
+// A job from submission to its end: the submission holds the price and puts one
+// command on the bus; one worker claims it; positions are recorded and charged
+// exactly once whatever is sent again, also concurrently; another worker can neither
+// claim nor record while the lease runs; the end releases the rest of the hold.
+func TestJobSubmitClaimRecordFinish(t *testing.T) {
+	f := newFixture(t)
+	j, key := f.job(4)
+	if j.State() != domain.StateQueued {
+		t.Fatalf("submitted job is %s", j.State())
+	}
+	if n := f.count(`SELECT count(*) FROM watermill_` + commands.TopicJobCommands); n != 1 {
+		t.Fatalf("%d commands on the bus, want 1", n)
+	}
+	if b := f.balance(key); b.HeldUnits != j.HoldUnits() {
+		t.Fatalf("held %d, want the job's price %d", b.HeldUnits, j.HoldUnits())
+	}
+
+	lease := time.Minute
+	if _, err := f.h.ClaimJob(f.ctx, j.ID(), "w1", lease); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.h.ClaimJob(f.ctx, j.ID(), "w2", lease); !errors.Is(err, commands.ErrNotClaimable) {
+		t.Fatalf("second claim during the lease: %v", err)
+	}
+	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w2", []commands.Position{position(t, j, 0)}, lease); !errors.Is(err, commands.ErrNotClaimable) {
+		t.Fatalf("record by a worker without the lease: %v", err)
+	}
+
+	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w1", []commands.Position{position(t, j, 0)}, lease); err != nil {
+		t.Fatal(err)
+	}
+	// sent again with a new one (a retry after a commit of unknown outcome): 0 is skipped
+	got, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w1", []commands.Position{position(t, j, 0), position(t, j, 1)}, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Done() != 2 {
+		t.Fatalf("done %d, want 2", got.Done())
+	}
+	// the same positions from several goroutines at once: each recorded once
+	last := []commands.Position{position(t, j, 2), position(t, j, 3)}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.h.RecordPositions(f.ctx, key, j.ID(), "w1", last, lease) //nolint:errcheck // a loser may run out of retries: counted below
+		}()
+	}
+	wg.Wait()
+	if n := f.events(j.ID(), "JobPositionAnalysed"); n != 4 {
+		t.Fatalf("%d positions recorded, want 4", n)
+	}
+	per := position(t, j, 0).Units
+	charges := f.count(`SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'UnitsCharged' AND payload->'params'->>'job_id' = $2`,
+		ledger.Stream(key.ID()), j.ID())
+	if charges != 4 {
+		t.Fatalf("%d charges, want 4", charges)
+	}
+
+	done, err := f.h.FinishJob(f.ctx, j.ID(), "w1", nil)
+	if err != nil || done.State() != domain.StateSucceeded {
+		t.Fatalf("finish: %v %v", done, err)
+	}
+	if b := f.balance(key); b.HeldUnits != 0 || b.SpentUnits != 4*per {
+		t.Fatalf("after the end: held %d spent %d, want 0 and %d", b.HeldUnits, b.SpentUnits, 4*per)
+	}
+	if n := f.count(`SELECT count(*) FROM job_leases WHERE job_id = $1`, j.ID()); n != 0 {
+		t.Fatalf("lease left behind")
+	}
+	if _, err := f.h.ClaimJob(f.ctx, j.ID(), "w2", lease); !errors.Is(err, commands.ErrNotClaimable) {
+		t.Fatalf("claim of a finished job: %v", err)
+	}
+	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w1", []commands.Position{position(t, j, 0)}, lease); !errors.Is(err, commands.ErrNotClaimable) {
+		t.Fatalf("record after the end: %v", err)
+	}
+}
+
+// A lease that ran out lets another worker resume the job; the first worker can then
+// neither record nor finish, and a cancelled job takes no more positions.
+func TestJobTakeoverAndCancel(t *testing.T) {
+	f := newFixture(t)
+	j, key := f.job(3)
+	if _, err := f.h.ClaimJob(f.ctx, j.ID(), "w1", -time.Second); err != nil { // a lease already over
+		t.Fatal(err)
+	}
+	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w1", []commands.Position{position(t, j, 0)}, -time.Second); err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := f.h.ClaimJob(f.ctx, j.ID(), "w2", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumed.Worker() != "w2" || resumed.Result(0) == nil || f.events(j.ID(), "JobResumed") != 1 {
+		t.Fatalf("resumed by %s, position 0 kept: %v", resumed.Worker(), resumed.Result(0) != nil)
+	}
+	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w1", []commands.Position{position(t, j, 1)}, time.Minute); !errors.Is(err, commands.ErrNotClaimable) {
+		t.Fatalf("record by the worker that lost the lease: %v", err)
+	}
+	if _, err := f.h.FinishJob(f.ctx, j.ID(), "w1", nil); !errors.Is(err, commands.ErrNotClaimable) {
+		t.Fatalf("finish by the worker that lost the lease: %v", err)
+	}
+	if err := f.h.RenewLease(f.ctx, j.ID(), "w1", time.Minute); !errors.Is(err, commands.ErrNotClaimable) {
+		t.Fatalf("renew by the worker that lost the lease: %v", err)
+	}
+
+	if _, err := f.h.CancelJob(f.ctx, commands.Actor{Key: key}, j.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w2", []commands.Position{position(t, j, 1)}, time.Minute); !errors.Is(err, commands.ErrNotClaimable) {
+		t.Fatalf("record after the cancel: %v", err)
+	}
+	if n := f.events(j.ID(), "JobPositionAnalysed"); n != 1 {
+		t.Fatalf("%d positions recorded, want only the one before the takeover", n)
+	}
+	if b := f.balance(key); b.HeldUnits != 0 || b.SpentUnits != position(t, j, 0).Units {
+		t.Fatalf("after the cancel: held %d spent %d", b.HeldUnits, b.SpentUnits)
+	}
+	_, err = f.h.CancelJob(f.ctx, commands.Actor{Key: key}, j.ID())
+	wantCode(t, "second cancel", err, domain.CodeConflict)
+}

@@ -1,0 +1,166 @@
+package executor_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/analysis"
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/engine"
+	"chessd/eventstore"
+	"chessd/executor"
+	"chessd/ledger"
+	"chessd/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+const (
+	fenWhiteMateIn1 = "r1bqkb1r/pppp1ppp/2n2n2/4p2Q/2B1P3/8/PPPP1PPP/RNB1K1NR w KQkq - 4 4"
+	fenBlackMateIn1 = "rnbqkbnr/pppp1ppp/8/4p3/6P1/5P2/PPPPP2P/RNBQKBNR b KQkq g3 0 2"
+	fenStart        = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+)
+
+// Two executors with real engines share one database and two jobs: every job is
+// claimed once, never taken over, each position analysed (the mates found), recorded
+// and charged exactly once, and the hold given back at the end.
+func TestExecutorRunsJobs(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	openCtx, cancelOpen := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancelOpen()
+	catalog, err := engine.Open(openCtx, engine.Config{PoolSize: 1, QueueWait: 20 * time.Second, Logger: logger})
+	if err != nil {
+		t.Fatalf("engines: %v (run `make engines`)", err)
+	}
+	t.Cleanup(func() { catalog.Close() }) //nolint:errcheck // closing
+	cmds := commands.New(eventstore.NewStore(pool, logger), []byte("pepper-for-the-executor-test"))
+	svc := analysis.NewService(catalog, pool, logger)
+	for i := range 2 {
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		x := executor.New(executor.Config{Worker: fmt.Sprintf("w%d", i), MaxJobs: 2, Lease: 5 * time.Second, Scan: 200 * time.Millisecond, Parallel: 1},
+			pool, cmds, svc, logger)
+		go func() { done <- x.Run(runCtx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("executor %d: %v", i, err)
+			}
+		})
+	}
+
+	res, err := cmds.Signup(ctx, domain.Signup{Email: "jobs@example.com"}, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := commands.LoadKey(ctx, pool, res.KeyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fens := [][]string{{fenWhiteMateIn1, fenStart, fenBlackMateIn1}, {fenBlackMateIn1, fenWhiteMateIn1}}
+	var jobs []*domain.Job
+	for _, fs := range fens {
+		var ps []domain.JobPosition
+		for i, fen := range fs {
+			ps = append(ps, domain.JobPosition{Index: i, FEN: fen})
+		}
+		price, err := ledger.Quote(domain.Call{Endpoint: domain.EndpointBatch, Depth: 6, MultiPV: 1, Positions: len(ps)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := cmds.SubmitJob(ctx, commands.Actor{Key: key, RequestID: "r"}, domain.PlanFree.Limits().UnitsPerDay, domain.JobSubmitted{
+			Kind: "batch", Spec: domain.JobSpec{Depth: 6, MultiPV: 1, Engine: "sf-17.1", Path: string(engine.PathNative)},
+			Positions: ps, HoldUnits: price.Units, HoldUSD: price.USD}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+
+	var spent int64
+	for n, j := range jobs {
+		got := waitDone(t, pool, j.ID())
+		if got.State() != domain.StateSucceeded {
+			t.Fatalf("job %d ended %s: %+v", n, got.State(), got.Failure())
+		}
+		if s, r := count(t, pool, j.ID(), "JobStarted"), count(t, pool, j.ID(), "JobResumed"); s != 1 || r != 0 {
+			t.Fatalf("job %d started %d times, resumed %d times", n, s, r)
+		}
+		if a := count(t, pool, j.ID(), "JobPositionAnalysed"); a != len(fens[n]) {
+			t.Fatalf("job %d: %d positions recorded, want %d", n, a, len(fens[n]))
+		}
+		for i, fen := range fens[n] {
+			p := got.Result(i)
+			if p == nil {
+				t.Fatalf("job %d position %d not recorded", n, i)
+			}
+			var r analysis.Result
+			if err := json.Unmarshal(p.Result, &r); err != nil || r.BestMove == nil {
+				t.Fatalf("job %d position %d: result %s (%v)", n, i, p.Result, err)
+			}
+			if want := map[string]string{fenWhiteMateIn1: "h5f7", fenBlackMateIn1: "d8h4"}[fen]; want != "" && *r.BestMove != want {
+				t.Fatalf("job %d position %d: bestmove %s, want %s", n, i, *r.BestMove, want)
+			}
+			spent += p.Units
+		}
+		var charges int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'UnitsCharged'
+			AND payload->'params'->>'job_id' = $2`, ledger.Stream(key.ID()), j.ID()).Scan(&charges); err != nil {
+			t.Fatal(err)
+		}
+		if charges != len(fens[n]) {
+			t.Fatalf("job %d: %d charges for %d positions", n, charges, len(fens[n]))
+		}
+	}
+	bs, err := ledger.KeyBalances(ctx, pool, key.AccountID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := bs[key.ID()]; b.HeldUnits != 0 || b.SpentUnits != spent {
+		t.Fatalf("balance: held %d, spent %d; want 0 and %d", b.HeldUnits, b.SpentUnits, spent)
+	}
+	var leases int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM job_leases`).Scan(&leases); err != nil || leases != 0 {
+		t.Fatalf("%d job leases left (%v)", leases, err)
+	}
+}
+
+// waitDone waits for the job to reach a final state.
+func waitDone(t *testing.T, pool *pgxpool.Pool, jobID string) *domain.Job {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		j, err := commands.LoadJob(context.Background(), pool, jobID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State().Terminal() {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s still %s with %d done", jobID, j.State(), j.Done())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, jobID, eventType string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = $2`,
+		domain.JobStream(jobID), eventType).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

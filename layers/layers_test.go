@@ -1,0 +1,157 @@
+package layers_test
+
+import (
+	"errors"
+	"go/ast"
+	"go/build"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "chessd"
+
+// layer of every package of the module, bottom (0) to top. A package missing here
+// fails the test: a new package takes its place in the order on purpose.
+var layer = map[string]int{
+	"domain":          0, // events, aggregates, invariants: no I/O
+	"domain/position": 0,
+	"migrations":      0, // SQL text, embedded
+	"postgres":        1, // connections, migrations, the embedded cluster
+	"postgres/pgtest": 1,
+	"engine":          1, // UCI processes: no database, no domain
+	"ratelimit":       1, // its own table, through any connection
+	"eventstore":      2,
+	"commands":        3,
+	"ledger":          3,
+	"projections":     4,
+	"auth":            5, // reads the write side through commands
+	"analysis":        5, // uses the engines
+	"httpapi":         6,
+	"executor":        6, // consumes the command bus beside httpapi, above the engines
+	"cmd/chessd":      7,
+	"cmd/chessbench":  7,
+	"layers":          7, // this test
+}
+
+// noIO are imports a package of layer 0 may not have.
+var noIO = regexp.MustCompile(`^(os|os/exec|net|net/http|database/sql|syscall)$|^github\.com/(jackc|ThreeDotsLabs)/`)
+
+// packages lists the module's packages by path relative to the module root, with
+// their directories.
+func packages(t *testing.T) map[string]*build.Package {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root not found: %v", err)
+	}
+	out := map[string]*build.Package{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
+			return filepath.SkipDir
+		}
+		p, err := build.ImportDir(path, 0)
+		var none *build.NoGoError
+		if errors.As(err, &none) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		out[filepath.ToSlash(rel)] = p
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) < 10 {
+		t.Fatalf("found only %d packages under %s", len(out), root)
+	}
+	return out
+}
+
+// TestArrowsPointDown: no package imports one of a higher layer (test files aside:
+// a test may drive its package from above), and the domain does no I/O.
+func TestArrowsPointDown(t *testing.T) {
+	for rel, p := range packages(t) {
+		from, ok := layer[rel]
+		if !ok {
+			t.Errorf("package %s has no layer: give it one in layers_test.go and docs/ARCHITECTURE.md", rel)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if from == 0 && noIO.MatchString(imp) {
+				t.Errorf("%s (no I/O) imports %s", rel, imp)
+			}
+			dep, ok := strings.CutPrefix(imp, module+"/")
+			if !ok {
+				continue
+			}
+			to, known := layer[dep]
+			if !known {
+				t.Errorf("%s imports %s, which has no layer", rel, imp)
+			} else if to > from {
+				t.Errorf("%s (layer %d) imports %s (layer %d): an arrow pointing up; move the code instead", rel, from, dep, to)
+			}
+		}
+	}
+}
+
+// TestCmdAndHTTPAPIHoldNoSQL: cmd/ only wires and httpapi only speaks HTTP; what they
+// read and write they reach through the package that owns the table. Checked on the
+// source of every non-test file: no SQL text, and no call that sends a statement.
+func TestCmdAndHTTPAPIHoldNoSQL(t *testing.T) {
+	// keywords in capitals, as all our SQL is written: prose ("With a key ...") passes
+	sqlText := regexp.MustCompile(`(?s)^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ALTER|DROP|TRUNCATE|LOCK|COPY|BEGIN|COMMIT)\s`)
+	// r.URL.Query() takes no argument; a database call takes at least a context.
+	statements := map[string]bool{"Query": true, "QueryRow": true, "Exec": true, "SendBatch": true, "CopyFrom": true, "Begin": true, "BeginTx": true}
+	fset := token.NewFileSet()
+	checked := 0
+	for rel, p := range packages(t) {
+		if rel != "httpapi" && !strings.HasPrefix(rel, "cmd/") {
+			continue
+		}
+		for _, name := range p.GoFiles {
+			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checked++
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.BasicLit:
+					if n.Kind != token.STRING {
+						break
+					}
+					if s, err := strconv.Unquote(n.Value); err == nil && sqlText.MatchString(s) {
+						t.Errorf("%s: SQL text %.40q", fset.Position(n.Pos()), s)
+					}
+				case *ast.CallExpr:
+					if sel, ok := n.Fun.(*ast.SelectorExpr); ok && statements[sel.Sel.Name] && len(n.Args) > 0 {
+						t.Errorf("%s: database call %s", fset.Position(n.Pos()), sel.Sel.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no source files found under cmd/ and httpapi/")
+	}
+}

@@ -1,0 +1,191 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/migrations"
+	"chessd/postgres"
+	"chessd/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// emptyDB creates a database with no migrations applied, on the test server, dropped
+// when the test ends.
+func emptyDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	base := pgtest.URL(t) // a database on the test server to connect through
+	name := fmt.Sprintf("chessd_empty_%d_%d", os.Getpid(), time.Now().UnixNano())
+	if err := postgres.CreateDatabase(ctx, base, name); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	pool, err := postgres.Open(ctx, u.String(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		if conn, err := pgx.Connect(ctx, base); err == nil {
+			conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)") //nolint:errcheck // best effort
+			conn.Close(ctx)
+		}
+	})
+	return pool
+}
+
+func embedded(t *testing.T) []string {
+	t.Helper()
+	entries, err := migrations.FS.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".sql") {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		t.Fatal("no embedded migrations")
+	}
+	return names
+}
+
+// On an empty database every migration is applied once, in file-name order, and
+// recorded; Pending then lists nothing; running Migrate again (two servers starting
+// together) changes nothing; a migration whose record is missing is pending again.
+func TestMigrate(t *testing.T) {
+	ctx := context.Background()
+	pool := emptyDB(t)
+	if _, err := postgres.Pending(ctx, pool); err == nil {
+		t.Fatal("Pending on a database never migrated: no error")
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = postgres.Migrate(ctx, pool, quiet) }()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent migrations: %v", err)
+	}
+	rows, err := pool.Query(ctx, `SELECT name FROM schema_migrations ORDER BY applied_at, name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := embedded(t); !slices.Equal(applied, want) {
+		t.Fatalf("applied in this order:\n%v\nwant every migration once, in file-name order:\n%v", applied, want)
+	}
+	if pending, err := postgres.Pending(ctx, pool); err != nil || len(pending) != 0 {
+		t.Fatalf("pending after migrating: %v (%v)", pending, err)
+	}
+	if err := postgres.Migrate(ctx, pool, quiet); err != nil {
+		t.Fatalf("migrating a migrated database: %v", err)
+	}
+	last := applied[len(applied)-1]
+	if _, err := pool.Exec(ctx, `DELETE FROM schema_migrations WHERE name = $1`, last); err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := postgres.Pending(ctx, pool); err != nil || !slices.Equal(pending, []string{last}) {
+		t.Fatalf("pending with %s unrecorded: %v (%v)", last, pending, err)
+	}
+}
+
+// The error classes of errors PostgreSQL and the network really produce.
+func TestErrorClassesFromTheServer(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewDB(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO t VALUES (1), (2)`); err != nil {
+		t.Fatal(err)
+	}
+
+	_, unique := pool.Exec(ctx, `INSERT INTO t VALUES (1)`)
+	_, syntax := pool.Exec(ctx, `SELEC 1`)
+	_, refused := pgx.Connect(ctx, "postgres://nobody@127.0.0.1:1/none?connect_timeout=5")
+	for _, tc := range []struct {
+		name                   string
+		err                    error
+		retryable, unavailable bool
+	}{
+		{"unique violation", unique, false, false},
+		{"syntax error", syntax, false, false},
+		{"deadlock", deadlock(t, pool), true, false},
+		{"connection refused", refused, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.err == nil {
+				t.Fatal("no error produced")
+			}
+			if got := postgres.IsRetryable(tc.err); got != tc.retryable {
+				t.Errorf("IsRetryable(%v) = %v", tc.err, got)
+			}
+			if got := postgres.IsUnavailable(tc.err); got != tc.unavailable {
+				t.Errorf("IsUnavailable(%v) = %v", tc.err, got)
+			}
+			if got := postgres.IsTransient(tc.err); got != (tc.retryable || tc.unavailable) {
+				t.Errorf("IsTransient(%v) = %v", tc.err, got)
+			}
+		})
+	}
+}
+
+// deadlock makes two transactions lock t's two rows in opposite orders and returns the
+// error of the one PostgreSQL chose as the victim.
+func deadlock(t *testing.T, pool *pgxpool.Pool) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first, second := make(chan struct{}), make(chan struct{})
+	errs := make(chan error, 2)
+	lock := func(a, b int, mine, theirs chan struct{}) {
+		errs <- pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM t WHERE id = $1 FOR UPDATE`, a); err != nil {
+				return err
+			}
+			close(mine)
+			<-theirs // both hold their first row: the second locks cross
+			_, err := tx.Exec(ctx, `SELECT 1 FROM t WHERE id = $1 FOR UPDATE`, b)
+			return err
+		})
+	}
+	go lock(1, 2, first, second)
+	go lock(2, 1, second, first)
+	var failed error
+	for range 2 {
+		if err := <-errs; err != nil {
+			failed = err
+		}
+	}
+	return failed
+}
