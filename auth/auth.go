@@ -36,6 +36,7 @@ type Authenticator struct {
 
 	remembered  sync.Map // secret hash -> remembered
 	rememberedN atomic.Int64
+	versions    *versionReader
 }
 
 // remembered is what a secret opened when it was last checked in the database.
@@ -61,14 +62,11 @@ func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.
 	hash := domain.HashSecret(a.pepper, secret)
 	if v, ok := a.remembered.Load(string(hash)); ok {
 		r := v.(remembered)
-		var keyVersion, accountVersion int64
-		err := a.pool.QueryRow(ctx, `SELECT coalesce((SELECT version FROM streams WHERE stream_id = $1), 0),
-			coalesce((SELECT version FROM streams WHERE stream_id = $2), 0)`,
-			domain.KeyStream(r.key.ID()), domain.AccountStream(r.key.AccountID())).Scan(&keyVersion, &accountVersion)
+		vs, err := a.versions.read(ctx, domain.KeyStream(r.key.ID()), domain.AccountStream(r.key.AccountID()))
 		if err != nil {
 			return nil, nil, err
 		}
-		if keyVersion == r.key.Version() && accountVersion == r.account.Version() {
+		if vs[0] == r.key.Version() && vs[1] == r.account.Version() {
 			if err := r.key.Authenticate(hash, a.now()); err != nil { // a rotated-out secret's grace ends by the clock
 				return nil, nil, err
 			}
@@ -95,7 +93,7 @@ func (a *Authenticator) Forget(secret string) {
 
 // NewAuthenticator builds an Authenticator with the server's pepper.
 func NewAuthenticator(pool *pgxpool.Pool, pepper []byte) *Authenticator {
-	return &Authenticator{pool: pool, pepper: pepper, now: time.Now}
+	return &Authenticator{pool: pool, pepper: pepper, now: time.Now, versions: &versionReader{pool: pool}}
 }
 
 // WellFormedSecret checks the shape of a secret before any lookup.

@@ -2,39 +2,119 @@ package ledger
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Keyless calls are charged nothing, but each client address has a daily allowance of
-// calls (decisions.md). ReserveKeyless takes one call of addr's allowance for today in
-// one conditional statement, so concurrent calls cannot overdraw it; a refusal is a
-// *Refusal (OutcomeKeyless). The returned function gives the call back when it
-// produced no answer.
+// calls (decisions.md). A server takes an address's allowance in blocks
+// (meter_keyless: at most a quarter of what is left, so that other servers find some)
+// and hands calls out of the block in memory; a call that produced no answer gives its
+// call back to the block, and an idle block's unused calls go back to the database.
+// A server that dies loses at most a block per address for the day: the client gets
+// fewer free calls, never more than its allowance.
+
+// keylessBlock is one server's block of an address's calls for one day.
+type keylessBlock struct {
+	fill     sync.Mutex // one top-up at a time
+	avail    int        // under Meter.mu
+	lastUsed time.Time
+	released bool
+}
+
+type keylessKey struct {
+	addr netip.Addr
+	day  string
+}
+
+// keylessWant is how many calls a block is topped up for at most.
+const keylessWant = 64
+
+// ReserveKeyless takes one call of addr's allowance for today; a refusal is a *Refusal
+// (OutcomeKeyless). The returned function gives the call back when it produced no
+// answer.
 func (m *Meter) ReserveKeyless(ctx context.Context, addr netip.Addr, perDay int) (func(answered bool), error) {
-	day := m.now().Format(time.DateOnly)
-	var calls int
-	err := m.pool.QueryRow(ctx, `INSERT INTO keyless_usage (ip, day, calls) VALUES ($1, $2, 1)
-		ON CONFLICT (ip, day) DO UPDATE SET calls = keyless_usage.calls + 1 WHERE keyless_usage.calls < $3
-		RETURNING calls`, addr, day, perDay).Scan(&calls)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, refusal(OutcomeKeyless)
+	k := keylessKey{addr, m.now().Format(time.DateOnly)}
+	for {
+		m.mu.Lock()
+		b, ok := m.keyless[k]
+		if !ok {
+			b = &keylessBlock{}
+			m.keyless[k] = b
+		}
+		if b.avail > 0 && !b.released {
+			b.avail--
+			b.lastUsed = time.Now()
+			m.mu.Unlock()
+			return m.giveBack(b), nil
+		}
+		m.mu.Unlock()
+		filled, err := m.fillKeyless(ctx, k, b, perDay)
+		if err != nil {
+			return nil, err
+		}
+		if !filled {
+			return nil, refusal(OutcomeKeyless)
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("keyless allowance: %w", err)
+}
+
+// fillKeyless tops b up from the database; false when the allowance is used up.
+func (m *Meter) fillKeyless(ctx context.Context, k keylessKey, b *keylessBlock, perDay int) (bool, error) {
+	b.fill.Lock()
+	defer b.fill.Unlock()
+	m.mu.Lock()
+	avail, released := b.avail, b.released
+	m.mu.Unlock()
+	if avail > 0 || released {
+		return true, nil // filled meanwhile, or replaced: try again
 	}
+	var granted int
+	if err := m.pool.QueryRow(ctx, `SELECT meter_keyless($1, $2, $3, $4)`, k.addr, k.day, keylessWant, perDay).Scan(&granted); err != nil {
+		return false, fmt.Errorf("keyless allowance: %w", err)
+	}
+	m.mu.Lock()
+	b.avail += granted
+	b.lastUsed = time.Now()
+	m.mu.Unlock()
+	return granted > 0, nil
+}
+
+func (m *Meter) giveBack(b *keylessBlock) func(answered bool) {
 	return func(answered bool) {
 		if answered {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := m.pool.Exec(ctx, `UPDATE keyless_usage SET calls = calls - 1 WHERE ip = $1 AND day = $2 AND calls > 0`, addr, day); err != nil {
-			m.logger.Warn("give back a keyless call", "err", err)
+		m.mu.Lock()
+		b.avail++
+		m.mu.Unlock()
+	}
+}
+
+// releaseKeyless gives idle blocks' unused calls back (all of them when all is set).
+func (m *Meter) releaseKeyless(ctx context.Context, all bool) {
+	type back struct {
+		k keylessKey
+		n int
+	}
+	var backs []back
+	m.mu.Lock()
+	for k, b := range m.keyless {
+		if all || time.Since(b.lastUsed) > m.cfg.LeaseIdle {
+			b.released = true
+			delete(m.keyless, k)
+			if b.avail > 0 {
+				backs = append(backs, back{k, b.avail})
+			}
 		}
-	}, nil
+	}
+	m.mu.Unlock()
+	for _, r := range backs {
+		if _, err := m.pool.Exec(ctx, `UPDATE keyless_usage SET calls = greatest(0, calls - $3) WHERE ip = $1 AND day = $2`,
+			r.k.addr, r.k.day, r.n); err != nil {
+			m.logger.Warn("give back keyless calls (they are lost for the day)", "err", err)
+		}
+	}
 }

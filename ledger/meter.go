@@ -41,8 +41,9 @@ type Meter struct {
 	owner  string // this process, as the owner of its leases and claims
 	now    func() time.Time
 
-	mu     sync.Mutex
-	leases map[leaseKey]*lease
+	mu      sync.Mutex
+	leases  map[leaseKey]*lease
+	keyless map[keylessKey]*keylessBlock
 
 	queue    chan *settlement
 	flushReq chan chan error
@@ -128,7 +129,7 @@ func NewMeter(ctx context.Context, store *eventstore.Store, logger *slog.Logger,
 	m := &Meter{
 		store: store, pool: store.Pool(), logger: logger, cfg: cfg, owner: "srv_" + randomHex(8),
 		now:    func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
-		leases: map[leaseKey]*lease{}, queue: make(chan *settlement, 4096), flushReq: make(chan chan error),
+		leases: map[leaseKey]*lease{}, keyless: map[keylessKey]*keylessBlock{}, queue: make(chan *settlement, 4096), flushReq: make(chan chan error),
 		stopped: make(chan struct{}), settled: make(chan struct{}),
 	}
 	go m.loop(ctx)

@@ -295,6 +295,7 @@ func (m *Meter) housekeeping(ctx context.Context) {
 	for _, l := range idle {
 		m.releaseRow(ctx, l)
 	}
+	m.releaseKeyless(ctx, false)
 	b := &pgx.Batch{}
 	b.Queue(`UPDATE leases SET expires_at = now() + $2 WHERE owner = $1`, m.owner, m.cfg.LeaseTTL)
 	b.Queue(`UPDATE idempotency SET expires_at = now() + $2 WHERE owner = $1 AND state = 'running'`, m.owner, m.cfg.LeaseTTL)
@@ -369,4 +370,5 @@ queued:
 	for _, l := range leases {
 		m.releaseRow(ctx, l)
 	}
+	m.releaseKeyless(ctx, true)
 }

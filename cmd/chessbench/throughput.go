@@ -20,7 +20,7 @@ func (b *bench) cachedAll(d time.Duration, connCounts []int) error {
 	fmt.Println("trivial: an http.Server in the same process whose handler decodes the same body and encodes a small JSON answer,")
 	fmt.Println("driven by the same wrk command (same script, connections, threads, duration) right before the service's runs.")
 	fmt.Println("charged: with a key (authenticated, caps, reserved from the lease, one UnitsCharged event per call, group-committed);")
-	fmt.Println("keyless: no Authorization header (the per-address daily allowance, one upsert of a row per call).")
+	fmt.Println("keyless: no Authorization header (the per-address daily allowance, taken in blocks held in memory).")
 	fmt.Println()
 	if err := b.warm(b.replicas[0]); err != nil {
 		return err
