@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
+
+	"chessd/httpapi"
 )
 
 // Two API servers and a job worker on one database, a key with a budget of 20 units:
@@ -89,5 +92,53 @@ func TestBudgetHoldsAcrossServers(t *testing.T) {
 				t.Fatalf("a call refused over budget ran %d searches", n)
 			}
 		}
+	}
+}
+
+// Two servers hand out one address's keyless allowance in blocks: together they never
+// answer more calls than the allowance, and once their idle blocks are given back the
+// database counts exactly the calls answered.
+func TestKeylessAllowanceAcrossServers(t *testing.T) {
+	a := newEnv(t, withWorkers(0))
+	b := newEnv(t, onPool(a.pool), withWorkers(0))
+	body := evalBody(cheapFEN, `"depth":6`)
+	if r := a.do("POST", "/v1/eval", "", body); r.Status != 200 { // cached from now on
+		t.Fatal(r.Raw)
+	}
+	answered := 1
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := range 80 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := []*env{a, b}[i%2].do("POST", "/v1/eval", "", body)
+			mu.Lock()
+			defer mu.Unlock()
+			switch r.Status {
+			case 200:
+				answered++
+			case 402:
+				if r.Body["next_action"] != "sign_up" {
+					t.Errorf("402 with next_action %v", r.Body["next_action"])
+				}
+			default:
+				t.Errorf("keyless eval: %d %s", r.Status, r.Raw)
+			}
+		}()
+	}
+	wg.Wait()
+	if answered > httpapi.KeylessPerDay || answered < httpapi.KeylessPerDay-30 {
+		t.Fatalf("%d keyless calls answered by two servers, allowance %d", answered, httpapi.KeylessPerDay)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for calls := -1; calls != answered; {
+		if err := a.pool.QueryRow(context.Background(), `SELECT calls FROM keyless_usage`).Scan(&calls); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the allowance counts %d calls, %d were answered", calls, answered)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
