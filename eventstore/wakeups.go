@@ -25,6 +25,10 @@ func queueNotify(b *pgx.Batch, topic string) {
 	b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, topic)
 }
 
+// QueueNotify announces topic, on commit, from a batch of another package (a read model
+// whose readers wait for it).
+func QueueNotify(b *pgx.Batch, topic string) { queueNotify(b, topic) }
+
 // Notify is queueNotify for a publisher outside this package (the command bus).
 func Notify(ctx context.Context, tx pgx.Tx, topic string) error {
 	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, topic)
@@ -112,6 +116,35 @@ func (w *Wakeups) wakeAll() {
 	w.mu.Unlock()
 	for _, t := range topics {
 		w.wake(t)
+	}
+}
+
+// Listening says whether notifications are being received now: while not, a waiter must
+// poll.
+func (w *Wakeups) Listening() bool { return w.listening.Load() }
+
+// Subscribe registers a one-off waiter of topic (a job's event stream): the channel
+// receives a value after each announcement (at most one pending), until cancel.
+func (w *Wakeups) Subscribe(topic string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	w.waiters[topic] = append(w.waiters[topic], ch)
+	w.mu.Unlock()
+	return ch, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		list := w.waiters[topic]
+		for i, c := range list {
+			if c == ch {
+				list = append(list[:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(w.waiters, topic)
+		} else {
+			w.waiters[topic] = list
+		}
 	}
 }
 

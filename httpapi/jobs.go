@@ -287,6 +287,19 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// The jobs projection announces each addition to the stream at its commit: the
+	// stream waits for that and makes no query while nothing happens. It polls only
+	// while notifications are not being received (the listener reconnects), or when
+	// the server has no listener at all. It subscribes before its first read, so
+	// nothing added after that read goes unannounced.
+	var wake <-chan struct{}
+	listening := func() bool { return false }
+	if s.wakeups != nil {
+		var cancel func()
+		wake, cancel = s.wakeups.Subscribe(projections.JobStreamTopic(j.ID()))
+		defer cancel()
+		listening = s.wakeups.Listening
+	}
 	ctx := r.Context()
 	pending, ended, err := projections.JobStreamAfter(ctx, s.pool, j.ID(), last)
 	if err != nil {
@@ -320,14 +333,23 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 		if ended {
 			return
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-keepAlive.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
 				return
+			case <-keepAlive.C:
+				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+					return
+				}
+				rc.Flush() //nolint:errcheck // as above
+			case <-wake:
+				break wait
+			case <-poll.C:
+				if !listening() { // a notification may be lost: look
+					break wait
+				}
 			}
-		case <-poll.C:
 		}
 		if pending, ended, err = projections.JobStreamAfter(ctx, s.pool, j.ID(), last); err != nil {
 			return // the database failed mid-stream: the client reconnects with Last-Event-ID

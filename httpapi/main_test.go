@@ -120,7 +120,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		KeyRequestsPerMinute: cfg.keyPerMinute}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, testPepper),
 		Auth: auth.NewAuthenticator(pool, testPepper), Analysis: svc,
-		Meter: meter, Logger: logger,
+		Meter: meter, Logger: logger, Wakeups: eventstore.Listen(meterCtx, pool, logger),
 	})
 	if !cfg.noProjections {
 		ctx, cancel := context.WithCancel(context.Background())

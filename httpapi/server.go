@@ -21,6 +21,7 @@ import (
 	"chessd/auth"
 	"chessd/commands"
 	"chessd/domain"
+	"chessd/eventstore"
 	"chessd/ledger"
 	"chessd/ratelimit"
 )
@@ -50,6 +51,7 @@ type Server struct {
 	auth     *auth.Authenticator
 	analysis *analysis.Service
 	meter    *ledger.Meter
+	wakeups  *eventstore.Wakeups
 	billing  BillingProvider
 	limiter  *ratelimit.Limiter
 	keyRate  int // Config.KeyRequestsPerMinute
@@ -67,6 +69,9 @@ type Deps struct {
 	Meter    *ledger.Meter   // the money path
 	Billing  BillingProvider // nil: paid subscriptions not enabled
 	Logger   *slog.Logger
+	// Wakeups, when set, wakes job event streams at the commits that add to them
+	// (without it they poll).
+	Wakeups *eventstore.Wakeups
 }
 
 // New builds the server and its routes.
@@ -76,7 +81,7 @@ func New(cfg Config, d Deps) *Server {
 	}
 	s := &Server{
 		baseURL: strings.TrimRight(cfg.BaseURL, "/"), maxBody: cfg.MaxBodyBytes,
-		pool: d.Pool, commands: d.Commands, auth: d.Auth, analysis: d.Analysis, meter: d.Meter,
+		pool: d.Pool, commands: d.Commands, auth: d.Auth, analysis: d.Analysis, meter: d.Meter, wakeups: d.Wakeups,
 		billing: d.Billing, logger: d.Logger, keyRate: cfg.KeyRequestsPerMinute,
 	}
 	if s.billing == nil {

@@ -19,7 +19,8 @@ import (
 // keylessBlock is one server's block of an address's calls for one day.
 type keylessBlock struct {
 	fill     sync.Mutex // one top-up at a time
-	avail    int        // under Meter.mu
+	avail    int        // the rest under Meter.mu
+	filling  int        // top-ups in flight: the block is in use
 	lastUsed time.Time
 	released bool
 }
@@ -41,7 +42,7 @@ func (m *Meter) ReserveKeyless(ctx context.Context, addr netip.Addr, perDay int)
 		m.mu.Lock()
 		b, ok := m.keyless[k]
 		if !ok {
-			b = &keylessBlock{}
+			b = &keylessBlock{lastUsed: time.Now()}
 			m.keyless[k] = b
 		}
 		if b.avail > 0 && !b.released {
@@ -67,18 +68,23 @@ func (m *Meter) fillKeyless(ctx context.Context, k keylessKey, b *keylessBlock, 
 	defer b.fill.Unlock()
 	m.mu.Lock()
 	avail, released := b.avail, b.released
+	if avail == 0 && !released {
+		b.filling++ // housekeeping leaves a block being filled alone
+	}
 	m.mu.Unlock()
 	if avail > 0 || released {
 		return true, nil // filled meanwhile, or replaced: try again
 	}
 	var granted int
-	if err := m.pool.QueryRow(ctx, `SELECT meter_keyless($1, $2, $3, $4)`, k.addr, k.day, keylessWant, perDay).Scan(&granted); err != nil {
-		return false, fmt.Errorf("keyless allowance: %w", err)
-	}
+	err := m.pool.QueryRow(ctx, `SELECT meter_keyless($1, $2, $3, $4)`, k.addr, k.day, keylessWant, perDay).Scan(&granted)
 	m.mu.Lock()
+	b.filling--
 	b.avail += granted
 	b.lastUsed = time.Now()
 	m.mu.Unlock()
+	if err != nil {
+		return false, fmt.Errorf("keyless allowance: %w", err)
+	}
 	return granted > 0, nil
 }
 
@@ -102,7 +108,7 @@ func (m *Meter) releaseKeyless(ctx context.Context, all bool) {
 	var backs []back
 	m.mu.Lock()
 	for k, b := range m.keyless {
-		if all || time.Since(b.lastUsed) > m.cfg.LeaseIdle {
+		if all || (b.filling == 0 && time.Since(b.lastUsed) > m.cfg.LeaseIdle) {
 			b.released = true
 			delete(m.keyless, k)
 			if b.avail > 0 {

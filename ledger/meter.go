@@ -114,6 +114,7 @@ type lease struct {
 	keyVersion, accountVersion int64
 	avail                      int64 // reserved in the database, not handed to a call
 	inflight                   int   // reservations neither settled nor cancelled
+	filling                    int   // top-ups in flight: the lease is in use
 	pending                    int64 // settled in memory, not yet committed
 	lastUsed                   time.Time
 	released                   bool
@@ -255,6 +256,9 @@ func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64) err
 	defer l.acquire.Unlock()
 	m.mu.Lock()
 	released, avail := l.released, l.avail
+	if !released && avail < units {
+		l.filling++ // housekeeping leaves a lease being topped up alone
+	}
 	m.mu.Unlock()
 	if released {
 		return errLeaseGone
@@ -262,6 +266,12 @@ func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64) err
 	if avail >= units {
 		return nil // another call topped it up meanwhile
 	}
+	defer func() {
+		m.mu.Lock()
+		l.filling--
+		l.lastUsed = time.Now()
+		m.mu.Unlock()
+	}()
 	need := units - avail
 	var outcome string
 	var granted int64

@@ -285,7 +285,7 @@ func (m *Meter) housekeeping(ctx context.Context) {
 	var idle []*lease
 	m.mu.Lock()
 	for lk, l := range m.leases {
-		if l.inflight == 0 && l.pending == 0 && time.Since(l.lastUsed) > m.cfg.LeaseIdle {
+		if l.inflight == 0 && l.filling == 0 && l.pending == 0 && time.Since(l.lastUsed) > m.cfg.LeaseIdle {
 			l.released = true
 			delete(m.leases, lk)
 			idle = append(idle, l)

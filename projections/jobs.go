@@ -23,6 +23,10 @@ func (Jobs) Name() string     { return "jobs_v1" }
 func (Jobs) Topic() string    { return "jobs" }
 func (Jobs) Tables() []string { return []string{"jobs", "job_stream"} }
 
+// JobStreamTopic is what the jobs projection announces (eventstore.NotifyChannel) when it
+// adds to a job's event stream: GET /jobs/{id}/events waits for it instead of polling.
+func JobStreamTopic(jobID string) string { return "job_stream:" + jobID }
+
 // JobRecord is the job as clients see it (decisions.md, Jobs).
 type JobRecord struct {
 	ID             string         `json:"job_id"`
@@ -107,6 +111,9 @@ func (Jobs) apply(ctx context.Context, tx pgx.Tx, jobID string, e eventstore.Eve
 		}
 		b.Queue(`INSERT INTO job_stream (job_id, seq, version, kind, data)
 			SELECT $1, coalesce(max(seq), 0) + 1, $2, $3, $4 FROM job_stream WHERE job_id = $1`, jobID, e.Version, kind, body)
+		// the job's open event streams wake at this transaction's commit (PostgreSQL
+		// folds a transaction's equal notifications into one)
+		eventstore.QueueNotify(b, JobStreamTopic(jobID))
 		return nil
 	}
 	switch ev := last.(type) {

@@ -82,6 +82,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		Analysis: svc,
 		Meter:    meter,
 		Logger:   logger,
+		Wakeups:  eventstore.Listen(meterCtx, db.pool, logger), // job event streams wait for commits
 	})
 
 	ctx, cancel := context.WithCancel(ctx)
