@@ -53,7 +53,7 @@ func run() error {
 	cachedFor := flag.Duration("cached", 5*time.Second, "duration of each wrk run")
 	conns := flag.String("conns", "4,16,32,64", "wrk connections of the one-server cached runs")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
-	parts := flag.String("parts", "paired,jobs,cached,replicas,accounts", "which measurements to run")
+	parts := flag.String("parts", "paired,jobs,stream,cached,replicas,accounts", "which measurements to run")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -81,6 +81,11 @@ func run() error {
 	if run("jobs") {
 		if err := b.jobs(); err != nil {
 			return fmt.Errorf("jobs: %w", err)
+		}
+	}
+	if run("stream") {
+		if err := b.streamLatency(); err != nil {
+			return fmt.Errorf("stream: %w", err)
 		}
 	}
 	if run("cached") {
