@@ -72,13 +72,13 @@ func (s *Server) replay(w http.ResponseWriter, first ledger.Stored) {
 }
 
 // keep stores the answer of a claimed key, or gives the claim back when the answer is
-// a server error (a retry should run afresh). Secrets are stored redacted: they are
-// shown once.
+// an error: a retry runs afresh (after raising a budget, say). Secrets are stored
+// redacted: they are shown once.
 func (s *Server) keep(r *http.Request, st *ledger.Stored, status int, body []byte) {
 	if st == nil {
 		return
 	}
-	if status >= 500 {
+	if status >= 400 {
 		s.meter.Unclaim(r.Context(), *st)
 		return
 	}

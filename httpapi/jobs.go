@@ -188,8 +188,8 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, idem *ledger.Sto
 	writeJSON(w, http.StatusAccepted, jobAnswer(s, job))
 }
 
-// keepError answers err; a refusal is kept for the claimed Idempotency-Key like any
-// answer (a retry gets the same refusal), a server error gives the claim back.
+// keepError answers err and gives the claimed Idempotency-Key back: a retry runs
+// afresh (after raising a budget, say).
 func (s *Server) keepError(w http.ResponseWriter, r *http.Request, idem *ledger.Stored, err error) {
 	if idem == nil {
 		s.writeError(w, r, err)

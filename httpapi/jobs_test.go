@@ -518,3 +518,24 @@ func TestIdempotentJobSubmission(t *testing.T) {
 		e.checkJobBooks(t, key, id)
 	}
 }
+
+// A refusal is not kept for an Idempotency-Key: after raising the budget, a retry with
+// the same key runs afresh (for a job and for an eval).
+func TestRefusalIsNotKeptForAnIdempotencyKey(t *testing.T) {
+	e := newEnv(t)
+	owner := e.signupPro("idem-refused@example.com")
+	key, keyID := e.createKey(owner, map[string]any{"scopes": []string{"eval", "jobs"}, "budget_units": 1})
+	batch := `{"fens":["8/8/8/4k3/8/8/4P3/4K3 w - - 0 1"],"depth":4}`
+	eval := evalBody(startFEN, `"depth":5`)
+	wantProblem(t, e.withIdem("/v1/batch", key, "retry-after-raise", batch), 402, "raise_budget")
+	wantProblem(t, e.withIdem("/v1/eval", key, "eval-after-raise", eval), 402, "raise_budget")
+	if r := e.do("PATCH", "/v1/keys/"+keyID, owner, map[string]any{"budget_units": 1000}); r.Status != 200 {
+		t.Fatalf("raise: %d %s", r.Status, r.Raw)
+	}
+	if r := e.withIdem("/v1/batch", key, "retry-after-raise", batch); r.Status != 202 {
+		t.Fatalf("job retried after raising the budget: %d %s", r.Status, r.Raw)
+	}
+	if r := e.withIdem("/v1/eval", key, "eval-after-raise", eval); r.Status != 200 {
+		t.Fatalf("eval retried after raising the budget: %d %s", r.Status, r.Raw)
+	}
+}
