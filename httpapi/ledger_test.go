@@ -123,6 +123,10 @@ func TestBudgetHoldsUnderConcurrency(t *testing.T) {
 			if count[200] != 10 || count[402] != 40 {
 				t.Fatalf("statuses %v, want 10×200 and 40×402", count)
 			}
+			// answered calls are settled in the next group commit, a moment after
+			if err := e.meter.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 			for _, k := range e.do("GET", "/v1/keys", owner, nil).Body["keys"].([]any) {
 				if k := k.(map[string]any); k["key_id"] == keyID && (k["last_used_at"] == nil || k["spent_units"] != float64(10)) {
 					t.Fatalf("key record after its calls: %v", k)

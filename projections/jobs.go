@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,27 +74,17 @@ func (p Jobs) Apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) error {
 	return applyInStreamOrder(ctx, tx, e, current, func(e eventstore.Event) error { return p.apply(ctx, tx, jobID, e) })
 }
 
-// apply moves the jobs row and appends the SSE events. The job's state is folded from
-// its events up to e (at most a few dozen), so the record sent is exactly the job's.
+// apply moves the jobs row and appends the SSE events, from the job as it stands after
+// e (jobAt: one event folded into the job this projection left at e's predecessor).
 func (Jobs) apply(ctx context.Context, tx pgx.Tx, jobID string, e eventstore.Event) error {
-	evs, err := eventstore.Load(ctx, tx, e.StreamID)
+	last, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
 	if err != nil {
 		return err
 	}
-	var folded []domain.Event
-	var last domain.Event
-	for _, s := range evs {
-		if s.Version > e.Version {
-			break
-		}
-		d, err := domain.Decode(s.Type, s.SchemaVersion, s.Payload)
-		if err != nil {
-			return err
-		}
-		folded = append(folded, d)
-		last = d
+	j, err := jobAt(ctx, tx, e, last)
+	if err != nil {
+		return err
 	}
-	j := domain.RehydrateJob(folded)
 	rec := RecordOf(j)
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO jobs (job_id, account_id, key_id, kind, state, positions_total, positions_done, cost_units, cost_usd,
@@ -131,7 +122,79 @@ func (Jobs) apply(ctx context.Context, tx pgx.Tx, jobID string, e eventstore.Eve
 	if err != nil {
 		return err
 	}
-	return tx.SendBatch(ctx, b).Close()
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	folds.keep(e.StreamID, j, last)
+	return nil
+}
+
+// folds keeps, per job, the aggregate this process's jobs projection last applied, so
+// that the next event costs one fold, not a reload of the job's whole stream. An entry
+// is used only when it stands at the event's predecessor: one left ahead by a
+// transaction that rolled back, or by another runner, is reloaded from the events.
+var folds = &jobFolds{jobs: map[string]*domain.Job{}}
+
+type jobFolds struct {
+	mu   sync.Mutex
+	jobs map[string]*domain.Job // stream id -> aggregate
+}
+
+// maxFolds bounds the jobs kept; past it, all are forgotten (and reloaded when needed).
+const maxFolds = 10_000
+
+// take removes and returns stream's aggregate if it stands at version.
+func (f *jobFolds) take(stream string, version int64) *domain.Job {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j, ok := f.jobs[stream]
+	delete(f.jobs, stream) // one user at a time
+	if !ok || j.Version() != version {
+		return nil
+	}
+	return j
+}
+
+// keep stores j after its event last was applied; a finished job is forgotten.
+func (f *jobFolds) keep(stream string, j *domain.Job, last domain.Event) {
+	switch last.(type) {
+	case *domain.JobSucceeded, *domain.JobFailed, *domain.JobCancelled:
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.jobs) >= maxFolds {
+		clear(f.jobs)
+	}
+	f.jobs[stream] = j
+}
+
+// jobAt is the job as it stands after e (whose decoded form is d).
+func jobAt(ctx context.Context, tx pgx.Tx, e eventstore.Event, d domain.Event) (*domain.Job, error) {
+	if j := folds.take(e.StreamID, e.Version-1); j != nil {
+		j.Apply(d)
+		return j, nil
+	}
+	evs, err := eventstore.Load(ctx, tx, e.StreamID)
+	if err != nil {
+		return nil, err
+	}
+	var folded []domain.Event
+	for _, s := range evs {
+		if s.Version > e.Version {
+			break
+		}
+		if s.Version == e.Version {
+			folded = append(folded, d)
+			break
+		}
+		ev, err := domain.Decode(s.Type, s.SchemaVersion, s.Payload)
+		if err != nil {
+			return nil, err
+		}
+		folded = append(folded, ev)
+	}
+	return domain.RehydrateJob(folded), nil
 }
 
 // PositionResult is one position of a job's result.
