@@ -22,18 +22,7 @@ func (b *bench) cachedAll(d time.Duration, connCounts []int) error {
 	fmt.Println("charged: with a key (authenticated, caps, reserved from the lease, one UnitsCharged event per call, group-committed);")
 	fmt.Println("keyless: no Authorization header (the per-address daily allowance, taken in blocks held in memory).")
 	fmt.Println()
-	if err := b.warm(b.replicas[0]); err != nil {
-		return err
-	}
-	charged, err := b.script("charged", []string{b.key})
-	if err != nil {
-		return err
-	}
-	keyless, err := b.script("keyless", nil)
-	if err != nil {
-		return err
-	}
-	trivial, err := b.trivialURLs(1)
+	charged, keyless, trivial, err := b.prepare(b.replicas[:1])
 	if err != nil {
 		return err
 	}
@@ -77,21 +66,8 @@ func (b *bench) replicasAll(ctx context.Context, logger *slog.Logger, d time.Dur
 	fmt.Println("authenticator and analysis service, on its own port; the projection runner and the engines are shared.")
 	fmt.Println("One wrk process per server (half the connections and one thread each), at once; the same key and the same address on both.")
 	fmt.Println()
-	for _, r := range b.replicas {
-		if err := b.warm(r); err != nil {
-			return err
-		}
-	}
 	urls := []string{b.replicas[0].url, b.replicas[1].url}
-	charged, err := b.script("charged", []string{b.key})
-	if err != nil {
-		return err
-	}
-	keyless, err := b.script("keyless", nil)
-	if err != nil {
-		return err
-	}
-	trivial, err := b.trivialURLs(2)
+	charged, keyless, trivial, err := b.prepare(b.replicas[:2])
 	if err != nil {
 		return err
 	}
@@ -189,6 +165,24 @@ func printCPU(rows []string) {
 }
 
 // warm evaluates the positions once on r (with the cache on), so that the runs hit it.
+// prepare warms each server's cache and leases, writes the charged and keyless wrk
+// scripts, and starts a trivial handler per server.
+func (b *bench) prepare(servers []*replica) (charged, keyless string, trivial []string, err error) {
+	for _, r := range servers {
+		if err := b.warm(r); err != nil {
+			return "", "", nil, err
+		}
+	}
+	if charged, err = b.script("charged", []string{b.key}); err != nil {
+		return "", "", nil, err
+	}
+	if keyless, err = b.script("keyless", nil); err != nil {
+		return "", "", nil, err
+	}
+	trivial, err = b.trivialURLs(len(servers))
+	return charged, keyless, trivial, err
+}
+
 func (b *bench) warm(r *replica) error {
 	r.svc.EnableCache()
 	for _, fen := range positions {
