@@ -145,12 +145,18 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 			return
 		}
 	}
-	answered := false
+	// Whatever ends this call without an answer gives back what it took: the reservation,
+	// the keyless call, and the Idempotency-Key's claim (else its owner would renew it,
+	// and retries be told to wait, for as long as this server lives).
+	answered, claimed := false, false
 	defer func() {
 		if !answered {
 			reservation.Cancel()
 			if keyless != nil {
 				keyless(false)
+			}
+			if claimed {
+				s.meter.Unclaim(r.Context(), *idem)
 			}
 		}
 	}()
@@ -160,23 +166,24 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	// finished or running request stops the search and is answered from the claim.
 	ctx, stop := context.WithCancel(r.Context())
 	defer stop()
-	claimed := make(chan claimResult, 1)
+	claims := make(chan claimResult, 1)
 	if idem != nil {
 		go func() {
 			first, err := s.meter.Claim(ctx, *idem)
 			if err != nil || first != nil {
 				stop()
 			}
-			claimed <- claimResult{first, err}
+			claims <- claimResult{first, err}
 		}()
 	} else {
-		claimed <- claimResult{}
+		claims <- claimResult{}
 	}
 	res := known
 	if !hit {
 		res, err = s.analysis.Analyse(ctx, spec, engine.Interactive, false)
 	}
-	c := <-claimed
+	c := <-claims
+	claimed = idem != nil && c.err == nil && c.first == nil
 	switch {
 	case c.err != nil:
 		fail(c.err)
@@ -185,9 +192,6 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		s.replay(w, *c.first)
 		return
 	case err != nil:
-		if idem != nil {
-			s.meter.Unclaim(r.Context(), *idem)
-		}
 		fail(err)
 		return
 	}

@@ -112,8 +112,15 @@ func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		rec := &bodyRecorder{ResponseWriter: w, status: http.StatusOK}
+		returned := false
+		defer func() { // deferred, so that a handler that panics gives its claim back too
+			if !returned {
+				rec.status = http.StatusInternalServerError
+			}
+			s.keep(r, st, rec.status, rec.body.Bytes())
+		}()
 		h(rec, r)
-		s.keep(r, st, rec.status, rec.body.Bytes())
+		returned = true
 	}
 }
 
