@@ -53,8 +53,8 @@ const maxRemembered = 100_000
 // streams' versions tells whether either has changed since (a revocation, rotation,
 // PATCH or plan change on any server). Unchanged, they are answered from memory;
 // changed, they are loaded afresh. So the next call after any change sees it, on every
-// server, before any engine starts. The charge still checks the versions it was
-// authenticated at (ledger.ErrStaleAuth) for a change that lands during the search.
+// server, before any engine starts. A change that lands during the search applies from
+// the next call: the call was authorised when it started.
 func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.Key, *domain.Account, error) {
 	if !WellFormedSecret(secret) {
 		return a.Authenticate(ctx, secret)
@@ -84,11 +84,6 @@ func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.
 	}
 	a.remembered.Store(string(hash), remembered{key: k, account: acct})
 	return k, acct, nil
-}
-
-// Forget drops what Remembered knows of secret.
-func (a *Authenticator) Forget(secret string) {
-	a.remembered.Delete(string(domain.HashSecret(a.pepper, secret)))
 }
 
 // NewAuthenticator builds an Authenticator with the server's pepper.

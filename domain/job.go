@@ -171,11 +171,6 @@ func (j *Job) VisibleTo(k *Key) bool {
 	return j.Exists() && j.AccountID() == k.AccountID() && j.Env() == k.Env().String()
 }
 
-// RemainingHold is what is still reserved: the hold less what the positions charged.
-func (j *Job) RemainingHold() (int64, decimal.Decimal) {
-	return max(0, j.submitted.HoldUnits-j.units), decimal.Max(decimal.Zero, j.submitted.HoldUSD.Sub(j.usd))
-}
-
 // MaxJobPositions bounds a job (service-spec.md, Limits).
 const MaxJobPositions = 50
 

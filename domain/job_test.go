@@ -63,10 +63,6 @@ func TestJobLifecycle(t *testing.T) {
 	if _, err := j.Succeed(now); err == nil {
 		t.Fatal("succeeded with a position missing")
 	}
-	units, usd := j.RemainingHold()
-	if units != 25 || usd.StringFixed(6) != "0.000250" {
-		t.Fatalf("remaining hold %d %s", units, usd)
-	}
 	c, err := j.Cancel(now)
 	if err != nil {
 		t.Fatal(err)

@@ -27,17 +27,10 @@ func (s *Server) authenticate(r *http.Request) (*domain.Key, error) {
 	return s.authenticateWith(r, s.auth.Authenticate)
 }
 
-// authenticateRemembered is authenticate from memory, for costed calls only: their
-// charge checks that the key and account have not changed since (ledger.ErrStaleAuth).
+// authenticateRemembered is authenticate from memory (auth.Authenticator.Remembered:
+// the key's and account's versions are still checked on every call), for costed calls.
 func (s *Server) authenticateRemembered(r *http.Request) (*domain.Key, error) {
 	return s.authenticateWith(r, s.auth.Remembered)
-}
-
-// forgetCredential drops the remembered state of the request's key.
-func (s *Server) forgetCredential(r *http.Request) {
-	if secret, present, err := bearer(r); err == nil && present {
-		s.auth.Forget(secret)
-	}
 }
 
 func (s *Server) authenticateWith(r *http.Request, auth func(context.Context, string) (*domain.Key, *domain.Account, error)) (*domain.Key, error) {
