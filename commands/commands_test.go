@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -243,11 +244,12 @@ func (f *fixture) balance(key *domain.Key) ledger.Balance {
 	return bs[key.ID()]
 }
 
-// A job from submission to its end: the submission holds the price and puts one
-// command on the bus; one worker claims it; positions are recorded and charged
-// exactly once whatever is sent again, also concurrently; another worker can neither
-// claim nor record while the lease runs; the end releases the rest of the hold.
-func TestJobSubmitClaimRecordFinish(t *testing.T) {
+// A job from submission to its end: the submission holds the price, puts one command
+// on the bus and every position on the queue; two workers take positions, never the
+// same; the first to take one starts the job; a position is recorded and charged only
+// by the worker that holds it, once whatever is sent again, also concurrently; the
+// record of the last position ends the job and releases the rest of the hold.
+func TestJobQueueTakeRecordFinish(t *testing.T) {
 	f := newFixture(t)
 	j, key := f.job(4)
 	if j.State() != domain.StateQueued {
@@ -256,40 +258,58 @@ func TestJobSubmitClaimRecordFinish(t *testing.T) {
 	if n := f.count(`SELECT count(*) FROM watermill_` + commands.TopicJobCommands); n != 1 {
 		t.Fatalf("%d commands on the bus, want 1", n)
 	}
+	if n := f.count(`SELECT count(*) FROM job_queue WHERE job_id = $1 AND worker IS NULL`, j.ID()); n != 4 {
+		t.Fatalf("%d free positions on the queue, want 4", n)
+	}
 	if b := f.balance(key); b.HeldUnits != j.HoldUnits() {
 		t.Fatalf("held %d, want the job's price %d", b.HeldUnits, j.HoldUnits())
 	}
 
 	lease := time.Minute
-	if _, err := f.h.ClaimJob(f.ctx, j.ID(), "w1", lease); err != nil {
-		t.Fatal(err)
+	w1, w2 := f.take("w1", 2, lease), f.take("w2", 5, lease)
+	if len(w1) != 2 || len(w2) != 2 || w1[0].Index != 0 || w1[1].Index != 1 || w2[0].Index != 2 || w2[1].Index != 3 {
+		t.Fatalf("taken: w1 %v, w2 %v; want 0, 1 and 2, 3", w1, w2)
 	}
-	if _, err := f.h.ClaimJob(f.ctx, j.ID(), "w2", lease); !errors.Is(err, commands.ErrNotClaimable) {
-		t.Fatalf("second claim during the lease: %v", err)
+	if more := f.take("w3", 5, lease); len(more) != 0 {
+		t.Fatalf("w3 took %v while every lease runs", more)
 	}
-	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w2", []commands.Position{position(t, j, 0)}, lease); !errors.Is(err, commands.ErrNotClaimable) {
-		t.Fatalf("record by a worker without the lease: %v", err)
+	for _, w := range []string{"w1", "w2"} {
+		if _, err := f.h.StartJob(f.ctx, j.ID(), w, false); err != nil {
+			t.Fatal(err)
+		}
 	}
-
-	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w1", []commands.Position{position(t, j, 0)}, lease); err != nil {
+	if n := f.events(j.ID(), "JobStarted"); n != 1 {
+		t.Fatalf("started %d times", n)
+	}
+	record := func(w string, idx ...int) (*domain.Job, error) {
+		var ps []commands.Position
+		for _, i := range idx {
+			ps = append(ps, position(t, j, i))
+		}
+		return f.h.RecordPositions(f.ctx, key, j.ID(), w, ps)
+	}
+	if got, err := record("w2", 0); err != nil || got.Done() != 0 {
+		t.Fatalf("w2 recorded w1's position: %v, done %d", err, got.Done())
+	}
+	if _, err := record("w1", 0); err != nil {
 		t.Fatal(err)
 	}
 	// sent again with a new one (a retry after a commit of unknown outcome): 0 is skipped
-	got, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w1", []commands.Position{position(t, j, 0), position(t, j, 1)}, lease)
+	got, err := record("w1", 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Done() != 2 {
-		t.Fatalf("done %d, want 2", got.Done())
+	if got.Done() != 2 || got.State() != domain.StateRunning {
+		t.Fatalf("done %d (%s), want 2 and running", got.Done(), got.State())
 	}
-	// the same positions from several goroutines at once: each recorded once
-	last := []commands.Position{position(t, j, 2), position(t, j, 3)}
+	// the last positions from several goroutines at once: each recorded once, and the
+	// job ends with them
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f.h.RecordPositions(f.ctx, key, j.ID(), "w1", last, lease) //nolint:errcheck // a loser may run out of retries: counted below
+			record("w2", 2, 3) //nolint:errcheck // the losers find the job ended: counted below
 		}()
 	}
 	wg.Wait()
@@ -302,57 +322,68 @@ func TestJobSubmitClaimRecordFinish(t *testing.T) {
 	if charges != 4 {
 		t.Fatalf("%d charges, want 4", charges)
 	}
-
-	done, err := f.h.FinishJob(f.ctx, j.ID(), "w1", nil)
-	if err != nil || done.State() != domain.StateSucceeded {
-		t.Fatalf("finish: %v %v", done, err)
+	if n := f.events(j.ID(), "JobSucceeded"); n != 1 {
+		t.Fatalf("%d JobSucceeded, want 1", n)
 	}
 	if b := f.balance(key); b.HeldUnits != 0 || b.SpentUnits != 4*per {
 		t.Fatalf("after the end: held %d spent %d, want 0 and %d", b.HeldUnits, b.SpentUnits, 4*per)
 	}
-	if n := f.count(`SELECT count(*) FROM job_leases WHERE job_id = $1`, j.ID()); n != 0 {
-		t.Fatalf("lease left behind")
+	if n := f.count(`SELECT count(*) FROM job_queue WHERE job_id = $1`, j.ID()); n != 0 {
+		t.Fatalf("%d positions left on the queue", n)
 	}
-	if _, err := f.h.ClaimJob(f.ctx, j.ID(), "w2", lease); !errors.Is(err, commands.ErrNotClaimable) {
-		t.Fatalf("claim of a finished job: %v", err)
+	if _, err := f.h.StartJob(f.ctx, j.ID(), "w3", false); !errors.Is(err, commands.ErrNotClaimable) {
+		t.Fatalf("start of a finished job: %v", err)
 	}
-	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w1", []commands.Position{position(t, j, 0)}, lease); !errors.Is(err, commands.ErrNotClaimable) {
+	if _, err := record("w1", 0); !errors.Is(err, commands.ErrNotClaimable) {
 		t.Fatalf("record after the end: %v", err)
 	}
 }
 
-// A lease that ran out lets another worker resume the job; the first worker can then
-// neither record nor finish, and a cancelled job takes no more positions.
+// A lease that ran out lets another worker take the position up (JobResumed); the
+// first worker can then neither record it nor renew it, and a cancel takes every
+// position off the queue.
 func TestJobTakeoverAndCancel(t *testing.T) {
 	f := newFixture(t)
 	j, key := f.job(3)
-	if _, err := f.h.ClaimJob(f.ctx, j.ID(), "w1", -time.Second); err != nil { // a lease already over
+	if got := f.take("w1", 3, -time.Second); len(got) != 3 { // leases already over
+		t.Fatalf("w1 took %v", got)
+	}
+	if _, err := f.h.StartJob(f.ctx, j.ID(), "w1", false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w1", []commands.Position{position(t, j, 0)}, -time.Second); err != nil {
+	// a lease that ran out but that nobody took is still good for recording
+	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w1", []commands.Position{position(t, j, 0)}); err != nil {
 		t.Fatal(err)
 	}
-	resumed, err := f.h.ClaimJob(f.ctx, j.ID(), "w2", time.Minute)
+	taken := f.take("w2", 5, time.Minute)
+	if len(taken) != 2 || !taken[0].TookOver || !taken[1].TookOver {
+		t.Fatalf("w2 took %v, want positions 1 and 2 taken over", taken)
+	}
+	resumed, err := f.h.StartJob(f.ctx, j.ID(), "w2", true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resumed.Worker() != "w2" || resumed.Result(0) == nil || f.events(j.ID(), "JobResumed") != 1 {
 		t.Fatalf("resumed by %s, position 0 kept: %v", resumed.Worker(), resumed.Result(0) != nil)
 	}
-	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w1", []commands.Position{position(t, j, 1)}, time.Minute); !errors.Is(err, commands.ErrNotClaimable) {
-		t.Fatalf("record by the worker that lost the lease: %v", err)
+	if got, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w1", []commands.Position{position(t, j, 1)}); err != nil || got.Done() != 1 {
+		t.Fatalf("record by the worker that lost the lease: %v, done %d", err, got.Done())
 	}
-	if _, err := f.h.FinishJob(f.ctx, j.ID(), "w1", nil); !errors.Is(err, commands.ErrNotClaimable) {
-		t.Fatalf("finish by the worker that lost the lease: %v", err)
+	slots := []commands.Slot{{JobID: j.ID(), Index: 1}, {JobID: j.ID(), Index: 2}}
+	if lost, err := f.h.RenewPositions(f.ctx, "w1", slots, time.Minute); err != nil || len(lost) != 2 {
+		t.Fatalf("renew by the worker that lost the leases: lost %v (%v)", lost, err)
 	}
-	if err := f.h.RenewLease(f.ctx, j.ID(), "w1", time.Minute); !errors.Is(err, commands.ErrNotClaimable) {
-		t.Fatalf("renew by the worker that lost the lease: %v", err)
+	if lost, err := f.h.RenewPositions(f.ctx, "w2", slots, time.Minute); err != nil || len(lost) != 0 {
+		t.Fatalf("renew by the worker that holds them: lost %v (%v)", lost, err)
 	}
 
 	if _, err := f.h.CancelJob(f.ctx, commands.Actor{Key: key}, j.ID()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w2", []commands.Position{position(t, j, 1)}, time.Minute); !errors.Is(err, commands.ErrNotClaimable) {
+	if lost, err := f.h.RenewPositions(f.ctx, "w2", slots, time.Minute); err != nil || len(lost) != 2 {
+		t.Fatalf("renew after the cancel: lost %v (%v), want both", lost, err)
+	}
+	if _, err := f.h.RecordPositions(f.ctx, key, j.ID(), "w2", []commands.Position{position(t, j, 1)}); !errors.Is(err, commands.ErrNotClaimable) {
 		t.Fatalf("record after the cancel: %v", err)
 	}
 	if n := f.events(j.ID(), "JobPositionAnalysed"); n != 1 {
@@ -363,4 +394,33 @@ func TestJobTakeoverAndCancel(t *testing.T) {
 	}
 	_, err = f.h.CancelJob(f.ctx, commands.Actor{Key: key}, j.ID())
 	wantCode(t, "second cancel", err, domain.CodeConflict)
+}
+
+// Positions are taken fairly between accounts: an account's long batch does not keep
+// another account's later job waiting behind it, and within an account the older job
+// goes first.
+func TestJobQueueIsFairBetweenAccounts(t *testing.T) {
+	f := newFixture(t)
+	a, _ := f.job(6)
+	b, _ := f.job(2) // another account, submitted later
+	lease := time.Minute
+	var order []string
+	for range 4 {
+		for _, tk := range f.take("w", 2, lease) {
+			name := map[string]string{a.ID(): "a", b.ID(): "b"}[tk.JobID]
+			order = append(order, fmt.Sprintf("%s%d", name, tk.Index))
+		}
+	}
+	if got, want := strings.Join(order, " "), "a0 b0 a1 b1 a2 a3 a4 a5"; got != want {
+		t.Fatalf("taken in the order %s, want %s", got, want)
+	}
+}
+
+func (f *fixture) take(worker string, n int, lease time.Duration) []commands.Taken {
+	f.t.Helper()
+	got, err := f.h.TakePositions(f.ctx, worker, n, lease)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return got
 }

@@ -3,7 +3,6 @@ package commands
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -60,6 +59,9 @@ func (h *Handler) SubmitJob(ctx context.Context, actor Actor, allowance int64, s
 		if err := tx.Append(ctx, domain.JobStream(e.JobID), domain.StreamJob, 0, md, event(e)); err != nil {
 			return err
 		}
+		if err := enqueue(ctx, tx, e); err != nil {
+			return err
+		}
 		if idem != nil {
 			status, body, err := render(domain.RehydrateJob([]domain.Event{e}))
 			if err != nil {
@@ -105,10 +107,14 @@ func publishCommand(ctx context.Context, tx *eventstore.Tx, cmd SubmitJobCommand
 }
 
 // CancelJob cancels one of the actor's jobs: positions analysed so far stay charged,
-// the rest of the hold is released, and the executor stops at its next check.
+// the rest of the hold is released and its positions leave the queue: every worker
+// searching one of them stops at its next lease check.
 func (h *Handler) CancelJob(ctx context.Context, actor Actor, jobID string) (*domain.Job, error) {
 	var out *domain.Job
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		if err := lockJob(ctx, tx, jobID); err != nil {
+			return err
+		}
 		j, err := LoadJob(ctx, tx, jobID)
 		if err != nil {
 			return err
@@ -134,74 +140,14 @@ func (h *Handler) CancelJob(ctx context.Context, actor Actor, jobID string) (*do
 }
 
 // closeJob does what every end of a job does: release what is left of its hold and
-// drop its lease.
+// take its positions off the queue (a worker searching one sees its lease gone and
+// stops).
 func closeJob(ctx context.Context, tx *eventstore.Tx, j *domain.Job) error {
 	if err := ledger.ReleaseHold(ctx, tx, j.ID()); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, `DELETE FROM job_leases WHERE job_id = $1`, j.ID())
+	_, err := tx.Exec(ctx, `DELETE FROM job_queue WHERE job_id = $1`, j.ID())
 	return err
-}
-
-// ErrNotClaimable says another worker has the job, or it is finished.
-var ErrNotClaimable = errors.New("job not claimable")
-
-// ClaimJob gives a job to worker: a queued job starts, a running job whose lease ran
-// out is resumed. The lease lasts until renewed by RecordPosition or RenewLease.
-func (h *Handler) ClaimJob(ctx context.Context, jobID, worker string, lease time.Duration) (*domain.Job, error) {
-	var out *domain.Job
-	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		j, err := LoadJob(ctx, tx, jobID)
-		if err != nil {
-			return err
-		}
-		var e domain.Event
-		switch j.State() {
-		case domain.StateQueued:
-			e, err = j.Start(worker, h.now())
-		case domain.StateRunning:
-			// only when its lease ran out: the row lock serialises two claimers
-			tag, lerr := tx.Exec(ctx, `UPDATE job_leases SET worker = $2, lease_until = now() + $3::interval
-				WHERE job_id = $1 AND lease_until < now()`, jobID, worker, lease.String())
-			if lerr != nil {
-				return lerr
-			}
-			if tag.RowsAffected() == 0 {
-				return ErrNotClaimable
-			}
-			e, err = j.Resume(worker, h.now())
-		default:
-			return ErrNotClaimable
-		}
-		if err != nil {
-			return err
-		}
-		if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, j.Version(),
-			eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: "SubmitJob"}, event(e)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO job_leases (job_id, worker, lease_until) VALUES ($1, $2, now() + $3::interval)
-			ON CONFLICT (job_id) DO UPDATE SET worker = excluded.worker, lease_until = excluded.lease_until`, jobID, worker, lease.String()); err != nil {
-			return err
-		}
-		j.Apply(e)
-		out = j
-		return nil
-	})
-	return out, err
-}
-
-// RenewLease extends worker's lease on a job; ErrNotClaimable when it lost it.
-func (h *Handler) RenewLease(ctx context.Context, jobID, worker string, lease time.Duration) error {
-	tag, err := h.store.Pool().Exec(ctx, `UPDATE job_leases SET lease_until = now() + $3::interval WHERE job_id = $1 AND worker = $2`,
-		jobID, worker, lease.String())
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return ErrNotClaimable
-	}
-	return nil
 }
 
 // Position is one analysed position of a job, as the executor reports it.
@@ -217,25 +163,35 @@ type Position struct {
 }
 
 // RecordPositions appends analysed positions' results and charges each against the
-// job's hold, in one transaction guarded by the job's version: a position is recorded
-// and charged once, and never after the job was cancelled. The executor hands over
-// whatever finished while its previous record was being written, so a busy job writes
-// one transaction per few positions, not one each. It returns the job as it now stands.
-func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, worker string, ps []Position, lease time.Duration) (*domain.Job, error) {
+// job's hold, in one transaction: a position is recorded and charged only while worker
+// still holds it on the queue (its row is deleted here), so once however many workers
+// analysed it, and never after the job ended. The transaction that records a job's
+// last position also ends it (JobSucceeded) and releases what is left of its hold.
+// Recorders of one job take turns (a transaction-scoped lock on the job), so workers
+// recording the same job at once wait for each other rather than conflict. It returns
+// the job as it now stands; ErrNotClaimable when the job is no longer running.
+func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, worker string, ps []Position) (*domain.Job, error) {
 	var out *domain.Job
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		if err := lockJob(ctx, tx, jobID); err != nil {
+			return err
+		}
 		j, err := LoadJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}
-		if j.State() != domain.StateRunning || j.Worker() != worker {
+		if j.State() != domain.StateRunning {
 			return ErrNotClaimable
 		}
 		expected := j.Version()
 		var evs []eventstore.New
 		for _, p := range ps {
-			if j.Result(p.Index) != nil {
-				continue // recorded by an earlier try whose commit's outcome was not known: once only
+			held, err := release(ctx, tx, jobID, p.Index, worker)
+			if err != nil {
+				return err
+			}
+			if !held || j.Result(p.Index) != nil {
+				continue // taken over by another worker, or recorded before: once only
 			}
 			charge := ledger.Charge{RequestID: "job:" + jobID, Key: key, Endpoint: domain.Endpoint(j.Kind()),
 				Params: p.Params, Engine: p.Engine, Path: p.Path, Cached: p.Cached, Units: p.Units, USD: p.USD}
@@ -244,7 +200,7 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 				return err
 			}
 			e, err := j.Analysed(domain.JobPositionAnalysed{Index: p.Index, Result: p.Result, Cached: p.Cached,
-				Units: p.Units, USD: p.USD, ChargeID: uc.ChargeID, At: h.now()})
+				Units: p.Units, USD: p.USD, ChargeID: uc.ChargeID, Worker: worker, At: h.now()})
 			if err != nil {
 				return err
 			}
@@ -253,14 +209,21 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 			ev.Meta = &eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: uc.ChargeID}
 			evs = append(evs, ev)
 		}
-		if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, expected, eventstore.Metadata{}, evs...); err != nil {
-			return err
-		}
-		if len(evs) > 0 {
-			if _, err := tx.Exec(ctx, `UPDATE job_leases SET lease_until = now() + $3::interval WHERE job_id = $1 AND worker = $2`,
-				jobID, worker, lease.String()); err != nil {
+		if j.Done() == len(j.Positions()) {
+			e, err := j.Succeed(h.now())
+			if err != nil {
 				return err
 			}
+			j.Apply(e)
+			ev := event(e)
+			ev.Meta = &eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID()}
+			evs = append(evs, ev)
+			if err := closeJob(ctx, tx, j); err != nil {
+				return err
+			}
+		}
+		if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, expected, eventstore.Metadata{}, evs...); err != nil {
+			return err
 		}
 		out = j
 		return nil
@@ -271,29 +234,28 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 	return out, nil
 }
 
-// FinishJob ends a running job: succeeded when every position is analysed, else failed
-// with problem. What is left of the hold is released.
-func (h *Handler) FinishJob(ctx context.Context, jobID, worker string, problem *domain.Error) (*domain.Job, error) {
+// FailJob ends a running job with problem (a position that cannot be analysed): what
+// is left of the hold is released and the other workers on it stop. Any worker of the
+// job may fail it; ErrNotClaimable when it already ended.
+func (h *Handler) FailJob(ctx context.Context, jobID, worker string, problem *domain.Error) (*domain.Job, error) {
 	var out *domain.Job
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		if err := lockJob(ctx, tx, jobID); err != nil {
+			return err
+		}
 		j, err := LoadJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}
-		if j.State() != domain.StateRunning || j.Worker() != worker {
+		if j.State() != domain.StateRunning {
 			return ErrNotClaimable
 		}
-		var e domain.Event
-		if problem == nil {
-			e, err = j.Succeed(h.now())
-		} else {
-			e, err = j.Fail(problem.Code, problem.Message, h.now())
-		}
+		e, err := j.Fail(problem.Code, problem.Message, h.now())
 		if err != nil {
 			return err
 		}
 		if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, j.Version(),
-			eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID()}, event(e)); err != nil {
+			eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: worker}, event(e)); err != nil {
 			return err
 		}
 		if err := closeJob(ctx, tx, j); err != nil {

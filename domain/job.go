@@ -80,7 +80,7 @@ type JobStarted struct {
 	StartedAt time.Time `json:"started_at"`
 }
 
-// JobResumed: another worker took over a running job whose worker stopped.
+// JobResumed: a worker took over positions of a running job whose worker stopped.
 type JobResumed struct {
 	Worker    string    `json:"worker"`
 	ResumedAt time.Time `json:"resumed_at"`
@@ -93,6 +93,7 @@ type JobPositionAnalysed struct {
 	Units    int64           `json:"units"`
 	USD      decimal.Decimal `json:"usd"`
 	ChargeID string          `json:"charge_id"`
+	Worker   string          `json:"worker,omitempty"` // who analysed it (since per-position leases)
 	At       time.Time       `json:"at"`
 }
 

@@ -512,7 +512,7 @@ func TestSaturation(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := pl.Search(ctx, Batch, longSearch)
+		_, err := pl.Search(ctx, Interactive, longSearch)
 		done <- err
 	}()
 	waitBusy(t, pl)
@@ -533,16 +533,17 @@ func TestSaturation(t *testing.T) {
 	}
 }
 
-// TestPriority: with the only process busy, a batch search queues first and an
-// interactive one second; the interactive one is served first.
+// TestPriority: with the only process busy (an interactive search, which nothing
+// preempts), a batch search queues first and an interactive one second; the
+// interactive one is served first.
 func TestPriority(t *testing.T) {
 	t.Parallel()
-	pl := newPool(t, "sf-17.1", PathNative, nil)
+	pl := newPool(t, "sf-17.1", PathNative, func(c *PoolConfig) { c.BatchMaxWait = time.Hour })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	blocker := make(chan error, 1)
 	go func() {
-		_, err := pl.Search(ctx, Batch, longSearch)
+		_, err := pl.Search(ctx, Interactive, longSearch)
 		blocker <- err
 	}()
 	waitBusy(t, pl)
@@ -575,6 +576,76 @@ func TestPriority(t *testing.T) {
 	wg.Wait()
 	want := []string{"interactive-1", "interactive-2", "batch-1", "batch-2"}
 	if !slices.Equal(order, want) {
+		t.Errorf("served in order %v, want %v", order, want)
+	}
+}
+
+// TestPreemption: an interactive search that finds the only process running a batch
+// search stops it (ErrPreempted) and is served at once; the pool is whole afterwards.
+func TestPreemption(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-17.1", PathNative, nil)
+	batch := make(chan error, 1)
+	go func() {
+		_, err := pl.Search(context.Background(), Batch, longSearch)
+		batch <- err
+	}()
+	waitBusy(t, pl)
+	res, err := pl.Search(context.Background(), Interactive, Search{FEN: fenBlackMateIn1, Depth: 5})
+	if err != nil || res.BestMove != "d8h4" {
+		t.Fatalf("interactive search during a batch one: %+v, %v", res, err)
+	}
+	if err := <-batch; !errors.Is(err, ErrPreempted) {
+		t.Fatalf("the batch search ended with %v, want ErrPreempted", err)
+	}
+	waitStats(t, pl, func(s PoolStats) bool { return s.Idle == 1 && s.Live == 1 })
+}
+
+// TestBatchIsNotStarved: a batch search that has waited BatchMaxWait behind
+// interactive ones goes ahead of the next interactive waiter, and interactive ones
+// that come while it runs do not preempt it.
+func TestBatchIsNotStarved(t *testing.T) {
+	t.Parallel()
+	const maxWait = 200 * time.Millisecond
+	pl := newPool(t, "sf-17.1", PathNative, func(c *PoolConfig) { c.BatchMaxWait = maxWait })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	blocker := make(chan error, 1)
+	go func() {
+		_, err := pl.Search(ctx, Interactive, longSearch)
+		blocker <- err
+	}()
+	waitBusy(t, pl)
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	run := func(name string, prio Priority) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := pl.Search(context.Background(), prio, Search{MoveTime: 300 * time.Millisecond}); err != nil {
+				t.Errorf("%s: %v", name, err) // a preempted batch search fails here
+			}
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+		}()
+	}
+	queued := time.Now()
+	run("batch", Batch)
+	waitStats(t, pl, func(s PoolStats) bool { return s.Waiting == [numPriorities]int{0, 1} })
+	// the condition is the batch waiter's age itself: let it pass BatchMaxWait
+	<-time.After(time.Until(queued.Add(2 * maxWait)))
+	run("interactive-1", Interactive)
+	waitStats(t, pl, func(s PoolStats) bool { return s.Waiting == [numPriorities]int{1, 1} })
+	cancel()
+	if err := <-blocker; !errors.Is(err, context.Canceled) {
+		t.Errorf("blocker: %v", err)
+	}
+	waitStats(t, pl, func(s PoolStats) bool { return s.Waiting == [numPriorities]int{1, 0} && s.Idle == 0 })
+	run("interactive-2", Interactive)
+	wg.Wait()
+	if want := []string{"batch", "interactive-1", "interactive-2"}; !slices.Equal(order, want) {
 		t.Errorf("served in order %v, want %v", order, want)
 	}
 }

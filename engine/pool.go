@@ -14,9 +14,12 @@ import (
 
 // Priority is the class a search waits in when every process is busy. Waiting
 // Interactive searches are served before waiting Batch ones; within a class, first
-// come first served. A running search is never preempted: priority only orders the
-// queue, so a batch job cannot starve single evaluations, while an interactive burst
-// can delay batch work (jobs are asynchronous; that is the intended trade).
+// come first served. An interactive search that finds every process busy preempts
+// the youngest running Batch search (stopped, ErrPreempted, its caller runs it again)
+// instead of waiting up to a whole batch search for a process: a client waits for a
+// stop and a reset, not for a job's position. Batch work is never starved: a Batch
+// waiter that has waited BatchMaxWait goes ahead of interactive ones, and the search
+// it starts is not preempted.
 type Priority uint8
 
 const (
@@ -42,6 +45,8 @@ type PoolConfig struct {
 	StopGrace    time.Duration // stop -> bestmove before a kill; default 1 s
 	HangTimeout  time.Duration // longest silence of a searching engine; default 60 s
 	StartTimeout time.Duration // handshake and reset limit; default 30 s
+	BatchMaxWait time.Duration // longest a Batch search yields to interactive ones; default 1 s
+	NoPreempt    bool          // never stop a running Batch search for an interactive one
 
 	MaxHashMB  int               // cap on a request's Hash (MiB); default 256, <0: engine max
 	MaxThreads int               // cap on a request's Threads; default 1, <0: engine max
@@ -66,6 +71,9 @@ func (c *PoolConfig) withDefaults() {
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = 30 * time.Second
+	}
+	if c.BatchMaxWait <= 0 {
+		c.BatchMaxWait = time.Second
 	}
 	if c.MaxHashMB == 0 {
 		c.MaxHashMB = 256
@@ -101,6 +109,7 @@ type Pool struct {
 	waiting [numPriorities][]*waiter
 	all     map[*process]struct{} // every live process, idle or busy
 	healing int                   // replacements being started
+	batches map[*process]*batchRun // running Batch searches that may be preempted
 	closed  bool
 	closing chan struct{}
 	bg      sync.WaitGroup // resets and heals
@@ -109,7 +118,16 @@ type Pool struct {
 }
 
 type waiter struct {
-	ch chan *process // buffered 1; nil value means the pool closed
+	ch    chan *process // buffered 1; nil value means the pool closed
+	since time.Time
+	aged  bool // a Batch waiter served ahead of interactive ones: not preemptible
+}
+
+// batchRun is a running Batch search that an interactive one may preempt.
+type batchRun struct {
+	started   time.Time
+	stop      context.CancelCauseFunc
+	preempted bool
 }
 
 // NewPool starts cfg.Size processes concurrently and returns when all are warm.
@@ -119,6 +137,7 @@ func NewPool(ctx context.Context, cfg PoolConfig) (*Pool, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With("engine", cfg.Path),
 		all:     make(map[*process]struct{}, cfg.Size),
+		batches: map[*process]*batchRun{},
 		closing: make(chan struct{}),
 	}
 	pl.lim = limits{maxHashMB: int64(cfg.MaxHashMB), maxThreads: int64(cfg.MaxThreads)}
@@ -295,12 +314,29 @@ func (pl *Pool) Search(ctx context.Context, prio Priority, s Search) (*Result, e
 	if err != nil {
 		return nil, err
 	}
-	p, err := pl.acquire(ctx, prio)
+	p, aged, err := pl.acquire(ctx, prio)
 	if err != nil {
 		return nil, err
 	}
 	pl.searches.Add(1)
+	if prio == Batch && !aged && !pl.cfg.NoPreempt {
+		var stop context.CancelCauseFunc
+		ctx, stop = context.WithCancelCause(ctx)
+		defer stop(nil)
+		pl.mu.Lock()
+		pl.batches[p] = &batchRun{started: time.Now(), stop: stop}
+		pl.mu.Unlock()
+	}
 	res, err := p.search(ctx, &s, opts)
+	if prio == Batch {
+		pl.mu.Lock()
+		delete(pl.batches, p)
+		pl.mu.Unlock()
+		if err != nil && errors.Is(context.Cause(ctx), ErrPreempted) {
+			pl.release(p)
+			return nil, fmt.Errorf("%w (%v)", ErrPreempted, err)
+		}
+	}
 	pl.release(p)
 	if err != nil && !errIsContext(err) && !errors.Is(err, ErrClosed) {
 		pl.mu.Lock()
@@ -314,18 +350,19 @@ func (pl *Pool) Search(ctx context.Context, prio Priority, s Search) (*Result, e
 	return res, err
 }
 
-// acquire takes an idle process or waits in its priority queue.
-func (pl *Pool) acquire(ctx context.Context, prio Priority) (*process, error) {
+// acquire takes an idle process or waits in its priority queue; aged says a Batch
+// search got its process ahead of interactive ones (after BatchMaxWait).
+func (pl *Pool) acquire(ctx context.Context, prio Priority) (*process, bool, error) {
 	if prio >= numPriorities {
 		prio = Batch
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	pl.mu.Lock()
 	if pl.closed {
 		pl.mu.Unlock()
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	// Invariant: a process is idle only when nobody waits (release hands processes to
 	// waiters first), so taking an idle one never jumps the queue.
@@ -340,15 +377,18 @@ func (pl *Pool) acquire(ctx context.Context, prio Priority) (*process, error) {
 			pl.mu.Lock()
 			if pl.closed {
 				pl.mu.Unlock()
-				return nil, ErrClosed
+				return nil, false, ErrClosed
 			}
 			continue
 		}
 		pl.mu.Unlock()
-		return p, nil
+		return p, false, nil
 	}
-	w := &waiter{ch: make(chan *process, 1)}
+	w := &waiter{ch: make(chan *process, 1), since: time.Now()}
 	pl.waiting[prio] = append(pl.waiting[prio], w)
+	if prio == Interactive {
+		pl.preemptLocked()
+	}
 	pl.mu.Unlock()
 
 	t := time.NewTimer(pl.cfg.QueueWait)
@@ -357,9 +397,9 @@ func (pl *Pool) acquire(ctx context.Context, prio Priority) (*process, error) {
 	select {
 	case p := <-w.ch:
 		if p == nil {
-			return nil, ErrClosed
+			return nil, false, ErrClosed
 		}
-		return p, nil
+		return p, w.aged, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-t.C:
@@ -383,7 +423,29 @@ func (pl *Pool) acquire(ctx context.Context, prio Priority) (*process, error) {
 			pl.put(p)
 		}
 	}
-	return nil, err
+	return nil, false, err
+}
+
+// preemptLocked stops the youngest preemptible Batch search when interactive waiters
+// outnumber the processes already on their way back (stops in progress); pl.mu held.
+func (pl *Pool) preemptLocked() {
+	if pl.cfg.NoPreempt {
+		return
+	}
+	coming := 0
+	var youngest *batchRun
+	for _, b := range pl.batches {
+		if b.preempted {
+			coming++
+		} else if youngest == nil || b.started.After(youngest.started) {
+			youngest = b
+		}
+	}
+	if youngest == nil || len(pl.waiting[Interactive]) <= coming {
+		return
+	}
+	youngest.preempted = true
+	youngest.stop(ErrPreempted)
 }
 
 // release takes a process back after a search: a dead one is replaced, a live one
@@ -422,7 +484,12 @@ func (pl *Pool) put(p *process) {
 		pl.forget(p)
 		return
 	}
-	for prio := range pl.waiting {
+	order := [numPriorities]Priority{Interactive, Batch}
+	if q := pl.waiting[Batch]; len(q) > 0 && time.Since(q[0].since) >= pl.cfg.BatchMaxWait {
+		order = [numPriorities]Priority{Batch, Interactive} // batch work yields, but not for ever
+		q[0].aged = true
+	}
+	for _, prio := range order {
 		if q := pl.waiting[prio]; len(q) > 0 {
 			w := q[0]
 			q[0] = nil

@@ -25,6 +25,9 @@ var (
 	ErrUnknownEngine = errors.New("engine: unknown engine")
 	// ErrClosed: the pool or catalog has been closed.
 	ErrClosed = errors.New("engine: closed")
+	// ErrPreempted: a Batch search was stopped to give its process to an interactive
+	// one that would otherwise have waited; its caller runs it again.
+	ErrPreempted = errors.New("engine: batch search preempted by an interactive one")
 )
 
 // Search describes one analysis request.

@@ -1,8 +1,11 @@
-// Package executor runs analysis jobs: it takes SubmitJob commands from the Watermill
-// command bus, claims each job (one worker per job, guarded by the job's event stream
-// and a lease), analyses its positions on the engine pools at batch priority, records
-// and charges each position exactly once, and finishes the job. It runs inside
-// `chessd serve` and alone as `chessd worker`; several workers share one database.
+// Package executor runs analysis jobs. Workers take positions, not jobs, from the job
+// queue (commands.TakePositions): each position is held under a lease of its own, so
+// a job's positions spread over every worker with a free engine, and a worker that
+// dies loses only what it held, which another worker takes up when the leases run out.
+// An engine never waits on bookkeeping: positions are taken ahead of the engines, and
+// an analysed position goes to the recorder while its engine starts the next one. It
+// runs inside `chessd serve` and alone as `chessd worker`; any number of them share
+// one database.
 package executor
 
 import (
@@ -13,12 +16,12 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/analysis"
@@ -37,18 +40,21 @@ const ConsumerGroup = "executor_v1"
 
 // Config tunes an Executor.
 type Config struct {
-	Worker  string        // this worker's name; default host:pid
-	MaxJobs int           // jobs run at once; default 2
-	Lease   time.Duration // how long a claim lasts without renewal; default 10 s
-	// Scan is how often queued jobs nobody took and jobs whose worker stopped are
-	// looked for; default 1 s.
+	Worker string        // this worker's name; default host:pid
+	Lease  time.Duration // how long a position is held without renewal; default 10 s
+	// Scan is how often the queue is looked at when no notification came (positions
+	// whose worker stopped renewing them); default 1 s.
 	Scan time.Duration
-	// Parallel is how many positions of one job run at once; default 2 (set it to the
+	// Parallel is how many positions are searched at once; default 2 (set it to the
 	// engine pool's size).
 	Parallel int
+	// Ahead is how many positions are taken beyond those being searched, so that an
+	// engine that finishes starts the next one without waiting for the queue;
+	// default Parallel.
+	Ahead int
 }
 
-// Executor runs jobs.
+// Executor runs jobs' positions.
 type Executor struct {
 	cfg      Config
 	pool     *pgxpool.Pool
@@ -57,8 +63,29 @@ type Executor struct {
 	logger   *slog.Logger
 
 	mu      sync.Mutex
-	running map[string]bool
-	wg      sync.WaitGroup
+	held    map[commands.Slot]*task // taken, until recorded or dropped
+	pending int                     // held and not yet analysed
+	jobs    map[string]*jobRun      // the jobs of held positions
+	poke    chan struct{}           // something changed: look at the queue again
+
+	stats stats
+}
+
+// task is one held position.
+type task struct {
+	slot   commands.Slot
+	job    *jobRun
+	ctx    context.Context
+	cancel context.CancelFunc
+	pos    domain.JobPosition
+	result commands.Position
+}
+
+// jobRun is what a worker knows of a job whose positions it holds.
+type jobRun struct {
+	job   *domain.Job
+	key   *domain.Key
+	tasks int // held positions of this job
 }
 
 // New builds an Executor.
@@ -66,9 +93,6 @@ func New(cfg Config, pool *pgxpool.Pool, cmds *commands.Handler, svc *analysis.S
 	if cfg.Worker == "" {
 		host, _ := os.Hostname()
 		cfg.Worker = fmt.Sprintf("%s:%d", host, os.Getpid())
-	}
-	if cfg.MaxJobs <= 0 {
-		cfg.MaxJobs = 2
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = 10 * time.Second
@@ -79,33 +103,79 @@ func New(cfg Config, pool *pgxpool.Pool, cmds *commands.Handler, svc *analysis.S
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 2
 	}
-	return &Executor{cfg: cfg, pool: pool, cmds: cmds, analysis: svc, logger: logger.With("worker", cfg.Worker), running: map[string]bool{}}
+	if cfg.Ahead <= 0 {
+		cfg.Ahead = cfg.Parallel
+	}
+	return &Executor{cfg: cfg, pool: pool, cmds: cmds, analysis: svc, logger: logger.With("worker", cfg.Worker),
+		held: map[commands.Slot]*task{}, jobs: map[string]*jobRun{}, poke: make(chan struct{}, 1)}
 }
 
-// Running lists the jobs this executor is working on: a job leaves the list once its
-// run has ended, with everything it recorded committed.
+// Running lists the jobs this executor holds positions of: a job leaves the list once
+// every position it held has been recorded (committed) or dropped.
 func (x *Executor) Running() []string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	ids := make([]string, 0, len(x.running))
-	for id := range x.running {
+	ids := make([]string, 0, len(x.jobs))
+	for id := range x.jobs {
 		ids = append(ids, id)
 	}
 	return ids
 }
 
-// Run consumes the command bus and scans for orphaned jobs until ctx ends, then waits
-// for the jobs it runs to stop (they resume elsewhere or after a restart).
+// Run works on the queue until ctx ends, then gives back the positions it holds (so
+// another worker takes them at once) and returns.
 func (x *Executor) Run(ctx context.Context) error {
-	wlog := watermill.NewSlogLoggerWithLevelMapping(x.logger, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, wlog)
-	if err != nil {
-		return err
-	}
-	ack := 5 * time.Second
 	listenCtx, stopListening := context.WithCancel(ctx)
 	defer stopListening()
 	wake := eventstore.Listen(listenCtx, x.pool, x.logger)
+	// Every worker hears of every submission (its NOTIFY); the command bus delivers
+	// each SubmitJob to one worker of the consumer group, which takes it as a nudge too.
+	submitted, unsubscribe := wake.Subscribe(commands.TopicJobCommands)
+	defer unsubscribe()
+	router, err := x.commandRouter(ctx, wake)
+	if err != nil {
+		return err
+	}
+
+	ready := make(chan *task, x.cfg.Parallel+x.cfg.Ahead)
+	analysed := make(chan *task, x.cfg.Parallel+x.cfg.Ahead)
+	var engines, bookkeeping sync.WaitGroup
+	for range x.cfg.Parallel {
+		engines.Add(1)
+		go func() {
+			defer engines.Done()
+			x.search(ready, analysed)
+		}()
+	}
+	bookkeeping.Add(2)
+	go func() {
+		defer bookkeeping.Done()
+		x.record(ctx, analysed)
+	}()
+	go func() {
+		defer bookkeeping.Done()
+		x.renew(ctx)
+	}()
+	routed := make(chan error, 1)
+	go func() { routed <- router.Run(ctx) }()
+
+	x.dispatch(ctx, ready, submitted)
+	close(ready)
+	engines.Wait()
+	close(analysed)
+	bookkeeping.Wait()
+	x.giveBack()
+	return <-routed
+}
+
+// commandRouter consumes SubmitJob commands: each is a nudge to look at the queue.
+func (x *Executor) commandRouter(ctx context.Context, wake *eventstore.Wakeups) (*message.Router, error) {
+	wlog := watermill.NewSlogLoggerWithLevelMapping(x.logger, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, wlog)
+	if err != nil {
+		return nil, err
+	}
+	ack := 5 * time.Second
 	sub, err := wmsql.NewSubscriber(projections.NewBusBeginner(x.pool), wmsql.SubscriberConfig{
 		ConsumerGroup:  ConsumerGroup,
 		SchemaAdapter:  wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: 1, GeneratePayloadType: eventstore.BusSchema.GeneratePayloadType},
@@ -116,7 +186,7 @@ func (x *Executor) Run(ctx context.Context) error {
 		AckDeadline:    &ack,
 	}, wlog)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	router.AddConsumerHandler("SubmitJob", commands.TopicJobCommands, sub, func(msg *message.Message) error {
 		var cmd commands.SubmitJobCommand
@@ -124,174 +194,258 @@ func (x *Executor) Run(ctx context.Context) error {
 			x.logger.Error("bad SubmitJob command", "err", err)
 			return nil // a command that cannot be read is dropped, not retried forever
 		}
-		x.try(ctx, cmd.JobID)
+		x.nudge()
 		return nil
 	})
-	go x.scan(ctx)
-	err = router.Run(ctx)
-	x.wg.Wait()
-	return err
+	return router, nil
 }
 
-// try claims and starts a job when this worker has room. A job it cannot take now
-// stays queued and is found by a scan (here or on another worker).
-func (x *Executor) try(ctx context.Context, jobID string) {
-	x.mu.Lock()
-	if x.running[jobID] || len(x.running) >= x.cfg.MaxJobs || ctx.Err() != nil {
-		x.mu.Unlock()
-		return
+func (x *Executor) nudge() {
+	select {
+	case x.poke <- struct{}{}:
+	default:
 	}
-	x.running[jobID] = true
-	x.mu.Unlock()
-	job, err := x.cmds.ClaimJob(ctx, jobID, x.cfg.Worker, x.cfg.Lease)
-	if err != nil {
+}
+
+// dispatch keeps the engines supplied: it takes positions from the queue while fewer
+// than Parallel+Ahead are waiting or searching here, and waits for a nudge (a
+// submission, a position analysed or dropped) or the scan interval otherwise.
+func (x *Executor) dispatch(ctx context.Context, ready chan<- *task, submitted <-chan struct{}) {
+	scan := time.NewTicker(x.cfg.Scan)
+	defer scan.Stop()
+	for ctx.Err() == nil {
 		x.mu.Lock()
-		delete(x.running, jobID)
+		want := x.cfg.Parallel + x.cfg.Ahead - x.pending
 		x.mu.Unlock()
-		if !errors.Is(err, commands.ErrNotClaimable) && ctx.Err() == nil {
-			x.logger.Warn("claim job", "job_id", jobID, "err", err)
+		got := 0
+		if want > 0 {
+			got = x.take(ctx, want, ready)
 		}
-		return
+		if got > 0 && got == want {
+			continue // there may be more
+		}
+		select {
+		case <-ctx.Done():
+		case <-x.poke:
+		case <-submitted:
+		case <-scan.C:
+		}
 	}
-	x.wg.Add(1)
-	go func() {
-		defer x.wg.Done()
-		defer func() {
-			x.mu.Lock()
-			delete(x.running, jobID)
-			x.mu.Unlock()
-		}()
-		x.run(ctx, job)
-	}()
 }
 
-// scan finds jobs queued for a while that no worker took, and running jobs whose
-// worker stopped renewing its lease (killed, or partitioned away).
-func (x *Executor) scan(ctx context.Context) {
-	t := time.NewTicker(x.cfg.Scan)
-	defer t.Stop()
+// take takes up to n positions and hands them to the engines; it returns how many.
+func (x *Executor) take(ctx context.Context, n int, ready chan<- *task) int {
+	taken, err := x.cmds.TakePositions(ctx, x.cfg.Worker, n, x.cfg.Lease)
+	if err != nil {
+		if ctx.Err() == nil {
+			x.logger.Warn("take positions", "err", err)
+		}
+		return 0
+	}
+	for _, t := range taken {
+		run, err := x.jobOf(ctx, t)
+		if err != nil {
+			if !errors.Is(err, commands.ErrNotClaimable) && ctx.Err() == nil {
+				x.logger.Warn("start job", "job_id", t.JobID, "err", err) // its lease runs out; it is taken again
+			}
+			continue
+		}
+		tctx, cancel := context.WithCancel(ctx)
+		tk := &task{slot: t.Slot, job: run, ctx: tctx, cancel: cancel, pos: run.job.Positions()[t.Index]}
+		x.mu.Lock()
+		x.held[t.Slot] = tk
+		x.pending++
+		run.tasks++
+		x.mu.Unlock()
+		ready <- tk // never blocks: ready holds Parallel+Ahead and so many are pending at most
+	}
+	return len(taken)
+}
+
+// jobOf returns what this worker knows of a taken position's job, loading it (and
+// starting it, or saying it was resumed) the first time.
+func (x *Executor) jobOf(ctx context.Context, t commands.Taken) (*jobRun, error) {
+	x.mu.Lock()
+	run := x.jobs[t.JobID]
+	x.mu.Unlock()
+	if run != nil && !t.TookOver {
+		return run, nil
+	}
+	log := x.logger.With("job_id", t.JobID)
+	var job *domain.Job
+	var key *domain.Key
+	err := persist(ctx, log, "start job", func() (err error) {
+		if job, err = x.cmds.StartJob(ctx, t.JobID, x.cfg.Worker, t.TookOver); err != nil {
+			return err
+		}
+		key, err = commands.LoadKey(ctx, x.pool, job.KeyID())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if t.Index >= len(job.Positions()) {
+		return nil, fmt.Errorf("job %s has no position %d", t.JobID, t.Index)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if run = x.jobs[t.JobID]; run == nil {
+		run = &jobRun{job: job, key: key}
+		x.jobs[t.JobID] = run
+	}
+	return run, nil
+}
+
+// search runs positions from ready on the engines until ready is closed.
+func (x *Executor) search(ready <-chan *task, analysed chan<- *task) {
+	var ended time.Time
+	for t := range ready {
+		start := time.Now()
+		res, err := x.position(t)
+		var waited time.Duration
+		if !ended.IsZero() {
+			waited = start.Sub(ended)
+		}
+		ended = time.Now()
+		x.stats.add(waited, ended.Sub(start))
+		x.mu.Lock()
+		x.pending--
+		x.mu.Unlock()
+		x.nudge()
+		switch {
+		case t.ctx.Err() != nil:
+			x.done(t) // lost, cancelled, or shutting down: never recorded
+		case err != nil:
+			x.fail(t, err)
+			x.done(t)
+		default:
+			t.result = res
+			analysed <- t
+		}
+	}
+}
+
+// record writes and charges analysed positions until analysed is closed: each round
+// takes every position waiting, one transaction per job.
+func (x *Executor) record(ctx context.Context, analysed <-chan *task) {
+	for first := range analysed {
+		batch := map[string][]*task{first.slot.JobID: {first}}
+	more:
+		for {
+			select {
+			case t, ok := <-analysed:
+				if !ok {
+					break more
+				}
+				batch[t.slot.JobID] = append(batch[t.slot.JobID], t)
+			default:
+				break more
+			}
+		}
+		for jobID, ts := range batch {
+			x.recordJob(ctx, jobID, ts)
+		}
+	}
+}
+
+func (x *Executor) recordJob(ctx context.Context, jobID string, ts []*task) {
+	defer func() {
+		for _, t := range ts {
+			x.done(t)
+		}
+	}()
+	if ctx.Err() != nil {
+		return // shutting down: what is left is never recorded nor charged (another worker redoes it)
+	}
+	ps := make([]commands.Position, 0, len(ts))
+	for _, t := range ts {
+		ps = append(ps, t.result)
+	}
+	log := x.logger.With("job_id", jobID)
+	// A retry after a commit of unknown outcome skips what that commit recorded.
+	err := persist(ctx, log, "record positions", func() error {
+		_, err := x.cmds.RecordPositions(ctx, ts[0].job.key, jobID, x.cfg.Worker, ps)
+		return err
+	})
+	switch {
+	case errors.Is(err, commands.ErrNotClaimable):
+		x.dropJob(jobID) // it ended (cancelled, failed elsewhere): stop its other searches
+	case err != nil && ctx.Err() == nil:
+		log.Error("record positions", "err", err) // the leases run out and the positions are redone
+	}
+}
+
+// done forgets a held position.
+func (x *Executor) done(t *task) {
+	t.cancel()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.held[t.slot] != t {
+		return
+	}
+	delete(x.held, t.slot)
+	if t.job.tasks--; t.job.tasks == 0 {
+		delete(x.jobs, t.slot.JobID)
+	}
+}
+
+// dropJob stops every search of a job that ended.
+func (x *Executor) dropJob(jobID string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for s, t := range x.held {
+		if s.JobID == jobID {
+			t.cancel()
+		}
+	}
+}
+
+// renew extends the leases of held positions, a few times per lease, and stops the
+// searches of the ones this worker no longer holds (their job was cancelled or failed,
+// or it was taken over after a pause longer than the lease).
+func (x *Executor) renew(ctx context.Context) {
+	every := min(200*time.Millisecond, x.cfg.Lease/3)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick.C:
 		}
-		rows, err := x.pool.Query(ctx, `
-			SELECT job_id FROM jobs WHERE state = 'queued' AND created_at < now() - interval '1 second'
-			UNION
-			SELECT job_id FROM job_leases WHERE lease_until < now()
-			LIMIT 20`)
+		x.mu.Lock()
+		slots := make([]commands.Slot, 0, len(x.held))
+		for s := range x.held {
+			slots = append(slots, s)
+		}
+		x.mu.Unlock()
+		if len(slots) == 0 {
+			continue
+		}
+		lost, err := x.cmds.RenewPositions(ctx, x.cfg.Worker, slots, x.cfg.Lease)
 		if err != nil {
 			if ctx.Err() == nil {
-				x.logger.Warn("scan for jobs", "err", err)
+				x.logger.Warn("renew positions", "err", err)
 			}
 			continue
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			continue
+		x.mu.Lock()
+		for _, s := range lost {
+			if t := x.held[s]; t != nil {
+				t.cancel()
+			}
 		}
-		for _, id := range ids {
-			x.try(ctx, id)
-		}
+		x.mu.Unlock()
 	}
 }
 
-// run analyses a job's remaining positions in order, then finishes it.
-func (x *Executor) run(ctx context.Context, job *domain.Job) {
-	log := x.logger.With("job_id", job.ID())
-	ctx, cancel := context.WithCancel(ctx)
+// giveBack frees what this worker still holds on the queue as it stops, so another
+// worker takes it at once instead of after the lease.
+func (x *Executor) giveBack() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	go x.watch(ctx, cancel, job.ID())
-
-	var key *domain.Key
-	var acct *domain.Account
-	err := persist(ctx, log, "load job's key and account", func() (err error) {
-		if key, err = commands.LoadKey(ctx, x.pool, job.KeyID()); err != nil {
-			return err
-		}
-		acct, err = commands.LoadAccount(ctx, x.pool, key.AccountID())
-		return err
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			log.Error("load job key and account", "err", err)
-		}
-		return // the lease runs out and the job is resumed
-	}
-	spec := job.Spec()
-	// Positions run Parallel at a time (the pool's size, by default): a job alone uses
-	// every engine process, while single evals, at interactive priority, still go
-	// first whenever a process frees up. An analysed position goes to the recorder and
-	// its engine goes on with the next one at once; the recorder writes whatever
-	// finished meanwhile in one transaction (positions are recorded as they finish; the
-	// result lists them in input order).
-	todo := make(chan domain.JobPosition)
-	analysed := make(chan commands.Position, x.cfg.Parallel)
-	var failOnce sync.Once
-	failJob := func(err error) {
-		failOnce.Do(func() {
-			if ctx.Err() == nil {
-				x.fail(ctx, job.ID(), err, log)
-			}
-			cancel()
-		})
-	}
-	stop := func(err error) {
-		switch {
-		case ctx.Err() != nil, errors.Is(err, commands.ErrNotClaimable):
-			cancel() // cancelled, lost the lease, or shutting down
-		default:
-			failJob(err)
-		}
-	}
-	recorded := make(chan struct{})
-	go func() {
-		defer close(recorded)
-		x.record(ctx, key, acct, job, analysed, stop)
-	}()
-	var wg sync.WaitGroup
-	for range x.cfg.Parallel {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range todo {
-				pos, err := x.position(ctx, acct, job, spec, p)
-				if err != nil {
-					stop(err)
-					continue
-				}
-				select {
-				case analysed <- pos:
-				case <-ctx.Done():
-				}
-			}
-		}()
-	}
-feed:
-	for _, p := range job.Positions() {
-		if job.Result(p.Index) != nil {
-			continue // analysed before a restart: never again
-		}
-		select {
-		case todo <- p:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(todo)
-	wg.Wait()
-	close(analysed)
-	<-recorded
-	if ctx.Err() != nil {
-		return
-	}
-	err = persist(ctx, log, "finish job", func() error {
-		_, err := x.cmds.FinishJob(context.WithoutCancel(ctx), job.ID(), x.cfg.Worker, nil)
-		return err
-	})
-	if err != nil && !errors.Is(err, commands.ErrNotClaimable) {
-		log.Error("finish job", "err", err) // the lease runs out and the job is resumed
+	if _, err := x.pool.Exec(ctx, `UPDATE job_queue SET worker = NULL, lease_until = NULL WHERE worker = $1`, x.cfg.Worker); err != nil {
+		x.logger.Warn("give back positions", "err", err)
 	}
 }
 
@@ -323,43 +477,10 @@ func transient(err error) bool {
 	return postgres.IsTransient(err) || errors.Is(err, eventstore.ErrNotCommitted) || errors.As(err, &unsure)
 }
 
-// maxRecord bounds the positions one record transaction takes.
-const maxRecord = 50
-
-// record writes and charges analysed positions until analysed is closed: each
-// transaction takes every position that is waiting. After a failure it only drains.
-func (x *Executor) record(ctx context.Context, key *domain.Key, acct *domain.Account, job *domain.Job, analysed <-chan commands.Position, stop func(error)) {
-	for first := range analysed {
-		if ctx.Err() != nil {
-			continue // stopped: what is left is never recorded nor charged
-		}
-		batch := []commands.Position{first}
-	more:
-		for len(batch) < maxRecord {
-			select {
-			case p, ok := <-analysed:
-				if !ok {
-					break more
-				}
-				batch = append(batch, p)
-			default:
-				break more
-			}
-		}
-		// A retry after a commit of unknown outcome skips what that commit recorded.
-		err := persist(ctx, x.logger.With("job_id", job.ID()), "record positions", func() error {
-			_, err := x.cmds.RecordPositions(ctx, key, job.ID(), x.cfg.Worker, batch, x.cfg.Lease)
-			return err
-		})
-		if err != nil {
-			stop(err)
-		}
-	}
-}
-
 // position analyses one position and prices it.
-func (x *Executor) position(ctx context.Context, acct *domain.Account, job *domain.Job, spec domain.JobSpec, p domain.JobPosition) (commands.Position, error) {
-	res, err := x.analyse(ctx, spec, p)
+func (x *Executor) position(t *task) (commands.Position, error) {
+	job, spec := t.job.job, t.job.job.Spec()
+	res, err := x.analyse(t.ctx, spec, t.pos)
 	if err != nil {
 		return commands.Position{}, err
 	}
@@ -376,13 +497,14 @@ func (x *Executor) position(ctx context.Context, acct *domain.Account, job *doma
 		return commands.Position{}, err
 	}
 	return commands.Position{
-		Index: p.Index, Result: body, Cached: res.Cached || res.Terminal != "", Units: units, USD: ledger.UnitsUSD(units),
+		Index: t.pos.Index, Result: body, Cached: res.Cached || res.Terminal != "", Units: units, USD: ledger.UnitsUSD(units),
 		Engine: res.Engine, Path: res.Path,
-		Params: ledger.Params{Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: 1, FEN: p.FEN, JobID: job.ID()},
+		Params: ledger.Params{Depth: spec.Depth, MultiPV: spec.MultiPV, Positions: 1, FEN: t.pos.FEN, JobID: job.ID()},
 	}, nil
 }
 
-// analyse runs one position, retrying while the engines are saturated or restarting.
+// analyse runs one position, retrying while the engines are saturated, restarting, or
+// the search was preempted by an interactive call.
 func (x *Executor) analyse(ctx context.Context, spec domain.JobSpec, p domain.JobPosition) (*analysis.Result, error) {
 	s := analysis.Spec{FEN: p.FEN, Depth: spec.Depth, MultiPV: spec.MultiPV, Engine: spec.Engine,
 		Path: engine.Path(spec.Path), Chess960: spec.Chess960, UCIOptions: map[string]string{}}
@@ -396,6 +518,10 @@ func (x *Executor) analyse(ctx context.Context, spec domain.JobSpec, p domain.Jo
 		if err == nil {
 			return res, nil
 		}
+		if errors.Is(err, engine.ErrPreempted) && ctx.Err() == nil {
+			attempt-- // an interactive call needed the engine: not the position's fault
+			continue
+		}
 		if domain.ErrorCode(err) != domain.CodeUnavailable || ctx.Err() != nil {
 			return nil, err
 		}
@@ -408,51 +534,48 @@ func (x *Executor) analyse(ctx context.Context, spec domain.JobSpec, p domain.Jo
 	return nil, err
 }
 
-func (x *Executor) fail(ctx context.Context, jobID string, cause error, log *slog.Logger) {
+// fail ends a job whose position cannot be analysed.
+func (x *Executor) fail(t *task, cause error) {
+	log := x.logger.With("job_id", t.slot.JobID)
 	var de *domain.Error
 	if !errors.As(cause, &de) {
 		log.Error("job failed", "err", cause)
 		de = domain.Errorf(domain.CodeInternal, "the job failed unexpectedly")
 	}
-	err := persist(ctx, log, "record job failure", func() error {
-		_, err := x.cmds.FinishJob(context.WithoutCancel(ctx), jobID, x.cfg.Worker, de)
+	err := persist(t.ctx, log, "record job failure", func() error {
+		_, err := x.cmds.FailJob(context.WithoutCancel(t.ctx), t.slot.JobID, x.cfg.Worker, de)
 		return err
 	})
 	if err != nil && !errors.Is(err, commands.ErrNotClaimable) {
 		log.Error("record job failure", "err", err)
 	}
+	x.dropJob(t.slot.JobID)
 }
 
-// watch renews the lease and cancels the job's work within a fraction of a second when
-// the job is cancelled or another worker took it over.
-func (x *Executor) watch(ctx context.Context, cancel context.CancelFunc, jobID string) {
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	lastRenew := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		var state string
-		var worker *string
-		err := x.pool.QueryRow(ctx, `SELECT
-				(SELECT event_type FROM events WHERE stream_id = $1 ORDER BY version DESC LIMIT 1),
-				(SELECT worker FROM job_leases WHERE job_id = $2)`, "job-"+jobID, jobID).Scan(&state, &worker)
-		if err != nil {
-			continue
-		}
-		if state == "JobCancelled" || worker == nil || *worker != x.cfg.Worker {
-			cancel()
-			return
-		}
-		if time.Since(lastRenew) > x.cfg.Lease/3 {
-			if err := x.cmds.RenewLease(ctx, jobID, x.cfg.Worker, x.cfg.Lease); errors.Is(err, commands.ErrNotClaimable) {
-				cancel()
-				return
-			}
-			lastRenew = time.Now()
-		}
-	}
+// Stats says how the engines of this executor spent their time.
+type Stats struct {
+	Positions int64         // positions searched (analysed, failed or dropped)
+	Searching time.Duration // in analysis (the engine's search, and its conversion)
+	Waiting   time.Duration // between two positions of one engine: nothing to search yet
+}
+
+// Stats returns the counts so far.
+func (x *Executor) Stats() Stats { return x.stats.snapshot() }
+
+type stats struct {
+	positions atomic.Int64
+	searching atomic.Int64 // ns
+	waiting   atomic.Int64 // ns
+}
+
+// add counts one position of one engine goroutine: waited is the time since its
+// previous position ended (zero for its first), searched the time in analysis.
+func (s *stats) add(waited, searched time.Duration) {
+	s.positions.Add(1)
+	s.waiting.Add(int64(waited))
+	s.searching.Add(int64(searched))
+}
+
+func (s *stats) snapshot() Stats {
+	return Stats{Positions: s.positions.Load(), Searching: time.Duration(s.searching.Load()), Waiting: time.Duration(s.waiting.Load())}
 }

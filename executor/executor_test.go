@@ -30,9 +30,10 @@ const (
 	fenStart        = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 )
 
-// Two executors with real engines share one database and two jobs: every job is
-// claimed once, never taken over, each position analysed (the mates found), recorded
-// and charged exactly once, and the hold given back at the end.
+// Two executors with real engines share one database and two jobs: each job starts
+// once and is never taken over, both workers analyse positions, each position is
+// analysed (the mates found), recorded and charged exactly once, and the hold is given
+// back at the end.
 func TestExecutorRunsJobs(t *testing.T) {
 	pool := pgtest.NewDB(t)
 	ctx := context.Background()
@@ -49,7 +50,7 @@ func TestExecutorRunsJobs(t *testing.T) {
 	for i := range 2 {
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		x := executor.New(executor.Config{Worker: fmt.Sprintf("w%d", i), MaxJobs: 2, Lease: 5 * time.Second, Scan: 200 * time.Millisecond, Parallel: 1},
+		x := executor.New(executor.Config{Worker: fmt.Sprintf("w%d", i), Lease: 5 * time.Second, Scan: 200 * time.Millisecond, Parallel: 1},
 			pool, cmds, svc, logger)
 		go func() { done <- x.Run(runCtx) }()
 		t.Cleanup(func() {
@@ -130,9 +131,13 @@ func TestExecutorRunsJobs(t *testing.T) {
 	if b := bs[key.ID()]; b.HeldUnits != 0 || b.SpentUnits != spent {
 		t.Fatalf("balance: held %d, spent %d; want 0 and %d", b.HeldUnits, b.SpentUnits, spent)
 	}
-	var leases int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM job_leases`).Scan(&leases); err != nil || leases != 0 {
-		t.Fatalf("%d job leases left (%v)", leases, err)
+	var queued int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM job_queue`).Scan(&queued); err != nil || queued != 0 {
+		t.Fatalf("%d positions left on the queue (%v)", queued, err)
+	}
+	var workers int
+	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT payload->>'worker') FROM events WHERE event_type = 'JobPositionAnalysed'`).Scan(&workers); err != nil || workers != 2 {
+		t.Fatalf("positions analysed by %d workers, want both (%v)", workers, err)
 	}
 }
 

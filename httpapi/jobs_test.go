@@ -390,42 +390,110 @@ func readSSE(t *testing.T, e *env, key, id, lastID string, stopAfter int) (ids, 
 	return ids, kinds, false
 }
 
+// An SSE client sees every event of a job once and in order, across a reconnect, with
+// one worker and with two workers producing the events.
 func TestJobEventsWithReconnect(t *testing.T) {
-	e := newEnv(t)
-	key := e.signupPro("sse@example.com")
-	r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(8), "depth": 8})
-	id := r.Body["job_id"].(string)
-	first, firstKinds, ended := readSSE(t, e, key, id, "", 3)
-	if ended || len(first) != 3 || firstKinds[0] != "state" {
-		t.Fatalf("first connection: %v %v", first, firstKinds)
-	}
-	rest, restKinds, ended := readSSE(t, e, key, id, first[len(first)-1], 0)
-	if !ended {
-		t.Fatalf("the stream did not end: %v", restKinds)
-	}
-	all := append(first, rest...)
-	kinds := append(firstKinds, restKinds...)
-	for i, got := range all {
-		if got != fmt.Sprint(i+1) {
-			t.Fatalf("event ids %v: missed or repeated", all)
-		}
-	}
-	count := map[string]int{}
-	for _, k := range kinds {
-		count[k]++
-	}
-	// submitted, started, 8 × (position, progress), succeeded, end
-	if count["position"] != 8 || count["progress"] != 8 || count["state"] != 3 || count["end"] != 1 {
-		t.Fatalf("kinds %v", count)
-	}
-	// after the end, a new client gets the whole history and the end
-	again, _, ended := readSSE(t, e, key, id, "", 0)
-	if !ended || len(again) != len(all) {
-		t.Fatalf("late client got %d events (ended %v), want %d", len(again), ended, len(all))
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) {
+			e := newEnv(t, withWorkers(workers))
+			key := e.signupPro(fmt.Sprintf("sse%d@example.com", workers))
+			r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(8), "depth": 8})
+			id := r.Body["job_id"].(string)
+			first, firstKinds, ended := readSSE(t, e, key, id, "", 3)
+			if ended || len(first) != 3 || firstKinds[0] != "state" {
+				t.Fatalf("first connection: %v %v", first, firstKinds)
+			}
+			rest, restKinds, ended := readSSE(t, e, key, id, first[len(first)-1], 0)
+			if !ended {
+				t.Fatalf("the stream did not end: %v", restKinds)
+			}
+			all := append(first, rest...)
+			kinds := append(firstKinds, restKinds...)
+			for i, got := range all {
+				if got != fmt.Sprint(i+1) {
+					t.Fatalf("event ids %v: missed or repeated", all)
+				}
+			}
+			count := map[string]int{}
+			for _, k := range kinds {
+				count[k]++
+			}
+			// submitted, started, 8 × (position, progress), succeeded, end
+			if count["position"] != 8 || count["progress"] != 8 || count["state"] != 3 || count["end"] != 1 {
+				t.Fatalf("kinds %v", count)
+			}
+			if got := analysedBy(t, e, id); len(got) != workers {
+				t.Fatalf("positions analysed by %v, want %d workers", got, workers)
+			}
+			// after the end, a new client gets the whole history and the end
+			again, _, ended := readSSE(t, e, key, id, "", 0)
+			if !ended || len(again) != len(all) {
+				t.Fatalf("late client got %d events (ended %v), want %d", len(again), ended, len(all))
+			}
+		})
 	}
 }
 
-func TestTwoWorkersNeverRunTheSameJob(t *testing.T) {
+// analysedBy counts a job's recorded positions per worker.
+func analysedBy(t *testing.T, e *env, jobID string) map[string]int {
+	t.Helper()
+	rows, err := e.pool.Query(context.Background(), `SELECT payload->>'worker', count(*) FROM events
+		WHERE stream_id = $1 AND event_type = 'JobPositionAnalysed' GROUP BY 1`, "job-"+jobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var w string
+		var n int
+		if err := rows.Scan(&w, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[w] = n
+	}
+	return out
+}
+
+// A cancel stops every worker that holds positions of the job: both engines go idle,
+// both workers let go of the job, and nothing is recorded or charged after it.
+func TestCancelStopsEveryWorker(t *testing.T) {
+	e := newEnv(t, withWorkers(2))
+	key := e.signupPro("cancel2@example.com")
+	r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(10), "depth": 14, "multipv": 3})
+	if r.Status != 202 {
+		t.Fatal(r.Raw)
+	}
+	id := r.Body["job_id"].(string)
+	waitFor(t, "both workers to hold positions of the job", func() bool {
+		return slices.Contains(e.execs[0].Running(), id) && slices.Contains(e.execs[1].Running(), id)
+	})
+	c := e.do("DELETE", "/v1/jobs/"+id, key, nil)
+	if c.Status != 200 || c.Body["state"] != "cancelled" {
+		t.Fatalf("cancel: %d %s", c.Status, c.Raw)
+	}
+	doneAtCancel := c.Body["positions_done"].(float64)
+	pool, err := e.svc.Catalog().Pool(context.Background(), "sf-17.1", engine.PathNative)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both workers to let go of the job", func() bool {
+		return !slices.Contains(e.execs[0].Running(), id) && !slices.Contains(e.execs[1].Running(), id)
+	})
+	waitFor(t, "the engines to stop", func() bool { s := pool.Stats(); return s.Idle == s.Size })
+	job := e.do("GET", "/v1/jobs/"+id, key, nil).Body
+	if job["state"] != "cancelled" || job["positions_done"] != doneAtCancel || doneAtCancel >= 10 {
+		t.Fatalf("after cancel: %v (done %v at cancel)", job, doneAtCancel)
+	}
+	var queued int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM job_queue WHERE job_id = $1`, id).Scan(&queued); err != nil || queued != 0 {
+		t.Fatalf("%d positions left on the queue (%v)", queued, err)
+	}
+	e.checkJobBooks(t, key, id)
+}
+
+// Two workers share six jobs: each job starts once, each position is recorded once,
+// and both workers analyse positions.
+func TestTwoWorkersShareJobs(t *testing.T) {
 	e := newEnv(t, withWorkers(2))
 	key := e.signupPro("workers@example.com")
 	var ids []string
@@ -465,6 +533,15 @@ func TestTwoWorkersNeverRunTheSameJob(t *testing.T) {
 		if typ == "JobPositionAnalysed" && n != distinct {
 			t.Fatalf("%s analysed %d positions, %d distinct", stream, n, distinct)
 		}
+	}
+	workers := map[string]int{}
+	for _, id := range ids {
+		for w, n := range analysedBy(t, e, id) {
+			workers[w] += n
+		}
+	}
+	if len(workers) != 2 {
+		t.Fatalf("positions analysed by %v, want both workers", workers)
 	}
 	for _, id := range ids {
 		e.checkJobBooks(t, key, id)

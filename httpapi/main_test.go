@@ -140,7 +140,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	for i := range cfg.workers {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		x := executor.New(executor.Config{Worker: fmt.Sprintf("test-worker-%d", i), MaxJobs: 2, Lease: 3 * time.Second, Scan: 200 * time.Millisecond},
+		x := executor.New(executor.Config{Worker: fmt.Sprintf("test-worker-%d", i), Lease: 3 * time.Second, Scan: 200 * time.Millisecond},
 			pool, commands.New(store, testPepper), svc, logger)
 		execs = append(execs, x)
 		go func() { done <- x.Run(ctx) }()

@@ -88,7 +88,7 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	b.cmds = commands.New(eventstore.NewStore(pool, logger), pepper)
 	// one projection runner and one job executor, as with one serve and its database
 	go projections.NewRunner(pool, logger, projections.Accounts{}, projections.Ledger{}, projections.Jobs{}).Run(ctx, nil) //nolint:errcheck // ends with the process
-	x := executor.New(executor.Config{Worker: "bench", MaxJobs: 2, Parallel: 2}, pool, b.cmds, b.svc, logger)
+	x := executor.New(executor.Config{Worker: "bench", Parallel: 2}, pool, b.cmds, b.svc, logger)
 	go x.Run(ctx) //nolint:errcheck // ends with the process
 	b.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	keys, err := b.signup(ctx, 1, "bench")

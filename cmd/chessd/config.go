@@ -62,6 +62,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		{"CHESSD_ENGINE_START_TIMEOUT", &c.Engines.StartTimeout},
 		{"CHESSD_LEASE_TTL", &c.Meter.LeaseTTL},
 		{"CHESSD_MAX_SETTLE_BACKLOG", &c.Meter.MaxBacklog},
+		{"CHESSD_JOB_LEASE", &c.Executor.Lease},
 	} {
 		if v := getenv(d.name); v != "" {
 			if *d.dst, err = time.ParseDuration(v); err != nil {
@@ -86,16 +87,20 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	c.Executor.Worker = getenv("CHESSD_WORKER_NAME")
-	if v := getenv("CHESSD_WORKER_JOBS"); v != "" {
-		if c.Executor.MaxJobs, err = strconv.Atoi(v); err != nil || c.Executor.MaxJobs < 0 {
-			return c, fmt.Errorf("CHESSD_WORKER_JOBS must be 0 or more, got %q", v)
-		}
-		c.NoExecutor = c.Executor.MaxJobs == 0 // serve without analysing jobs: workers do
-	}
-	// a job alone may use every engine process of the pool
+	// an executor searches as many positions at once as the pool has processes
 	c.Executor.Parallel = c.Engines.PoolSize
 	if c.Executor.Parallel == 0 {
 		c.Executor.Parallel = runtime.NumCPU()
+	}
+	if v := getenv("CHESSD_WORKER_JOBS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return c, fmt.Errorf("CHESSD_WORKER_JOBS must be 0 or more, got %q", v)
+		}
+		if n > 0 {
+			c.Executor.Parallel = n
+		}
+		c.NoExecutor = n == 0 // serve without analysing jobs: workers do
 	}
 	switch v := getenv("CHESSD_RATE_LIMITS"); v {
 	case "", "on":

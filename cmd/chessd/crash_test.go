@@ -411,3 +411,114 @@ func TestWorkerProcessRunsJobs(t *testing.T) {
 		t.Fatalf("%d executor consumer groups after the worker ran, want 1", n)
 	}
 }
+
+// Two `chessd worker` processes share a job; one is killed (SIGKILL) mid-job. The
+// other takes up its positions when their leases run out and finishes the job: every
+// position recorded and charged exactly once, nothing left held.
+func TestWorkerKilledMidJob(t *testing.T) {
+	bin := buildBinary(t)
+	dbURL := pgtest.URL(t)
+	srv := startServer(t, bin, dbURL, freePort(t), "CHESSD_WORKER_JOBS=0")
+	ctx := context.Background()
+	pool, su := account(t, dbURL, "worker-kill@example.com", domain.PlanPro)
+	startWorker := func(name string) *exec.Cmd {
+		w := exec.Command(bin, "worker")
+		w.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "LOG_LEVEL=error", "CHESSD_KEY_PEPPER=crash-test-pepper-0123456789",
+			"CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_WORKER_NAME="+name, "CHESSD_JOB_LEASE=2s", "CHESSD_DATA_DIR="+t.TempDir())
+		w.Stderr = os.Stderr
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Process.Signal(syscall.SIGTERM); w.Wait() }) //nolint:errcheck // stopping
+		return w
+	}
+	victim := startWorker("victim")
+	startWorker("survivor")
+
+	pgn := "1. e4 c5 2. Nf3 d6 3. d4 cxd4 4. Nxd4 Nf6 5. Nc3 a6 6. Be3 e5 7. Nb3 Be6 8. f3 Be7 9. Qd2 O-O " +
+		"10. O-O-O Nbd7 11. g4 b5 12. g5 b4 13. Ne2 Ne8 14. f4 a5 15. f5 a4 *"
+	req, _ := http.NewRequest("POST", srv.base+"/analyze", strings.NewReader(fmt.Sprintf(`{"pgn":%q,"depth":12,"multipv":2}`, pgn)))
+	req.Header.Set("Authorization", "Bearer "+su.Secret)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job struct {
+		ID    string `json:"job_id"`
+		Total int    `json:"positions_total"`
+	}
+	json.NewDecoder(res.Body).Decode(&job) //nolint:errcheck // checked below
+	res.Body.Close()
+	if res.StatusCode != 202 || job.Total != 30 {
+		t.Fatalf("submit: %d %+v", res.StatusCode, job)
+	}
+	byWorker := func() map[string]int {
+		rows, err := pool.Query(ctx, `SELECT payload->>'worker', count(*) FROM events
+			WHERE stream_id = $1 AND event_type = 'JobPositionAnalysed' GROUP BY 1`, "job-"+job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for rows.Next() {
+			var w string
+			var n int
+			if err := rows.Scan(&w, &n); err != nil {
+				t.Fatal(err)
+			}
+			out[w] = n
+		}
+		return out
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for by := byWorker(); by["victim"] < 2 || by["survivor"] < 1; by = byWorker() {
+		if time.Now().After(deadline) {
+			t.Fatalf("both workers did not start on the job: %v", by)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var heldByVictim int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM job_queue WHERE job_id = $1 AND worker = 'victim'`, job.ID).Scan(&heldByVictim); err != nil {
+		t.Fatal(err)
+	}
+	victim.Process.Signal(syscall.SIGKILL) //nolint:errcheck // the point of the test
+	victim.Wait()                          //nolint:errcheck // killed
+	before := byWorker()
+	if before["victim"]+before["survivor"] >= 30 || heldByVictim == 0 {
+		t.Fatalf("nothing left to take over (%v, %d held by the victim): make the job longer", before, heldByVictim)
+	}
+	deadline = time.Now().Add(120 * time.Second)
+	for {
+		var last string
+		pool.QueryRow(ctx, `SELECT event_type FROM events WHERE stream_id = $1 ORDER BY version DESC LIMIT 1`, "job-"+job.ID).Scan(&last) //nolint:errcheck // polled
+		if last == "JobSucceeded" {
+			break
+		}
+		if last == "JobFailed" || time.Now().After(deadline) {
+			t.Fatalf("the job did not finish on the survivor (last event %s, %v)", last, byWorker())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	after := byWorker()
+	var n, distinct, resumed, charges int
+	var held, spent, charged int64
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT payload->>'index') FROM events
+		WHERE stream_id = $1 AND event_type = 'JobPositionAnalysed'`, "job-"+job.ID).Scan(&n, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'JobResumed'
+		AND payload->>'worker' = 'survivor'`, "job-"+job.ID).Scan(&resumed); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum((payload->>'units')::bigint), 0) FROM events
+		WHERE stream_id = $1 AND payload->'params'->>'job_id' = $2`, "ledger-"+su.KeyID, job.ID).Scan(&charges, &charged); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT held_units, spent_units FROM key_balances WHERE key_id = $1`, su.KeyID).Scan(&held, &spent); err != nil {
+		t.Fatal(err)
+	}
+	if n != 30 || distinct != 30 || charges != 30 || held != 0 || spent != charged || resumed < 1 ||
+		after["victim"] != before["victim"] || after["survivor"] != 30-before["victim"] {
+		t.Fatalf("analysed %d (%d distinct; by worker %v, %v at the kill), resumed by the survivor %d, charges %d, held %d, spent %d of %d charged",
+			n, distinct, after, before, resumed, charges, held, spent, charged)
+	}
+}

@@ -1,0 +1,174 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"chessd/domain"
+	"chessd/eventstore"
+)
+
+// The job queue (table job_queue, migration 0015) holds every position of a queued or
+// running job that is not yet recorded. Workers take positions, a few at a time, each
+// under a lease of its own: a job's positions spread over every worker with a free
+// engine, and a worker that dies loses only the leases of the positions it held, which
+// any worker takes up once they run out.
+
+// ErrNotClaimable says a job has ended (or a position was taken over): the worker
+// drops what it holds of it.
+var ErrNotClaimable = errors.New("job not claimable")
+
+// Slot names one position of one job on the queue.
+type Slot struct {
+	JobID string
+	Index int
+}
+
+// Taken is a position a worker took; TookOver says its lease had run out on another
+// worker.
+type Taken struct {
+	Slot
+	TookOver bool
+}
+
+// enqueue puts a new job's positions on the queue, inside its submission.
+func enqueue(ctx context.Context, tx *eventstore.Tx, s *domain.JobSubmitted) error {
+	_, err := tx.Exec(ctx, `INSERT INTO job_queue (job_id, idx, account_id, submitted_at)
+		SELECT $1, i, $2, $3 FROM generate_series(0, $4::int - 1) AS i`, s.JobID, s.AccountID, s.SubmittedAt, len(s.Positions))
+	if err != nil {
+		return fmt.Errorf("enqueue job %s: %w", s.JobID, err)
+	}
+	return nil
+}
+
+// release takes a recorded position off the queue if worker still holds it (its lease
+// may have run out, as long as nobody took it since).
+func release(ctx context.Context, tx *eventstore.Tx, jobID string, index int, worker string) (bool, error) {
+	tag, err := tx.Exec(ctx, `DELETE FROM job_queue WHERE job_id = $1 AND idx = $2 AND worker = $3`, jobID, index, worker)
+	if err != nil {
+		return false, fmt.Errorf("release position %d of job %s: %w", index, jobID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// lockJob makes the transactions that change one job's stream (recorders on several
+// workers, a cancel, a start) take turns instead of failing on each other's versions.
+func lockJob(ctx context.Context, tx *eventstore.Tx, jobID string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, domain.JobStream(jobID))
+	return err
+}
+
+// TakePositions gives worker up to n positions, each leased for lease: free ones and
+// ones whose lease ran out. The order is fair between accounts: each account's
+// positions are numbered in its own order (oldest job first, input order within a
+// job) after the positions it already has in flight, and the lowest numbers go first,
+// so one account's batches cannot hold every engine while another account waits.
+// Rows another worker is taking at this instant are skipped, not waited for.
+func (h *Handler) TakePositions(ctx context.Context, worker string, n int, lease time.Duration) ([]Taken, error) {
+	rows, err := h.store.Pool().Query(ctx, `
+		WITH busy AS (
+			SELECT account_id, count(*) AS n FROM job_queue
+			 WHERE worker IS NOT NULL AND lease_until >= now() GROUP BY account_id
+		), free AS (
+			SELECT q.job_id, q.idx, q.submitted_at,
+			       coalesce(b.n, 0) + row_number() OVER (PARTITION BY q.account_id ORDER BY q.submitted_at, q.job_id, q.idx) AS turn
+			  FROM job_queue q LEFT JOIN busy b USING (account_id)
+			 WHERE q.worker IS NULL OR q.lease_until < now()
+		), pick AS (
+			SELECT q.job_id, q.idx, q.worker AS prior
+			  FROM job_queue q JOIN free f USING (job_id, idx)
+			 WHERE q.worker IS NULL OR q.lease_until < now()
+			 ORDER BY f.turn, f.submitted_at, f.job_id, f.idx
+			 LIMIT $2
+			   FOR UPDATE OF q SKIP LOCKED
+		)
+		UPDATE job_queue q SET worker = $1, lease_until = now() + $3::interval
+		  FROM pick WHERE q.job_id = pick.job_id AND q.idx = pick.idx
+		RETURNING q.job_id, q.idx, pick.prior IS NOT NULL AND pick.prior <> $1`, worker, n, lease.String())
+	if err != nil {
+		return nil, fmt.Errorf("take positions: %w", err)
+	}
+	taken, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Taken, error) {
+		var t Taken
+		err := r.Scan(&t.JobID, &t.Index, &t.TookOver)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("take positions: %w", err)
+	}
+	return taken, nil
+}
+
+// RenewPositions extends worker's leases on held and returns the ones it no longer
+// holds: their job ended (cancelled, failed) or, after a lease ran out, another worker
+// took them.
+func (h *Handler) RenewPositions(ctx context.Context, worker string, held []Slot, lease time.Duration) ([]Slot, error) {
+	jobs := make([]string, len(held))
+	idx := make([]int32, len(held))
+	for i, s := range held {
+		jobs[i], idx[i] = s.JobID, int32(s.Index)
+	}
+	rows, err := h.store.Pool().Query(ctx, `
+		WITH mine AS (SELECT * FROM unnest($2::text[], $3::int[]) AS m(job_id, idx)),
+		renewed AS (
+			UPDATE job_queue q SET lease_until = now() + $4::interval
+			  FROM mine WHERE q.job_id = mine.job_id AND q.idx = mine.idx AND q.worker = $1
+			RETURNING q.job_id, q.idx)
+		SELECT job_id, idx FROM mine EXCEPT SELECT job_id, idx FROM renewed`, worker, jobs, idx, lease.String())
+	if err != nil {
+		return nil, fmt.Errorf("renew positions: %w", err)
+	}
+	lost, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Slot, error) {
+		var s Slot
+		err := r.Scan(&s.JobID, &s.Index)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("renew positions: %w", err)
+	}
+	return lost, nil
+}
+
+// StartJob is what a worker does with a job the first time it takes one of its
+// positions: a queued job starts (JobStarted, once, by whichever worker comes first),
+// and a worker that took over positions of a stopped worker says so (JobResumed). It
+// returns the job; ErrNotClaimable when it has ended.
+func (h *Handler) StartJob(ctx context.Context, jobID, worker string, tookOver bool) (*domain.Job, error) {
+	var out *domain.Job
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		if err := lockJob(ctx, tx, jobID); err != nil {
+			return err
+		}
+		j, err := LoadJob(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		var e domain.Event
+		switch {
+		case j.State() == domain.StateQueued:
+			e, err = j.Start(worker, h.now())
+		case j.State() == domain.StateRunning && tookOver:
+			e, err = j.Resume(worker, h.now())
+		case j.State() == domain.StateRunning:
+		default:
+			return ErrNotClaimable
+		}
+		if err != nil {
+			return err
+		}
+		if e != nil {
+			if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, j.Version(),
+				eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: "SubmitJob"}, event(e)); err != nil {
+				return err
+			}
+			j.Apply(e)
+		}
+		out = j
+		return nil
+	})
+	return out, err
+}
