@@ -107,14 +107,15 @@ type Pool struct {
 	mu      sync.Mutex
 	idle    []*process
 	waiting [numPriorities][]*waiter
-	all     map[*process]struct{} // every live process, idle or busy
-	healing int                   // replacements being started
+	all     map[*process]struct{}  // every live process, idle or busy
+	healing int                    // replacements being started
 	batches map[*process]*batchRun // running Batch searches that may be preempted
 	closed  bool
 	closing chan struct{}
 	bg      sync.WaitGroup // resets and heals
 
-	searches atomic.Int64 // searches handed to a process
+	searches  atomic.Int64 // searches handed to a process
+	preempted atomic.Int64 // Batch searches stopped for interactive ones
 }
 
 type waiter struct {
@@ -237,13 +238,16 @@ type PoolStats struct {
 	Waiting [numPriorities]int
 	// Searches counts searches handed to a process since the pool started.
 	Searches int64
+	// Preempted counts Batch searches stopped to serve interactive ones.
+	Preempted int64
 }
 
 // Stats returns a snapshot of the pool's state.
 func (pl *Pool) Stats() PoolStats {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	s := PoolStats{Size: pl.cfg.Size, Live: len(pl.all), Idle: len(pl.idle), Healing: pl.healing, Searches: pl.searches.Load()}
+	s := PoolStats{Size: pl.cfg.Size, Live: len(pl.all), Idle: len(pl.idle), Healing: pl.healing, Searches: pl.searches.Load(),
+		Preempted: pl.preempted.Load()}
 	for i := range pl.waiting {
 		s.Waiting[i] = len(pl.waiting[i])
 	}
@@ -446,6 +450,7 @@ func (pl *Pool) preemptLocked() {
 	}
 	youngest.preempted = true
 	youngest.stop(ErrPreempted)
+	pl.preempted.Add(1)
 }
 
 // release takes a process back after a search: a dead one is replaced, a live one

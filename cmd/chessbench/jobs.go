@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"chessd/analysis"
 	"chessd/domain/position"
+	"chessd/engine"
+	"chessd/executor"
 )
 
 // games give 50 distinct positions for the job benchmarks.
@@ -36,33 +39,55 @@ func jobPositions() []string {
 	return fens
 }
 
-// jobs measures 50-position batches through the service (submit to succeeded, cache
-// off) against raw Stockfish on the same positions with the same number of processes,
-// and single /eval latency while a batch runs.
+// jobs measures 50-position batches through the service (submit to the commit of
+// JobSucceeded, cache off) against raw Stockfish on the same positions with as many
+// processes, with one worker and with two, and single /eval latency while a batch runs.
 func (b *bench) jobs() error {
 	fens := jobPositions()
 	fmt.Printf("\n## Jobs: 50-position batches against raw Stockfish (cache off)\n\n")
-	fmt.Printf("%d distinct positions from two games; 2 engine processes on both sides (raw: two warm processes splitting the positions, ucinewgame before each).\n\n", len(fens))
-	fmt.Println("| depth | raw positions/s | service positions/s | service / raw |")
-	fmt.Println("|---|---|---|---|")
+	fmt.Printf("%d distinct positions from two games. One worker: the server's own executor on its pool of 2 processes; two workers: "+
+		"a second executor with its own pool of 2 joins it (4 processes). Raw: as many warm processes splitting the positions, ucinewgame before each. "+
+		"Service time: submission until the commit of JobSucceeded. Engine time and waiting: per position, over the executors' engine goroutines "+
+		"(waiting = between the end of one position and the start of the next on the same goroutine).\n\n", len(fens))
+	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw** | analysis ms per position | waiting ms per position |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
 	b.svc.DisableCache()
 	defer b.svc.EnableCache()
-	for _, depth := range []int{10, 14} {
-		took, err := runRawAll(b.binary, depth, 2, fens)
-		if err != nil {
-			return err
+	for _, workers := range []int{1, 2} {
+		stop := func() {}
+		execs := []*executor.Executor{b.exec}
+		if workers == 2 {
+			x, halt, err := b.secondWorker()
+			if err != nil {
+				return err
+			}
+			stop, execs = halt, append(execs, x)
 		}
-		raw := float64(len(fens)) / took.Seconds()
-		start := time.Now()
-		if err := b.runJob(fens, depth); err != nil {
-			return err
+		for _, depth := range []int{10, 14} {
+			procs := 2 * workers
+			took, err := runRawAll(b.binary, depth, procs, fens)
+			if err != nil {
+				stop()
+				return err
+			}
+			raw := float64(len(fens)) / took.Seconds()
+			before := statsOf(execs)
+			svcTook, _, err := b.runJob(fens, depth)
+			if err != nil {
+				stop()
+				return err
+			}
+			st := statsOf(execs).minus(before)
+			svc := float64(len(fens)) / svcTook.Seconds()
+			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f** | %.1f | %.2f |\n", workers, procs, depth, raw, svc, svc/raw,
+				ms(st.Searching)/float64(max(st.Positions, 1)), ms(st.Waiting)/float64(max(st.Positions, 1)))
 		}
-		svc := float64(len(fens)) / time.Since(start).Seconds()
-		fmt.Printf("| %d | %.1f | %.1f | **%.2f** |\n", depth, raw, svc, svc/raw)
+		stop()
 	}
 
 	fmt.Printf("\n## Single POST /eval latency while a batch runs\n\n")
-	fmt.Println("Sequential depth-10 evals of one client (cache off), alone and while a 50-position depth-14 batch uses both processes.")
+	fmt.Println("Sequential depth-10 evals of one client (cache off), alone and while a 50-position depth-14 batch uses both processes " +
+		"(one worker); an eval that finds both busy preempts a batch search.")
 	fmt.Println()
 	fmt.Println("| while | evals | p50 ms | p99 ms | max ms |")
 	fmt.Println("|---|---|---|---|---|")
@@ -77,19 +102,39 @@ func (b *bench) jobs() error {
 		}
 		return lat, nil
 	}
-	idle, err := evals(40)
+	const n = 100
+	idle, err := evals(n)
 	if err != nil {
 		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- b.runJob(fens, 14) }()
-	time.Sleep(300 * time.Millisecond)
-	busy, err := evals(40)
+	type jobRun struct {
+		id  string
+		err error
+	}
+	done := make(chan jobRun, 1)
+	submitted := make(chan string, 1)
+	go func() {
+		_, id, err := b.runJobNotify(fens, 14, submitted)
+		done <- jobRun{id, err}
+	}()
+	jobID := <-submitted
+	if err := b.waitAnalysed(jobID, 1); err != nil { // both processes are on the batch
+		return err
+	}
+	pool, err := b.catalog.Pool(context.Background(), b.engineID, engine.PathNative)
 	if err != nil {
 		return err
 	}
-	if err := <-done; err != nil {
+	preemptedBefore := pool.Stats().Preempted
+	busy, err := evals(n)
+	if err != nil {
 		return err
+	}
+	preempted := pool.Stats().Preempted - preemptedBefore
+	stillRunning := len(done) == 0
+	r := <-done
+	if r.err != nil {
+		return r.err
 	}
 	for _, row := range []struct {
 		name string
@@ -100,37 +145,99 @@ func (b *bench) jobs() error {
 		fmt.Printf("| %s | %d | %.1f | %.1f | %.1f |\n", row.name, len(sorted), ms(sorted[len(sorted)/2]),
 			ms(sorted[len(sorted)*99/100]), ms(sorted[len(sorted)-1]))
 	}
+	fmt.Printf("\nThe batch was still running when the last eval answered: %v; batch searches preempted by the %d evals: %d.\n", stillRunning, n, preempted)
 	return nil
 }
 
-// runJob submits a batch and waits until it succeeded.
-func (b *bench) runJob(fens []string, depth int) error {
+// secondWorker starts another executor with its own pool of two processes and analysis
+// service (cache off) on the bench's database; halt stops it and its engines.
+func (b *bench) secondWorker() (*executor.Executor, func(), error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cat, err := engine.Open(ctx, engine.Config{PoolSize: 2, Logger: b.logger})
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	svc := analysis.NewService(cat, b.pool, b.logger)
+	svc.DisableCache()
+	x := executor.New(executor.Config{Worker: "bench-2", Parallel: 2}, b.pool, b.cmds, svc, b.logger)
+	done := make(chan error, 1)
+	go func() { done <- x.Run(ctx) }()
+	return x, func() {
+		cancel()
+		<-done
+		cat.Close() //nolint:errcheck // the bench's own processes
+	}, nil
+}
+
+type execStats executor.Stats
+
+func statsOf(xs []*executor.Executor) execStats {
+	var out execStats
+	for _, x := range xs {
+		s := x.Stats()
+		out.Positions += s.Positions
+		out.Searching += s.Searching
+		out.Waiting += s.Waiting
+	}
+	return out
+}
+
+func (s execStats) minus(o execStats) execStats {
+	return execStats{Positions: s.Positions - o.Positions, Searching: s.Searching - o.Searching, Waiting: s.Waiting - o.Waiting}
+}
+
+// runJob submits a batch and returns the time from submission to the commit of its
+// JobSucceeded event.
+func (b *bench) runJob(fens []string, depth int) (time.Duration, string, error) {
+	return b.runJobNotify(fens, depth, nil)
+}
+
+// runJobNotify is runJob that sends the job's id on submitted once accepted.
+func (b *bench) runJobNotify(fens []string, depth int, submitted chan<- string) (time.Duration, string, error) {
 	body, _ := json.Marshal(map[string]any{"fens": fens, "depth": depth})
 	var job struct {
 		ID    string `json:"job_id"`
 		State string `json:"state"`
 	}
+	start := time.Now()
 	if err := b.post(b.url, "/batch", string(body), b.key, &job); err != nil {
-		return err
+		return 0, "", err
 	}
-	for job.State != "succeeded" {
-		if job.State == "failed" || job.State == "cancelled" {
-			return fmt.Errorf("job %s %s", job.ID, job.State)
-		}
-		time.Sleep(20 * time.Millisecond)
-		req, _ := http.NewRequest("GET", b.url+"/jobs/"+job.ID, nil)
-		req.Header.Set("Authorization", "Bearer "+b.key)
-		res, err := b.client.Do(req)
+	if submitted != nil {
+		submitted <- job.ID
+	}
+	for {
+		var last string
+		var at time.Time
+		err := b.pool.QueryRow(context.Background(), `SELECT event_type, recorded_at FROM events
+			WHERE stream_id = $1 ORDER BY version DESC LIMIT 1`, "job-"+job.ID).Scan(&last, &at)
 		if err != nil {
+			return 0, job.ID, err
+		}
+		switch last {
+		case "JobSucceeded":
+			return at.Sub(start), job.ID, nil
+		case "JobFailed", "JobCancelled":
+			return 0, job.ID, fmt.Errorf("job %s: %s", job.ID, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitAnalysed waits until a job has n positions recorded.
+func (b *bench) waitAnalysed(jobID string, n int) error {
+	for {
+		var done int
+		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE stream_id = $1
+			AND event_type = 'JobPositionAnalysed'`, "job-"+jobID).Scan(&done); err != nil {
 			return err
 		}
-		err = json.NewDecoder(res.Body).Decode(&job)
-		res.Body.Close()
-		if err != nil {
-			return err
+		if done >= n {
+			return nil
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	return nil
 }
 
 // runRawAll runs fens on conc raw processes, splitting them, and returns the time

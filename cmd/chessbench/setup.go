@@ -43,6 +43,8 @@ type bench struct {
 	client   *http.Client
 	pool     *pgxpool.Pool
 	cmds     *commands.Handler
+	exec     *executor.Executor // the first worker, beside the first server
+	logger   *slog.Logger
 	replicas []*replica
 	trivial  []string // base URLs of the trivial handlers (load.go)
 	closers  []func()
@@ -88,8 +90,8 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	b.cmds = commands.New(eventstore.NewStore(pool, logger), pepper)
 	// one projection runner and one job executor, as with one serve and its database
 	go projections.NewRunner(pool, logger, projections.Accounts{}, projections.Ledger{}, projections.Jobs{}).Run(ctx, nil) //nolint:errcheck // ends with the process
-	x := executor.New(executor.Config{Worker: "bench", Parallel: 2}, pool, b.cmds, b.svc, logger)
-	go x.Run(ctx) //nolint:errcheck // ends with the process
+	b.exec, b.logger = executor.New(executor.Config{Worker: "bench", Parallel: 2}, pool, b.cmds, b.svc, logger), logger
+	go b.exec.Run(ctx) //nolint:errcheck // ends with the process
 	b.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	keys, err := b.signup(ctx, 1, "bench")
 	if err != nil {
