@@ -104,11 +104,13 @@ var ErrStale = errors.New("eventstore: fast append not as assumed")
 
 // Fast appends in one round trip: BEGIN, the statements queue adds, the move of the
 // chain's head and of the streams from where cur remembers them, the events, their bus
-// messages and COMMIT. The statements must succeed for the appends to stand: one that
-// would not (a refused charge) raises serialization_failure. If anything is not as
-// assumed, the whole transaction rolls back and Fast returns ErrStale. When the
-// connection fails, the outcome is open (COMMIT went out with the rest): Fast returns an
-// *UncertainCommitError, which the caller settles (Settle) when it can.
+// messages or inline rows and COMMIT. The statements must succeed for the appends to
+// stand: one that would not (a refused charge) raises serialization_failure. If
+// anything is not as assumed, the whole transaction rolls back and Fast returns
+// ErrStale. Events an inline projection refuses (ErrRefused) are refused before
+// anything is sent. When the connection fails, the outcome is open (COMMIT went out
+// with the rest): Fast returns an *UncertainCommitError, which the caller settles
+// (Settle) when it can.
 func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), appends []Appends) (evs []Event, err error) {
 	if !cur.known {
 		return nil, ErrStale
@@ -135,7 +137,7 @@ func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), a
 	b.Queue(`SELECT advance_chain($1, $2, $3, $4)`, cur.head, cur.hash, last.Position, last.Hash)
 	b.Queue(`SELECT advance_streams($1, $2, $3, $4)`, moves.ids, moves.types, moves.from, moves.to)
 	queueInsert(b, evs)
-	if err := queuePublish(ctx, b, evs); err != nil {
+	if err := queueDeliver(ctx, b, evs); err != nil {
 		return nil, err
 	}
 	b.Queue("COMMIT")
@@ -174,9 +176,9 @@ func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), a
 // The first round trip carries BEGIN, the statements queue adds, the lock on the
 // chain's head and the versions of streams (every stream read may append to). read
 // then takes the statements' results, in order, and returns the appends. The second
-// round trip carries the events, their bus messages, the streams' new versions and
-// COMMIT. The head's lock is taken after the caller's statements, as in Transact, so
-// both keep one lock order.
+// round trip carries the events, their bus messages or inline rows, the streams' new
+// versions and COMMIT. The head's lock is taken after the caller's statements, as in
+// Transact, so both keep one lock order.
 //
 // Like Transact, it runs again (queue included) when PostgreSQL reports a
 // serialization failure or a deadlock, or a stream moved on meanwhile.

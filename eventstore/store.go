@@ -6,7 +6,9 @@
 //   - a global position assigned in commit order without gaps, so a reader that follows
 //     positions never skips an event that committed late;
 //   - a hash chain: each event's hash covers its content and the previous event's hash;
-//   - every appended event is published on the Watermill bus in the same transaction.
+//   - every appended event is published on the Watermill bus in the same transaction,
+//     or, for a topic with an inline projection (RegisterInline), has that read model's
+//     rows written in the same transaction instead.
 package eventstore
 
 import (
@@ -48,7 +50,14 @@ type Event struct {
 	Metadata      json.RawMessage `json:"metadata"`
 	RecordedAt    time.Time       `json:"recorded_at"`
 	Hash          []byte          `json:"hash"`
+
+	value any // what Payload was marshalled from, for an event appended by this process
 }
+
+// Value is what the event's payload was marshalled from when this process appended it
+// (New.Payload), or nil for an event read back from the log: an inline projection
+// writes its rows from it without decoding the JSON again.
+func (e Event) Value() any { return e.value }
 
 // Meta decodes the event's metadata.
 func (e Event) Meta() Metadata {
@@ -61,7 +70,7 @@ func (e Event) Meta() Metadata {
 type New struct {
 	Type          string
 	SchemaVersion int
-	Payload       any       // marshalled with encoding/json
+	Payload       any       // marshalled with encoding/json; not to be changed once appended
 	Meta          *Metadata // this event's own metadata; nil: the Append call's
 }
 
@@ -262,7 +271,7 @@ func encode(streamID, streamType string, version int64, md Metadata, e New, now 
 	}
 	return Event{
 		StreamID: streamID, StreamType: streamType, Version: version,
-		Type: e.Type, SchemaVersion: sv, Payload: payload, Metadata: meta, RecordedAt: now,
+		Type: e.Type, SchemaVersion: sv, Payload: payload, Metadata: meta, RecordedAt: now, value: e.Payload,
 	}, nil
 }
 
@@ -300,12 +309,13 @@ func (tx *Tx) flush(ctx context.Context) error {
 }
 
 // queueWrite gives evs the positions after head, chains their hashes from prev, and
-// queues their insert, the chain head's update and their bus messages on batch.
+// queues their insert, the chain head's update and their bus messages or inline rows
+// on batch.
 func queueWrite(ctx context.Context, batch *pgx.Batch, evs []Event, head int64, prev []byte) error {
 	last := chain(evs, head, prev)
 	queueInsert(batch, evs)
 	batch.Queue(`UPDATE event_chain SET position = $1, hash = $2`, last.Position, last.Hash)
-	return queuePublish(ctx, batch, evs)
+	return queueDeliver(ctx, batch, evs)
 }
 
 // chain gives evs the positions after head and their hashes, chained from prev; it
@@ -396,13 +406,69 @@ func (tx *Tx) lockHead(ctx context.Context, head *int64, prev *[]byte) error {
 	return br.Close()
 }
 
-// queuePublish puts the events on the Watermill bus inside this transaction, so a
-// subscriber sees them exactly when they are committed. The insert is built by
-// watermill-sql's own schema adapter (what its Publisher runs) and sent in the same
-// round trip as the events, which matters while the chain's lock is held.
-func queuePublish(ctx context.Context, batch *pgx.Batch, evs []Event) error {
-	byTopic := map[string]message.Messages{}
+// InlineFunc queues on b the rows an inline projection derives from evs: chained
+// events (positions and hashes given) of its topic, in position order, all appended by
+// one transaction. An error refuses the events: the transaction writes nothing.
+type InlineFunc func(b *pgx.Batch, evs []Event) error
+
+// inline holds the inline projections by topic. Registered at init (the package that
+// owns the read model registers it), so every Store of the process, whoever built it,
+// writes the same read models: none can append a topic's events without their rows.
+var inline = map[string]InlineFunc{}
+
+// RegisterInline makes the read model of topic an inline projection: every transaction
+// that appends events of topic queues their rows (queue) in the same round trip as the
+// events, and no bus message is published for them. Call it from an init function.
+func RegisterInline(topic string, queue InlineFunc) {
+	if _, dup := inline[topic]; dup {
+		panic("eventstore: inline projection of " + topic + " registered twice")
+	}
+	inline[topic] = queue
+}
+
+// Inlined reports whether topic's read model is written inline (RegisterInline): it is
+// never behind the log, and topic gets no bus messages.
+func Inlined(topic string) bool {
+	_, ok := inline[topic]
+	return ok
+}
+
+// ErrRefused says an inline projection refused an event (its rows could not be made):
+// the transaction that appended it wrote nothing.
+var ErrRefused = errors.New("eventstore: an inline projection refused the event")
+
+// queueDeliver queues, inside this transaction, each event's delivery to its readers:
+// the rows of an inline projection, or a message on the Watermill bus, so a subscriber
+// sees it exactly when it is committed. The bus insert is built by watermill-sql's own
+// schema adapter (what its Publisher runs). Both go in the same round trip as the
+// events, which matters while the chain's lock is held.
+func queueDeliver(ctx context.Context, batch *pgx.Batch, evs []Event) error {
+	byTopic := map[string][]Event{}
 	var order []string
+	for _, e := range evs {
+		topic := TopicOf(e.StreamType)
+		if _, ok := byTopic[topic]; !ok {
+			order = append(order, topic)
+		}
+		byTopic[topic] = append(byTopic[topic], e)
+	}
+	for _, topic := range order {
+		if queue, ok := inline[topic]; ok {
+			if err := queue(batch, byTopic[topic]); err != nil {
+				return fmt.Errorf("%w: %s: %w", ErrRefused, topic, err)
+			}
+			continue
+		}
+		if err := queuePublish(ctx, batch, topic, byTopic[topic]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queuePublish puts evs on topic's bus table and wakes its subscribers at commit.
+func queuePublish(ctx context.Context, batch *pgx.Batch, topic string, evs []Event) error {
+	msgs := make(message.Messages, 0, len(evs))
 	for _, e := range evs {
 		body, err := json.Marshal(e)
 		if err != nil {
@@ -411,20 +477,14 @@ func queuePublish(ctx context.Context, batch *pgx.Batch, evs []Event) error {
 		msg := message.NewMessage(watermill.NewUUID(), body)
 		msg.Metadata.Set("event_type", e.Type)
 		msg.SetContext(ctx)
-		topic := TopicOf(e.StreamType)
-		if _, ok := byTopic[topic]; !ok {
-			order = append(order, topic)
-		}
-		byTopic[topic] = append(byTopic[topic], msg)
+		msgs = append(msgs, msg)
 	}
-	for _, topic := range order {
-		q, err := BusSchema.InsertQuery(wmsql.InsertQueryParams{Topic: topic, Msgs: byTopic[topic]})
-		if err != nil {
-			return fmt.Errorf("publish on %s: %w", topic, err)
-		}
-		batch.Queue(q.Query, q.Args...)
-		queueNotify(batch, topic)
+	q, err := BusSchema.InsertQuery(wmsql.InsertQueryParams{Topic: topic, Msgs: msgs})
+	if err != nil {
+		return fmt.Errorf("publish on %s: %w", topic, err)
 	}
+	batch.Queue(q.Query, q.Args...)
+	queueNotify(batch, topic)
 	return nil
 }
 

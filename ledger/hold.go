@@ -49,7 +49,8 @@ func ReleaseHold(ctx context.Context, tx *eventstore.Tx, jobID string) error {
 }
 
 // ChargeHeld charges one analysed position of a job against the job's hold, drawn on
-// day, and appends its UnitsCharged event: one line item, as for any call.
+// day, and appends its UnitsCharged event: one line item, as for any call, whose rows
+// in the ledger's read model are written when tx commits (QueueReadModel).
 func ChargeHeld(ctx context.Context, tx *eventstore.Tx, jobID, day string, ch Charge, now time.Time) (*UnitsCharged, error) {
 	now = now.UTC().Truncate(time.Microsecond)
 	var kept []bool

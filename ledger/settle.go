@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"chessd/eventstore"
 )
@@ -106,9 +107,10 @@ type settleGroup struct {
 
 // settle commits a batch: per lease, one meter_settle of its calls (their units, and
 // the answers of those with an Idempotency-Key); per call charged, its UnitsCharged
-// event. A transient failure is retried (the lease keeps the units meanwhile). A call
-// whose lease is gone, or whose claim a retry took over, is not charged: forgiven, never
-// charged past what was reserved nor twice.
+// event and its rows in the ledger's read model. A transient failure is retried (the
+// lease keeps the units meanwhile). A call whose lease is gone, or whose claim a retry
+// took over, is not charged: forgiven, never charged past what was reserved nor twice.
+// A batch refused for what it writes is settled call by call (settleRefused).
 func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	if len(batch) == 0 {
 		return nil
@@ -177,6 +179,9 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 		if err == nil {
 			break
 		}
+		if refused(err) {
+			return m.settleRefused(ctx, batch, err)
+		}
 		var u *eventstore.UncertainCommitError
 		if errors.As(err, &u) {
 			committed, serr := m.store.Settle(ctx, u)
@@ -213,6 +218,41 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	}
 	m.forget(batch)
 	return nil
+}
+
+// refused says a settle failed for what it writes, not for how: the ledger's read
+// model refused a charge (postings that do not balance: eventstore.ErrRefused), or
+// PostgreSQL refused a value (SQLSTATE class 22 data exception, 23 integrity, 54
+// program limit). The transaction wrote nothing, and the same batch would fail again.
+func refused(err error) bool {
+	if errors.Is(err, eventstore.ErrRefused) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	class := pgErr.Code[:min(2, len(pgErr.Code))]
+	return class == "22" || class == "23" || class == "54"
+}
+
+// settleRefused settles a refused batch, which committed nothing, one call at a time,
+// so that only a call that is refused on its own is left out: forgiven (its answer
+// stands), never charged, and the others are charged once.
+func (m *Meter) settleRefused(ctx context.Context, batch []*settlement, err error) error {
+	if len(batch) == 1 {
+		e := batch[0].event
+		m.logger.Error("a charge the ledger refused is forgiven", "request_id", e.RequestID, "charge_id", e.ChargeID,
+			"key_id", e.KeyID, "units", e.Units, "err", err)
+		m.forget(batch)
+		return err
+	}
+	m.logger.Warn("the ledger refused a settle; settling its calls one by one", "calls", len(batch), "err", err)
+	var errs []error
+	for _, s := range batch {
+		errs = append(errs, m.settle(ctx, []*settlement{s}))
+	}
+	return errors.Join(errs...)
 }
 
 func countTrue(bs []bool) int {

@@ -17,6 +17,9 @@ type Status struct {
 	Position int64  `json:"position"`  // the highest position it has processed
 	Lag      int64  `json:"lag"`       // events of its topic after that, counted up to MaxLag
 	SetAside int64  `json:"set_aside"` // open set-aside events (chessd setaside list)
+	// Inline: written by the appends themselves (Inline), so at the head with no lag by
+	// construction; its set-aside events come from rebuilds and earlier versions.
+	Inline bool `json:"inline,omitempty"`
 }
 
 // MaxLag bounds the count of events behind, so a far-behind projection does not make
@@ -36,6 +39,15 @@ func Statuses(ctx context.Context, q eventstore.Querier, ps []Projection) (int64
 	out := make([]Status, 0, len(ps))
 	for _, p := range ps {
 		st := Status{Name: p.Name()}
+		if Inline(p) {
+			st.Position, st.Inline = head, true
+			err := q.QueryRow(ctx, `SELECT count(*) FROM set_aside_events WHERE projection = $1 AND state = 'open'`, p.Name()).Scan(&st.SetAside)
+			if err != nil {
+				return 0, nil, fmt.Errorf("status of %s: %w", p.Name(), err)
+			}
+			out = append(out, st)
+			continue
+		}
 		var types []string
 		for t, topic := range eventstore.Topics {
 			if topic == p.Topic() {

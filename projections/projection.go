@@ -1,8 +1,9 @@
 // Package projections builds the read models from the events. Each projection is a
 // Watermill subscriber (consumer group = the projection's name) on the event bus; it
 // writes its rows in the very transaction in which Watermill reads the messages and
-// stores its offset, so a read model and its checkpoint never disagree. Read models
-// can always be dropped and rebuilt from the events table alone.
+// stores its offset, so a read model and its checkpoint never disagree. An inline
+// projection (the ledger's) is written by the appends themselves instead (inline.go).
+// Read models can always be dropped and rebuilt from the events table alone.
 package projections
 
 import (
@@ -66,6 +67,12 @@ func (r *Runner) Run(ctx context.Context, ready chan<- struct{}) error {
 	wake := eventstore.Listen(ctx, r.pool, r.logger)
 	ackDeadline := 5 * time.Second
 	for _, p := range r.projections {
+		if Inline(p) { // written by the appends themselves: no subscriber
+			if err := r.catchUpInline(ctx, p); err != nil {
+				return err
+			}
+			continue
+		}
 		sub, err := wmsql.NewSubscriber(NewBusBeginner(r.pool), wmsql.SubscriberConfig{
 			ConsumerGroup:  p.Name(),
 			SchemaAdapter:  wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: r.BatchSize, GeneratePayloadType: eventstore.BusSchema.GeneratePayloadType},
@@ -157,16 +164,27 @@ type RebuildReport struct {
 // subscriber waits and afterwards skips what the rebuild already applied. Events it
 // cannot apply are set aside as the live projection does; a set-aside event that
 // applies now (its projection was fixed) is marked retried, and skipped ones stay out.
+//
+// An inline projection's rows are written by every append meanwhile: its tables are
+// emptied with DELETE rather than TRUNCATE, so those appends neither wait for the
+// rebuild (TRUNCATE's lock would stop them, and the chain's head with them) nor lose
+// their rows; an event both write is written once (rows are keyed by position).
 func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection) (RebuildReport, error) {
 	var rep RebuildReport
+	inline := Inline(p)
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		rep = RebuildReport{}
-		offsets := fmt.Sprintf(`watermill_offsets_%s`, p.Topic())
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{offsets}.Sanitize()+` WHERE consumer_group = $1 FOR UPDATE`, p.Name()); err != nil {
-			return err
+		empty := `TRUNCATE `
+		if inline {
+			empty = `DELETE FROM `
+		} else {
+			offsets := fmt.Sprintf(`watermill_offsets_%s`, p.Topic())
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{offsets}.Sanitize()+` WHERE consumer_group = $1 FOR UPDATE`, p.Name()); err != nil {
+				return err
+			}
 		}
 		for _, t := range p.Tables() {
-			if _, err := tx.Exec(ctx, `TRUNCATE `+pgx.Identifier{t}.Sanitize()); err != nil {
+			if _, err := tx.Exec(ctx, empty+pgx.Identifier{t}.Sanitize()); err != nil {
 				return err
 			}
 		}
@@ -223,6 +241,10 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection) (RebuildRepo
 				p.Name(), resolved); err != nil {
 				return fmt.Errorf("resolve set-aside events: %w", err)
 			}
+		}
+		if inline { // never behind: no checkpoint
+			_, err = tx.Exec(ctx, `DELETE FROM projection_checkpoints WHERE name = $1`, p.Name())
+			return err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
 			ON CONFLICT (name) DO UPDATE SET position = excluded.position`, p.Name(), last)

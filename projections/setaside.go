@@ -123,10 +123,12 @@ func (a *applier) apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) erro
 }
 
 // heldBy says whether e waits behind an earlier set-aside event of its stream, and which.
+// An inline projection's events never wait: its writers cannot hold one back.
 func (a *applier) heldBy(ctx context.Context, tx pgx.Tx, e eventstore.Event) (int64, bool, error) {
+	inline := Inline(a.p)
 	if !a.loaded {
 		a.held, a.checked = map[string]int64{}, map[string]bool{}
-		if !a.fresh {
+		if !a.fresh && !inline {
 			rows, err := tx.Query(ctx, `SELECT stream_id, min(position) FROM set_aside_events
 				WHERE projection = $1 AND state = 'open' GROUP BY stream_id`, a.p.Name())
 			if err != nil {
@@ -141,7 +143,7 @@ func (a *applier) heldBy(ctx context.Context, tx pgx.Tx, e eventstore.Event) (in
 		a.loaded = true
 	}
 	blocker, ok := a.held[e.StreamID]
-	if !ok || blocker >= e.Position {
+	if inline || !ok || blocker >= e.Position {
 		return 0, false, nil
 	}
 	if a.checked[e.StreamID] {

@@ -20,7 +20,6 @@ import (
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/eventstore"
-	"chessd/ledger"
 	"chessd/postgres/pgtest"
 	"chessd/projections"
 )
@@ -308,62 +307,6 @@ func TestAccountsProjectionSetsAsideWhatItCannotApply(t *testing.T) {
 	}
 	if rep, err := eventstore.Verify(ctx, pool); err != nil || rep.Tamper != nil {
 		t.Fatalf("verify: %v %v", err, rep.Tamper)
-	}
-}
-
-// The ledger projection sends a whole batch's writes at once: an event PostgreSQL
-// refuses in that batch (a NUL in a request id), or one the projection refuses before
-// sending (postings that do not balance), is set aside and the rest of the batch stays.
-func TestLedgerProjectionSetsAsideWithinABatch(t *testing.T) {
-	pool := pgtest.NewDB(t)
-	ctx := context.Background()
-	charge := func(key, request string, balanced bool) *ledger.UnitsCharged {
-		c := &ledger.UnitsCharged{ChargeID: "chg_" + request, RequestID: request, AccountID: "acct_l", KeyID: key, Env: "live",
-			Day: "2025-01-02", ChargedAt: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Endpoint: "eval", Engine: "sf-17.1",
-			Path: "native", Units: 10, USD: decimal.RequireFromString("0.001"),
-			Postings: []ledger.Posting{{Book: "units", Account: "key", Currency: "units", Debit: decimal.NewFromInt(10)},
-				{Book: "units", Account: "revenue", Currency: "units", Credit: decimal.NewFromInt(10)}}}
-		if !balanced {
-			c.Postings = c.Postings[:1]
-		}
-		return c
-	}
-	// Appended before the projection starts, so they arrive in one batch.
-	appendRaw(t, pool, ledger.Stream("key_a"), ledger.StreamLedger, eventstore.AnyVersion, charge("key_a", "a1", true))
-	nul := appendRaw(t, pool, ledger.Stream("key_b"), ledger.StreamLedger, eventstore.AnyVersion, charge("key_b", "b\x001", true))[0]
-	appendRaw(t, pool, ledger.Stream("key_a"), ledger.StreamLedger, eventstore.AnyVersion, charge("key_a", "a2", true))
-	held := appendRaw(t, pool, ledger.Stream("key_b"), ledger.StreamLedger, eventstore.AnyVersion, charge("key_b", "b2", true))[0]
-	unbalanced := appendRaw(t, pool, ledger.Stream("key_c"), ledger.StreamLedger, eventstore.AnyVersion, charge("key_c", "c1", false))[0]
-	appendRaw(t, pool, ledger.Stream("key_a"), ledger.StreamLedger, eventstore.AnyVersion, charge("key_a", "a3", true))
-
-	runProjections(t, pool, projections.Ledger{})
-	eventually(t, "the ledger projection to reach the head", caughtUp(t, pool, "ledger_v1"))
-	if n := count(t, pool, `SELECT count(*) FROM charges WHERE key_id = 'key_a'`); n != 3 {
-		t.Fatalf("%d charges of the good key, want 3", n)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM charges WHERE key_id <> 'key_a'`) + count(t, pool, `SELECT count(*) FROM ledger_entries WHERE position IN ($1, $2, $3)`, nul.Position, held.Position, unbalanced.Position); n != 0 {
-		t.Fatalf("%d rows of set-aside charges in the read model", n)
-	}
-	list, err := projections.ListSetAside(ctx, pool, false)
-	if err != nil || len(list) != 3 {
-		t.Fatalf("set aside: %+v %v", list, err)
-	}
-	if s := setAsideAt(t, list, nul.Position); !strings.Contains(s.Error, "0x00") || s.HeldBy != nil {
-		t.Errorf("the NUL charge: %+v", s)
-	}
-	if s := setAsideAt(t, list, held.Position); s.HeldBy == nil || *s.HeldBy != nul.Position {
-		t.Errorf("the charge after it on the same key: %+v", s)
-	}
-	if s := setAsideAt(t, list, unbalanced.Position); !strings.Contains(s.Error, "do not balance") {
-		t.Errorf("the unbalanced charge: %+v", s)
-	}
-	// Later batches keep holding the stream, and let the others through.
-	later := appendRaw(t, pool, ledger.Stream("key_b"), ledger.StreamLedger, eventstore.AnyVersion, charge("key_b", "b3", true))[0]
-	appendRaw(t, pool, ledger.Stream("key_a"), ledger.StreamLedger, eventstore.AnyVersion, charge("key_a", "a4", true))
-	eventually(t, "the ledger projection to reach the head again", caughtUp(t, pool, "ledger_v1"))
-	if count(t, pool, `SELECT count(*) FROM charges WHERE key_id = 'key_a'`) != 4 ||
-		count(t, pool, `SELECT count(*) FROM set_aside_events WHERE position = $1 AND held_by = $2`, later.Position, nul.Position) != 1 {
-		t.Fatal("a later batch did not hold the set-aside stream, or held a good one")
 	}
 }
 

@@ -188,11 +188,14 @@ func work(ctx context.Context, cfg config, logger *slog.Logger) error {
 }
 
 // busConsumers says how many consumer groups read each bus topic: every projection
-// reads its topic, and the executors (here or in `chessd worker`) read the commands.
+// but an inline one reads its topic, and the executors (here or in `chessd worker`)
+// read the commands.
 func busConsumers() map[string]int {
 	m := map[string]int{commands.TopicJobCommands: 1}
 	for _, p := range allProjections() {
-		m[p.Topic()]++
+		if !projections.Inline(p) {
+			m[p.Topic()]++
+		}
 	}
 	return m
 }
