@@ -298,16 +298,10 @@ func (x *Executor) jobOf(ctx context.Context, t commands.Taken) (*jobRun, error)
 
 // search runs positions from ready on the engines until ready is closed.
 func (x *Executor) search(ready <-chan *task, analysed chan<- *task) {
-	var ended time.Time
 	for t := range ready {
 		start := time.Now()
 		res, err := x.position(t)
-		var waited time.Duration
-		if !ended.IsZero() {
-			waited = start.Sub(ended)
-		}
-		ended = time.Now()
-		x.stats.add(waited, ended.Sub(start))
+		x.stats.add(time.Since(start))
 		x.mu.Lock()
 		x.pending--
 		x.mu.Unlock()
@@ -552,11 +546,11 @@ func (x *Executor) fail(t *task, cause error) {
 	x.dropJob(t.slot.JobID)
 }
 
-// Stats says how the engines of this executor spent their time.
+// Stats says how the engines of this executor spent their time: a benchmark compares
+// Searching with the time a job took to see how long engines waited for work.
 type Stats struct {
 	Positions int64         // positions searched (analysed, failed or dropped)
-	Searching time.Duration // in analysis (the engine's search, and its conversion)
-	Waiting   time.Duration // between two positions of one engine: nothing to search yet
+	Searching time.Duration // in analysis (acquiring a process, the search, conversion)
 }
 
 // Stats returns the counts so far.
@@ -565,17 +559,14 @@ func (x *Executor) Stats() Stats { return x.stats.snapshot() }
 type stats struct {
 	positions atomic.Int64
 	searching atomic.Int64 // ns
-	waiting   atomic.Int64 // ns
 }
 
-// add counts one position of one engine goroutine: waited is the time since its
-// previous position ended (zero for its first), searched the time in analysis.
-func (s *stats) add(waited, searched time.Duration) {
+// add counts one position that spent searched in analysis.
+func (s *stats) add(searched time.Duration) {
 	s.positions.Add(1)
-	s.waiting.Add(int64(waited))
 	s.searching.Add(int64(searched))
 }
 
 func (s *stats) snapshot() Stats {
-	return Stats{Positions: s.positions.Load(), Searching: time.Duration(s.searching.Load()), Waiting: time.Duration(s.waiting.Load())}
+	return Stats{Positions: s.positions.Load(), Searching: time.Duration(s.searching.Load())}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"chessd/analysis"
+	"chessd/commands"
+	"chessd/domain"
 	"chessd/domain/position"
 	"chessd/engine"
 	"chessd/executor"
@@ -47,10 +49,11 @@ func (b *bench) jobs() error {
 	fmt.Printf("\n## Jobs: 50-position batches against raw Stockfish (cache off)\n\n")
 	fmt.Printf("%d distinct positions from two games. One worker: the server's own executor on its pool of 2 processes; two workers: "+
 		"a second executor with its own pool of 2 joins it (4 processes). Raw: as many warm processes splitting the positions, ucinewgame before each. "+
-		"Service time: submission until the commit of JobSucceeded. Engine time and waiting: per position, over the executors' engine goroutines "+
-		"(waiting = between the end of one position and the start of the next on the same goroutine).\n\n", len(fens))
-	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw** | analysis ms per position | waiting ms per position |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+		"Service time: submission until JobSucceeded is recorded. Engine ms and nodes: what the engines reported (info time, nodes). "+
+		"Analysis: the executors' time in analysis per position (acquiring a process, the search, conversion); engines idle: the executors' engine "+
+		"goroutines' time outside analysis while the job ran (processes × job time − analysis), per position.\n\n", len(fens))
+	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw** | engine ms per position, raw / service | nodes per position, raw / service | analysis ms per position | engines idle ms per position |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	b.svc.DisableCache()
 	defer b.svc.EnableCache()
 	for _, workers := range []int{1, 2} {
@@ -65,22 +68,30 @@ func (b *bench) jobs() error {
 		}
 		for _, depth := range []int{10, 14} {
 			procs := 2 * workers
-			took, err := runRawAll(b.binary, depth, procs, fens)
+			took, rawCount, err := runRawAll(b.binary, depth, procs, fens)
 			if err != nil {
 				stop()
 				return err
 			}
 			raw := float64(len(fens)) / took.Seconds()
 			before := statsOf(execs)
-			svcTook, _, err := b.runJob(fens, depth)
+			svcTook, jobID, err := b.runJob(fens, depth)
+			if err != nil {
+				stop()
+				return err
+			}
+			svcCount, err := b.jobEngineCount(jobID)
 			if err != nil {
 				stop()
 				return err
 			}
 			st := statsOf(execs).minus(before)
 			svc := float64(len(fens)) / svcTook.Seconds()
-			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f** | %.1f | %.2f |\n", workers, procs, depth, raw, svc, svc/raw,
-				ms(st.Searching)/float64(max(st.Positions, 1)), ms(st.Waiting)/float64(max(st.Positions, 1)))
+			per := func(d time.Duration) float64 { return ms(d) / float64(max(st.Positions, 1)) }
+			idle := time.Duration(procs)*svcTook - st.Searching // engine goroutines not in analysis while the job ran
+			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f** | %.1f / %.1f | %d / %d | %.1f | %.2f |\n", workers, procs, depth, raw, svc, svc/raw,
+				float64(rawCount.timeMS)/float64(len(fens)), float64(svcCount.timeMS)/float64(len(fens)),
+				rawCount.nodes/int64(len(fens)), svcCount.nodes/int64(len(fens)), per(st.Searching), per(idle))
 		}
 		stop()
 	}
@@ -178,13 +189,12 @@ func statsOf(xs []*executor.Executor) execStats {
 		s := x.Stats()
 		out.Positions += s.Positions
 		out.Searching += s.Searching
-		out.Waiting += s.Waiting
 	}
 	return out
 }
 
 func (s execStats) minus(o execStats) execStats {
-	return execStats{Positions: s.Positions - o.Positions, Searching: s.Searching - o.Searching, Waiting: s.Waiting - o.Waiting}
+	return execStats{Positions: s.Positions - o.Positions, Searching: s.Searching - o.Searching}
 }
 
 // runJob submits a batch and returns the time from submission to the commit of its
@@ -208,18 +218,15 @@ func (b *bench) runJobNotify(fens []string, depth int, submitted chan<- string) 
 		submitted <- job.ID
 	}
 	for {
-		var last string
-		var at time.Time
-		err := b.pool.QueryRow(context.Background(), `SELECT event_type, recorded_at FROM events
-			WHERE stream_id = $1 ORDER BY version DESC LIMIT 1`, "job-"+job.ID).Scan(&last, &at)
+		j, err := commands.LoadJob(context.Background(), b.pool, job.ID)
 		if err != nil {
 			return 0, job.ID, err
 		}
-		switch last {
-		case "JobSucceeded":
-			return at.Sub(start), job.ID, nil
-		case "JobFailed", "JobCancelled":
-			return 0, job.ID, fmt.Errorf("job %s: %s", job.ID, last)
+		switch j.State() {
+		case domain.StateSucceeded:
+			return j.FinishedAt().Sub(start), job.ID, nil
+		case domain.StateFailed, domain.StateCancelled:
+			return 0, job.ID, fmt.Errorf("job %s: %s", job.ID, j.State())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -228,29 +235,33 @@ func (b *bench) runJobNotify(fens []string, depth int, submitted chan<- string) 
 // waitAnalysed waits until a job has n positions recorded.
 func (b *bench) waitAnalysed(jobID string, n int) error {
 	for {
-		var done int
-		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE stream_id = $1
-			AND event_type = 'JobPositionAnalysed'`, "job-"+jobID).Scan(&done); err != nil {
+		j, err := commands.LoadJob(context.Background(), b.pool, jobID)
+		if err != nil {
 			return err
 		}
-		if done >= n {
+		if j.Done() >= n {
 			return nil
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
+// engineCount is what engines reported of their searches: nodes and time.
+type engineCount struct{ nodes, timeMS int64 }
+
 // runRawAll runs fens on conc raw processes, splitting them, and returns the time
-// they took. The processes are started and ready (network loaded) before the clock
-// starts, as the service's pool is.
-func runRawAll(binary string, depth, conc int, fens []string) (time.Duration, error) {
+// they took and what the engines reported. The processes are started and ready
+// (network loaded) before the clock starts, as the service's pool is.
+func runRawAll(binary string, depth, conc int, fens []string) (time.Duration, engineCount, error) {
+	var count engineCount
+	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var next atomic.Int64
 	engines := make([]*rawEngine, conc)
 	for i := range engines {
 		eng, err := startRaw(binary)
 		if err != nil {
-			return 0, err
+			return 0, count, err
 		}
 		fmt.Fprintln(eng.in, "isready")
 		eng.until("readyok")
@@ -267,6 +278,10 @@ func runRawAll(binary string, depth, conc int, fens []string) (time.Duration, er
 					return
 				}
 				eng.search(fens[i], depth)
+				mu.Lock()
+				count.nodes += eng.nodes
+				count.timeMS += eng.timeMS
+				mu.Unlock()
 			}
 		}()
 	}
@@ -275,5 +290,30 @@ func runRawAll(binary string, depth, conc int, fens []string) (time.Duration, er
 	for _, eng := range engines {
 		eng.close()
 	}
-	return took, nil
+	return took, count, nil
+}
+
+// jobEngineCount sums what the engines reported for a job's positions.
+func (b *bench) jobEngineCount(jobID string) (engineCount, error) {
+	var count engineCount
+	j, err := commands.LoadJob(context.Background(), b.pool, jobID)
+	if err != nil {
+		return count, err
+	}
+	for _, p := range j.Positions() {
+		r := j.Result(p.Index)
+		if r == nil {
+			continue
+		}
+		var res struct {
+			Nodes  int64 `json:"nodes"`
+			TimeMS int64 `json:"time_ms"`
+		}
+		if err := json.Unmarshal(r.Result, &res); err != nil {
+			return count, err
+		}
+		count.nodes += res.Nodes
+		count.timeMS += res.TimeMS
+	}
+	return count, nil
 }

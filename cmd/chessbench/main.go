@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -274,6 +275,9 @@ type rawEngine struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
 	out *bufio.Scanner
+	// the engine's own count of its last search: nodes and time (ms), from its last
+	// info line with both
+	nodes, timeMS int64
 }
 
 func startRaw(binary string) (*rawEngine, error) {
@@ -303,7 +307,25 @@ func (e *rawEngine) search(fen string, depth int) time.Duration {
 	e.until("readyok")
 	start := time.Now()
 	fmt.Fprintf(e.in, "position fen %s\ngo depth %d\n", fen, depth)
-	e.until("bestmove")
+	for e.out.Scan() {
+		line := e.out.Text()
+		if strings.HasPrefix(line, "bestmove") {
+			break
+		}
+		f := strings.Fields(line)
+		var nodes, ms int64
+		for i := 0; i+1 < len(f); i++ {
+			switch f[i] {
+			case "nodes":
+				nodes, _ = strconv.ParseInt(f[i+1], 10, 64)
+			case "time":
+				ms, _ = strconv.ParseInt(f[i+1], 10, 64)
+			}
+		}
+		if nodes > 0 {
+			e.nodes, e.timeMS = nodes, ms
+		}
+	}
 	return time.Since(start)
 }
 
