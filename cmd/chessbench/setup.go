@@ -119,6 +119,7 @@ func (b *bench) addReplica(ctx context.Context, logger *slog.Logger) (*replica, 
 		Pool: pool, Commands: commands.New(store, pepper),
 		Auth: auth.NewAuthenticator(pool, pepper), Analysis: r.svc,
 		Meter: ledger.NewMeter(ctx, store, logger, ledger.MeterConfig{}), Logger: logger,
+		Wakeups: eventstore.Listen(ctx, pool, logger), // as `chessd serve`: job event streams wait for commits
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

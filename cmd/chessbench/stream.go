@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"chessd/domain"
 	"chessd/eventstore"
+	"chessd/projections"
 )
 
 // streamLatency measures how soon a job's event stream shows a position after the
@@ -26,9 +28,36 @@ func (b *bench) streamLatency() error {
 	var job struct {
 		ID string `json:"job_id"`
 	}
+	// when the record's commit (its bus NOTIFY on the jobs topic) and the jobs
+	// projection's commit (the stream's own NOTIFY) reached a listener here
+	wctx, stopListening := context.WithCancel(context.Background())
+	defer stopListening()
+	wake := eventstore.Listen(wctx, b.pool, b.logger)
+	committed, unsubCommits := wake.Subscribe("jobs")
+	defer unsubCommits()
 	if err := b.post(b.url, "/batch", string(body), b.key, &job); err != nil {
 		return err
 	}
+	projected, unsubProjected := wake.Subscribe(projections.JobStreamTopic(job.ID))
+	defer unsubProjected()
+	var mu sync.Mutex
+	var commitTimes, projectTimes []time.Time
+	go func() {
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-committed:
+				mu.Lock()
+				commitTimes = append(commitTimes, time.Now())
+				mu.Unlock()
+			case <-projected:
+				mu.Lock()
+				projectTimes = append(projectTimes, time.Now())
+				mu.Unlock()
+			}
+		}
+	}()
 	req, _ := http.NewRequest("GET", b.url+"/jobs/"+job.ID+"/events", nil)
 	req.Header.Set("Authorization", "Bearer "+b.key)
 	res, err := b.client.Do(req)
@@ -58,7 +87,18 @@ func (b *bench) streamLatency() error {
 	if err != nil {
 		return err
 	}
-	var lat []time.Duration
+	stopListening()
+	mu.Lock()
+	defer mu.Unlock()
+	after := func(ts []time.Time, t time.Time) (time.Time, bool) {
+		for _, x := range ts {
+			if !x.Before(t) {
+				return x, true
+			}
+		}
+		return time.Time{}, false
+	}
+	var lat, toCommit, toProject, toClient []time.Duration
 	for _, e := range evs {
 		if e.Type != "JobPositionAnalysed" {
 			continue
@@ -69,6 +109,11 @@ func (b *bench) streamLatency() error {
 		if json.Unmarshal(e.Payload, &p) == nil {
 			if at, ok := seen[p.Index]; ok {
 				lat = append(lat, at.Sub(e.RecordedAt))
+				c, ok1 := after(commitTimes, e.RecordedAt)
+				pr, ok2 := after(projectTimes, c)
+				if ok1 && ok2 && !pr.After(at) {
+					toCommit, toProject, toClient = append(toCommit, c.Sub(e.RecordedAt)), append(toProject, pr.Sub(c)), append(toClient, at.Sub(pr))
+				}
 			}
 		}
 	}
@@ -83,5 +128,10 @@ func (b *bench) streamLatency() error {
 	fmt.Println("| positions | median ms | p90 ms | max ms |")
 	fmt.Println("|---|---|---|---|")
 	fmt.Printf("| %d | %.1f | %.1f | %.1f |\n", len(lat), ms(lat[len(lat)/2]), ms(lat[len(lat)*9/10]), ms(lat[len(lat)-1]))
+	if len(toClient) > 0 {
+		fmt.Printf("\nWhere it goes (medians over %d positions, ms; from NOTIFYs heard by a listener in the bench): "+
+			"record's timestamp to its commit %.1f, commit to the jobs projection's commit %.1f, that to the client %.1f.\n",
+			len(toClient), ms(median(toCommit)), ms(median(toProject)), ms(median(toClient)))
+	}
 	return nil
 }
