@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/csv"
 	"fmt"
 	"net/http"
 	"strings"
@@ -382,8 +383,10 @@ func TestUsage(t *testing.T) {
 	if all.Status != 200 || totals["calls"] != float64(calls) {
 		t.Fatalf("usage: %d %s (want %d calls)", all.Status, all.Raw, calls)
 	}
-	for _, g := range []string{"key", "day", "endpoint", "engine", "env", "key,day", "endpoint,engine", "env,key,day,endpoint,engine", "day,day"} {
+	for _, g := range []string{"key", "day", "endpoint", "engine", "env", "key,day", "endpoint,engine", "env,key,day,endpoint,engine", "day,day",
+		"hour", "month", "cached", "key,hour,cached", "cached&tz=America/New_York", "day&tz=Asia/Kolkata", "endpoint&window=hour&tz=Pacific/Chatham"} {
 		r := e.do("GET", "/v1/usage?group_by="+g, live, nil)
+		g, _, _ = strings.Cut(g, "&")
 		if r.Status != 200 || fmt.Sprint(r.Body["totals"]) != fmt.Sprint(totals) {
 			t.Fatalf("group_by=%s: %d totals %v, want %v", g, r.Status, r.Body["totals"], totals)
 		}
@@ -401,6 +404,37 @@ func TestUsage(t *testing.T) {
 			t.Fatalf("group_by=%s: groups sum to %v units, totals say %v", g, units, totals["units"])
 		}
 	}
+	// pages of one group at a time, then CSV: the same groups, once each, in order
+	whole := e.do("GET", "/v1/usage?group_by=key,endpoint,cached", live, nil)
+	var paged []any
+	cursor := ""
+	for pages := 0; pages < 50; pages++ {
+		r := e.do("GET", "/v1/usage?group_by=key,endpoint,cached&limit=1"+cursor, live, nil)
+		if r.Status != 200 || fmt.Sprint(r.Body["totals"]) != fmt.Sprint(totals) {
+			t.Fatalf("page %d: %d %s", pages, r.Status, r.Raw)
+		}
+		paged = append(paged, r.Body["groups"].([]any)...)
+		next, _ := r.Body["next_cursor"].(string)
+		if next == "" {
+			break
+		}
+		cursor = "&cursor=" + next
+	}
+	if fmt.Sprint(paged) != fmt.Sprint(whole.Body["groups"]) || len(paged) < 3 {
+		t.Fatalf("pages gave %v, one answer %v", paged, whole.Body["groups"])
+	}
+	csvRows := e.csv("/v1/usage?group_by=key,endpoint,cached", live)
+	if strings.Join(csvRows[0], ",") != "key,endpoint,cached,calls,units,usd" || len(csvRows)-1 != len(paged) {
+		t.Fatalf("CSV %v for %d groups", csvRows, len(paged))
+	}
+	for i, g := range paged {
+		g := g.(map[string]any)
+		want := []string{g["key"].(string), g["endpoint"].(string), g["cached"].(string),
+			fmt.Sprint(g["calls"]), fmt.Sprint(g["units"]), g["usd"].(string)}
+		if strings.Join(csvRows[i+1], ",") != strings.Join(want, ",") {
+			t.Fatalf("CSV row %d %v, JSON %v", i+1, csvRows[i+1], want)
+		}
+	}
 	byEnv := e.do("GET", "/v1/usage?group_by=env", live, nil)
 	if len(byEnv.Body["groups"].([]any)) != 2 {
 		t.Fatalf("by env: %s", byEnv.Raw)
@@ -409,7 +443,8 @@ func TestUsage(t *testing.T) {
 	if gs := testView.Body["groups"].([]any); len(gs) != 1 || gs[0].(map[string]any)["env"] != "test" {
 		t.Fatalf("a test key sees live usage: %s", testView.Raw)
 	}
-	for _, q := range []string{"group_by=color", "group_by=key,,day", "from=yesterday", "from=2026-11-10&to=2026-11-01", "page=2"} {
+	for _, q := range []string{"group_by=color", "group_by=key,,day", "from=yesterday", "from=2026-11-10&to=2026-11-01", "page=2",
+		"tz=Nowhere/City", "window=week", "group_by=day&cursor=bm9wZQ", "limit=100001"} {
 		wantProblem(t, e.do("GET", "/v1/usage?"+q, live, nil), 400, "fix_request")
 	}
 	empty := e.do("GET", "/v1/usage?from=2020-01-01&to=2020-01-31&group_by=day", live, nil)
@@ -451,4 +486,25 @@ func TestUsage(t *testing.T) {
 		WHERE c.env = 'test' AND le.book NOT LIKE '%/test'`).Scan(&testInLiveBook); err != nil || testInLiveBook != 0 {
 		t.Fatalf("test charges posted to a live book: %d (%v)", testInLiveBook, err)
 	}
+}
+
+// csv GETs path as text/csv and returns its rows.
+func (e *env) csv(path, key string) [][]string {
+	e.t.Helper()
+	req, _ := http.NewRequest("GET", e.srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Accept", "text/csv")
+	res, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/csv") {
+		e.t.Fatalf("GET %s as CSV: %d %s", path, res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	rows, err := csv.NewReader(res.Body).ReadAll()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rows
 }

@@ -1,8 +1,14 @@
 package httpapi
 
 import (
+	"encoding/base64"
+	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,48 +16,148 @@ import (
 	"chessd/ledger"
 )
 
-// usage answers GET /usage from the charges read model.
-func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+// Pages of /usage: groups per page by default and at most.
+const (
+	usagePageDefault = 1000
+	usagePageMax     = 10000
+)
+
+// usageParams are GET /usage's query parameters, checked.
+type usageParams struct {
+	dims     []string
+	zone     *time.Location
+	from, to time.Time // [from, to)
+	fromText string    // as the answer echoes them
+	toText   string
+	limit    int
+	after    []string
+}
+
+// parseUsage checks /usage's query, reporting every bad parameter at once.
+func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 	var p domain.Problems
-	var dims []string
-	if g := q.Get("group_by"); g != "" {
-		seen := map[string]bool{}
-		for _, name := range strings.Split(g, ",") {
-			name = strings.TrimSpace(name)
-			if !ledger.IsUsageGroup(name) {
-				p.Add("group_by", fmt.Sprintf("unknown group %q (key, day, endpoint, engine, env)", name))
-				continue
-			}
-			if !seen[name] {
-				dims, seen[name] = append(dims, name), true
-			}
-		}
-	}
-	today := time.Now().UTC().Truncate(24 * time.Hour)
-	from, to := today.AddDate(0, 0, -30), today
-	for _, d := range []struct {
-		name string
-		dst  *time.Time
-	}{{"from", &from}, {"to", &to}} {
-		if v := q.Get(d.name); v != "" {
-			t, err := time.Parse(time.DateOnly, v)
-			if err != nil {
-				p.Add(d.name, "must be a date, YYYY-MM-DD (UTC)")
-				continue
-			}
-			*d.dst = t
-		}
-	}
-	if to.Before(from) {
-		p.Add("to", "is before from")
-	}
+	u := usageParams{zone: time.UTC, limit: usagePageDefault}
 	for name := range q {
-		if name != "group_by" && name != "from" && name != "to" {
+		switch name {
+		case "group_by", "window", "tz", "from", "to", "limit", "cursor":
+		default:
 			p.Add(name, "is not a parameter of /usage")
 		}
 	}
-	if err := p.Err(); err != nil {
+	if v := q.Get("tz"); v != "" {
+		// LoadLocation also reads files: only IANA-shaped names reach it
+		loc, err := time.LoadLocation(v)
+		if err != nil || len(v) > 64 || strings.Contains(v, "..") || strings.HasPrefix(v, "/") || strings.EqualFold(v, "local") {
+			p.Add("tz", "must be an IANA time zone, for example Europe/Paris or America/New_York")
+		} else {
+			u.zone = loc
+		}
+	}
+	seen := map[string]bool{}
+	add := func(field, name string) {
+		if !ledger.IsUsageGroup(name) {
+			p.Add(field, fmt.Sprintf("unknown group %q (%s)", name, strings.Join(ledger.UsageGroups, ", ")))
+			return
+		}
+		if !seen[name] {
+			u.dims, seen[name] = append(u.dims, name), true
+		}
+	}
+	if g := q.Get("group_by"); g != "" {
+		for _, name := range strings.Split(g, ",") {
+			add("group_by", strings.TrimSpace(name))
+		}
+	}
+	if w := q.Get("window"); w != "" {
+		switch w {
+		case "hour", "day", "month":
+			for _, d := range u.dims {
+				if d != w && (d == "hour" || d == "day" || d == "month") {
+					p.Add("window", fmt.Sprintf("is %s, but group_by already buckets by %s", w, d))
+				}
+			}
+			add("window", w)
+		default:
+			p.Add("window", "must be hour, day or month")
+		}
+	}
+	today := now.In(u.zone)
+	today = time.Date(today.Year(), today.Month(), today.Day(), 0, 0, 0, 0, u.zone)
+	u.from, u.to = today.AddDate(0, 0, -30), today.AddDate(0, 0, 1)
+	u.fromText, u.toText = u.from.Format(time.DateOnly), today.Format(time.DateOnly)
+	for _, b := range []struct {
+		name string
+		end  bool // to: a date includes its whole day
+		dst  *time.Time
+		text *string
+	}{{"from", false, &u.from, &u.fromText}, {"to", true, &u.to, &u.toText}} {
+		v := q.Get(b.name)
+		if v == "" {
+			continue
+		}
+		if d, err := time.ParseInLocation(time.DateOnly, v, u.zone); err == nil {
+			*b.dst, *b.text = d, v
+			if b.end {
+				*b.dst = d.AddDate(0, 0, 1)
+			}
+		} else if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			*b.dst, *b.text = t, v
+		} else {
+			p.Add(b.name, "must be a date YYYY-MM-DD (in tz) or an RFC 3339 time")
+		}
+	}
+	if !u.to.After(u.from) {
+		p.Add("to", "must be after from")
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > usagePageMax {
+			p.Add("limit", fmt.Sprintf("must be from 1 to %d", usagePageMax))
+		} else {
+			u.limit = n
+		}
+	}
+	if v := q.Get("cursor"); v != "" {
+		after, ok := decodeUsageCursor(v, len(u.dims))
+		if !ok {
+			p.Add("cursor", "is not a cursor of this query (take next_cursor from the previous page, with the same group_by)")
+		}
+		u.after = after
+	}
+	return u, p.Err()
+}
+
+// A usage cursor is the last group's values: opaque to clients, checked when it
+// comes back (the number of values must match the groups, each a short string).
+func encodeUsageCursor(values []string) string {
+	b, _ := json.Marshal(values) //nolint:errchkjson // strings always marshal
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeUsageCursor(s string, groups int) ([]string, bool) {
+	if len(s) > 4096 {
+		return nil, false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, false
+	}
+	var values []string
+	if json.Unmarshal(b, &values) != nil || len(values) != groups || groups == 0 {
+		return nil, false
+	}
+	for _, v := range values {
+		if len(v) > 256 || domain.TextProblem(v, false) != "" {
+			return nil, false
+		}
+	}
+	return values, true
+}
+
+// usage answers GET /usage from the charges read model: JSON, or CSV when asked.
+func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
+	u, err := parseUsage(r.URL.Query(), time.Now())
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -60,15 +166,24 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 	if key.Env() == domain.EnvTest { // a test key sees the test book only
 		env = domain.EnvTest.String()
 	}
-	rep, err := ledger.Usage(r.Context(), s.pool, ledger.UsageQuery{AccountID: key.AccountID(), Env: env, From: from, To: to, GroupBy: dims})
+	rep, err := ledger.Usage(r.Context(), s.pool, ledger.UsageQuery{AccountID: key.AccountID(), Env: env,
+		From: u.from, To: u.to, Zone: u.zone.String(), GroupBy: u.dims, Limit: u.limit, After: u.after})
 	if err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	var next string
+	if rep.More {
+		next = encodeUsageCursor(rep.Groups[len(rep.Groups)-1].Values)
+	}
+	if wantsCSV(r.Header.Get("Accept")) {
+		writeUsageCSV(w, r, u.dims, rep.Groups, next)
 		return
 	}
 	groups := []map[string]any{}
 	for _, g := range rep.Groups {
 		m := map[string]any{"calls": g.Calls, "units": g.Units, "usd": usd(g.USD)}
-		for i, d := range dims {
+		for i, d := range u.dims {
 			m[d] = g.Values[i]
 		}
 		groups = append(groups, m)
@@ -78,11 +193,35 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 		Units int64  `json:"units"`
 		USD   string `json:"usd"`
 	}
-	if dims == nil {
-		dims = []string{}
+	if u.dims == nil {
+		u.dims = []string{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"from": from.Format(time.DateOnly), "to": to.Format(time.DateOnly), "group_by": dims,
+	body := map[string]any{
+		"from": u.fromText, "to": u.toText, "tz": u.zone.String(), "group_by": u.dims,
 		"groups": groups, "totals": total{Calls: rep.Calls, Units: rep.Units, USD: usd(rep.USD)},
-	})
+		"next_cursor": nil,
+	}
+	if next != "" {
+		body["next_cursor"] = next
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// writeUsageCSV writes a page of groups as CSV: a header row of the groups and the
+// sums, then one row per group, as the JSON lists them; the next page is in Link.
+func writeUsageCSV(w http.ResponseWriter, r *http.Request, dims []string, groups []ledger.UsageGroup, next string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/csv; charset=utf-8")
+	if next != "" {
+		q := r.URL.Query()
+		q.Set("cursor", next)
+		h.Set("Link", fmt.Sprintf(`<%s?%s>; rel="next"`, r.URL.Path, q.Encode()))
+	}
+	w.WriteHeader(http.StatusOK)
+	cw := csv.NewWriter(w)
+	cw.Write(append(slices.Clone(dims), "calls", "units", "usd")) //nolint:errcheck // a failed write shows in Flush
+	for _, g := range groups {
+		cw.Write(append(slices.Clone(g.Values), strconv.FormatInt(g.Calls, 10), strconv.FormatInt(g.Units, 10), usd(g.USD))) //nolint:errcheck // as above
+	}
+	cw.Flush()
 }

@@ -1,5 +1,7 @@
 package ledger
 
+import "time"
+
 // Crash stops m as a killed process would stop: nothing more is settled, renewed or
 // given back; its leases and claims are left to expire.
 func Crash(m *Meter, cancel func()) {
@@ -7,3 +9,6 @@ func Crash(m *Meter, cancel func()) {
 	cancel()
 	<-m.stopped
 }
+
+// SetClock makes m read the time from now: call it before m is used.
+func SetClock(m *Meter, now func() time.Time) { m.now = now }

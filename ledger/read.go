@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
 	"chessd/eventstore"
@@ -109,23 +110,37 @@ func DayUse(ctx context.Context, q eventstore.Querier, accountID, env string, da
 }
 
 // usageColumns are the usage groups and their columns: a closed list, so nothing from
-// a request reaches the SQL text.
+// a request reaches the SQL text. The time buckets are computed in the query's time
+// zone (the transaction's TimeZone, set by Usage): a bucket is labelled by its local
+// start with its offset, so the two 01:00 hours of a daylight-saving night stay apart.
 var usageColumns = map[string]string{
-	"key": "key_id", "day": "to_char(day, 'YYYY-MM-DD')", "endpoint": "endpoint", "engine": "engine", "env": "env",
+	"key": "key_id", "endpoint": "endpoint", "engine": "engine", "env": "env",
+	"cached": "CASE WHEN cached THEN 'true' ELSE 'false' END",
+	"hour":   `to_char(date_trunc('hour', charged_at), 'YYYY-MM-DD"T"HH24:MI:SSTZH:TZM')`,
+	"day":    `to_char(date_trunc('day', charged_at), 'YYYY-MM-DD')`,
+	"month":  `to_char(date_trunc('month', charged_at), 'YYYY-MM')`,
 }
 
-// IsUsageGroup says whether name is a group of Usage: key, day, endpoint, engine, env.
+// UsageGroups lists the groups of Usage, in the order the API documents them.
+var UsageGroups = []string{"key", "hour", "day", "month", "endpoint", "engine", "env", "cached"}
+
+// IsUsageGroup says whether name is a group of Usage (UsageGroups).
 func IsUsageGroup(name string) bool {
 	_, ok := usageColumns[name]
 	return ok
 }
 
-// UsageQuery asks for an account's charges over a range of UTC days.
+// UsageQuery asks for an account's charges charged in [From, To), grouped.
 type UsageQuery struct {
 	AccountID string
 	Env       string    // one book ("live", "test"), or "" for both
-	From, To  time.Time // UTC dates, inclusive
+	From, To  time.Time // instants: charged_at in [From, To)
+	Zone      string    // IANA time zone of the hour/day/month buckets; "" is UTC
 	GroupBy   []string  // usage groups, each at most once
+	// Page: at most Limit groups (0: all) after the group whose values are After (a
+	// cursor: the previous page's last Values), in the groups' order.
+	Limit int
+	After []string
 }
 
 // UsageGroup is the charges of one combination of the grouping values.
@@ -136,18 +151,21 @@ type UsageGroup struct {
 	USD    decimal.Decimal
 }
 
-// UsageReport is what Usage found: its groups, sorted by their values (none without
-// GroupBy), and the totals.
+// UsageReport is what Usage found: a page of its groups, sorted by their values (none
+// without GroupBy), More when further groups follow the page, and the totals of the
+// whole range (every page's groups add up to them).
 type UsageReport struct {
 	Groups []UsageGroup
+	More   bool
 	Calls  int64
 	Units  int64
 	USD    decimal.Decimal
 }
 
-// Usage sums an account's charges from the charges read model (the ledger_v1
-// projection of the UnitsCharged events).
-func Usage(ctx context.Context, q eventstore.Querier, uq UsageQuery) (UsageReport, error) {
+// Usage sums an account's charges from the charges read model (written with the
+// charges themselves), in one read-only transaction: the page and the totals are of
+// the same snapshot.
+func Usage(ctx context.Context, pool *pgxpool.Pool, uq UsageQuery) (UsageReport, error) {
 	cols := make([]string, len(uq.GroupBy))
 	for i, g := range uq.GroupBy {
 		c, ok := usageColumns[g]
@@ -156,37 +174,75 @@ func Usage(ctx context.Context, q eventstore.Querier, uq UsageQuery) (UsageRepor
 		}
 		cols[i] = c
 	}
-	sql := `SELECT ` + strings.Join(append(cols, "count(*)", "coalesce(sum(units), 0)", "coalesce(sum(usd), 0)"), ", ") +
-		` FROM charges WHERE account_id = $1 AND day BETWEEN $2 AND $3 AND ($4 = '' OR env = $4)`
-	if len(cols) > 0 {
-		sql += ` GROUP BY ` + strings.Join(cols, ", ") + ` ORDER BY ` + strings.Join(cols, ", ")
+	if len(uq.After) != 0 && len(uq.After) != len(cols) {
+		return UsageReport{}, fmt.Errorf("usage: a cursor of %d values for %d groups", len(uq.After), len(cols))
 	}
-	rows, err := q.Query(ctx, sql, uq.AccountID, uq.From.UTC().Format(time.DateOnly), uq.To.UTC().Format(time.DateOnly), uq.Env)
-	if err != nil {
-		return UsageReport{}, fmt.Errorf("usage: %w", err)
+	zone := uq.Zone
+	if zone == "" {
+		zone = "UTC"
 	}
-	defer rows.Close()
 	rep := UsageReport{USD: decimal.Zero}
-	for rows.Next() {
-		g := UsageGroup{Values: make([]string, len(cols))}
-		dst := make([]any, 0, len(cols)+3)
-		for i := range g.Values {
-			dst = append(dst, &g.Values[i])
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('TimeZone', $1, true)`, zone); err != nil {
+			return fmt.Errorf("time zone %q: %w", zone, err)
 		}
-		if err := rows.Scan(append(dst, &g.Calls, &g.Units, &g.USD)...); err != nil {
-			return UsageReport{}, fmt.Errorf("usage: %w", err)
+		const where = ` FROM charges WHERE account_id = $1 AND charged_at >= $2 AND charged_at < $3 AND ($4 = '' OR env = $4)`
+		args := []any{uq.AccountID, uq.From, uq.To, uq.Env}
+		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0), coalesce(sum(usd), 0)`+where, args...).
+			Scan(&rep.Calls, &rep.Units, &rep.USD); err != nil {
+			return err
 		}
-		if g.Calls == 0 {
-			continue // no charges at all: the ungrouped sum row
+		if len(cols) == 0 {
+			return nil
 		}
-		if len(cols) > 0 { // without groups there are only the totals
+		names := make([]string, len(cols))
+		for i := range cols {
+			names[i] = fmt.Sprintf("g%d", i)
+		}
+		list := strings.Join(names, ", ")
+		sql := `SELECT ` + list + `, calls, units, usd FROM (SELECT `
+		for i, c := range cols {
+			sql += c + ` AS ` + names[i] + `, `
+		}
+		sql += `count(*) AS calls, sum(units) AS units, sum(usd) AS usd` + where + ` GROUP BY ` + list + `) g`
+		if len(uq.After) > 0 {
+			ps := make([]string, len(uq.After))
+			for i, v := range uq.After {
+				args = append(args, v)
+				ps[i] = fmt.Sprintf("$%d::text", len(args))
+			}
+			sql += ` WHERE (` + list + `) > (` + strings.Join(ps, ", ") + `)`
+		}
+		sql += ` ORDER BY ` + list
+		if uq.Limit > 0 {
+			args = append(args, uq.Limit+1)
+			sql += fmt.Sprintf(` LIMIT $%d`, len(args))
+		}
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			g := UsageGroup{Values: make([]string, len(cols))}
+			dst := make([]any, 0, len(cols)+3)
+			for i := range g.Values {
+				dst = append(dst, &g.Values[i])
+			}
+			if err := rows.Scan(append(dst, &g.Calls, &g.Units, &g.USD)...); err != nil {
+				return err
+			}
 			rep.Groups = append(rep.Groups, g)
 		}
-		rep.Calls += g.Calls
-		rep.Units += g.Units
-		rep.USD = rep.USD.Add(g.USD)
-	}
-	if err := rows.Err(); err != nil {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if uq.Limit > 0 && len(rep.Groups) > uq.Limit {
+			rep.Groups, rep.More = rep.Groups[:uq.Limit], true
+		}
+		return nil
+	})
+	if err != nil {
 		return UsageReport{}, fmt.Errorf("usage: %w", err)
 	}
 	return rep, nil
