@@ -19,11 +19,14 @@ type Handler struct {
 	store  *eventstore.Store
 	pepper []byte
 	now    func() time.Time
+	// APIURL is the API's public base (…/v1), named in the mail a signup sends.
+	APIURL string
 }
 
 // New builds a Handler. pepper keys the HMAC under which secrets are stored.
 func New(store *eventstore.Store, pepper []byte) *Handler {
-	return &Handler{store: store, pepper: pepper, now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }}
+	return &Handler{store: store, pepper: pepper, now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
+		APIURL: "http://localhost:8080/v1"}
 }
 
 // Actor is who issues a command: the authenticated key and request facts.

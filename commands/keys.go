@@ -54,10 +54,7 @@ func (h *Handler) Signup(ctx context.Context, s domain.Signup, requestID string)
 		if err := openBalance(ctx, tx, key); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO mail_outbox (account_id, to_email, subject, body) VALUES ($1, $2, $3, $4)`,
-			accountID, created.Email, "Verify your e-mail address",
-			"Welcome to chessd. Your account "+accountID+" is on the free plan; verify this address to unlock billing.")
-		return err
+		return h.queueVerification(ctx, tx, accountID, created.Email, now)
 	})
 	if err != nil {
 		return SignupResult{}, err

@@ -46,8 +46,27 @@ type EmailClaimed struct {
 	AccountID string `json:"account_id"`
 }
 
+// EmailVerified: the account's owner proved they read mail at its address (they gave
+// back the token the verification message carried).
+type EmailVerified struct {
+	Email      string    `json:"email"`
+	VerifiedAt time.Time `json:"verified_at"`
+}
+
 func (*AccountCreated) EventType() string { return "AccountCreated" }
 func (*EmailClaimed) EventType() string   { return "EmailClaimed" }
+func (*EmailVerified) EventType() string  { return "EmailVerified" }
+
+func init() { RegisterEvent("EmailVerified", func() Event { return &EmailVerified{} }) }
+
+// Verify marks the account's address verified at now; nil when it already is (a
+// second verification changes nothing).
+func (a *Account) Verify(now time.Time) *EmailVerified {
+	if a.verified {
+		return nil
+	}
+	return &EmailVerified{Email: a.email, VerifiedAt: now}
+}
 
 // Signup is what a new account starts from.
 type Signup struct {
@@ -124,6 +143,9 @@ func RehydrateAccount(events []Event) *Account {
 	return a
 }
 
+// Apply folds one more event into the account.
+func (a *Account) Apply(e Event) { a.apply(e) }
+
 func (a *Account) apply(e Event) {
 	a.version++
 	switch e := e.(type) {
@@ -132,5 +154,7 @@ func (a *Account) apply(e Event) {
 		a.plan, _ = ParsePlan(e.Plan)
 	case *PlanChanged:
 		a.plan, _ = ParsePlan(e.Plan)
+	case *EmailVerified:
+		a.verified = true
 	}
 }

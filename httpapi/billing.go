@@ -40,6 +40,10 @@ func (s *Server) checkout(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, domain.Invalid("plan", "must be hobby or pro"))
 		return
 	}
+	if err := verified(r); err != nil { // a plan is bought by an owner who reads the account's mail
+		s.writeError(w, r, err)
+		return
+	}
 	url, err := s.billing.Checkout(r.Context(), principal(r.Context()).AccountID(), plan)
 	if err != nil {
 		s.writeError(w, r, err)

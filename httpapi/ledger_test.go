@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -333,6 +334,23 @@ func TestRateLimit(t *testing.T) {
 func TestBilling(t *testing.T) {
 	e := newEnv(t)
 	key, _ := e.signup("billing@example.com")
+	// a plan is bought only from an account whose address is verified
+	wantProblem(t, e.do("POST", "/v1/billing/checkout", key, `{"plan":"pro"}`), 403, "verify_email")
+	wantProblem(t, e.do("POST", "/v1/me/verify-email", key, nil), 409, "fix_request") // one message a minute
+	var body string
+	if err := e.pool.QueryRow(context.Background(), `SELECT body FROM mail_outbox WHERE to_email = 'billing@example.com'`).Scan(&body); err != nil {
+		t.Fatal(err)
+	}
+	token := regexp.MustCompile(`ev_[0-9A-Za-z]+`).FindString(body)
+	wantProblem(t, e.do("POST", "/v1/verify-email", "", map[string]any{"token": token + "0"}), 400, "fix_request")
+	wantProblem(t, e.do("POST", "/v1/verify-email", "", map[string]any{}), 400, "fix_request")
+	v := e.do("POST", "/v1/verify-email", "", map[string]any{"token": token})
+	if v.Status != 200 || v.Body["email_verified"] != true || v.Body["email"] != "billing@example.com" {
+		t.Fatalf("verify: %d %s", v.Status, v.Raw)
+	}
+	wantProblem(t, e.do("POST", "/v1/verify-email", "", map[string]any{"token": token}), 400, "fix_request") // used
+	waitFor(t, "/me to show the address verified", func() bool { return e.do("GET", "/v1/me", key, nil).Body["email_verified"] == true })
+	wantProblem(t, e.do("POST", "/v1/me/verify-email", key, nil), 409, "fix_request") // verified already
 	r := e.do("POST", "/v1/billing/checkout", key, `{"plan":"pro"}`)
 	wantProblem(t, r, 409, "contact")
 	if !strings.Contains(r.Body["detail"].(string), "pro") {

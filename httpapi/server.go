@@ -121,10 +121,12 @@ func (s *Server) routes() {
 	handle("GET", "/problems/{slug}", s.problemPage)
 
 	handle("POST", "/signup", s.idempotent(s.signup))
+	handle("POST", "/verify-email", s.verifyEmail)
 	handle("GET", "/usage", s.authed(domain.ScopeUsageRead, s.usage))
 	handle("POST", "/billing/checkout", s.authed(domain.ScopeBilling, s.idempotent(s.checkout)))
 	handle("POST", "/billing/portal", s.authed(domain.ScopeBilling, s.idempotent(s.portal)))
 	handle("GET", "/me", s.authed(domain.ScopeUsageRead, s.me))
+	handle("POST", "/me/verify-email", s.authed(domain.ScopeUsageRead, s.resendVerification))
 	handle("GET", "/keys", s.authed(domain.ScopeKeysWrite, s.listKeys))
 	handle("POST", "/keys", s.authed(domain.ScopeKeysWrite, s.idempotent(s.createKey)))
 	handle("PATCH", "/keys/{id}", s.authed(domain.ScopeKeysWrite, s.updateKey))

@@ -31,6 +31,7 @@ var layer = map[string]int{
 	"commands":        3,
 	"ledger":          3,
 	"projections":     4,
+	"mail":            4, // sends the outbox the commands fill
 	"auth":            5, // reads the write side through commands
 	"analysis":        5, // uses the engines
 	"httpapi":         6,

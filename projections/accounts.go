@@ -55,6 +55,8 @@ func (Accounts) applyAccount(ctx context.Context, tx pgx.Tx, e eventstore.Event)
 				ev.AccountID, ev.Email, ev.Name, ev.Agent, ev.Source, ev.Plan, ev.CreatedAt, e.Version)
 		case *domain.PlanChanged:
 			_, err = tx.Exec(ctx, `UPDATE accounts SET plan = $2, version = $3 WHERE account_id = $1`, accountID, ev.Plan, e.Version)
+		case *domain.EmailVerified:
+			_, err = tx.Exec(ctx, `UPDATE accounts SET email_verified = true, version = $2 WHERE account_id = $1`, accountID, e.Version)
 		default:
 			_, err = tx.Exec(ctx, `UPDATE accounts SET version = $2 WHERE account_id = $1`, accountID, e.Version)
 		}

@@ -16,6 +16,7 @@ import (
 	"chessd/engine"
 	"chessd/executor"
 	"chessd/ledger"
+	"chessd/mail"
 )
 
 // config is everything the binary reads from its environment (README.md lists it).
@@ -31,6 +32,7 @@ type config struct {
 	// NoRateLimits turns rate limiting off (CHESSD_RATE_LIMITS=off), for load tests.
 	NoRateLimits bool
 	Executor     executor.Config
+	Mail         mail.Config
 	NoExecutor   bool
 	Meter        ledger.MeterConfig
 }
@@ -86,6 +88,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 			return c, fmt.Errorf("CHESSD_ENGINE_POOL_SIZE must be from 1 to 64, got %q", v)
 		}
 	}
+	c.Mail = mail.Config{SMTPAddr: getenv("CHESSD_SMTP_ADDR"), From: getenv("CHESSD_SMTP_FROM"),
+		Username: getenv("CHESSD_SMTP_USERNAME"), Password: getenv("CHESSD_SMTP_PASSWORD")}
 	c.Executor.Worker = getenv("CHESSD_WORKER_NAME")
 	// an executor searches as many positions at once as the pool has processes
 	c.Executor.Parallel = c.Engines.PoolSize

@@ -17,6 +17,7 @@ import (
 	"chessd/executor"
 	"chessd/httpapi"
 	"chessd/ledger"
+	"chessd/mail"
 	"chessd/projections"
 	"chessd/ratelimit"
 )
@@ -71,6 +72,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	defer c.close(logger)
 	db, store, cmds, svc, pepper := c.db, c.store, c.cmds, c.svc, c.pepper
+	cmds.APIURL = cfg.BaseURL // named in the verification mail
 	// The meter outlives request handling: it settles the last answers and gives its
 	// leases back once the server has stopped taking requests.
 	meterCtx, stopMeter := context.WithCancel(context.WithoutCancel(ctx))
@@ -88,6 +90,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go expireOldRows(ctx, db, logger)
+	go mail.NewSender(cfg.Mail, db.pool, logger).Run(ctx) // the outbox: SMTP when configured, else the log
 	go projections.PruneLoop(ctx, db.pool, busConsumers(), time.Minute, logger)
 	execDone := make(chan error, 1)
 	if cfg.NoExecutor {

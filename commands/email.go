@@ -1,0 +1,105 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"chessd/domain"
+	"chessd/eventstore"
+)
+
+// TopicMail is announced (NOTIFY) when a message is queued in mail_outbox: the mail
+// sender wakes at the commit.
+const TopicMail = "mail_outbox"
+
+// verificationTTL is how long a verification token can be used.
+const verificationTTL = 24 * time.Hour
+
+// queueVerification makes a verification token for the account's address and queues
+// the message that carries it, inside the caller's transaction. Only the token's HMAC
+// is stored.
+func (h *Handler) queueVerification(ctx context.Context, tx *eventstore.Tx, accountID, email string, now time.Time) error {
+	token := "ev_" + randomBase62(32)
+	if _, err := tx.Exec(ctx, `INSERT INTO email_verifications (token_hash, account_id, email, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5)`, domain.HashSecret(h.pepper, token), accountID, email, now, now.Add(verificationTTL)); err != nil {
+		return fmt.Errorf("verification token: %w", err)
+	}
+	body := fmt.Sprintf("Welcome to chessd.\r\n\r\n"+
+		"To verify this address for account %s, send this token within 24 hours:\r\n\r\n"+
+		"    %s\r\n\r\n"+
+		"curl -X POST %s/verify-email -d '{\"token\":\"%s\"}'\r\n\r\n"+
+		"If you did not sign up, ignore this message.\r\n", accountID, token, h.APIURL, token)
+	if _, err := tx.Exec(ctx, `INSERT INTO mail_outbox (account_id, to_email, subject, body) VALUES ($1, $2, $3, $4)`,
+		accountID, email, "Verify your e-mail address for chessd", body); err != nil {
+		return fmt.Errorf("queue verification mail: %w", err)
+	}
+	return eventstore.Notify(ctx, tx.Tx, TopicMail)
+}
+
+// VerifyEmail verifies the address of the account a token was sent for: the token
+// must be unused, unexpired and for the account's current address. It returns the
+// account; an account already verified stays verified (the token is still used up).
+func (h *Handler) VerifyEmail(ctx context.Context, token, requestID string) (*domain.Account, error) {
+	invalid := domain.Invalid("token", "is not a valid verification token, or it expired or was used: ask for a new one (POST /v1/me/verify-email)")
+	if len(token) > 100 {
+		return nil, invalid
+	}
+	var out *domain.Account
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		var accountID, email string
+		err := tx.QueryRow(ctx, `UPDATE email_verifications SET used_at = $2
+			WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2 RETURNING account_id, email`,
+			domain.HashSecret(h.pepper, token), h.now()).Scan(&accountID, &email)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return invalid
+		}
+		if err != nil {
+			return err
+		}
+		a, err := LoadAccount(ctx, tx, accountID)
+		if err != nil {
+			return err
+		}
+		if a.Email() != email {
+			return invalid
+		}
+		if e := a.Verify(h.now()); e != nil {
+			md := eventstore.Metadata{RequestID: requestID, AccountID: accountID}
+			if err := tx.Append(ctx, domain.AccountStream(accountID), domain.StreamAccount, a.Version(), md, event(e)); err != nil {
+				return err
+			}
+			a.Apply(e)
+		}
+		out = a
+		return nil
+	})
+	return out, err
+}
+
+// ResendVerification queues a new verification message for the actor's account (409
+// when it is verified already; at most one a minute).
+func (h *Handler) ResendVerification(ctx context.Context, actor Actor) error {
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		a, err := LoadAccount(ctx, tx, actor.Key.AccountID())
+		if err != nil {
+			return err
+		}
+		if a.Verified() {
+			return domain.Errorf(domain.CodeConflict, "the address %s is already verified", a.Email())
+		}
+		var recent bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM email_verifications
+			WHERE account_id = $1 AND created_at > $2)`, a.ID(), h.now().Add(-time.Minute)).Scan(&recent); err != nil {
+			return err
+		}
+		if recent {
+			return domain.Errorf(domain.CodeConflict, "a verification message was sent less than a minute ago; check the inbox of %s", a.Email())
+		}
+		return h.queueVerification(ctx, tx, a.ID(), a.Email(), h.now())
+	})
+	return err
+}

@@ -1,0 +1,47 @@
+package httpapi
+
+import (
+	"mime"
+	"strconv"
+	"strings"
+)
+
+// wantsCSV says whether Accept prefers text/csv to JSON. The most specific range
+// that matches each type gives its quality; a tie, or no Accept, is JSON.
+func wantsCSV(accept string) bool {
+	qCSV, qJSON := -1.0, -1.0
+	specCSV, specJSON := -1, -1
+	for _, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		q := 1.0
+		if v, ok := params["q"]; ok {
+			if q, err = strconv.ParseFloat(v, 64); err != nil || q < 0 || q > 1 {
+				continue
+			}
+		}
+		if s := specificity(mt, "text", "csv"); s > specCSV {
+			specCSV, qCSV = s, q
+		}
+		if s := specificity(mt, "application", "json"); s > specJSON {
+			specJSON, qJSON = s, q
+		}
+	}
+	return qCSV > 0 && qCSV > qJSON
+}
+
+// specificity is how closely media range mt matches typ/sub: 2 exactly, 1 typ/*, 0
+// */*, -1 not at all.
+func specificity(mt, typ, sub string) int {
+	switch mt {
+	case typ + "/" + sub:
+		return 2
+	case typ + "/*":
+		return 1
+	case "*/*":
+		return 0
+	}
+	return -1
+}
