@@ -31,7 +31,12 @@ type usageParams struct {
 	toText   string
 	limit    int
 	after    []string
+	asOf     time.Time // zero: now
 }
+
+// asOfMargin is how far in the past an as_of must be: longer than any charge takes
+// from its charged_at to its commit.
+const asOfMargin = time.Minute
 
 // parseUsage checks /usage's query, reporting every bad parameter at once.
 func parseUsage(q url.Values, now time.Time) (usageParams, error) {
@@ -39,7 +44,7 @@ func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 	u := usageParams{zone: time.UTC, limit: usagePageDefault}
 	for name := range q {
 		switch name {
-		case "group_by", "window", "tz", "from", "to", "limit", "cursor":
+		case "group_by", "window", "tz", "from", "to", "limit", "cursor", "as_of":
 		default:
 			p.Add(name, "is not a parameter of /usage")
 		}
@@ -106,8 +111,25 @@ func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 			p.Add(b.name, "must be a date YYYY-MM-DD (in tz) or an RFC 3339 time")
 		}
 	}
+	if v := q.Get("as_of"); v != "" {
+		// The account as it stood then: charges charged before as_of. A charge is
+		// committed within seconds of its charged_at, so past the margin no charge can
+		// still arrive and the answer never changes again.
+		t, err := time.Parse(time.RFC3339Nano, v)
+		switch {
+		case err != nil:
+			p.Add("as_of", "must be an RFC 3339 time")
+		case t.After(now.Add(-asOfMargin)):
+			p.Add("as_of", fmt.Sprintf("must be at least %v ago (later charges may still be committing)", asOfMargin))
+		default:
+			u.asOf = t
+			if u.to.After(t) {
+				u.to = t
+			}
+		}
+	}
 	if !u.to.After(u.from) {
-		p.Add("to", "must be after from")
+		p.Add("to", "must be after from (and before as_of)")
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -200,6 +222,9 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 		"from": u.fromText, "to": u.toText, "tz": u.zone.String(), "group_by": u.dims,
 		"groups": groups, "totals": total{Calls: rep.Calls, Units: rep.Units, USD: usd(rep.USD)},
 		"next_cursor": nil,
+	}
+	if !u.asOf.IsZero() {
+		body["as_of"] = u.asOf.UTC().Format(time.RFC3339Nano)
 	}
 	if next != "" {
 		body["next_cursor"] = next

@@ -149,3 +149,47 @@ func TestUsagePages(t *testing.T) {
 		t.Fatalf("pages gave %v (%d calls), the whole range %v", paged, calls, whole)
 	}
 }
+
+// Usage up to a past instant (GET /usage's as_of) gives the same answer before and
+// after later charges arrive.
+func TestUsageAsOfStaysTheSame(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.meter(t, ledger.MeterConfig{})
+	var clock atomic.Value
+	ledger.SetClock(m, func() time.Time { return clock.Load().(time.Time) })
+	ctx := context.Background()
+	start := time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC)
+	charge := func(i int, at time.Time) {
+		t.Helper()
+		clock.Store(at)
+		r, err := m.Reserve(ctx, f.evalCall(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Settle(answered()); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		charge(i, start.Add(time.Duration(i)*time.Hour))
+	}
+	asOf := start.Add(150 * time.Minute) // after the third charge
+	q := ledger.UsageQuery{AccountID: f.account.ID(), From: start.AddDate(0, 0, -1), To: asOf, GroupBy: []string{"hour"}}
+	before, err := ledger.Usage(ctx, f.pool, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 5; i < 10; i++ {
+		charge(i, asOf.Add(time.Duration(i)*time.Minute))
+	}
+	after, err := ledger.Usage(ctx, f.pool, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Calls != 3 || fmt.Sprint(before) != fmt.Sprint(after) {
+		t.Fatalf("as of %v: %+v before later charges, %+v after", asOf, before, after)
+	}
+}
