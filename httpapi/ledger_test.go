@@ -442,13 +442,14 @@ func TestUsage(t *testing.T) {
 		t.Fatalf("pages gave %v, one answer %v", paged, whole.Body["groups"])
 	}
 	csvRows := e.csv("/v1/usage?group_by=key,endpoint,cached", live)
-	if strings.Join(csvRows[0], ",") != "key,endpoint,cached,calls,units,usd" || len(csvRows)-1 != len(paged) {
+	if strings.Join(csvRows[0], ",") != "key,endpoint,cached,calls,units,usd,credits,credited_units,credited_usd,net_units,net_usd" || len(csvRows)-1 != len(paged) {
 		t.Fatalf("CSV %v for %d groups", csvRows, len(paged))
 	}
 	for i, g := range paged {
 		g := g.(map[string]any)
 		want := []string{g["key"].(string), g["endpoint"].(string), g["cached"].(string),
-			fmt.Sprint(g["calls"]), fmt.Sprint(g["units"]), g["usd"].(string)}
+			fmt.Sprint(g["calls"]), fmt.Sprint(g["units"]), g["usd"].(string), fmt.Sprint(g["credits"]),
+			fmt.Sprint(g["credited_units"]), g["credited_usd"].(string), fmt.Sprint(g["net_units"]), g["net_usd"].(string)}
 		if strings.Join(csvRows[i+1], ",") != strings.Join(want, ",") {
 			t.Fatalf("CSV row %d %v, JSON %v", i+1, csvRows[i+1], want)
 		}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"chessd/domain"
 	"chessd/ledger"
 )
@@ -204,23 +206,18 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 	}
 	groups := []map[string]any{}
 	for _, g := range rep.Groups {
-		m := map[string]any{"calls": g.Calls, "units": g.Units, "usd": usd(g.USD)}
+		m := usageSums(g.Calls, g.Units, g.USD, g.UsageCredits)
 		for i, d := range u.dims {
 			m[d] = g.Values[i]
 		}
 		groups = append(groups, m)
-	}
-	type total struct {
-		Calls int64  `json:"calls"`
-		Units int64  `json:"units"`
-		USD   string `json:"usd"`
 	}
 	if u.dims == nil {
 		u.dims = []string{}
 	}
 	body := map[string]any{
 		"from": u.fromText, "to": u.toText, "tz": u.zone.String(), "group_by": u.dims,
-		"groups": groups, "totals": total{Calls: rep.Calls, Units: rep.Units, USD: usd(rep.USD)},
+		"groups": groups, "totals": usageSums(rep.Calls, rep.Units, rep.USD, rep.UsageCredits),
 		"next_cursor": nil,
 	}
 	if !u.asOf.IsZero() {
@@ -230,6 +227,13 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 		body["next_cursor"] = next
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// usageSums renders what was charged, credited back, and the net.
+func usageSums(calls, units int64, charged decimal.Decimal, c ledger.UsageCredits) map[string]any {
+	return map[string]any{"calls": calls, "units": units, "usd": usd(charged),
+		"credits": c.Credits, "credited_units": c.CreditedUnits, "credited_usd": usd(c.CreditedUSD),
+		"net_units": units - c.CreditedUnits, "net_usd": usd(charged.Sub(c.CreditedUSD))}
 }
 
 // writeUsageCSV writes a page of groups as CSV: a header row of the groups and the
@@ -244,9 +248,11 @@ func writeUsageCSV(w http.ResponseWriter, r *http.Request, dims []string, groups
 	}
 	w.WriteHeader(http.StatusOK)
 	cw := csv.NewWriter(w)
-	cw.Write(append(slices.Clone(dims), "calls", "units", "usd")) //nolint:errcheck // a failed write shows in Flush
+	cw.Write(append(slices.Clone(dims), "calls", "units", "usd", "credits", "credited_units", "credited_usd", "net_units", "net_usd")) //nolint:errcheck // a failed write shows in Flush
 	for _, g := range groups {
-		cw.Write(append(slices.Clone(g.Values), strconv.FormatInt(g.Calls, 10), strconv.FormatInt(g.Units, 10), usd(g.USD))) //nolint:errcheck // as above
+		cw.Write(append(slices.Clone(g.Values), strconv.FormatInt(g.Calls, 10), strconv.FormatInt(g.Units, 10), usd(g.USD), //nolint:errcheck // as above
+			strconv.FormatInt(g.Credits, 10), strconv.FormatInt(g.CreditedUnits, 10), usd(g.CreditedUSD),
+			strconv.FormatInt(g.Units-g.CreditedUnits, 10), usd(g.USD.Sub(g.CreditedUSD))))
 	}
 	cw.Flush()
 }

@@ -116,9 +116,9 @@ func DayUse(ctx context.Context, q eventstore.Querier, accountID, env string, da
 var usageColumns = map[string]string{
 	"key": "key_id", "endpoint": "endpoint", "engine": "engine", "env": "env",
 	"cached": "CASE WHEN cached THEN 'true' ELSE 'false' END",
-	"hour":   `to_char(date_trunc('hour', charged_at), 'YYYY-MM-DD"T"HH24:MI:SSTZH:TZM')`,
-	"day":    `to_char(date_trunc('day', charged_at), 'YYYY-MM-DD')`,
-	"month":  `to_char(date_trunc('month', charged_at), 'YYYY-MM')`,
+	"hour":   `to_char(date_trunc('hour', at), 'YYYY-MM-DD"T"HH24:MI:SSTZH:TZM')`,
+	"day":    `to_char(date_trunc('day', at), 'YYYY-MM-DD')`,
+	"month":  `to_char(date_trunc('month', at), 'YYYY-MM')`,
 }
 
 // UsageGroups lists the groups of Usage, in the order the API documents them.
@@ -143,12 +143,22 @@ type UsageQuery struct {
 	After []string
 }
 
-// UsageGroup is the charges of one combination of the grouping values.
+// UsageGroup is the charges and credits of one combination of the grouping values.
+// A credit counts where its charge's key, endpoint, engine, env and cached put it, and
+// in the time bucket of when it was credited.
 type UsageGroup struct {
 	Values []string // one per UsageQuery.GroupBy name, in its order
 	Calls  int64
 	Units  int64
 	USD    decimal.Decimal
+	UsageCredits
+}
+
+// UsageCredits is what was credited back: Units and USD less these is the net.
+type UsageCredits struct {
+	Credits       int64
+	CreditedUnits int64
+	CreditedUSD   decimal.Decimal
 }
 
 // UsageReport is what Usage found: a page of its groups, sorted by their values (none
@@ -160,6 +170,7 @@ type UsageReport struct {
 	Calls  int64
 	Units  int64
 	USD    decimal.Decimal
+	UsageCredits
 }
 
 // Usage sums an account's charges from the charges read model (written with the
@@ -186,10 +197,20 @@ func Usage(ctx context.Context, pool *pgxpool.Pool, uq UsageQuery) (UsageReport,
 		if _, err := tx.Exec(ctx, `SELECT set_config('TimeZone', $1, true)`, zone); err != nil {
 			return fmt.Errorf("time zone %q: %w", zone, err)
 		}
-		const where = ` FROM charges WHERE account_id = $1 AND charged_at >= $2 AND charged_at < $3 AND ($4 = '' OR env = $4)`
+		// charges, and credits with their charge's dimensions, each at its own time
+		const where = ` FROM (
+			SELECT key_id, endpoint, engine, env, cached, charged_at AS at, 1 AS calls, units, usd,
+				0 AS credits, 0::bigint AS credited_units, 0::numeric AS credited_usd
+			  FROM charges WHERE account_id = $1 AND charged_at >= $2 AND charged_at < $3 AND ($4 = '' OR env = $4)
+			UNION ALL
+			SELECT c.key_id, c.endpoint, c.engine, c.env, c.cached, r.credited_at, 0, 0, 0, 1, r.units, r.usd
+			  FROM credits r JOIN charges c ON c.position = r.charge_position
+			 WHERE r.account_id = $1 AND r.credited_at >= $2 AND r.credited_at < $3 AND ($4 = '' OR r.env = $4)) src`
+		const sums = `coalesce(sum(calls), 0), coalesce(sum(units), 0), coalesce(sum(usd), 0),
+			coalesce(sum(credits), 0), coalesce(sum(credited_units), 0), coalesce(sum(credited_usd), 0)`
 		args := []any{uq.AccountID, uq.From, uq.To, uq.Env}
-		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0), coalesce(sum(usd), 0)`+where, args...).
-			Scan(&rep.Calls, &rep.Units, &rep.USD); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT `+sums+where, args...).
+			Scan(&rep.Calls, &rep.Units, &rep.USD, &rep.Credits, &rep.CreditedUnits, &rep.CreditedUSD); err != nil {
 			return err
 		}
 		if len(cols) == 0 {
@@ -200,11 +221,12 @@ func Usage(ctx context.Context, pool *pgxpool.Pool, uq UsageQuery) (UsageReport,
 			names[i] = fmt.Sprintf("g%d", i)
 		}
 		list := strings.Join(names, ", ")
-		sql := `SELECT ` + list + `, calls, units, usd FROM (SELECT `
+		sql := `SELECT ` + list + `, calls, units, usd, credits, credited_units, credited_usd FROM (SELECT `
 		for i, c := range cols {
 			sql += c + ` AS ` + names[i] + `, `
 		}
-		sql += `count(*) AS calls, sum(units) AS units, sum(usd) AS usd` + where + ` GROUP BY ` + list + `) g`
+		sql += `sum(calls) AS calls, sum(units) AS units, sum(usd) AS usd, sum(credits) AS credits,
+			sum(credited_units) AS credited_units, sum(credited_usd) AS credited_usd` + where + ` GROUP BY ` + list + `) g`
 		if len(uq.After) > 0 {
 			ps := make([]string, len(uq.After))
 			for i, v := range uq.After {
@@ -229,7 +251,7 @@ func Usage(ctx context.Context, pool *pgxpool.Pool, uq UsageQuery) (UsageReport,
 			for i := range g.Values {
 				dst = append(dst, &g.Values[i])
 			}
-			if err := rows.Scan(append(dst, &g.Calls, &g.Units, &g.USD)...); err != nil {
+			if err := rows.Scan(append(dst, &g.Calls, &g.Units, &g.USD, &g.Credits, &g.CreditedUnits, &g.CreditedUSD)...); err != nil {
 				return err
 			}
 			rep.Groups = append(rep.Groups, g)

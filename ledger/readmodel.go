@@ -12,8 +12,8 @@ import (
 )
 
 // The ledger's read model, what GET /usage, GET /me and the set-aside tools read:
-// charges (one row per charge) and ledger_entries (its double-entry postings), keyed
-// by the UnitsCharged event's position. It is an inline projection: the transaction
+// charges (one row per charge), credits (one per credited charge) and ledger_entries
+// (their double-entry postings), keyed by the event's position. It is an inline projection: the transaction
 // that appends a charge writes its rows too (the settler's group commit, a job's
 // position), so it is never behind the log and the charge costs no bus message.
 // projections.Ledger rebuilds it from the events with the same code.
@@ -28,33 +28,54 @@ func init() {
 // nothing.
 func QueueReadModel(b *pgx.Batch, evs []eventstore.Event) error {
 	var c chargeColumns
+	var cr creditColumns
 	var e entryColumns
 	for i := range evs {
 		ev := &evs[i]
-		if ev.Type != "UnitsCharged" {
+		if ev.Type != "UnitsCharged" && ev.Type != "UnitsCredited" {
 			continue
 		}
-		ch, ok := ev.Value().(*UnitsCharged)
-		if !ok { // read back from the log (a rebuild)
+		v := ev.Value()
+		if v == nil { // read back from the log (a rebuild)
 			d, err := domain.Decode(ev.Type, ev.SchemaVersion, ev.Payload)
 			if err != nil {
 				return fmt.Errorf("position %d: %w", ev.Position, err)
 			}
-			if ch, ok = d.(*UnitsCharged); !ok {
-				return fmt.Errorf("position %d: %s decodes to %T", ev.Position, ev.Type, d)
+			v = d
+		}
+		var postings []Posting
+		switch x := v.(type) {
+		case *UnitsCharged:
+			if err := c.add(ev.Position, x); err != nil {
+				return err
 			}
+			postings = x.Postings
+		case *UnitsCredited:
+			cr.add(ev.Position, x)
+			postings = x.Postings
+		default:
+			return fmt.Errorf("position %d: %s decodes to %T", ev.Position, ev.Type, v)
 		}
-		if !Balanced(ch.Postings) {
-			return fmt.Errorf("charge %s at position %d: postings do not balance", ch.ChargeID, ev.Position)
+		if !Balanced(postings) {
+			return fmt.Errorf("%s at position %d: postings do not balance", ev.Type, ev.Position)
 		}
-		if err := c.add(ev.Position, ch); err != nil {
-			return err
-		}
-		for line, p := range ch.Postings {
+		for line, p := range postings {
 			e.add(ev.Position, line, p)
 		}
 	}
+	if len(cr.pos) > 0 {
+		b.Queue(`INSERT INTO credits (position, credit_id, charge_id, charge_position, account_id, key_id, env, day,
+				credited_at, units, usd, reason, actor, dispute_id)
+			SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
+				$8::text[]::date[], $9::timestamptz[], $10::bigint[], $11::text[]::numeric[], $12::text[], $13::text[], $14::text[])
+			ON CONFLICT (position) DO NOTHING`,
+			cr.pos, cr.creditID, cr.chargeID, cr.chargePos, cr.accountID, cr.keyID, cr.env, cr.day,
+			cr.creditedAt, cr.units, cr.usd, cr.reason, cr.actor, cr.disputeID)
+	}
 	if len(c.pos) == 0 {
+		if len(e.pos) > 0 {
+			e.queue(b)
+		}
 		return nil
 	}
 	b.Queue(`INSERT INTO charges (position, charge_id, request_id, account_id, key_id, env, day, charged_at,
@@ -66,13 +87,39 @@ func QueueReadModel(b *pgx.Batch, evs []eventstore.Event) error {
 		c.pos, c.chargeID, c.requestID, c.accountID, c.keyID, c.env, c.day, c.chargedAt,
 		c.endpoint, c.engine, c.path, c.cached, c.units, c.usd, c.params)
 	if len(e.pos) > 0 {
-		b.Queue(`INSERT INTO ledger_entries (position, line, book, account, currency, debit, credit)
-			SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[],
-				$6::text[]::numeric[], $7::text[]::numeric[])
-			ON CONFLICT (position, line) DO NOTHING`,
-			e.pos, e.line, e.book, e.account, e.currency, e.debit, e.credit)
+		e.queue(b)
 	}
 	return nil
+}
+
+// queue adds the postings' insert to b.
+func (e *entryColumns) queue(b *pgx.Batch) {
+	b.Queue(`INSERT INTO ledger_entries (position, line, book, account, currency, debit, credit)
+		SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[],
+			$6::text[]::numeric[], $7::text[]::numeric[])
+		ON CONFLICT (position, line) DO NOTHING`,
+		e.pos, e.line, e.book, e.account, e.currency, e.debit, e.credit)
+}
+
+// creditColumns are credits rows, column by column.
+type creditColumns struct {
+	pos, chargePos, units                                       []int64
+	creditID, chargeID, accountID, keyID, env, day, usd, reason []string
+	actor                                                       []string
+	disputeID                                                   []*string
+	creditedAt                                                  []time.Time
+}
+
+func (c *creditColumns) add(pos int64, cr *UnitsCredited) {
+	var dispute *string
+	if cr.DisputeID != "" {
+		dispute = &cr.DisputeID
+	}
+	c.pos, c.chargePos, c.units = append(c.pos, pos), append(c.chargePos, cr.ChargePosition), append(c.units, cr.Units)
+	c.creditID, c.chargeID = append(c.creditID, cr.CreditID), append(c.chargeID, cr.ChargeID)
+	c.accountID, c.keyID, c.env, c.day = append(c.accountID, cr.AccountID), append(c.keyID, cr.KeyID), append(c.env, cr.Env), append(c.day, cr.Day)
+	c.usd, c.reason, c.actor = append(c.usd, cr.USD.String()), append(c.reason, cr.Reason), append(c.actor, cr.Actor)
+	c.disputeID, c.creditedAt = append(c.disputeID, dispute), append(c.creditedAt, cr.CreditedAt)
 }
 
 // chargeColumns are charges rows, column by column (one array parameter each).

@@ -25,7 +25,8 @@ func (c BalanceCheck) Equal() bool {
 }
 
 // RecomputeBalances recomputes the spend kept on the write side (key_balances' spent
-// units and USD, account_days' units) from the charges read model, which the ledger
+// units and USD, account_days' units) from the charges and credits read model (charges
+// less what was credited), which the ledger
 // projection derives from the UnitsCharged events, and returns both for comparison
 // (`chessd replay`, after rebuilding the projection).
 func RecomputeBalances(ctx context.Context, q eventstore.Querier) ([]BalanceCheck, error) {
@@ -33,10 +34,14 @@ func RecomputeBalances(ctx context.Context, q eventstore.Querier) ([]BalanceChec
 	for _, c := range []struct{ name, live, replayed string }{
 		{"key_balances.spent",
 			`SELECT key_id || ' ' || spent_units || ' ' || spent_usd FROM key_balances WHERE spent_units > 0 ORDER BY 1`,
-			`SELECT key_id || ' ' || sum(units) || ' ' || sum(usd)::numeric(20,6) FROM charges GROUP BY key_id ORDER BY 1`},
+			`SELECT key_id || ' ' || sum(units) || ' ' || sum(usd)::numeric(20,6) FROM (
+				SELECT key_id, units, usd FROM charges UNION ALL SELECT key_id, -units, -usd FROM credits) x
+			GROUP BY key_id HAVING sum(units) > 0 ORDER BY 1`},
 		{"account_days",
 			`SELECT account_id || ' ' || env || ' ' || day || ' ' || units FROM account_days WHERE units > 0 ORDER BY 1`,
-			`SELECT account_id || ' ' || env || ' ' || day || ' ' || sum(units) FROM charges GROUP BY account_id, env, day ORDER BY 1`},
+			`SELECT account_id || ' ' || env || ' ' || day || ' ' || sum(units) FROM (
+				SELECT account_id, env, day, units FROM charges UNION ALL SELECT account_id, env, day, -units FROM credits) x
+			GROUP BY account_id, env, day HAVING sum(units) > 0 ORDER BY 1`},
 	} {
 		check := BalanceCheck{Name: c.name}
 		var err error

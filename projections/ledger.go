@@ -19,7 +19,7 @@ type Ledger struct{}
 
 func (Ledger) Name() string     { return "ledger_v1" }
 func (Ledger) Topic() string    { return "ledger" }
-func (Ledger) Tables() []string { return []string{"charges", "ledger_entries"} }
+func (Ledger) Tables() []string { return []string{"charges", "credits", "ledger_entries"} }
 
 // Apply writes one event's rows (rebuilds, the set-aside tools).
 func (Ledger) Apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) error {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"reflect"
 	"time"
 
@@ -18,8 +19,9 @@ import (
 	"chessd/projections"
 )
 
-// audit prints every charge of one key in a date range, from the key's ledger stream
-// (the events themselves, not a read model), with a running total.
+// audit prints every charge and credit of one key charged (credited) in a range of UTC
+// days, from the key's ledger stream (the events themselves, not a read model), with a
+// running total net of credits: what GET /usage says for those days.
 func audit(ctx context.Context, db *database, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
 	keyID := fs.String("key", "", "key id (key_...)")
@@ -45,17 +47,28 @@ func audit(ctx context.Context, db *database, args []string, out io.Writer) erro
 		"position", "charged_at", "charge_id", "request_id", "endpoint", "params", "engine/path", "cached", "units", "usd", "total", "total_usd")
 	var n, units int64
 	usd := decimal.Zero
+	inRange := func(at time.Time) bool { // the UTC days of /usage's default calendar
+		day := at.UTC().Truncate(24 * time.Hour)
+		return !day.Before(from) && !day.After(to)
+	}
 	for _, e := range evs {
 		ev, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
 		if err != nil {
 			return err
 		}
-		c, ok := ev.(*ledger.UnitsCharged)
-		if !ok {
+		if cr, ok := ev.(*ledger.UnitsCredited); ok && inRange(cr.CreditedAt) {
+			if !ledger.Balanced(cr.Postings) {
+				return fmt.Errorf("position %d: postings do not balance", e.Position)
+			}
+			units -= cr.Units
+			usd = usd.Sub(cr.USD)
+			fmt.Fprintf(out, "%-8d %-27s %-28s %-28s %-9s %-38s %-14s %-6s %7d %10s %9d %11s\n",
+				e.Position, cr.CreditedAt.Format(time.RFC3339Nano), cr.CreditID, "credits "+cr.ChargeID[:min(len(cr.ChargeID), 20)], "credit",
+				truncate(cr.Reason, 38), truncate(cr.Actor, 14), "", -cr.Units, cr.USD.Neg().StringFixed(6), units, usd.StringFixed(6))
 			continue
 		}
-		day, _ := time.Parse(time.DateOnly, c.Day)
-		if day.Before(from) || day.After(to) {
+		c, ok := ev.(*ledger.UnitsCharged)
+		if !ok || !inRange(c.ChargedAt) {
 			continue
 		}
 		if !ledger.Balanced(c.Postings) {
@@ -69,7 +82,7 @@ func audit(ctx context.Context, db *database, args []string, out io.Writer) erro
 			e.Position, c.ChargedAt.Format(time.RFC3339Nano), c.ChargeID, c.RequestID, c.Endpoint, truncate(string(params), 38),
 			c.Engine+"/"+c.Path, c.Cached, c.Units, c.USD.StringFixed(6), units, usd.StringFixed(6))
 	}
-	fmt.Fprintf(out, "total: %d charges, %d units, %s USD\n", n, units, usd.StringFixed(6))
+	fmt.Fprintf(out, "total: %d charges, %d units, %s USD (net of credits)\n", n, units, usd.StringFixed(6))
 	return nil
 }
 
@@ -149,5 +162,31 @@ func changePlan(ctx context.Context, db *database, args []string, out io.Writer)
 		return err
 	}
 	fmt.Fprintf(out, "account %s is now on the %s plan\n", *accountID, plan)
+	return nil
+}
+
+// refund credits charges back: `chessd refund --reason TEXT [--by NAME] CHARGE_ID...`.
+func refund(ctx context.Context, db *database, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("refund", flag.ContinueOnError)
+	reason := fs.String("reason", "", "why (kept with the credit, shown to the customer)")
+	by := fs.String("by", "", "who decides (default: the operator's $USER)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *reason == "" || fs.NArg() == 0 {
+		return fmt.Errorf("usage: chessd refund --reason TEXT [--by NAME] CHARGE_ID...")
+	}
+	actor := *by
+	if actor == "" {
+		actor = "operator:" + os.Getenv("USER")
+	}
+	h := commands.New(eventstore.NewStore(db.pool, nil), nil)
+	credits, err := h.RefundCharges(ctx, fs.Args(), *reason, actor, "cli-refund")
+	if err != nil {
+		return err
+	}
+	for _, c := range credits {
+		fmt.Fprintf(out, "credited %s: %d units, %s USD back to key %s (credit %s)\n", c.ChargeID, c.Units, c.USD.StringFixed(6), c.KeyID, c.CreditID)
+	}
 	return nil
 }

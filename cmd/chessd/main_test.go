@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -162,5 +163,57 @@ func TestAuditAndReplay(t *testing.T) {
 	}
 	if out, err = runCLI(t, url, "replay"); err != nil {
 		t.Fatalf("replay repaired the read model, the next one must be equal: %v\n%s", err, out)
+	}
+
+	// a refund of two charges: credited once each, in /usage, the audit and the budget
+	out, _ = runCLI(t, url, "audit", "--key", res.KeyID, "--from", today, "--to", today)
+	ids := regexp.MustCompile(`chg_[0-9a-f]{24}`).FindAllString(out, -1)
+	if len(ids) != 7 {
+		t.Fatalf("charge ids in the audit: %v", ids)
+	}
+	if out, err := runCLI(t, url, "refund", "--reason", "engine restarted mid-search", "--by", "ops:test", ids[1], ids[4]); err != nil ||
+		strings.Count(out, "credited chg_") != 2 {
+		t.Fatalf("refund: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, url, "refund", "--reason", "again", ids[4], ids[5]); err == nil || !strings.Contains(out+err.Error(), "already credited") {
+		t.Fatalf("a second refund of a charge: %v\n%s", err, out)
+	}
+	var net struct {
+		Totals struct {
+			Units    int64  `json:"units"`
+			Credits  int64  `json:"credits"`
+			NetUnits int64  `json:"net_units"`
+			NetUSD   string `json:"net_usd"`
+		} `json:"totals"`
+	}
+	req, _ := http.NewRequest("GET", srv.URL+"/v1/usage?from="+today+"&to="+today, nil)
+	req.Header.Set("Authorization", "Bearer "+res.Secret)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&net) //nolint:errcheck // checked below
+	resp.Body.Close()
+	if net.Totals.Credits != 2 || net.Totals.Units != usage.Totals.Units || net.Totals.NetUnits >= net.Totals.Units {
+		t.Fatalf("usage after the refund: %+v", net.Totals)
+	}
+	out, err = runCLI(t, url, "audit", "--key", res.KeyID, "--from", today, "--to", today)
+	if want := fmt.Sprintf("total: 7 charges, %d units, %s USD", net.Totals.NetUnits, net.Totals.NetUSD); err != nil || !strings.Contains(out, want) || strings.Count(out, "crd_") != 2 {
+		t.Fatalf("audit after the refund (want %q): %v\n%s", want, err, out)
+	}
+	var spent int64
+	if err := pool.QueryRow(ctx, `SELECT spent_units FROM key_balances WHERE key_id = $1`, res.KeyID).Scan(&spent); err != nil || spent != net.Totals.NetUnits {
+		t.Fatalf("the key's spend %d after the refund, want the net %d (%v)", spent, net.Totals.NetUnits, err)
+	}
+	var unbalanced int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT position, currency FROM ledger_entries
+		GROUP BY position, currency HAVING sum(debit) <> sum(credit)) x`).Scan(&unbalanced); err != nil || unbalanced != 0 {
+		t.Fatalf("%d unbalanced transactions (%v)", unbalanced, err)
+	}
+	if out, err := runCLI(t, url, "replay"); err != nil || !strings.Contains(out, "equal   credits: 2 rows") || !strings.Contains(out, "equal   key_balances.spent") {
+		t.Fatalf("replay with credits: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, url, "verify"); err != nil {
+		t.Fatalf("verify with credits: %v\n%s", err, out)
 	}
 }
