@@ -104,6 +104,7 @@ var Topics = map[string]string{
 	"email":   "accounts",
 	"ledger":  "ledger",
 	"job":     "jobs",
+	"dispute": "disputes",
 }
 
 // TopicDefault is the topic of stream types Topics does not name.

@@ -116,5 +116,5 @@ func rebuild(ctx context.Context, db *database, out io.Writer) error {
 }
 
 func allProjections() []projections.Projection {
-	return []projections.Projection{projections.Accounts{}, projections.Ledger{}, projections.Jobs{}}
+	return []projections.Projection{projections.Accounts{}, projections.Ledger{}, projections.Jobs{}, projections.Disputes{}}
 }

@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"time"
 
@@ -176,17 +176,62 @@ func refund(ctx context.Context, db *database, args []string, out io.Writer) err
 	if *reason == "" || fs.NArg() == 0 {
 		return fmt.Errorf("usage: chessd refund --reason TEXT [--by NAME] CHARGE_ID...")
 	}
-	actor := *by
-	if actor == "" {
-		actor = "operator:" + os.Getenv("USER")
-	}
 	h := commands.New(eventstore.NewStore(db.pool, nil), nil)
-	credits, err := h.RefundCharges(ctx, fs.Args(), *reason, actor, "cli-refund")
+	credits, err := h.RefundCharges(ctx, fs.Args(), *reason, decidedBy(*by), "cli-refund")
 	if err != nil {
 		return err
 	}
 	for _, c := range credits {
 		fmt.Fprintf(out, "credited %s: %d units, %s USD back to key %s (credit %s)\n", c.ChargeID, c.Units, c.USD.StringFixed(6), c.KeyID, c.CreditID)
 	}
+	return nil
+}
+
+// decidedBy names who acts from the command line: --by, else user@host.
+func decidedBy(by string) string {
+	if by != "" {
+		return by
+	}
+	return operator()
+}
+
+// dispute lists open disputes or answers one: `chessd dispute list`, `chessd dispute
+// accept ID --note TEXT`, `chessd dispute reject ID --reason TEXT`.
+func dispute(ctx context.Context, db *database, args []string, out io.Writer) error {
+	const use = "usage: chessd dispute list | accept ID --note TEXT [--by NAME] | reject ID --reason TEXT [--by NAME]"
+	if len(args) == 0 {
+		return errors.New(use)
+	}
+	if args[0] == "list" {
+		rows, err := ledger.OpenDisputes(ctx, db.pool)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%-28s %-26s %-5s %-27s %s\n", "dispute", "account", "env", "opened_at", "charges / reason")
+		for _, d := range rows {
+			fmt.Fprintf(out, "%-28s %-26s %-5s %-27s %v / %s\n", d.ID, d.AccountID, d.Env, d.OpenedAt.Format(time.RFC3339), d.ChargeIDs, d.Reason)
+		}
+		fmt.Fprintf(out, "%d open\n", len(rows))
+		return nil
+	}
+	if len(args) < 2 || (args[0] != "accept" && args[0] != "reject") {
+		return errors.New(use)
+	}
+	fs := flag.NewFlagSet("dispute", flag.ContinueOnError)
+	note := fs.String("note", "", "what the customer is told (accept)")
+	reason := fs.String("reason", "", "why not (reject)")
+	by := fs.String("by", "", "who decides (default: the operator's $USER)")
+	if err := fs.Parse(args[2:]); err != nil {
+		return err
+	}
+	accept, text := args[0] == "accept", *reason
+	if accept {
+		text = *note
+	}
+	h := commands.New(eventstore.NewStore(db.pool, nil), nil)
+	if err := h.ResolveDispute(ctx, args[1], accept, decidedBy(*by), text, "cli-dispute"); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "dispute %s %sed\n", args[1], args[0])
 	return nil
 }

@@ -9,6 +9,7 @@
 //	chessd audit     every charge of a key in a date range, with a running total
 //	chessd plan      move an account to another plan (operators)
 //	chessd refund    credit charges back, with a reason (operators)
+//	chessd dispute   list open disputes, accept or reject one (operators)
 //	chessd setaside  list, retry or skip the events a projection could not apply
 //
 // main only wires: configuration from the environment, a context cancelled by
@@ -49,6 +50,7 @@ const usage = `usage: chessd [command]
   audit     --key KEY --from DAY --to DAY: every charge of a key with a running total
   plan      --account ACCOUNT --plan free|hobby|pro: move an account to another plan
   refund    --reason TEXT [--by NAME] CHARGE_ID...: credit charges back (each once, all or none)
+  dispute   list | accept ID --note TEXT [--by NAME] | reject ID --reason TEXT [--by NAME]: answer customers' disputes
   setaside  list [--all] | retry ID [--reason TEXT] | skip ID --reason TEXT: the events a projection could not apply`
 
 // exitCode ends the program with a status and no further message.
@@ -85,6 +87,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return withDatabase(ctx, cfg, logger, func(db *database) error { return changePlan(ctx, db, args[1:], stdout) })
 	case "refund":
 		return withDatabase(ctx, cfg, logger, func(db *database) error { return refund(ctx, db, args[1:], stdout) })
+	case "dispute":
+		return withDatabase(ctx, cfg, logger, func(db *database) error { return dispute(ctx, db, args[1:], stdout) })
 	case "setaside":
 		return withDatabase(ctx, cfg, logger, func(db *database) error { return setAside(ctx, db, args[1:], stdout) })
 	case "help", "-h", "--help":

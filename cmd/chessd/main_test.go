@@ -216,4 +216,22 @@ func TestAuditAndReplay(t *testing.T) {
 	if out, err := runCLI(t, url, "verify"); err != nil {
 		t.Fatalf("verify with credits: %v\n%s", err, out)
 	}
+
+	// a dispute, answered from the command line
+	d, err := h.OpenDispute(ctx, commands.Actor{Key: key, RequestID: "r"}, []string{ids[6]}, "the last call never answered")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, url, "dispute", "list"); err != nil || !strings.Contains(out, d.DisputeID) || !strings.Contains(out, "1 open") {
+		t.Fatalf("dispute list: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, url, "dispute", "accept", d.DisputeID, "--note", "our timeout", "--by", "ops:test"); err != nil || !strings.Contains(out, "accepted") {
+		t.Fatalf("dispute accept: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, url, "dispute", "reject", d.DisputeID, "--reason", "too late"); err == nil {
+		t.Fatalf("a second answer to a dispute: %s", out)
+	}
+	if out, err := runCLI(t, url, "replay"); err != nil || !strings.Contains(out, "equal   credits: 3 rows") || !strings.Contains(out, "equal   disputes: 1 rows") {
+		t.Fatalf("replay with a dispute: %v\n%s", err, out)
+	}
 }

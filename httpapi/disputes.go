@@ -1,0 +1,117 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"chessd/domain"
+	"chessd/ledger"
+)
+
+// maxDisputeReason bounds a dispute's reason, in characters.
+const maxDisputeReason = 2000
+
+type disputeRequest struct {
+	ChargeIDs []string `json:"charge_ids"`
+	Reason    string   `json:"reason" text:"multiline"`
+}
+
+// openDispute answers POST /disputes: the account questions some of its charges.
+func (s *Server) openDispute(w http.ResponseWriter, r *http.Request) {
+	var req disputeRequest
+	if err := decode(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var p domain.Problems
+	if n := utf8.RuneCountInString(req.Reason); n > maxDisputeReason {
+		p.Add("reason", fmt.Sprintf("is %d characters; at most %d", n, maxDisputeReason))
+	}
+	for _, id := range req.ChargeIDs {
+		if len(id) > 64 {
+			p.Add("charge_ids", "holds an id longer than 64 bytes: not a charge id")
+			break
+		}
+	}
+	if err := p.Err(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	d, err := s.commands.OpenDispute(r.Context(), s.actor(r), req.ChargeIDs, req.Reason)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rows, err := ledger.Disputes(r.Context(), s.pool, d.AccountID, d.Env, d.DisputeID, "")
+	if err != nil || len(rows) != 1 {
+		s.writeError(w, r, fmt.Errorf("read dispute %s back: %v (%d rows)", d.DisputeID, err, len(rows)))
+		return
+	}
+	w.Header().Set("Location", s.baseURL+"/disputes/"+d.DisputeID)
+	writeJSON(w, http.StatusCreated, s.disputeRecord(rows[0]))
+}
+
+// listDisputes answers GET /disputes[?state=open|accepted|rejected].
+func (s *Server) listDisputes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var p domain.Problems
+	state := q.Get("state")
+	switch state {
+	case "", ledger.DisputeOpen, ledger.DisputeAccepted, ledger.DisputeRejected:
+	default:
+		p.Add("state", "must be open, accepted or rejected")
+	}
+	for name := range q {
+		if name != "state" {
+			p.Add(name, "is not a parameter of /disputes")
+		}
+	}
+	if err := p.Err(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	key := principal(r.Context())
+	rows, err := ledger.Disputes(r.Context(), s.pool, key.AccountID(), key.Env().String(), "", state)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]map[string]any, 0, len(rows))
+	for _, d := range rows {
+		out = append(out, s.disputeRecord(d))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"disputes": out})
+}
+
+// getDispute answers GET /disputes/{id}: the account's own, in its key's env; 404 else.
+func (s *Server) getDispute(w http.ResponseWriter, r *http.Request) {
+	key := principal(r.Context())
+	id := pathVar(r, "id")
+	rows, err := ledger.Disputes(r.Context(), s.pool, key.AccountID(), key.Env().String(), id, "")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(rows) == 0 {
+		s.writeError(w, r, domain.Errorf(domain.CodeNotFound, "no dispute %q on this account", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.disputeRecord(rows[0]))
+}
+
+func (s *Server) disputeRecord(d ledger.DisputeRow) map[string]any {
+	m := map[string]any{
+		"dispute_id": d.ID, "state": d.State, "env": d.Env, "opened_by_key": d.KeyID, "charge_ids": d.ChargeIDs,
+		"reason": d.Reason, "opened_at": d.OpenedAt.UTC().Format(time.RFC3339Nano), "resolved_at": nil, "resolution": nil,
+		"credit_ids": d.CreditIDs, "links": map[string]string{"self": s.baseURL + "/disputes/" + d.ID},
+	}
+	if d.ResolvedAt != nil {
+		m["resolved_at"] = d.ResolvedAt.UTC().Format(time.RFC3339Nano)
+	}
+	if d.Resolution != nil {
+		m["resolution"] = *d.Resolution
+	}
+	return m
+}

@@ -1,0 +1,100 @@
+package httpapi_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"chessd/commands"
+	"chessd/eventstore"
+)
+
+// A customer disputes charges: one dispute is accepted (its charges credited, shown in
+// /usage and the dispute), another rejected with a reason; a charge is disputed once;
+// another account's charge, and another account's dispute, are not found. Every step
+// is an event on the dispute's stream.
+func TestDisputes(t *testing.T) {
+	e := newEnv(t)
+	live := e.signupPro("disputes@example.com")
+	test, _ := e.createKey(live, map[string]any{"env": "test", "label": "t"})
+	mixedLoad(t, e, live, test)
+	e.caughtUp()
+	ctx := context.Background()
+	charges := func(env string) []string {
+		rows, err := e.pool.Query(ctx, `SELECT charge_id FROM charges WHERE env = $1 ORDER BY position`, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	ids, testIDs := charges("live"), charges("test")
+	if len(ids) < 4 || len(testIDs) < 1 {
+		t.Fatalf("charges: %d live, %d test", len(ids), len(testIDs))
+	}
+	other := e.signupPro("someone-else@example.com")
+
+	open := func(key string, body map[string]any) response {
+		t.Helper()
+		return e.do("POST", "/v1/disputes", key, body)
+	}
+	first := open(live, map[string]any{"charge_ids": []string{ids[0], ids[1]}, "reason": "these ran twice\nsee our logs"})
+	if first.Status != 201 || first.Body["state"] != "open" || first.Header.Get("Location") == "" {
+		t.Fatalf("open: %d %s", first.Status, first.Raw)
+	}
+	second := open(live, map[string]any{"charge_ids": []string{ids[2]}, "reason": "too expensive"})
+	if second.Status != 201 {
+		t.Fatalf("open: %d %s", second.Status, second.Raw)
+	}
+	wantProblem(t, open(live, map[string]any{"charge_ids": []string{ids[1], ids[3]}, "reason": "again"}), 409, "fix_request")
+	wantProblem(t, open(other, map[string]any{"charge_ids": []string{ids[3]}, "reason": "not mine"}), 404, "fix_request")
+	wantProblem(t, open(live, map[string]any{"charge_ids": []string{testIDs[0]}, "reason": "a test charge, live key"}), 404, "fix_request")
+	wantProblem(t, open(live, map[string]any{"charge_ids": []string{}, "reason": "nothing"}), 400, "fix_request")
+	wantProblem(t, open(live, map[string]any{"charge_ids": []string{ids[3]}}), 400, "fix_request")
+	firstID, secondID := first.Body["dispute_id"].(string), second.Body["dispute_id"].(string)
+	wantProblem(t, e.do("GET", "/v1/disputes/"+firstID, other, nil), 404, "fix_request")
+	wantProblem(t, e.do("GET", "/v1/disputes/"+firstID, test, nil), 404, "fix_request")
+
+	// the operator answers (`chessd dispute accept|reject` runs these)
+	h := commands.New(eventstore.NewStore(e.pool, nil), nil)
+	if err := h.ResolveDispute(ctx, firstID, true, "ops:ana", "confirmed: a retry storm on our side", "r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ResolveDispute(ctx, secondID, false, "ops:ana", "depth 20 costs what the price table says", "r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ResolveDispute(ctx, firstID, false, "ops:ana", "changed my mind", "r"); err == nil {
+		t.Fatal("a resolved dispute was resolved again")
+	}
+	accepted := e.do("GET", "/v1/disputes/"+firstID, live, nil).Body
+	if accepted["state"] != "accepted" || len(accepted["credit_ids"].([]any)) != 2 || accepted["resolution"] != "confirmed: a retry storm on our side" {
+		t.Fatalf("accepted: %v", accepted)
+	}
+	rejected := e.do("GET", "/v1/disputes/"+secondID, live, nil).Body
+	if rejected["state"] != "rejected" || len(rejected["credit_ids"].([]any)) != 0 || rejected["resolution"] != "depth 20 costs what the price table says" {
+		t.Fatalf("rejected: %v", rejected)
+	}
+	list := e.do("GET", "/v1/disputes?state=accepted", live, nil)
+	if ds := list.Body["disputes"].([]any); list.Status != 200 || len(ds) != 1 || ds[0].(map[string]any)["dispute_id"] != firstID {
+		t.Fatalf("accepted disputes: %d %s", list.Status, list.Raw)
+	}
+	if ds := e.do("GET", "/v1/disputes", test, nil).Body["disputes"].([]any); len(ds) != 0 {
+		t.Fatalf("a test key sees live disputes: %v", ds)
+	}
+	totals := e.do("GET", "/v1/usage", live, nil).Body["totals"].(map[string]any)
+	if totals["credits"] != float64(2) || totals["net_units"].(float64) >= totals["units"].(float64) {
+		t.Fatalf("usage after the accepted dispute: %v", totals)
+	}
+	var steps int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id IN ($1, $2)`, "dispute-"+firstID, "dispute-"+secondID).Scan(&steps); err != nil || steps != 4 {
+		t.Fatalf("%d dispute events (%v), want open and resolution of each", steps, err)
+	}
+	var pointed int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM credits WHERE dispute_id = $1 AND charge_id IN ($2, $3)`, firstID, ids[0], ids[1]).Scan(&pointed); err != nil || pointed != 2 {
+		t.Fatalf("%d credits point at the dispute (%v)", pointed, err)
+	}
+}
