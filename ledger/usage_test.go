@@ -11,14 +11,38 @@ import (
 	"chessd/ledger"
 )
 
+// clockedMeter is a meter whose clock the test sets: charge makes one answered call,
+// settled, at the instant given.
+func clockedMeter(t *testing.T, f *fixture) (charge func(i int, at time.Time, cached bool)) {
+	t.Helper()
+	m := f.meter(t, ledger.MeterConfig{})
+	var clock atomic.Value
+	ledger.SetClock(m, func() time.Time { return clock.Load().(time.Time) })
+	return func(i int, at time.Time, cached bool) {
+		t.Helper()
+		ctx := context.Background()
+		clock.Store(at.UTC())
+		r, err := m.Reserve(ctx, f.evalCall(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := answered()
+		a.Cached = cached
+		if _, err := r.Settle(a); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // Usage buckets charges by the calendar of the asked time zone: across New York's
 // March 2026 daylight-saving change (02:00 EST became 03:00 EDT on the 8th, a 23-hour
 // day), days and hours fall where a New Yorker's clock put them, not where UTC's does.
 func TestUsageInATimeZoneAcrossDaylightSaving(t *testing.T) {
 	f := newFixture(t, nil)
-	m := f.meter(t, ledger.MeterConfig{})
-	var clock atomic.Value
-	ledger.SetClock(m, func() time.Time { return clock.Load().(time.Time) })
+	charge := clockedMeter(t, f)
 	ny, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		t.Fatal(err)
@@ -40,17 +64,7 @@ func TestUsageInATimeZoneAcrossDaylightSaving(t *testing.T) {
 	}
 	ctx := context.Background()
 	for i, s := range instants {
-		clock.Store(at(s).UTC())
-		r, err := m.Reserve(ctx, f.evalCall(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.Settle(answered()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := m.Flush(ctx); err != nil {
-		t.Fatal(err)
+		charge(i, at(s), false)
 	}
 	// from 2026-03-07 to 2026-03-09 in New York, both days whole
 	from, to := time.Date(2026, 3, 7, 0, 0, 0, 0, ny), time.Date(2026, 3, 10, 0, 0, 0, 0, ny)
@@ -96,25 +110,11 @@ func TestUsageInATimeZoneAcrossDaylightSaving(t *testing.T) {
 // order, and add up to the totals.
 func TestUsagePages(t *testing.T) {
 	f := newFixture(t, nil)
-	m := f.meter(t, ledger.MeterConfig{})
-	var clock atomic.Value
-	ledger.SetClock(m, func() time.Time { return clock.Load().(time.Time) })
+	charge := clockedMeter(t, f)
 	ctx := context.Background()
 	start := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 30 {
-		clock.Store(start.Add(time.Duration(i) * 7 * time.Hour))
-		r, err := m.Reserve(ctx, f.evalCall(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := answered()
-		a.Cached = i%3 == 0
-		if _, err := r.Settle(a); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := m.Flush(ctx); err != nil {
-		t.Fatal(err)
+		charge(i, start.Add(time.Duration(i)*7*time.Hour), i%3 == 0)
 	}
 	q := ledger.UsageQuery{AccountID: f.account.ID(), From: start, To: start.AddDate(0, 1, 0), GroupBy: []string{"day", "cached"}}
 	all, err := ledger.Usage(ctx, f.pool, q)
@@ -154,27 +154,11 @@ func TestUsagePages(t *testing.T) {
 // after later charges arrive.
 func TestUsageAsOfStaysTheSame(t *testing.T) {
 	f := newFixture(t, nil)
-	m := f.meter(t, ledger.MeterConfig{})
-	var clock atomic.Value
-	ledger.SetClock(m, func() time.Time { return clock.Load().(time.Time) })
+	charge := clockedMeter(t, f)
 	ctx := context.Background()
 	start := time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC)
-	charge := func(i int, at time.Time) {
-		t.Helper()
-		clock.Store(at)
-		r, err := m.Reserve(ctx, f.evalCall(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.Settle(answered()); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for i := range 5 {
-		charge(i, start.Add(time.Duration(i)*time.Hour))
+		charge(i, start.Add(time.Duration(i)*time.Hour), false)
 	}
 	asOf := start.Add(150 * time.Minute) // after the third charge
 	q := ledger.UsageQuery{AccountID: f.account.ID(), From: start.AddDate(0, 0, -1), To: asOf, GroupBy: []string{"hour"}}
@@ -183,7 +167,7 @@ func TestUsageAsOfStaysTheSame(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 5; i < 10; i++ {
-		charge(i, asOf.Add(time.Duration(i)*time.Minute))
+		charge(i, asOf.Add(time.Duration(i)*time.Minute), false)
 	}
 	after, err := ledger.Usage(ctx, f.pool, q)
 	if err != nil {

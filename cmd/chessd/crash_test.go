@@ -261,27 +261,10 @@ func TestJobSurvivesSIGKILL(t *testing.T) {
 	srv := startServer(t, bin, dbURL, port)
 	ctx := context.Background()
 	pool, su := account(t, dbURL, "job-crash@example.com", domain.PlanPro)
-	pgn := "1. e4 c5 2. Nf3 d6 3. d4 cxd4 4. Nxd4 Nf6 5. Nc3 a6 6. Be3 e5 7. Nb3 Be6 8. f3 Be7 9. Qd2 O-O " +
-		"10. O-O-O Nbd7 11. g4 b5 12. g5 b4 13. Ne2 Ne8 14. f4 a5 15. f5 a4 *"
-	body := fmt.Sprintf(`{"pgn":%q,"depth":13,"multipv":2}`, pgn)
-	req, _ := http.NewRequest("POST", srv.base+"/analyze", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+su.Secret)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var job struct {
-		ID    string `json:"job_id"`
-		Total int    `json:"positions_total"`
-	}
-	json.NewDecoder(res.Body).Decode(&job) //nolint:errcheck // checked below
-	res.Body.Close()
-	if res.StatusCode != 202 || job.Total != 30 {
-		t.Fatalf("submit: %d %+v", res.StatusCode, job)
-	}
+	jobID := submitGame(t, srv, su.Secret, 13)
 	analysed := func() int {
 		var n int
-		pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'JobPositionAnalysed'`, "job-"+job.ID).Scan(&n) //nolint:errcheck // polled
+		pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'JobPositionAnalysed'`, "job-"+jobID).Scan(&n) //nolint:errcheck // polled
 		return n
 	}
 	deadline := time.Now().Add(60 * time.Second)
@@ -298,37 +281,13 @@ func TestJobSurvivesSIGKILL(t *testing.T) {
 		t.Fatal("the job finished before the kill: make it longer")
 	}
 	startServer(t, bin, dbURL, port)
-	deadline = time.Now().Add(120 * time.Second)
-	for {
-		var last string
-		pool.QueryRow(ctx, `SELECT event_type FROM events WHERE stream_id = $1 ORDER BY version DESC LIMIT 1`, "job-"+job.ID).Scan(&last) //nolint:errcheck // polled
-		if last == "JobSucceeded" {
-			break
-		}
-		if last == "JobFailed" || time.Now().After(deadline) {
-			t.Fatalf("the job did not finish after the restart (last event %s, %d analysed)", last, analysed())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	var n, distinct, resumed, charges int
-	var held, spent, charged int64
-	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT payload->>'index') FROM events
-		WHERE stream_id = $1 AND event_type = 'JobPositionAnalysed'`, "job-"+job.ID).Scan(&n, &distinct); err != nil {
+	waitSucceeded(t, pool, jobID, func() string { return fmt.Sprintf("%d analysed", analysed()) })
+	var resumed int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'JobResumed'`, "job-"+jobID).Scan(&resumed); err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'JobResumed'`, "job-"+job.ID).Scan(&resumed); err != nil {
-		t.Fatal(err)
-	}
-	if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum((payload->>'units')::bigint), 0) FROM events
-		WHERE stream_id = $1 AND payload->'params'->>'job_id' = $2`, "ledger-"+su.KeyID, job.ID).Scan(&charges, &charged); err != nil {
-		t.Fatal(err)
-	}
-	if err := pool.QueryRow(ctx, `SELECT held_units, spent_units FROM key_balances WHERE key_id = $1`, su.KeyID).Scan(&held, &spent); err != nil {
-		t.Fatal(err)
-	}
-	if n != 30 || distinct != 30 || resumed < 1 || charges != 30 || held != 0 || spent != charged {
-		t.Fatalf("analysed %d (%d distinct, %d before the kill), resumed %d, charges %d, held %d, spent %d of %d charged",
-			n, distinct, before, resumed, charges, held, spent, charged)
+	if b := booksOf(t, pool, jobID, su.KeyID); !b.whole(30) || resumed < 1 {
+		t.Fatalf("%+v (%d analysed before the kill), resumed %d", b, before, resumed)
 	}
 }
 
@@ -388,14 +347,7 @@ func TestWorkerProcessRunsJobs(t *testing.T) {
 	if n, e := executors(), last(); n != 0 || e != "JobSubmitted" {
 		t.Fatalf("the API server runs an executor (%d subscribed; last event of the job %s)", n, e)
 	}
-	w := exec.Command(bin, "worker")
-	w.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "LOG_LEVEL=error", "CHESSD_KEY_PEPPER=crash-test-pepper-0123456789",
-		"CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_WORKER_NAME=worker-process", "CHESSD_DATA_DIR="+t.TempDir())
-	w.Stderr = os.Stderr
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Process.Signal(syscall.SIGTERM); w.Wait() }) //nolint:errcheck // stopping
+	startWorker(t, bin, dbURL, "worker-process")
 	deadline = time.Now().Add(60 * time.Second)
 	for last() != "JobSucceeded" {
 		if time.Now().After(deadline) {
@@ -421,40 +373,12 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	srv := startServer(t, bin, dbURL, freePort(t), "CHESSD_WORKER_JOBS=0")
 	ctx := context.Background()
 	pool, su := account(t, dbURL, "worker-kill@example.com", domain.PlanPro)
-	startWorker := func(name string) *exec.Cmd {
-		w := exec.Command(bin, "worker")
-		w.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "LOG_LEVEL=error", "CHESSD_KEY_PEPPER=crash-test-pepper-0123456789",
-			"CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_WORKER_NAME="+name, "CHESSD_JOB_LEASE=2s", "CHESSD_DATA_DIR="+t.TempDir())
-		w.Stderr = os.Stderr
-		if err := w.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { w.Process.Signal(syscall.SIGTERM); w.Wait() }) //nolint:errcheck // stopping
-		return w
-	}
-	victim := startWorker("victim")
-	startWorker("survivor")
-
-	pgn := "1. e4 c5 2. Nf3 d6 3. d4 cxd4 4. Nxd4 Nf6 5. Nc3 a6 6. Be3 e5 7. Nb3 Be6 8. f3 Be7 9. Qd2 O-O " +
-		"10. O-O-O Nbd7 11. g4 b5 12. g5 b4 13. Ne2 Ne8 14. f4 a5 15. f5 a4 *"
-	req, _ := http.NewRequest("POST", srv.base+"/analyze", strings.NewReader(fmt.Sprintf(`{"pgn":%q,"depth":12,"multipv":2}`, pgn)))
-	req.Header.Set("Authorization", "Bearer "+su.Secret)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var job struct {
-		ID    string `json:"job_id"`
-		Total int    `json:"positions_total"`
-	}
-	json.NewDecoder(res.Body).Decode(&job) //nolint:errcheck // checked below
-	res.Body.Close()
-	if res.StatusCode != 202 || job.Total != 30 {
-		t.Fatalf("submit: %d %+v", res.StatusCode, job)
-	}
+	victim := startWorker(t, bin, dbURL, "victim", "CHESSD_JOB_LEASE=2s")
+	startWorker(t, bin, dbURL, "survivor", "CHESSD_JOB_LEASE=2s")
+	jobID := submitGame(t, srv, su.Secret, 12)
 	byWorker := func() map[string]int {
 		rows, err := pool.Query(ctx, `SELECT payload->>'worker', count(*) FROM events
-			WHERE stream_id = $1 AND event_type = 'JobPositionAnalysed' GROUP BY 1`, "job-"+job.ID)
+			WHERE stream_id = $1 AND event_type = 'JobPositionAnalysed' GROUP BY 1`, "job-"+jobID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -477,7 +401,7 @@ func TestWorkerKilledMidJob(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	var heldByVictim int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM job_queue WHERE job_id = $1 AND worker = 'victim'`, job.ID).Scan(&heldByVictim); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM job_queue WHERE job_id = $1 AND worker = 'victim'`, jobID).Scan(&heldByVictim); err != nil {
 		t.Fatal(err)
 	}
 	victim.Process.Signal(syscall.SIGKILL) //nolint:errcheck // the point of the test
@@ -486,39 +410,103 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	if before["victim"]+before["survivor"] >= 30 || heldByVictim == 0 {
 		t.Fatalf("nothing left to take over (%v, %d held by the victim): make the job longer", before, heldByVictim)
 	}
-	deadline = time.Now().Add(120 * time.Second)
+	waitSucceeded(t, pool, jobID, func() string { return fmt.Sprint(byWorker()) })
+	after := byWorker()
+	var resumed int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'JobResumed'
+		AND payload->>'worker' = 'survivor'`, "job-"+jobID).Scan(&resumed); err != nil {
+		t.Fatal(err)
+	}
+	if b := booksOf(t, pool, jobID, su.KeyID); !b.whole(30) || resumed < 1 ||
+		after["victim"] != before["victim"] || after["survivor"] != 30-before["victim"] {
+		t.Fatalf("%+v; by worker %v (%v at the kill), resumed by the survivor %d", b, after, before, resumed)
+	}
+}
+
+// sicilian is a 30-ply game: a job long enough to be interrupted.
+const sicilian = "1. e4 c5 2. Nf3 d6 3. d4 cxd4 4. Nxd4 Nf6 5. Nc3 a6 6. Be3 e5 7. Nb3 Be6 8. f3 Be7 9. Qd2 O-O " +
+	"10. O-O-O Nbd7 11. g4 b5 12. g5 b4 13. Ne2 Ne8 14. f4 a5 15. f5 a4 *"
+
+// submitGame submits sicilian for analysis at depth and returns the job's id.
+func submitGame(t *testing.T, srv *server, secret string, depth int) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", srv.base+"/analyze", strings.NewReader(fmt.Sprintf(`{"pgn":%q,"depth":%d,"multipv":2}`, sicilian, depth)))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job struct {
+		ID    string `json:"job_id"`
+		Total int    `json:"positions_total"`
+	}
+	json.NewDecoder(res.Body).Decode(&job) //nolint:errcheck // checked below
+	res.Body.Close()
+	if res.StatusCode != 202 || job.Total != 30 {
+		t.Fatalf("submit: %d %+v", res.StatusCode, job)
+	}
+	return job.ID
+}
+
+// startWorker starts a `chessd worker` process named name, stopped at the test's end.
+func startWorker(t *testing.T, bin, dbURL, name string, env ...string) *exec.Cmd {
+	t.Helper()
+	w := exec.Command(bin, "worker")
+	w.Env = append(append(os.Environ(), "DATABASE_URL="+dbURL, "LOG_LEVEL=error", "CHESSD_KEY_PEPPER=crash-test-pepper-0123456789",
+		"CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_WORKER_NAME="+name, "CHESSD_DATA_DIR="+t.TempDir()), env...)
+	w.Stderr = os.Stderr
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Process.Signal(syscall.SIGTERM); w.Wait() }) //nolint:errcheck // stopping
+	return w
+}
+
+// waitSucceeded waits until the job's last event is JobSucceeded; what fails says
+// where the job stood (state()).
+func waitSucceeded(t *testing.T, pool *pgxpool.Pool, jobID string, state func() string) {
+	t.Helper()
+	deadline := time.Now().Add(120 * time.Second)
 	for {
 		var last string
-		pool.QueryRow(ctx, `SELECT event_type FROM events WHERE stream_id = $1 ORDER BY version DESC LIMIT 1`, "job-"+job.ID).Scan(&last) //nolint:errcheck // polled
+		pool.QueryRow(context.Background(), `SELECT event_type FROM events WHERE stream_id = $1 ORDER BY version DESC LIMIT 1`, "job-"+jobID).Scan(&last) //nolint:errcheck // polled
 		if last == "JobSucceeded" {
-			break
+			return
 		}
 		if last == "JobFailed" || time.Now().After(deadline) {
-			t.Fatalf("the job did not finish on the survivor (last event %s, %v)", last, byWorker())
+			t.Fatalf("the job did not finish (last event %s, %s)", last, state())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	after := byWorker()
-	var n, distinct, resumed, charges int
-	var held, spent, charged int64
+}
+
+// jobBooks is what a finished job left: positions recorded (and distinct), its charges
+// and their units, and the key's holds and spend.
+type jobBooks struct {
+	analysed, distinct, charges int
+	held, spent, charged        int64
+}
+
+func booksOf(t *testing.T, pool *pgxpool.Pool, jobID, keyID string) jobBooks {
+	t.Helper()
+	ctx := context.Background()
+	var b jobBooks
 	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT payload->>'index') FROM events
-		WHERE stream_id = $1 AND event_type = 'JobPositionAnalysed'`, "job-"+job.ID).Scan(&n, &distinct); err != nil {
-		t.Fatal(err)
-	}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'JobResumed'
-		AND payload->>'worker' = 'survivor'`, "job-"+job.ID).Scan(&resumed); err != nil {
+		WHERE stream_id = $1 AND event_type = 'JobPositionAnalysed'`, "job-"+jobID).Scan(&b.analysed, &b.distinct); err != nil {
 		t.Fatal(err)
 	}
 	if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum((payload->>'units')::bigint), 0) FROM events
-		WHERE stream_id = $1 AND payload->'params'->>'job_id' = $2`, "ledger-"+su.KeyID, job.ID).Scan(&charges, &charged); err != nil {
+		WHERE stream_id = $1 AND payload->'params'->>'job_id' = $2`, "ledger-"+keyID, jobID).Scan(&b.charges, &b.charged); err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.QueryRow(ctx, `SELECT held_units, spent_units FROM key_balances WHERE key_id = $1`, su.KeyID).Scan(&held, &spent); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT held_units, spent_units FROM key_balances WHERE key_id = $1`, keyID).Scan(&b.held, &b.spent); err != nil {
 		t.Fatal(err)
 	}
-	if n != 30 || distinct != 30 || charges != 30 || held != 0 || spent != charged || resumed < 1 ||
-		after["victim"] != before["victim"] || after["survivor"] != 30-before["victim"] {
-		t.Fatalf("analysed %d (%d distinct; by worker %v, %v at the kill), resumed by the survivor %d, charges %d, held %d, spent %d of %d charged",
-			n, distinct, after, before, resumed, charges, held, spent, charged)
-	}
+	return b
+}
+
+// whole says whether every one of n positions was recorded and charged exactly once,
+// and nothing is left held.
+func (b jobBooks) whole(n int) bool {
+	return b.analysed == n && b.distinct == n && b.charges == n && b.held == 0 && b.spent == b.charged
 }
