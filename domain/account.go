@@ -87,6 +87,7 @@ func (a *Account) Email() string  { return a.email }
 func (a *Account) Plan() Plan     { return a.plan }
 func (a *Account) Version() int64 { return a.version }
 func (a *Account) Verified() bool { return a.verified }
+func (a *Account) Exists() bool   { return a.version > 0 }
 
 // NormalizeEmail validates an address and returns its canonical form (trimmed, lower
 // case) used for uniqueness.

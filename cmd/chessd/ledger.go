@@ -96,7 +96,25 @@ func truncate(s string, n int) string {
 // replay rebuilds the ledger and accounts read models from the events and checks that
 // they equal the live ones, and recomputes the write-side balances (key spend, daily
 // allowance use) from the events and compares them too.
-func replay(ctx context.Context, db *database, out io.Writer) error {
+func replay(ctx context.Context, db *database, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	asOf := fs.String("as-of", "", "an RFC 3339 time: show the account as it stood then instead")
+	accountID := fs.String("account", "", "with --as-of: the account (acct_...)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *asOf != "" {
+		at, err := time.Parse(time.RFC3339Nano, *asOf)
+		if err != nil || *accountID == "" {
+			return fmt.Errorf("usage: chessd replay --as-of RFC3339-TIME --account ACCOUNT")
+		}
+		v, err := projections.AsOf(ctx, db.pool, *accountID, at, time.Now())
+		if err != nil {
+			return err
+		}
+		printAsOf(out, v)
+		return nil
+	}
 	same := true
 	for _, p := range allProjections() {
 		before, err := projections.Snapshot(ctx, db.pool, p)
@@ -234,4 +252,35 @@ func dispute(ctx context.Context, db *database, args []string, out io.Writer) er
 	}
 	fmt.Fprintf(out, "dispute %s %sed\n", args[1], args[0])
 	return nil
+}
+
+// printAsOf prints what the account's /me, keys and usage said at v.At.
+func printAsOf(out io.Writer, v *projections.AsOfView) {
+	a := v.Account
+	fmt.Fprintf(out, "account %s as of %s (%d events)\n", a.ID(), v.At.UTC().Format(time.RFC3339Nano), v.Events)
+	fmt.Fprintf(out, "plan %s, email %s, verified %t\n", a.Plan(), a.Email(), a.Verified())
+	fmt.Fprintf(out, "%-28s %-16s %-5s %-8s %-14s %s\n", "key", "label", "env", "status", "budget_units", "scopes")
+	for _, k := range v.Keys {
+		budget := "-"
+		if b := k.BudgetUnits(); b != nil {
+			budget = fmt.Sprint(*b)
+		}
+		fmt.Fprintf(out, "%-28s %-16s %-5s %-8s %-14s %v\n", k.ID(), truncate(k.Label(), 16), k.Env(), k.Status(), budget, k.Scopes())
+	}
+	fmt.Fprintf(out, "%-28s %7s %9s %11s %7s %9s %11s %9s %11s\n", "usage by key", "calls", "units", "usd", "credits", "cr_units", "cr_usd", "net_units", "net_usd")
+	var total projections.AsOfUsage
+	total.USD, total.CreditedUSD = decimal.Zero, decimal.Zero
+	for _, k := range v.Keys {
+		u := v.Usage[k.ID()]
+		if u == nil {
+			continue
+		}
+		fmt.Fprintf(out, "%-28s %7d %9d %11s %7d %9d %11s %9d %11s\n", k.ID(), u.Calls, u.Units, u.USD.StringFixed(6), u.Credits,
+			u.CreditedUnits, u.CreditedUSD.StringFixed(6), u.Units-u.CreditedUnits, u.USD.Sub(u.CreditedUSD).StringFixed(6))
+		total.Calls, total.Units, total.USD = total.Calls+u.Calls, total.Units+u.Units, total.USD.Add(u.USD)
+		total.Credits, total.CreditedUnits, total.CreditedUSD = total.Credits+u.Credits, total.CreditedUnits+u.CreditedUnits, total.CreditedUSD.Add(u.CreditedUSD)
+	}
+	fmt.Fprintf(out, "total: %d calls, %d units, %s USD; %d credits, %d units, %s USD; net %d units, %s USD\n",
+		total.Calls, total.Units, total.USD.StringFixed(6), total.Credits, total.CreditedUnits, total.CreditedUSD.StringFixed(6),
+		total.Units-total.CreditedUnits, total.USD.Sub(total.CreditedUSD).StringFixed(6))
 }

@@ -46,7 +46,8 @@ const usage = `usage: chessd [command]
   migrate   apply the database migrations
   verify    walk the event log's hash chain; exit 1 at the first tampered event
   rebuild   drop the read models and rebuild them from the events
-  replay    rebuild the ledger read models from the events and check they equal the live ones
+  replay    rebuild the ledger read models from the events and check they equal the live ones;
+            --as-of TIME --account ACCOUNT: what the account's /me, keys and usage said at TIME
   audit     --key KEY --from DAY --to DAY: every charge of a key with a running total
   plan      --account ACCOUNT --plan free|hobby|pro: move an account to another plan
   refund    --reason TEXT [--by NAME] CHARGE_ID...: credit charges back (each once, all or none)
@@ -80,7 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	case "rebuild":
 		return withDatabase(ctx, cfg, logger, func(db *database) error { return rebuild(ctx, db, stdout) })
 	case "replay":
-		return withDatabase(ctx, cfg, logger, func(db *database) error { return replay(ctx, db, stdout) })
+		return withDatabase(ctx, cfg, logger, func(db *database) error { return replay(ctx, db, args[1:], stdout) })
 	case "audit":
 		return withDatabase(ctx, cfg, logger, func(db *database) error { return audit(ctx, db, args[1:], stdout) })
 	case "plan":

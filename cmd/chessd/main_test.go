@@ -109,6 +109,7 @@ func TestAuditAndReplay(t *testing.T) {
 	if err := meter.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	beforeRefunds := time.Now() // the account as it stood here is asked for at the end
 	runner := projections.NewRunner(pool, logger, allProjections()...)
 	ready := make(chan struct{})
 	go runner.Run(ctx, ready) //nolint:errcheck // stops with ctx
@@ -233,5 +234,34 @@ func TestAuditAndReplay(t *testing.T) {
 	}
 	if out, err := runCLI(t, url, "replay"); err != nil || !strings.Contains(out, "equal   credits: 3 rows") || !strings.Contains(out, "equal   disputes: 1 rows") {
 		t.Fatalf("replay with a dispute: %v\n%s", err, out)
+	}
+
+	// the account as it stood before the refunds, and now: the past view does not move
+	then, err := projections.AsOf(ctx, pool, res.AccountID, beforeRefunds, beforeRefunds.Add(projections.AsOfMargin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := then.Usage[res.KeyID]
+	if u == nil || u.Calls != 7 || u.Credits != 0 || u.Units != usage.Totals.Units || len(then.Keys) != 1 || then.Account.Plan() != domain.PlanFree {
+		t.Fatalf("as of before the refunds: %+v (usage %+v)", then, u)
+	}
+	var printed strings.Builder
+	printAsOf(&printed, then) // what `chessd replay --as-of` prints for it
+	if !strings.Contains(printed.String(), fmt.Sprintf("total: 7 calls, %d units", usage.Totals.Units)) || !strings.Contains(printed.String(), res.KeyID) {
+		t.Fatalf("as-of view printed:\n%s", printed.String())
+	}
+	now := time.Now()
+	later, err := projections.AsOf(ctx, pool, res.AccountID, now, now.Add(projections.AsOfMargin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := later.Usage[res.KeyID]; u == nil || u.Calls != 7 || u.Credits != 3 || u.Units-u.CreditedUnits >= u.Units {
+		t.Fatalf("as of now: %+v", u)
+	}
+	if out, err := runCLI(t, url, "replay", "--as-of", now.Format(time.RFC3339Nano), "--account", res.AccountID); err == nil || !strings.Contains(out+err.Error(), "at least") {
+		t.Fatalf("an as-of instant of a moment ago: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, url, "replay", "--as-of", "2020-01-01T00:00:00Z", "--account", res.AccountID); err == nil {
+		t.Fatalf("the account as of before it existed: %s", out)
 	}
 }
