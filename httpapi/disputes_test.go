@@ -89,6 +89,25 @@ func TestDisputes(t *testing.T) {
 	if totals["credits"] != float64(2) || totals["net_units"].(float64) >= totals["units"].(float64) {
 		t.Fatalf("usage after the accepted dispute: %v", totals)
 	}
+	// the statement shows both the charges and their credits
+	st := e.do("GET", "/v1/usage/charges?limit=1000", live, nil)
+	credited := map[string]bool{}
+	for _, c := range st.Body["charges"].([]any) {
+		c := c.(map[string]any)
+		if c["credit_id"] != nil {
+			credited[c["charge_id"].(string)] = true
+		}
+	}
+	var liveNet any
+	for _, g := range e.do("GET", "/v1/usage?group_by=env", live, nil).Body["groups"].([]any) {
+		if g := g.(map[string]any); g["env"] == "live" {
+			liveNet = g["net_units"]
+		}
+	}
+	if st.Status != 200 || len(credited) != 2 || !credited[ids[0]] || !credited[ids[1]] || st.Body["total_credits"] != float64(2) ||
+		st.Body["total_net_units"] != liveNet {
+		t.Fatalf("statement after the accepted dispute: %d %s", st.Status, st.Raw)
+	}
 	var steps int
 	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id IN ($1, $2)`, "dispute-"+firstID, "dispute-"+secondID).Scan(&steps); err != nil || steps != 4 {
 		t.Fatalf("%d dispute events (%v), want open and resolution of each", steps, err)

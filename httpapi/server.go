@@ -123,6 +123,8 @@ func (s *Server) routes() {
 	handle("POST", "/signup", s.idempotent(s.signup))
 	handle("POST", "/verify-email", s.verifyEmail)
 	handle("GET", "/usage", s.authed(domain.ScopeUsageRead, s.usage))
+	handle("GET", "/usage/charges", s.authed(domain.ScopeUsageRead, s.statement))
+	handle("GET", "/charges/{id}", s.authed(domain.ScopeUsageRead, s.explainCharge))
 	handle("POST", "/billing/checkout", s.authed(domain.ScopeBilling, s.idempotent(s.checkout)))
 	handle("POST", "/billing/portal", s.authed(domain.ScopeBilling, s.idempotent(s.portal)))
 	handle("GET", "/me", s.authed(domain.ScopeUsageRead, s.me))

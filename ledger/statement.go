@@ -1,0 +1,456 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"chessd/domain"
+	"chessd/eventstore"
+)
+
+// The customer's statement: an account's charges line by line (GET /usage/charges),
+// and one charge explained (GET /charges/{id}): what `chessd audit` tells an operator,
+// read for the customer's own account and env only.
+
+// Statement page sizes.
+const (
+	DefaultStatementLimit = 100
+	MaxStatementLimit     = 1000
+)
+
+// EncodeCursor is the opaque cursor that continues a statement after the charge at
+// position: URL-safe base64 of the position's 8 bytes, big-endian.
+func EncodeCursor(position int64) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(position))
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// DecodeCursor reads a cursor made by EncodeCursor. Anything else, an edited cursor
+// included, is a 400 naming the field `cursor`: every cursor has exactly one spelling,
+// so a cursor that decodes is one the service handed out (for some account: it only
+// says where to continue, and the account's filter is applied to what follows).
+func DecodeCursor(s string) (int64, error) {
+	bad := func(reason string) (int64, error) { return 0, domain.Invalid("cursor", reason) }
+	if len(s) != 11 { // 8 bytes, unpadded
+		return bad("is not a cursor this service handed out (use next_cursor as given)")
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	if err != nil || len(b) != 8 {
+		return bad("is not a cursor this service handed out (use next_cursor as given)")
+	}
+	p := int64(binary.BigEndian.Uint64(b))
+	if p <= 0 {
+		return bad("is not a cursor this service handed out (use next_cursor as given)")
+	}
+	return p, nil
+}
+
+// ChargeLine is one charge as the statement shows it: a row of the charges read model,
+// or the UnitsCharged event it was projected from.
+type ChargeLine struct {
+	Position  int64 // of the UnitsCharged event that recorded it
+	ChargeID  string
+	RequestID string
+	KeyID     string
+	Env       string
+	Day       string // the UTC day whose allowance it drew on (a job's: the day it was accepted)
+	ChargedAt time.Time
+	Endpoint  string
+	Engine    string
+	Path      string
+	Params    Params
+	Cached    bool
+	Units     int64
+	USD       decimal.Decimal
+	// The charge's credit, when it was credited back (a refund, an accepted dispute).
+	CreditID     *string
+	CreditedAt   *time.Time
+	CreditReason *string
+}
+
+// StatementQuery selects an account's charges in one env. Days bound the UTC date of
+// the charge's charged_at (as GET /usage does in its default zone), times charged_at
+// itself; each bound is optional.
+type StatementQuery struct {
+	AccountID string
+	Env       string // "live" or "test": a statement is one book
+	KeyID     string // "" for every key
+	Endpoint  string // "" for every endpoint
+	FromDay   *time.Time
+	ToDay     *time.Time // inclusive
+	Since     *time.Time // charged_at ≥ Since
+	Until     *time.Time // charged_at < Until
+	After     int64      // a decoded cursor: only charges after this position
+	Limit     int        // 1..MaxStatementLimit
+}
+
+// Statement is one page of charges, oldest first, and the totals of the whole range.
+type Statement struct {
+	Charges []ChargeLine
+	// Next is the cursor position of the next page (the last charge on this one), 0
+	// when this page reaches the end.
+	Next  int64
+	Calls int64 // every charge of the range, not just this page
+	Units int64
+	USD   decimal.Decimal
+	// What of those charges was credited back.
+	Credits       int64
+	CreditedUnits int64
+	CreditedUSD   decimal.Decimal
+}
+
+// TxStarter begins transactions: a pool.
+type TxStarter interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// readOnly runs fn in one read-only snapshot, so that what it reads is one moment of
+// the ledger (a page and its totals agree).
+func readOnly(ctx context.Context, db TxStarter, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+}
+
+// statementFilter is the WHERE clause of a statement, without the cursor; its
+// parameters are $1..$8.
+const statementFilter = `account_id = $1 AND env = $2
+	AND ($3 = '' OR key_id = $3) AND ($4 = '' OR endpoint = $4)
+	AND ($5::date IS NULL OR charged_at >= $5::date::timestamp AT TIME ZONE 'UTC')
+	AND ($6::date IS NULL OR charged_at < ($6::date + 1)::timestamp AT TIME ZONE 'UTC')
+	AND ($7::timestamptz IS NULL OR charged_at >= $7) AND ($8::timestamptz IS NULL OR charged_at < $8)`
+
+const chargeLineColumns = `position, charge_id, request_id, key_id, env, to_char(day, 'YYYY-MM-DD'), charged_at,
+	endpoint, engine, path, params::text, cached, units, usd,
+	(SELECT r.credit_id FROM credits r WHERE r.charge_position = charges.position),
+	(SELECT r.credited_at FROM credits r WHERE r.charge_position = charges.position),
+	(SELECT r.reason FROM credits r WHERE r.charge_position = charges.position)`
+
+// ReadStatement reads one page of an account's charges in position order, the order in
+// which they were committed: a charge committed later always has a higher position, so
+// a client paging with the cursor gets every charge of its range exactly once, while
+// new ones arrive at the end.
+func ReadStatement(ctx context.Context, db TxStarter, sq StatementQuery) (Statement, error) {
+	if sq.Limit < 1 || sq.Limit > MaxStatementLimit {
+		return Statement{}, fmt.Errorf("statement: limit %d out of range", sq.Limit)
+	}
+	if sq.Env == "" {
+		return Statement{}, errors.New("statement: no env")
+	}
+	day := func(t *time.Time) any {
+		if t == nil {
+			return nil
+		}
+		return t.UTC().Format(time.DateOnly)
+	}
+	args := []any{sq.AccountID, sq.Env, sq.KeyID, sq.Endpoint, day(sq.FromDay), day(sq.ToDay), sq.Since, sq.Until}
+	st := Statement{USD: decimal.Zero, CreditedUSD: decimal.Zero}
+	err := readOnly(ctx, db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+chargeLineColumns+` FROM charges WHERE `+statementFilter+`
+			AND position > $9 ORDER BY position LIMIT $10`, append(args, sq.After, sq.Limit+1)...)
+		if err != nil {
+			return err
+		}
+		lines, err := pgx.CollectRows(rows, scanChargeLine)
+		if err != nil {
+			return err
+		}
+		if len(lines) > sq.Limit {
+			lines = lines[:sq.Limit]
+			st.Next = lines[len(lines)-1].Position
+		}
+		st.Charges = lines
+		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0), coalesce(sum(usd), 0)
+			FROM charges WHERE `+statementFilter, args...).Scan(&st.Calls, &st.Units, &st.USD); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0), coalesce(sum(usd), 0) FROM credits
+			WHERE charge_position IN (SELECT position FROM charges WHERE `+statementFilter+`)`, args...).
+			Scan(&st.Credits, &st.CreditedUnits, &st.CreditedUSD)
+	})
+	if err != nil {
+		return Statement{}, fmt.Errorf("statement: %w", err)
+	}
+	return st, nil
+}
+
+func scanChargeLine(r pgx.CollectableRow) (ChargeLine, error) {
+	var c ChargeLine
+	var params string
+	err := r.Scan(&c.Position, &c.ChargeID, &c.RequestID, &c.KeyID, &c.Env, &c.Day, &c.ChargedAt,
+		&c.Endpoint, &c.Engine, &c.Path, &params, &c.Cached, &c.Units, &c.USD, &c.CreditID, &c.CreditedAt, &c.CreditReason)
+	if err != nil {
+		return c, err
+	}
+	c.ChargedAt = c.ChargedAt.UTC()
+	if err := json.Unmarshal([]byte(params), &c.Params); err != nil {
+		return c, fmt.Errorf("charge %s: params: %w", c.ChargeID, err)
+	}
+	return c, nil
+}
+
+// PriceCheck is a charge priced again from its recorded inputs with Quote, the
+// function that priced it and that GET /price publishes.
+type PriceCheck struct {
+	Call  domain.Call // the recorded inputs, as Quote takes them
+	Quote Price       // Quote(Call)
+	// DepthUnits is the fresh price of one position at the depth alone: above
+	// Quote.PerPosition when the movetime limit made it cheaper.
+	DepthUnits int64
+	Cached     bool            // charged the cached price
+	Units      int64           // what the price table gives for this charge
+	USD        decimal.Decimal // Units at the unit price
+	// Charged is what was charged; Err is why the inputs cannot be priced (a charge
+	// recorded with inputs Quote refuses), leaving Units and USD zero.
+	ChargedUnits int64
+	ChargedUSD   decimal.Decimal
+	Err          error
+}
+
+// Matches says whether what was charged is what the price table gives.
+func (p PriceCheck) Matches() bool {
+	return p.Err == nil && p.Units == p.ChargedUnits && p.USD.Equal(p.ChargedUSD)
+}
+
+// Reprice prices a recorded charge again: the fresh price of its positions, or the
+// cached price per position when it was served without a search, as the meter and the
+// job executor charge them.
+func Reprice(c ChargeLine) PriceCheck {
+	call := domain.Call{Endpoint: domain.Endpoint(c.Endpoint), Depth: c.Params.Depth, MultiPV: c.Params.MultiPV,
+		MoveTimeMS: c.Params.MoveTimeMS, Positions: c.Params.Positions}
+	pc := PriceCheck{Call: call, Cached: c.Cached, ChargedUnits: c.Units, ChargedUSD: c.USD, USD: decimal.Zero}
+	q, err := Quote(call)
+	if err != nil {
+		pc.Err = err
+		return pc
+	}
+	depthOnly := call
+	depthOnly.MoveTimeMS, depthOnly.Positions = 0, 1
+	d, err := Quote(depthOnly)
+	if err != nil {
+		pc.Err = err
+		return pc
+	}
+	pc.Quote, pc.DepthUnits = q, d.PerPosition
+	pc.Units = q.Units
+	if c.Cached {
+		pc.Units = q.CachedUnits * int64(call.Positions)
+	}
+	pc.USD = UnitsUSD(pc.Units)
+	return pc
+}
+
+// EventRef names one event of the log without its payload.
+type EventRef struct {
+	Position    int64
+	StreamID    string
+	Version     int64
+	Type        string
+	RecordedAt  time.Time
+	Hash        []byte
+	RequestID   string
+	CausationID string
+}
+
+func refOf(e eventstore.Event) EventRef {
+	m := e.Meta()
+	return EventRef{Position: e.Position, StreamID: e.StreamID, Version: e.Version, Type: e.Type,
+		RecordedAt: e.RecordedAt.UTC(), Hash: e.Hash, RequestID: m.RequestID, CausationID: m.CausationID}
+}
+
+// Spend is a key's charges up to a point.
+type Spend struct {
+	Units int64
+	USD   decimal.Decimal
+}
+
+// Explanation is one charge explained from the log.
+type Explanation struct {
+	Charge ChargeLine // from the UnitsCharged event itself
+	Event  EventRef   // that event
+	// HashMatches: the event's hash covers its content and its predecessor's hash, as
+	// `chessd verify` checks for the whole log.
+	HashMatches bool
+	// Related are the other events of the charge's request, in log order: for a job's
+	// position, the job's events up to the one that recorded this position (the
+	// submission with its request id, the start); for a single call, any event
+	// carrying its request id.
+	Related  []EventRef
+	Postings []Posting
+	Balanced bool
+	Price    PriceCheck
+	// The key's charges before and after this one, and its budgets as they stood when
+	// it was charged (folded from the key's events before it).
+	SpentBefore, SpentAfter Spend
+	BudgetUnits             *int64
+	BudgetUSD               *decimal.Decimal
+	// The account's charges in this env on the charge's day, before and after it, and
+	// the daily allowance of the plan it was on then.
+	Plan                          string
+	DayUnitsBefore, DayUnitsAfter int64
+	AllowanceUnits                int64
+}
+
+// ExplainCharge explains the charge chargeID of accountID in env. A charge of another
+// account or env is a domain.CodeNotFound error, exactly like an unknown id.
+func ExplainCharge(ctx context.Context, db TxStarter, accountID, env, chargeID string) (Explanation, error) {
+	var x Explanation
+	notFound := domain.Errorf(domain.CodeNotFound, "no charge %q", chargeID)
+	err := readOnly(ctx, db, func(tx pgx.Tx) error {
+		var pos int64
+		err := tx.QueryRow(ctx, `SELECT position FROM charges WHERE charge_id = $1 AND account_id = $2 AND env = $3`,
+			chargeID, accountID, env).Scan(&pos)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound
+		}
+		if err != nil {
+			return err
+		}
+		// the event and its predecessor, if any (positions have no gaps)
+		from := max(0, pos-2)
+		evs, err := eventstore.ReadFrom(ctx, tx, from, int(pos-from))
+		if err != nil {
+			return err
+		}
+		if len(evs) == 0 || evs[len(evs)-1].Position != pos {
+			return fmt.Errorf("charge %s: no event at position %d", chargeID, pos)
+		}
+		ev := evs[len(evs)-1]
+		var prev []byte
+		if len(evs) == 2 {
+			prev = evs[0].Hash
+		}
+		x.Event, x.HashMatches = refOf(ev), bytes.Equal(eventstore.ChainHash(prev, &ev), ev.Hash)
+		d, err := domain.Decode(ev.Type, ev.SchemaVersion, ev.Payload)
+		if err != nil {
+			return fmt.Errorf("charge %s: %w", chargeID, err)
+		}
+		uc, ok := d.(*UnitsCharged)
+		if !ok || uc.ChargeID != chargeID {
+			return fmt.Errorf("charge %s: position %d holds %s, not the charge", chargeID, pos, ev.Type)
+		}
+		x.Charge = ChargeLine{Position: pos, ChargeID: uc.ChargeID, RequestID: uc.RequestID, KeyID: uc.KeyID, Env: uc.Env,
+			Day: uc.Day, ChargedAt: uc.ChargedAt.UTC(), Endpoint: uc.Endpoint, Engine: uc.Engine, Path: uc.Path,
+			Params: uc.Params, Cached: uc.Cached, Units: uc.Units, USD: uc.USD}
+		x.Postings, x.Balanced = uc.Postings, Balanced(uc.Postings)
+		x.Price = Reprice(x.Charge)
+		if x.Related, err = relatedEvents(ctx, tx, uc); err != nil {
+			return err
+		}
+		if err := x.balances(ctx, tx, accountID); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, notFound) {
+			return Explanation{}, notFound
+		}
+		return Explanation{}, fmt.Errorf("explain charge: %w", err)
+	}
+	return x, nil
+}
+
+// relatedEvents finds the other events of the charge's request.
+func relatedEvents(ctx context.Context, tx pgx.Tx, uc *UnitsCharged) ([]EventRef, error) {
+	out := []EventRef{}
+	if uc.Params.JobID != "" {
+		evs, err := eventstore.Load(ctx, tx, domain.JobStream(uc.Params.JobID))
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range evs {
+			m := e.Meta()
+			if e.Type == "JobPositionAnalysed" && m.CausationID != uc.ChargeID {
+				continue // another position's
+			}
+			out = append(out, refOf(e))
+			if e.Type == "JobPositionAnalysed" {
+				break // the record of this position: what followed did not lead to it
+			}
+		}
+		return out, nil
+	}
+	// request ids may be chosen by the client (X-Request-Id): only this account's events
+	rows, err := tx.Query(ctx, `SELECT position FROM events
+		WHERE (metadata ->> 'request_id') = $1 AND event_type <> 'UnitsCharged' AND (metadata ->> 'account_id') = $2
+		ORDER BY position`, uc.RequestID, uc.AccountID)
+	if err != nil {
+		return nil, err
+	}
+	positions, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range positions {
+		evs, err := eventstore.ReadFrom(ctx, tx, p-1, 1)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range evs {
+			out = append(out, refOf(e))
+		}
+	}
+	return out, nil
+}
+
+// balances fills in the key's spend and budgets and the account's day around the
+// charge.
+func (x *Explanation) balances(ctx context.Context, tx pgx.Tx, accountID string) error {
+	c := x.Charge
+	err := tx.QueryRow(ctx, `SELECT
+			coalesce(sum(units) FILTER (WHERE position < $3), 0), coalesce(sum(usd) FILTER (WHERE position < $3), 0),
+			coalesce(sum(units), 0), coalesce(sum(usd), 0)
+		FROM charges WHERE account_id = $1 AND key_id = $2 AND position <= $3`, accountID, c.KeyID, c.Position).
+		Scan(&x.SpentBefore.Units, &x.SpentBefore.USD, &x.SpentAfter.Units, &x.SpentAfter.USD)
+	if err != nil {
+		return fmt.Errorf("key spend: %w", err)
+	}
+	err = tx.QueryRow(ctx, `SELECT coalesce(sum(units) FILTER (WHERE position < $4), 0), coalesce(sum(units), 0)
+		FROM charges WHERE account_id = $1 AND env = $2 AND day = $3::date AND position <= $4`,
+		accountID, c.Env, c.Day, c.Position).Scan(&x.DayUnitsBefore, &x.DayUnitsAfter)
+	if err != nil {
+		return fmt.Errorf("day use: %w", err)
+	}
+	keyEvs, err := eventsBefore(ctx, tx, domain.KeyStream(c.KeyID), c.Position)
+	if err != nil {
+		return err
+	}
+	k := domain.RehydrateKey(keyEvs)
+	x.BudgetUnits, x.BudgetUSD = k.BudgetUnits(), k.BudgetUSD()
+	acctEvs, err := eventsBefore(ctx, tx, domain.AccountStream(accountID), c.Position)
+	if err != nil {
+		return err
+	}
+	plan := domain.RehydrateAccount(acctEvs).Plan()
+	x.Plan, x.AllowanceUnits = plan.String(), plan.Limits().UnitsPerDay
+	return nil
+}
+
+// eventsBefore decodes the events of stream appended before position.
+func eventsBefore(ctx context.Context, q eventstore.Querier, stream string, position int64) ([]domain.Event, error) {
+	stored, err := eventstore.Load(ctx, q, stream)
+	if err != nil {
+		return nil, err
+	}
+	var out []domain.Event
+	for _, s := range stored {
+		if s.Position >= position {
+			break
+		}
+		e, err := domain.Decode(s.Type, s.SchemaVersion, s.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s version %d: %w", stream, s.Version, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}

@@ -1,0 +1,195 @@
+package ledger_test
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/shopspring/decimal"
+
+	"chessd/domain"
+	"chessd/ledger"
+)
+
+// A cursor has one spelling: what EncodeCursor gives decodes to its position, and
+// anything else is a 400 naming the field cursor.
+func TestDecodeCursor(t *testing.T) {
+	for _, p := range []int64{1, 2, 255, 1 << 40, math.MaxInt64} {
+		c := ledger.EncodeCursor(p)
+		if got, err := ledger.DecodeCursor(c); err != nil || got != p {
+			t.Errorf("DecodeCursor(EncodeCursor(%d) = %q) = %d, %v", p, c, got, err)
+		}
+	}
+	for _, bad := range []string{
+		"", "abc", "1", "AAAAAAAAAAA", // position 0
+		"gAAAAAAAAAA",  // the sign bit: a negative position
+		"AAAAAAAAAAB",  // the last character's unused bits set: another spelling of 0
+		"AAAAAAAAAAE=", // padded
+		"AAAAAAAAAAAE", // 9 bytes
+		"AAAAAAAAA+E",  // standard base64, not URL-safe
+		"AAAAAAAA\x00AE", "ÄAAAAAAAAE", strings.Repeat("A", 1000),
+	} {
+		_, err := ledger.DecodeCursor(bad)
+		if !isCursorProblem(err) {
+			t.Errorf("DecodeCursor(%q) = %v, want a 400 naming cursor", bad, err)
+		}
+	}
+}
+
+func isCursorProblem(err error) bool {
+	e, ok := err.(*domain.Error)
+	return ok && e.Code == domain.CodeInvalid && len(e.Fields) == 1 && e.Fields[0].Field == "cursor"
+}
+
+// FuzzDecodeCursor: whatever a client sends as a cursor is either refused as a 400
+// naming cursor, or is exactly the cursor of a positive position.
+func FuzzDecodeCursor(f *testing.F) {
+	for _, s := range []string{ledger.EncodeCursor(1), ledger.EncodeCursor(math.MaxInt64), "AAAAAAAAAAA", "", "AAAAAAAAAAB", "gAAAAAAAAAA", "____________"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ledger.DecodeCursor(s)
+		if err != nil {
+			if !isCursorProblem(err) {
+				t.Fatalf("DecodeCursor(%q): %v is not a 400 naming cursor", s, err)
+			}
+			return
+		}
+		if p <= 0 || ledger.EncodeCursor(p) != s {
+			t.Fatalf("DecodeCursor(%q) = %d, which encodes as %q", s, p, ledger.EncodeCursor(p))
+		}
+	})
+}
+
+// Reprice prices a recorded charge again with Quote: fresh or cached, one position or
+// many, and says when what was charged is not what the table gives.
+func TestReprice(t *testing.T) {
+	line := func(ep domain.Endpoint, depth, multipv, movetime, positions int, cached bool, units int64) ledger.ChargeLine {
+		return ledger.ChargeLine{Endpoint: string(ep), Cached: cached, Units: units, USD: ledger.UnitsUSD(units),
+			Params: ledger.Params{Depth: depth, MultiPV: multipv, MoveTimeMS: movetime, Positions: positions}}
+	}
+	cases := []struct {
+		name             string
+		c                ledger.ChargeLine
+		units, depthUnit int64
+		matches          bool
+	}{
+		{"fresh", line(domain.EndpointEval, 8, 1, 0, 1, false, 10), 10, 10, true},
+		{"cached", line(domain.EndpointEval, 8, 1, 0, 1, true, 1), 1, 10, true},
+		{"movetime caps", line(domain.EndpointBestMove, 30, 1, 100, 1, false, 5), 5, 320, true},
+		{"a job's position", line(domain.EndpointBatch, 14, 3, 0, 1, false, 40), 40, 40, true},
+		{"cached positions", line(domain.EndpointAnalyze, 14, 3, 0, 5, true, 20), 20, 40, true},
+		{"overcharged", line(domain.EndpointEval, 8, 1, 0, 1, false, 11), 10, 10, false},
+		{"charged fresh, was cached", line(domain.EndpointEval, 8, 1, 0, 1, true, 10), 1, 10, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pc := ledger.Reprice(tc.c)
+			if pc.Err != nil || pc.Units != tc.units || !pc.USD.Equal(ledger.UnitsUSD(tc.units)) || pc.DepthUnits != tc.depthUnit ||
+				pc.Matches() != tc.matches {
+				t.Fatalf("Reprice: %d units $%s (depth alone %d), matches %v, err %v; want %d units (%d), matches %v",
+					pc.Units, pc.USD, pc.DepthUnits, pc.Matches(), pc.Err, tc.units, tc.depthUnit, tc.matches)
+			}
+		})
+	}
+	// USD is compared too: the right units at another USD amount do not match
+	c := line(domain.EndpointEval, 8, 1, 0, 1, false, 10)
+	c.USD = decimal.RequireFromString("0.000101")
+	if ledger.Reprice(c).Matches() {
+		t.Fatal("a charge of the right units but the wrong USD matches")
+	}
+	if pc := ledger.Reprice(line(domain.EndpointEval, 0, 1, 0, 1, false, 10)); pc.Err == nil || pc.Matches() {
+		t.Fatalf("inputs outside the table: %+v", pc)
+	}
+}
+
+// Paging with the cursor while charges keep being committed between the pages returns
+// every charge exactly once, in the order they were committed, and the totals of each
+// page are those of the whole range at that moment.
+func TestStatementPagesEveryChargeOnceWhileChargesArrive(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.meter(t, ledger.MeterConfig{})
+	ctx := context.Background()
+	n := 0
+	charge := func(cached bool) {
+		t.Helper()
+		r, err := m.Reserve(ctx, f.evalCall(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := answered()
+		a.Cached = cached
+		if _, err := r.Settle(a); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	for i := range 7 {
+		charge(i%3 == 0)
+	}
+	q := ledger.StatementQuery{AccountID: f.key.AccountID(), Env: "live", Limit: 3}
+	seen := map[string]int{}
+	var order []ledger.ChargeLine
+	for page := 0; ; page++ {
+		st, err := ledger.ReadStatement(ctx, f.pool, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Calls != int64(n) {
+			t.Fatalf("page %d: totals count %d charges, %d were made", page, st.Calls, n)
+		}
+		for _, c := range st.Charges {
+			seen[c.ChargeID]++
+			order = append(order, c)
+		}
+		if st.Next == 0 {
+			break
+		}
+		if page < 6 { // two more charges land between this page and the next
+			charge(false)
+			charge(true)
+		}
+		q.After = st.Next
+	}
+	q.After, q.Limit = 0, ledger.MaxStatementLimit
+	all, err := ledger.ReadStatement(ctx, f.pool, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Charges) != n || all.Next != 0 {
+		t.Fatalf("the whole statement has %d charges (next %d), %d were made", len(all.Charges), all.Next, n)
+	}
+	units, usd := int64(0), decimal.Zero
+	for i, c := range all.Charges {
+		if seen[c.ChargeID] != 1 {
+			t.Errorf("charge %s (position %d) was paged %d times", c.ChargeID, c.Position, seen[c.ChargeID])
+		}
+		if i >= len(order) || order[i].ChargeID != c.ChargeID {
+			t.Fatalf("paging order differs from the statement's at %d", i)
+		}
+		units, usd = units+c.Units, usd.Add(c.USD)
+	}
+	if len(order) != n {
+		t.Fatalf("paged %d charges, %d were made", len(order), n)
+	}
+	var spent int64
+	var spentUSD decimal.Decimal
+	if err := f.pool.QueryRow(ctx, `SELECT spent_units, spent_usd FROM key_balances WHERE key_id = $1`, f.key.ID()).
+		Scan(&spent, &spentUSD); err != nil {
+		t.Fatal(err)
+	}
+	if all.Units != units || !all.USD.Equal(usd) || units != spent || !usd.Equal(spentUSD) {
+		t.Fatalf("totals %d units $%s, rows %d $%s, key spent %d $%s", all.Units, all.USD, units, usd, spent, spentUSD)
+	}
+	// the other book, another account: nothing
+	for _, other := range []ledger.StatementQuery{{AccountID: f.key.AccountID(), Env: "test", Limit: 10}, {AccountID: "acct_other", Env: "live", Limit: 10}} {
+		st, err := ledger.ReadStatement(ctx, f.pool, other)
+		if err != nil || len(st.Charges) != 0 || st.Calls != 0 {
+			t.Fatalf("%+v sees %d charges (%v)", other, len(st.Charges), err)
+		}
+	}
+}
