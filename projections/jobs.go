@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/shopspring/decimal"
 
 	"chessd/domain"
 	"chessd/eventstore"
@@ -85,47 +84,194 @@ func (Jobs) apply(ctx context.Context, tx pgx.Tx, jobID string, e eventstore.Eve
 	if err != nil {
 		return err
 	}
-	rec := RecordOf(j)
+	row, emitted, err := jobRowAfter(j, last, e.Version)
+	if err != nil {
+		return err
+	}
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO jobs (job_id, account_id, key_id, kind, state, positions_total, positions_done, cost_units, cost_usd,
 			created_at, started_at, finished_at, version)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-		ON CONFLICT (job_id) DO UPDATE SET state = excluded.state, positions_done = excluded.positions_done,
-			cost_units = excluded.cost_units, cost_usd = excluded.cost_usd, started_at = excluded.started_at,
-			finished_at = excluded.finished_at, version = excluded.version`,
-		jobID, j.AccountID(), j.KeyID(), j.Kind(), rec.State, rec.PositionsTotal, rec.PositionsDone, rec.CostUnits,
-		decimal.RequireFromString(rec.CostUSD), rec.CreatedAt, rec.StartedAt, rec.FinishedAt, e.Version)
-	emit := func(kind string, data any) error {
-		body, err := json.Marshal(data)
-		if err != nil {
-			return err
-		}
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::text::numeric, $10, $11, $12, $13)
+		ON CONFLICT (job_id) DO UPDATE SET `+jobsUpdate,
+		jobID, row.AccountID, row.KeyID, row.Kind, row.State, row.PositionsTotal, row.PositionsDone, row.CostUnits,
+		row.CostUSD, row.CreatedAt, row.StartedAt, row.FinishedAt, row.Version)
+	for _, s := range emitted {
 		b.Queue(`INSERT INTO job_stream (job_id, seq, version, kind, data)
-			SELECT $1, coalesce(max(seq), 0) + 1, $2, $3, $4 FROM job_stream WHERE job_id = $1`, jobID, e.Version, kind, body)
+			SELECT $1, coalesce(max(seq), 0) + 1, $2, $3, $4 FROM job_stream WHERE job_id = $1`, jobID, e.Version, s.kind, s.data)
 		// the job's open event streams wake at this transaction's commit (PostgreSQL
 		// folds a transaction's equal notifications into one)
 		eventstore.QueueNotify(b, JobStreamTopic(jobID))
-		return nil
-	}
-	switch ev := last.(type) {
-	case *domain.JobSubmitted, *domain.JobStarted:
-		err = emit("state", rec)
-	case *domain.JobPositionAnalysed:
-		if err = emit("position", PositionOf(j, ev.Index)); err == nil {
-			err = emit("progress", map[string]int{"done": rec.PositionsDone, "total": rec.PositionsTotal})
-		}
-	case *domain.JobSucceeded, *domain.JobFailed, *domain.JobCancelled:
-		if err = emit("state", rec); err == nil {
-			err = emit("end", rec)
-		}
-	}
-	if err != nil {
-		return err
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
 	folds.keep(e.StreamID, j, last)
+	return nil
+}
+
+// jobsUpdate is how a jobs row moves: the rest of it never changes.
+const jobsUpdate = `state = excluded.state, positions_done = excluded.positions_done,
+	cost_units = excluded.cost_units, cost_usd = excluded.cost_usd, started_at = excluded.started_at,
+	finished_at = excluded.finished_at, version = excluded.version`
+
+// jobRow is a jobs row.
+type jobRow struct {
+	JobRecord
+	AccountID, KeyID string
+	Version          int64
+}
+
+// emittedEvent is an event of a job's SSE stream, before it is numbered.
+type emittedEvent struct {
+	kind string
+	data []byte
+}
+
+// jobRowAfter is the jobs row of j, just moved by its event last (at version), and what
+// that event adds to the job's SSE stream.
+func jobRowAfter(j *domain.Job, last domain.Event, version int64) (jobRow, []emittedEvent, error) {
+	row := jobRow{JobRecord: RecordOf(j), AccountID: j.AccountID(), KeyID: j.KeyID(), Version: version}
+	var out []emittedEvent
+	emit := func(kind string, data any) error {
+		body, err := json.Marshal(data)
+		out = append(out, emittedEvent{kind, body})
+		return err
+	}
+	var err error
+	switch ev := last.(type) {
+	case *domain.JobSubmitted, *domain.JobStarted:
+		err = emit("state", row.JobRecord)
+	case *domain.JobPositionAnalysed:
+		if err = emit("position", PositionOf(j, ev.Index)); err == nil {
+			err = emit("progress", map[string]int{"done": row.PositionsDone, "total": row.PositionsTotal})
+		}
+	case *domain.JobSucceeded, *domain.JobFailed, *domain.JobCancelled:
+		if err = emit("state", row.JobRecord); err == nil {
+			err = emit("end", row.JobRecord)
+		}
+	}
+	return row, out, err
+}
+
+// A rebuild folds each job's events in memory, in position order, as they come: no
+// stream is read back per event, and a chunk's rows go in three statements.
+func (Jobs) rebuilder() rebuilder {
+	return &jobsRebuild{jobs: map[string]*domain.Job{}, seq: map[string]int{}, broken: map[string]error{}}
+}
+
+type jobsRebuild struct {
+	jobs   map[string]*domain.Job // stream id -> the job after its last event so far; ended ones are let go
+	seq    map[string]int         // job id -> its SSE stream's last seq
+	broken map[string]error       // stream id -> why a skipped event could not be folded
+}
+
+// jobWrites is one event's writes: the job's row after it, and its SSE events.
+type jobWrites struct {
+	row    jobRow
+	stream []streamRow
+}
+
+type streamRow struct {
+	seq  int
+	kind string
+	data []byte
+}
+
+func (r *jobsRebuild) fold(ctx context.Context, q eventstore.Querier, e eventstore.Event, skipped bool) (any, error) {
+	if err := r.broken[e.StreamID]; err != nil {
+		// the live projection folds the job from its stream, skipped events included
+		return nil, err
+	}
+	d, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
+	if err != nil {
+		if skipped {
+			r.broken[e.StreamID] = err
+			return nil, nil
+		}
+		return nil, err
+	}
+	j := r.jobs[e.StreamID]
+	switch {
+	case j != nil && j.Version() == e.Version-1:
+		j.Apply(d)
+	case e.Version == 1:
+		j = domain.RehydrateJob([]domain.Event{d})
+	default:
+		// an event after the job ended: read its stream back (the rebuild's
+		// transaction sees the log it rebuilds from)
+		if j, err = loadJob(ctx, q, e, d); err != nil {
+			return nil, err
+		}
+	}
+	r.jobs[e.StreamID] = j
+	if skipped {
+		return nil, nil
+	}
+	switch d.(type) {
+	case *domain.JobSucceeded, *domain.JobFailed, *domain.JobCancelled:
+		delete(r.jobs, e.StreamID)
+	}
+	row, emitted, err := jobRowAfter(j, d, e.Version)
+	if err != nil {
+		return nil, err
+	}
+	w := jobWrites{row: row}
+	for _, s := range emitted {
+		r.seq[row.ID]++
+		w.stream = append(w.stream, streamRow{r.seq[row.ID], s.kind, s.data})
+	}
+	return w, nil
+}
+
+func (r *jobsRebuild) queue(b *pgx.Batch, ws []any) error {
+	var c struct {
+		id, account, key, kind, state, usd []string
+		total, done                        []int
+		units, version                     []int64
+		created                            []time.Time
+		started, finished                  []*time.Time
+	}
+	var s struct {
+		id, kind, data []string
+		seq            []int
+		version        []int64
+	}
+	// one row per job, its latest: a statement may not move a row twice
+	latest := map[string]int{}
+	for i, w := range ws {
+		latest[w.(jobWrites).row.ID] = i
+	}
+	for i, w := range ws {
+		w := w.(jobWrites)
+		if r := w.row; latest[r.ID] == i {
+			c.id, c.account, c.key, c.kind = append(c.id, r.ID), append(c.account, r.AccountID), append(c.key, r.KeyID), append(c.kind, r.Kind)
+			c.state, c.usd = append(c.state, r.State), append(c.usd, r.CostUSD)
+			c.total, c.done = append(c.total, r.PositionsTotal), append(c.done, r.PositionsDone)
+			c.units, c.version = append(c.units, r.CostUnits), append(c.version, r.Version)
+			c.created = append(c.created, r.CreatedAt)
+			c.started, c.finished = append(c.started, r.StartedAt), append(c.finished, r.FinishedAt)
+		}
+		for _, e := range w.stream {
+			s.id, s.kind, s.data = append(s.id, w.row.ID), append(s.kind, e.kind), append(s.data, string(e.data))
+			s.seq, s.version = append(s.seq, e.seq), append(s.version, w.row.Version)
+		}
+	}
+	b.Queue(`INSERT INTO jobs (job_id, account_id, key_id, kind, state, positions_total, positions_done, cost_units, cost_usd,
+			created_at, started_at, finished_at, version)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::bigint[],
+			$9::text[]::numeric[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[], $13::bigint[])
+		ON CONFLICT (job_id) DO UPDATE SET `+jobsUpdate,
+		c.id, c.account, c.key, c.kind, c.state, c.total, c.done, c.units, c.usd, c.created, c.started, c.finished, c.version)
+	if len(s.id) > 0 {
+		b.Queue(`INSERT INTO job_stream (job_id, seq, version, kind, data)
+			SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[]::jsonb[])`,
+			s.id, s.seq, s.version, s.kind, s.data)
+	}
+	topics := make([]string, 0, len(latest))
+	for id := range latest {
+		topics = append(topics, JobStreamTopic(id))
+	}
+	b.Queue(`SELECT pg_notify($1, t) FROM unnest($2::text[]) t`, eventstore.NotifyChannel, topics)
 	return nil
 }
 
@@ -170,12 +316,17 @@ func (f *jobFolds) keep(stream string, j *domain.Job, last domain.Event) {
 }
 
 // jobAt is the job as it stands after e (whose decoded form is d).
-func jobAt(ctx context.Context, tx pgx.Tx, e eventstore.Event, d domain.Event) (*domain.Job, error) {
+func jobAt(ctx context.Context, q eventstore.Querier, e eventstore.Event, d domain.Event) (*domain.Job, error) {
 	if j := folds.take(e.StreamID, e.Version-1); j != nil {
 		j.Apply(d)
 		return j, nil
 	}
-	evs, err := eventstore.Load(ctx, tx, e.StreamID)
+	return loadJob(ctx, q, e, d)
+}
+
+// loadJob folds the job's stream up to e from the events table.
+func loadJob(ctx context.Context, q eventstore.Querier, e eventstore.Event, d domain.Event) (*domain.Job, error) {
+	evs, err := eventstore.Load(ctx, q, e.StreamID)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,12 @@ func (Ledger) Name() string     { return "ledger_v1" }
 func (Ledger) Topic() string    { return "ledger" }
 func (Ledger) Tables() []string { return []string{"charges", "credits", "ledger_entries"} }
 
-// Apply writes one event's rows (rebuilds, the set-aside tools).
+// A rebuild writes a chunk's charges and credits with the inline writer's set-based
+// statements.
+func (Ledger) rebuilder() rebuilder { return inlineRebuild(ledger.QueueReadModel) }
+
+// Apply writes one event's rows (the set-aside tools; what an older version left on
+// the bus).
 func (Ledger) Apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) error {
 	b := &pgx.Batch{}
 	if err := ledger.QueueReadModel(b, []eventstore.Event{e}); err != nil {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -35,6 +36,8 @@ type Projection interface {
 	// event (a rebuild and the live subscriber may both see it) and must cope with
 	// events of one stream arriving out of order (see applyInStreamOrder).
 	Apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) error
+	// rebuilder is how Rebuild applies the projection's events many at a time.
+	rebuilder() rebuilder
 }
 
 // Runner runs projections as Watermill handlers until its context ends.
@@ -122,14 +125,7 @@ func (r *Runner) handler(p Projection) message.NoPublishHandlerFunc {
 			// the envelope is our own json.Marshal of an Event: this is not the event's fault
 			return fmt.Errorf("decode event envelope: %w", err)
 		}
-		app := locked.applierFor(p, r.logger)
-		var err error
-		if q, ok := p.(Queuer); ok {
-			err = locked.queue(ctx, q, e)
-		} else {
-			err = app.apply(ctx, locked.pgx(), e)
-		}
-		if err != nil {
+		if err := locked.applierFor(p, r.logger).apply(ctx, locked.pgx(), e); err != nil {
 			r.logger.Error("projection failed", "projection", p.Name(), "position", e.Position, "err", err)
 			locked.broken = err
 			return err
@@ -137,19 +133,6 @@ func (r *Runner) handler(p Projection) message.NoPublishHandlerFunc {
 		locked.advance(e.Position)
 		return nil
 	}
-}
-
-// Queuer is a projection that only writes: its statements wait in a batch sent once per
-// Watermill batch, in the same transaction, instead of one round trip per event.
-type Queuer interface {
-	Queue(b *pgx.Batch, e eventstore.Event) error
-}
-
-// queueAdvance records the highest position a projection has applied: the measure of
-// its lag.
-func queueAdvance(b *pgx.Batch, name string, pos int64) {
-	b.Queue(`INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
-		ON CONFLICT (name) DO UPDATE SET position = GREATEST(projection_checkpoints.position, excluded.position)`, name, pos)
 }
 
 // RebuildReport is what a rebuild did with the projection's events.
@@ -165,92 +148,433 @@ type RebuildReport struct {
 // cannot apply are set aside as the live projection does; a set-aside event that
 // applies now (its projection was fixed) is marked retried, and skipped ones stay out.
 //
+// The events are applied in chunks (see rebuilder): a chunk's writes go in one round
+// trip, with no read of the read model. When the database refuses a chunk and no open
+// set-aside event was known, the rebuild starts again with a savepoint around each
+// chunk (careful), which finds the refused events by halving the chunk; without that, a long
+// rebuild would hold one subtransaction per chunk, and past 64 of them PostgreSQL's
+// snapshots slow down for every session.
+//
 // An inline projection's rows are written by every append meanwhile: its tables are
 // emptied with DELETE rather than TRUNCATE, so those appends neither wait for the
 // rebuild (TRUNCATE's lock would stop them, and the chain's head with them) nor lose
 // their rows; an event both write is written once (rows are keyed by position).
 func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection) (RebuildReport, error) {
-	var rep RebuildReport
-	inline := Inline(p)
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rep = RebuildReport{}
-		empty := `TRUNCATE `
-		if inline {
-			empty = `DELETE FROM `
-		} else {
-			offsets := fmt.Sprintf(`watermill_offsets_%s`, p.Topic())
-			if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{offsets}.Sanitize()+` WHERE consumer_group = $1 FOR UPDATE`, p.Name()); err != nil {
-				return err
-			}
+	careful := false
+	for {
+		var rb *rebuilding
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			rb = &rebuilding{p: p, r: p.rebuilder(), tx: tx, inline: Inline(p), careful: careful,
+				a: &applier{p: p, loaded: true, held: map[string]int64{}, checked: map[string]bool{}}}
+			return rb.run(ctx)
+		})
+		var refused refusedError
+		if errors.As(err, &refused) && !careful {
+			careful = true
+			continue
 		}
-		for _, t := range p.Tables() {
-			if _, err := tx.Exec(ctx, empty+pgx.Identifier{t}.Sanitize()); err != nil {
-				return err
-			}
-		}
-		states := map[int64]string{}
-		rows, err := tx.Query(ctx, `SELECT position, state FROM set_aside_events WHERE projection = $1 AND state <> 'retried'`, p.Name())
 		if err != nil {
-			return fmt.Errorf("read set-aside events: %w", err)
+			return RebuildReport{}, err
 		}
-		var pos int64
-		var state string
-		if _, err := pgx.ForEachRow(rows, []any{&pos, &state}, func() error { states[pos] = state; return nil }); err != nil {
-			return fmt.Errorf("read set-aside events: %w", err)
-		}
-		a := &applier{p: p, fresh: true}
-		var resolved []int64
-		var last int64
-		for {
-			evs, err := eventstore.ReadFrom(ctx, tx, last, 1000)
-			if err != nil {
-				return err
-			}
-			if len(evs) == 0 {
-				break
-			}
-			for _, e := range evs {
-				last = e.Position
-				if eventstore.TopicOf(e.StreamType) != p.Topic() {
-					continue
-				}
-				if states[e.Position] == "skipped" {
-					rep.Skipped++
-					continue
-				}
-				before := a.setAsideN
-				if err := a.apply(ctx, tx, e); err != nil {
-					return err
-				}
-				if a.setAsideN == before {
-					rep.Applied++
-					if states[e.Position] == "open" {
-						resolved = append(resolved, e.Position)
-					}
-				}
-			}
-			if err := a.release(ctx, tx); err != nil {
-				return err
-			}
-		}
-		rep.SetAside = a.setAsideN
-		if len(resolved) > 0 {
-			if _, err := tx.Exec(ctx, `WITH done AS (
-					UPDATE set_aside_events SET state = 'retried' WHERE projection = $1 AND position = ANY($2) RETURNING id)
-				INSERT INTO set_aside_actions (set_aside_id, action, outcome, actor) SELECT id, 'rebuild', 'applied', 'chessd rebuild' FROM done`,
-				p.Name(), resolved); err != nil {
-				return fmt.Errorf("resolve set-aside events: %w", err)
-			}
-		}
-		if inline { // never behind: no checkpoint
-			_, err = tx.Exec(ctx, `DELETE FROM projection_checkpoints WHERE name = $1`, p.Name())
+		return rb.rep, nil
+	}
+}
+
+// rebuildChunk is how many events a rebuild reads, and writes, at a time.
+var rebuildChunk = 2000
+
+// A rebuilder is how Rebuild applies a projection's events many at a time. A rebuild
+// starts from empty tables and hands it every event of the projection's topic in
+// position order, less those held behind a set-aside one, so it reads nothing of the
+// read model back: what it needs (a job's aggregate) it keeps in memory, and the writes
+// of a chunk of events are queued together, set-based where the rows allow.
+type rebuilder interface {
+	// fold takes the next event and returns its writes (a value queue knows); an error
+	// is the event's own: it is set aside. skipped: an operator skipped the event; it
+	// writes nothing, but what is kept in memory follows it as the live projection's
+	// reading of the stream does.
+	fold(ctx context.Context, q eventstore.Querier, e eventstore.Event, skipped bool) (any, error)
+	// queue queues on b the writes of consecutive events, in order. It is called again
+	// with fewer of them when the database refuses a chunk.
+	queue(b *pgx.Batch, ws []any) error
+}
+
+// inlineRebuild rebuilds an inline projection with its writer (eventstore.InlineFunc):
+// its events are independent, and the writer takes many at once.
+type inlineRebuild func(b *pgx.Batch, evs []eventstore.Event) error
+
+func (inlineRebuild) fold(_ context.Context, _ eventstore.Querier, e eventstore.Event, _ bool) (any, error) {
+	return e, nil
+}
+
+func (q inlineRebuild) queue(b *pgx.Batch, ws []any) error {
+	evs := make([]eventstore.Event, len(ws))
+	for i, w := range ws {
+		evs[i] = w.(eventstore.Event)
+	}
+	return q(b, evs)
+}
+
+// refusedError is a chunk the database refused in a rebuild without savepoints.
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string { return "rebuild refused: " + e.err.Error() }
+func (e refusedError) Unwrap() error { return e.err }
+
+// rebuilding is one attempt at a rebuild, in its transaction.
+type rebuilding struct {
+	p       Projection
+	r       rebuilder
+	tx      pgx.Tx
+	inline  bool
+	careful bool     // a savepoint around each chunk
+	a       *applier // the held streams and the set-aside count, as the live path keeps them
+	rep     RebuildReport
+}
+
+// pending is an event of a chunk: its writes, or why it is set aside.
+type pending struct {
+	e       eventstore.Event
+	w       any
+	cause   error // not nil: set aside for this reason
+	blocker int64 // the event it is held behind, 0 when it failed itself
+}
+
+func (rb *rebuilding) run(ctx context.Context) error {
+	p, tx := rb.p, rb.tx
+	empty := `TRUNCATE `
+	if rb.inline {
+		empty = `DELETE FROM `
+	} else {
+		offsets := fmt.Sprintf(`watermill_offsets_%s`, p.Topic())
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{offsets}.Sanitize()+` WHERE consumer_group = $1 FOR UPDATE`, p.Name()); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
-			ON CONFLICT (name) DO UPDATE SET position = excluded.position`, p.Name(), last)
+	}
+	for _, t := range p.Tables() {
+		if _, err := tx.Exec(ctx, empty+pgx.Identifier{t}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	states := map[int64]string{}
+	rows, err := tx.Query(ctx, `SELECT position, state FROM set_aside_events WHERE projection = $1 AND state <> 'retried'`, p.Name())
+	if err != nil {
+		return fmt.Errorf("read set-aside events: %w", err)
+	}
+	var pos int64
+	var state string
+	if _, err := pgx.ForEachRow(rows, []any{&pos, &state}, func() error { states[pos] = state; return nil }); err != nil {
+		return fmt.Errorf("read set-aside events: %w", err)
+	}
+	for _, st := range states {
+		rb.careful = rb.careful || st == "open" // refusals are to be expected
+	}
+	// Every event whose rows were emptied is at or before the head read now; the loop
+	// below reads on until no event is left, past it when appends go on meanwhile.
+	head, err := eventstore.Head(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("read head: %w", err)
+	}
+	var resolved []int64
+	last := int64(0)
+	// A chunk's writes are made (the payloads decoded) in a goroutine while the
+	// previous chunk's go to the database: on two cores, one costs no time beside the
+	// other.
+	var prev []*pending
+	var prevMade <-chan made
+	for {
+		evs, err := readTopic(ctx, tx, p.Topic(), last, rebuildChunk)
+		if err != nil {
+			return err
+		}
+		var chunk []*pending
+		for _, e := range evs {
+			last = e.Position
+			if states[e.Position] == "skipped" {
+				rb.rep.Skipped++
+				if !rb.held(&pending{e: e}) {
+					if _, err := rb.r.fold(ctx, tx, e, true); err != nil && !CannotApply(err) {
+						return fmt.Errorf("position %d: %w", e.Position, err)
+					}
+				}
+				continue
+			}
+			pe := &pending{e: e}
+			if !rb.held(pe) {
+				if pe.w, err = rb.r.fold(ctx, tx, e, false); err != nil {
+					if !CannotApply(err) {
+						return fmt.Errorf("position %d: %w", e.Position, err)
+					}
+					pe.cause = err
+					rb.a.noteHeld(e.StreamID, e.Position)
+				}
+			}
+			chunk = append(chunk, pe)
+		}
+		var next <-chan made
+		if len(chunk) > 0 {
+			next = rb.makeAhead(chunk)
+		}
+		if prev != nil {
+			if err := rb.write(ctx, prev, prevMade); err != nil {
+				return err
+			}
+			for _, pe := range prev {
+				if pe.cause != nil {
+					rb.a.noted(pe.e, pe.cause, pe.blocker)
+					continue
+				}
+				rb.rep.Applied++
+				if states[pe.e.Position] == "open" {
+					resolved = append(resolved, pe.e.Position)
+				}
+			}
+		}
+		if len(evs) == 0 {
+			break
+		}
+		prev, prevMade = chunk, next
+	}
+	rb.rep.SetAside = rb.a.setAsideN
+	if len(resolved) > 0 {
+		if _, err := tx.Exec(ctx, `WITH done AS (
+				UPDATE set_aside_events SET state = 'retried' WHERE projection = $1 AND position = ANY($2) RETURNING id)
+			INSERT INTO set_aside_actions (set_aside_id, action, outcome, actor) SELECT id, 'rebuild', 'applied', 'chessd rebuild' FROM done`,
+			p.Name(), resolved); err != nil {
+			return fmt.Errorf("resolve set-aside events: %w", err)
+		}
+	}
+	if rb.inline { // never behind: no checkpoint
+		_, err = tx.Exec(ctx, `DELETE FROM projection_checkpoints WHERE name = $1`, p.Name())
 		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
+		ON CONFLICT (name) DO UPDATE SET position = excluded.position`, p.Name(), max(head, last))
+	return err
+}
+
+// held sets pe aside behind an earlier set-aside event of its stream, if there is one
+// (never in an inline projection, whose writers cannot hold events back). It reports
+// whether pe is set aside.
+func (rb *rebuilding) held(pe *pending) bool {
+	if rb.inline {
+		return pe.cause != nil
+	}
+	// an event that failed on its own is held all the same once an earlier event of
+	// its stream turns out refused (its chunk went to the database after this one was
+	// folded): the live projection would not have tried it
+	if blocker, ok := rb.a.held[pe.e.StreamID]; ok && blocker < pe.e.Position {
+		pe.cause, pe.blocker = heldError(pe.e.StreamID, blocker), blocker
+		return true
+	}
+	return pe.cause != nil
+}
+
+// applicable are the events of chunk that are not set aside.
+func (rb *rebuilding) applicable(chunk []*pending) []*pending {
+	var out []*pending
+	for _, pe := range chunk {
+		if !rb.held(pe) {
+			out = append(out, pe)
+		}
+	}
+	return out
+}
+
+// made is a chunk's writes, made ahead for its applicable events as they stood then.
+type made struct {
+	events []*pending
+	b      *pgx.Batch
+	err    error
+}
+
+// makeAhead makes the writes of chunk in a goroutine. The rebuilder's queue reads only
+// the writes folded already, so it may run beside the next fold.
+func (rb *rebuilding) makeAhead(chunk []*pending) <-chan made {
+	events := rb.applicable(chunk)
+	ws := make([]any, len(events))
+	for i, pe := range events {
+		ws[i] = pe.w
+	}
+	out := make(chan made, 1)
+	go func() {
+		b := &pgx.Batch{}
+		var err error
+		if len(ws) > 0 {
+			err = rb.r.queue(b, ws)
+		}
+		out <- made{events, b, err}
+	}()
+	return out
+}
+
+// write sends a chunk's writes and set-aside rows in one round trip. When the database
+// refuses them, a careful rebuild rolls the chunk back and finds the refused events
+// (bisect); any other rebuild gives up with refusedError, to start again carefully.
+func (rb *rebuilding) write(ctx context.Context, chunk []*pending, ahead <-chan made) error {
+	b := &pgx.Batch{}
+	if rb.careful {
+		b.Queue(`SAVEPOINT chunk`)
+	}
+	if err := rb.queue(b, chunk, ahead); err != nil {
+		return err
+	}
+	rb.queueSetAside(b, chunk)
+	if rb.careful {
+		b.Queue(`RELEASE SAVEPOINT chunk`)
+	}
+	err := rb.tx.SendBatch(ctx, b).Close()
+	switch {
+	case err == nil:
+		return nil
+	case !CannotApply(err):
+		return err
+	case !rb.careful:
+		return refusedError{err}
+	}
+	if _, rbErr := rb.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT chunk`); rbErr != nil {
+		return fmt.Errorf("%w (rolling back: %w)", err, rbErr)
+	}
+	if err := rb.bisect(ctx, chunk); err != nil {
+		return err
+	}
+	b = &pgx.Batch{}
+	rb.queueSetAside(b, chunk)
+	b.Queue(`RELEASE SAVEPOINT chunk`)
+	if err := rb.tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("set aside: %w", err)
+	}
+	return nil
+}
+
+// queue queues the writes of the events of chunk that are not set aside, those made
+// ahead when they are still for the same events. When the rebuilder cannot make them
+// (an undecodable payload, say), it finds the events at fault one by one and sets them
+// aside, holding their streams' later events.
+func (rb *rebuilding) queue(b *pgx.Batch, chunk []*pending, ahead <-chan made) error {
+	events := rb.applicable(chunk)
+	if len(events) == 0 {
+		return nil
+	}
+	var all *pgx.Batch
+	var err error
+	if ahead != nil {
+		if m := <-ahead; slices.Equal(m.events, events) {
+			all, err = m.b, m.err
+		}
+	}
+	if all == nil {
+		ws := make([]any, len(events))
+		for i, pe := range events {
+			ws[i] = pe.w
+		}
+		all = &pgx.Batch{}
+		err = rb.r.queue(all, ws)
+	}
+	if err == nil {
+		b.QueuedQueries = append(b.QueuedQueries, all.QueuedQueries...)
+		return nil
+	}
+	if !CannotApply(err) {
+		return err
+	}
+	for _, pe := range chunk {
+		if rb.held(pe) {
+			continue
+		}
+		one := &pgx.Batch{}
+		if err := rb.r.queue(one, []any{pe.w}); err != nil {
+			if !CannotApply(err) {
+				return fmt.Errorf("position %d: %w", pe.e.Position, err)
+			}
+			pe.cause = err
+			rb.a.noteHeld(pe.e.StreamID, pe.e.Position)
+			continue
+		}
+		b.QueuedQueries = append(b.QueuedQueries, one.QueuedQueries...)
+	}
+	return nil
+}
+
+// bisect sends the writes of events the database refused together, in halves under
+// savepoints of their own, down to the single events it refuses: those are set aside,
+// and the later events of their streams held. Halves go in order, so an event is held
+// before its writes are tried when an earlier one of its stream was refused.
+func (rb *rebuilding) bisect(ctx context.Context, events []*pending) error {
+	var live []*pending
+	for _, pe := range events {
+		if !rb.held(pe) {
+			live = append(live, pe)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SAVEPOINT part`)
+	if err := rb.queue(b, live, nil); err != nil {
+		return err
+	}
+	b.Queue(`RELEASE SAVEPOINT part`)
+	err := rb.tx.SendBatch(ctx, b).Close()
+	if err == nil {
+		return nil
+	}
+	if _, rbErr := rb.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT part; RELEASE SAVEPOINT part`); rbErr != nil {
+		return fmt.Errorf("%w (rolling back: %w)", err, rbErr)
+	}
+	if !CannotApply(err) {
+		return err
+	}
+	if len(live) == 1 {
+		live[0].cause = err
+		rb.a.noteHeld(live[0].e.StreamID, live[0].e.Position)
+		return nil
+	}
+	mid := len(live) / 2
+	if err := rb.bisect(ctx, live[:mid]); err != nil {
+		return err
+	}
+	return rb.bisect(ctx, live[mid:])
+}
+
+// queueSetAside queues the set-aside rows of chunk's events that are set aside.
+func (rb *rebuilding) queueSetAside(b *pgx.Batch, chunk []*pending) {
+	for _, pe := range chunk {
+		if pe.cause != nil {
+			queueSetAside(b, rb.p.Name(), pe.e, pe.cause, pe.blocker)
+		}
+	}
+}
+
+// readTopic reads up to limit events of topic after position after, in position
+// order: the columns a projection uses.
+func readTopic(ctx context.Context, q eventstore.Querier, topic string, after int64, limit int) ([]eventstore.Event, error) {
+	var types, known []string
+	for t, to := range eventstore.Topics {
+		known = append(known, t)
+		if to == topic {
+			types = append(types, t)
+		}
+	}
+	// stream types Topics does not name go to TopicDefault
+	rows, err := q.Query(ctx, `SELECT position, stream_id, stream_type, version, event_type, schema_version, payload::text
+		FROM events WHERE position > $1 AND (stream_type = ANY($2) OR ($3 AND stream_type <> ALL($4)))
+		ORDER BY position LIMIT $5`, after, types, topic == eventstore.TopicDefault, known, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (eventstore.Event, error) {
+		var e eventstore.Event
+		var payload string
+		err := r.Scan(&e.Position, &e.StreamID, &e.StreamType, &e.Version, &e.Type, &e.SchemaVersion, &payload)
+		e.Payload = json.RawMessage(payload)
+		return e, err
 	})
-	return rep, err
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	return evs, nil
 }
 
 // applyInStreamOrder applies e to a per-stream row that is at version current. Events

@@ -60,9 +60,6 @@ func CannotApply(err error) bool {
 type applier struct {
 	p      Projection
 	logger *slog.Logger // nil: silent
-	// fresh: a rebuild, which derives the set-aside events again from the log, so
-	// held streams are not read from set_aside_events.
-	fresh bool
 
 	loaded  bool
 	held    map[string]int64 // stream -> its earliest set-aside event, which later ones wait behind
@@ -128,7 +125,7 @@ func (a *applier) heldBy(ctx context.Context, tx pgx.Tx, e eventstore.Event) (in
 	inline := Inline(a.p)
 	if !a.loaded {
 		a.held, a.checked = map[string]int64{}, map[string]bool{}
-		if !a.fresh && !inline {
+		if !inline {
 			rows, err := tx.Query(ctx, `SELECT stream_id, min(position) FROM set_aside_events
 				WHERE projection = $1 AND state = 'open' GROUP BY stream_id`, a.p.Name())
 			if err != nil {

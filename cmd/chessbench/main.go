@@ -54,7 +54,7 @@ func run() error {
 	cachedFor := flag.Duration("cached", 5*time.Second, "duration of each wrk run")
 	conns := flag.String("conns", "4,16,32,64", "wrk connections of the one-server cached runs")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
-	parts := flag.String("parts", "paired,jobs,stream,cached,replicas,accounts", "which measurements to run")
+	parts := flag.String("parts", "paired,jobs,stream,cached,replicas,accounts", "which measurements to run (also: rebuild)")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -108,6 +108,11 @@ func run() error {
 	if run("accounts") {
 		if err := b.accountsAll(ctx, *cachedFor); err != nil {
 			return fmt.Errorf("accounts: %w", err)
+		}
+	}
+	if run("rebuild") { // not by default: it adds a 200,000-charge log to the database
+		if err := b.rebuildAll(ctx, 1000, 200_000, 50); err != nil {
+			return fmt.Errorf("rebuild: %w", err)
 		}
 	}
 	return nil
