@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shopspring/decimal"
 
@@ -109,23 +110,12 @@ func TestReprice(t *testing.T) {
 // page are those of the whole range at that moment.
 func TestStatementPagesEveryChargeOnceWhileChargesArrive(t *testing.T) {
 	f := newFixture(t, nil)
-	m := f.meter(t, ledger.MeterConfig{})
+	chargeAt := clockedMeter(t, f)
 	ctx := context.Background()
 	n := 0
 	charge := func(cached bool) {
 		t.Helper()
-		r, err := m.Reserve(ctx, f.evalCall(n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := answered()
-		a.Cached = cached
-		if _, err := r.Settle(a); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		chargeAt(n, time.Now(), cached)
 		n++
 	}
 	for i := range 7 {
