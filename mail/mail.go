@@ -8,9 +8,11 @@ package mail
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/smtp"
 	"strings"
 	"time"
@@ -32,6 +34,8 @@ type Config struct {
 	Username, Password string
 	Poll               time.Duration // look for due messages at least this often; default 5 s
 	MaxAttempts        int           // then the message is left unsent, its error kept; default 10
+	// Timeout bounds one message's whole SMTP conversation; default 1 min.
+	Timeout time.Duration
 	// RetryBase is the wait after a first failure, doubled after each next one (at most
 	// an hour); default 2 s.
 	RetryBase time.Duration
@@ -57,6 +61,9 @@ func NewSender(cfg Config, pool *pgxpool.Pool, logger *slog.Logger) *Sender {
 	}
 	if cfg.RetryBase <= 0 {
 		cfg.RetryBase = 2 * time.Second
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Minute
 	}
 	return &Sender{cfg: cfg, pool: pool, logger: logger.With("component", "mail")}
 }
@@ -133,15 +140,56 @@ func (s *Sender) send(m message) (string, error) {
 		s.logger.Info("mail (no SMTP server configured)", "to", m.to, "subject", m.subject, "body", m.body)
 		return "log", nil
 	}
-	var auth smtp.Auth
-	if s.cfg.Username != "" {
-		host, _, _ := strings.Cut(s.cfg.SMTPAddr, ":")
-		auth = smtp.PlainAuth("", s.cfg.Username, s.cfg.Password, host)
-	}
-	if err := smtp.SendMail(s.cfg.SMTPAddr, auth, s.cfg.From, []string{m.to}, s.compose(m)); err != nil {
+	if err := s.sendSMTP(m); err != nil {
 		return "", fmt.Errorf("smtp %s: %w", s.cfg.SMTPAddr, err)
 	}
 	return "smtp", nil
+}
+
+// sendSMTP is smtp.SendMail with a deadline: a server that stops answering fails this
+// message (retried later) instead of holding the sender for ever.
+func (s *Sender) sendSMTP(m message) error {
+	host, _, _ := strings.Cut(s.cfg.SMTPAddr, ":")
+	conn, err := net.DialTimeout("tcp", s.cfg.SMTPAddr, s.cfg.Timeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(s.cfg.Timeout)); err != nil {
+		return err
+	}
+	c, err := smtp.NewClient(conn, host)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if ok, _ := c.Extension("STARTTLS"); ok {
+		if err := c.StartTLS(&tls.Config{ServerName: host}); err != nil {
+			return err
+		}
+	}
+	if s.cfg.Username != "" {
+		if err := c.Auth(smtp.PlainAuth("", s.cfg.Username, s.cfg.Password, host)); err != nil {
+			return err
+		}
+	}
+	if err := c.Mail(s.cfg.From); err != nil {
+		return err
+	}
+	if err := c.Rcpt(m.to); err != nil {
+		return err
+	}
+	w, err := c.Data()
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(s.compose(m)); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	return c.Quit()
 }
 
 // compose writes the message in RFC 5322 form. Addresses and subjects come from our

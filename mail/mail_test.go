@@ -201,6 +201,43 @@ func TestMailToTheLogWithoutSMTP(t *testing.T) {
 	}
 }
 
+// A server that accepts and never answers fails the message within the timeout (kept
+// for a retry, its error recorded) instead of holding the sender.
+func TestSilentSMTPServerTimesOut(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() //nolint:gocritic // held open, silent, until the test ends
+		}
+	}()
+	logger := slog.New(slog.DiscardHandler)
+	h := commands.New(eventstore.NewStore(pool, logger), []byte("mail-test-pepper-0123456789"))
+	if _, err := h.Signup(context.Background(), domain.Signup{Email: "silent@example.com"}, "r"); err != nil {
+		t.Fatal(err)
+	}
+	sender := mail.NewSender(mail.Config{SMTPAddr: ln.Addr().String(), Timeout: 300 * time.Millisecond}, pool, logger)
+	if n := sender.SendDue(context.Background()); n != 1 {
+		t.Fatalf("tried %d messages, want 1", n)
+	}
+	var sent bool
+	var lastError *string
+	if err := pool.QueryRow(context.Background(), `SELECT sent_at IS NOT NULL, last_error FROM mail_outbox`).Scan(&sent, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if sent || lastError == nil || !strings.Contains(*lastError, "timeout") {
+		t.Fatalf("sent %v, last error %v", sent, lastError)
+	}
+}
+
 type syncBuffer struct {
 	mu sync.Mutex
 	b  strings.Builder
