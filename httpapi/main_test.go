@@ -116,7 +116,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Cleanup(stopMeter)
 	// idle leases go back quickly, so that tests can set balances between calls
 	meter := ledger.NewMeter(meterCtx, store, logger, ledger.MeterConfig{LeaseIdle: 200 * time.Millisecond, Housekeeping: 50 * time.Millisecond})
-	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10, NoRateLimits: !cfg.rateLimits,
+	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10, NoRateLimits: !cfg.rateLimits, InsecureWebhooks: true,
 		KeyRequestsPerMinute: cfg.keyPerMinute}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, testPepper),
 		Auth: auth.NewAuthenticator(pool, testPepper), Analysis: svc,

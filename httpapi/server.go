@@ -40,12 +40,15 @@ type Config struct {
 	// KeylessPerDay, when set, replaces the keyless daily allowance per address
 	// (KeylessPerDay; load tests, whose every call comes from 127.0.0.1).
 	KeylessPerDay int
+	// InsecureWebhooks accepts http:// webhook URLs (development and tests).
+	InsecureWebhooks bool
 }
 
 // Server holds the handlers' dependencies.
 type Server struct {
 	baseURL  string
 	maxBody  int64
+	cfg      Config
 	pool     *pgxpool.Pool
 	commands *commands.Handler
 	auth     *auth.Authenticator
@@ -80,7 +83,7 @@ func New(cfg Config, d Deps) *Server {
 		cfg.MaxBodyBytes = 1 << 20
 	}
 	s := &Server{
-		baseURL: strings.TrimRight(cfg.BaseURL, "/"), maxBody: cfg.MaxBodyBytes,
+		baseURL: strings.TrimRight(cfg.BaseURL, "/"), maxBody: cfg.MaxBodyBytes, cfg: cfg,
 		pool: d.Pool, commands: d.Commands, auth: d.Auth, analysis: d.Analysis, meter: d.Meter, wakeups: d.Wakeups,
 		billing: d.Billing, logger: d.Logger, keyRate: cfg.KeyRequestsPerMinute,
 	}
@@ -132,6 +135,11 @@ func (s *Server) routes() {
 	handle("POST", "/disputes", s.authed(domain.ScopeBilling, s.idempotent(s.openDispute)))
 	handle("GET", "/disputes", s.authed(domain.ScopeUsageRead, s.listDisputes))
 	handle("GET", "/disputes/{id}", s.authed(domain.ScopeUsageRead, s.getDispute))
+	handle("POST", "/webhooks", s.authed(domain.ScopeBilling, s.idempotent(s.createWebhook)))
+	handle("GET", "/webhooks", s.authed(domain.ScopeUsageRead, s.listWebhooks))
+	handle("DELETE", "/webhooks/{id}", s.authed(domain.ScopeBilling, s.deleteWebhook))
+	handle("POST", "/webhooks/{id}/test", s.authed(domain.ScopeBilling, s.testWebhook))
+	handle("GET", "/webhooks/{id}/deliveries", s.authed(domain.ScopeUsageRead, s.webhookDeliveries))
 	handle("GET", "/keys", s.authed(domain.ScopeKeysWrite, s.listKeys))
 	handle("POST", "/keys", s.authed(domain.ScopeKeysWrite, s.idempotent(s.createKey)))
 	handle("PATCH", "/keys/{id}", s.authed(domain.ScopeKeysWrite, s.updateKey))

@@ -32,6 +32,7 @@ var layer = map[string]int{
 	"ledger":          3,
 	"projections":     4,
 	"mail":            4, // sends the outbox the commands fill
+	"webhook":         4, // signed deliveries to customers' endpoints
 	"auth":            5, // reads the write side through commands
 	"analysis":        5, // uses the engines
 	"httpapi":         6,

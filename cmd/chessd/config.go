@@ -33,6 +33,9 @@ type config struct {
 	NoRateLimits bool
 	Executor     executor.Config
 	Mail         mail.Config
+	// InsecureWebhooks accepts http:// webhook URLs and delivers to private addresses
+	// (development only).
+	InsecureWebhooks bool
 	NoExecutor   bool
 	Meter        ledger.MeterConfig
 }
@@ -90,6 +93,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	c.Mail = mail.Config{SMTPAddr: getenv("CHESSD_SMTP_ADDR"), From: getenv("CHESSD_SMTP_FROM"),
 		Username: getenv("CHESSD_SMTP_USERNAME"), Password: getenv("CHESSD_SMTP_PASSWORD")}
+	c.InsecureWebhooks = getenv("CHESSD_WEBHOOKS_INSECURE") == "true"
 	c.Executor.Worker = getenv("CHESSD_WORKER_NAME")
 	// an executor searches as many positions at once as the pool has processes
 	c.Executor.Parallel = c.Engines.PoolSize

@@ -18,6 +18,7 @@ import (
 	"chessd/httpapi"
 	"chessd/ledger"
 	"chessd/mail"
+	"chessd/webhook"
 	"chessd/projections"
 	"chessd/ratelimit"
 )
@@ -78,7 +79,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	meterCtx, stopMeter := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMeter()
 	meter := ledger.NewMeter(meterCtx, store, logger, cfg.Meter)
-	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL, NoRateLimits: cfg.NoRateLimits}, httpapi.Deps{
+	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL, NoRateLimits: cfg.NoRateLimits, InsecureWebhooks: cfg.InsecureWebhooks}, httpapi.Deps{
 		Pool: db.pool, Commands: cmds,
 		Auth:     auth.NewAuthenticator(db.pool, pepper),
 		Analysis: svc,
@@ -91,6 +92,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	defer cancel()
 	go expireOldRows(ctx, db, logger)
 	go mail.NewSender(cfg.Mail, db.pool, logger).Run(ctx) // the outbox: SMTP when configured, else the log
+	go webhook.NewSender(webhook.Config{AllowPrivate: cfg.InsecureWebhooks}, db.pool, logger).Run(ctx)
 	go projections.PruneLoop(ctx, db.pool, busConsumers(), time.Minute, logger)
 	execDone := make(chan error, 1)
 	if cfg.NoExecutor {

@@ -1,0 +1,116 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"chessd/domain"
+	"chessd/webhook"
+)
+
+type webhookRequest struct {
+	URL *string `json:"url"`
+}
+
+func (s *Server) webhookRecord(e webhook.Endpoint) map[string]any {
+	return map[string]any{"id": e.ID, "url": e.URL, "env": e.Env, "created_at": e.CreatedAt.UTC().Format(time.RFC3339Nano),
+		"links": map[string]string{"deliveries": s.baseURL + "/webhooks/" + e.ID + "/deliveries"}}
+}
+
+// createWebhook answers POST /webhooks: the secret is shown here once.
+func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
+	var req webhookRequest
+	if err := decode(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.URL == nil {
+		s.writeError(w, r, domain.Invalid("url", "is required: the https address to deliver to"))
+		return
+	}
+	key := principal(r.Context())
+	e, err := webhook.Create(r.Context(), s.pool, key.AccountID(), key.Env().String(), *req.URL, s.cfg.InsecureWebhooks)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rec := s.webhookRecord(*e)
+	rec["secret"] = e.Secret
+	writeJSON(w, http.StatusCreated, rec)
+}
+
+func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request) {
+	key := principal(r.Context())
+	es, err := webhook.List(r.Context(), s.pool, key.AccountID(), key.Env().String())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]map[string]any, 0, len(es))
+	for _, e := range es {
+		out = append(out, s.webhookRecord(e))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"webhooks": out})
+}
+
+func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) {
+	key := principal(r.Context())
+	if err := webhook.Delete(r.Context(), s.pool, key.AccountID(), key.Env().String(), pathVar(r, "id")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// testWebhook answers POST /webhooks/{id}/test: a "ping" delivery, queued now.
+func (s *Server) testWebhook(w http.ResponseWriter, r *http.Request) {
+	key := principal(r.Context())
+	ids, err := webhook.Enqueue(r.Context(), s.pool, key.AccountID(), key.Env().String(), pathVar(r, "id"), "ping",
+		map[string]any{"account_id": key.AccountID(), "requested_by_key": key.ID(), "at": time.Now().UTC().Format(time.RFC3339Nano)})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"delivery_id": ids[0]})
+}
+
+// webhookDeliveries answers GET /webhooks/{id}/deliveries: the newest 100, each with
+// how its tries went.
+func (s *Server) webhookDeliveries(w http.ResponseWriter, r *http.Request) {
+	key := principal(r.Context())
+	id := pathVar(r, "id")
+	ds, err := webhook.Deliveries(r.Context(), s.pool, key.AccountID(), key.Env().String(), id, 100)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(ds) == 0 { // no deliveries, or not the account's endpoint: tell them apart
+		es, err := webhook.List(r.Context(), s.pool, key.AccountID(), key.Env().String())
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		found := false
+		for _, e := range es {
+			found = found || e.ID == id
+		}
+		if !found {
+			s.writeError(w, r, domain.Errorf(domain.CodeNotFound, "no webhook endpoint %q on this account", id))
+			return
+		}
+	}
+	out := make([]map[string]any, 0, len(ds))
+	for _, d := range ds {
+		state := "pending"
+		switch {
+		case d.DeliveredAt != nil:
+			state = "delivered"
+		case d.FailedAt != nil:
+			state = "failed"
+		}
+		out = append(out, map[string]any{"delivery_id": d.ID, "type": d.EventType, "state": state, "attempts": d.Attempts,
+			"created_at": d.CreatedAt.UTC().Format(time.RFC3339Nano), "delivered_at": d.DeliveredAt, "last_status": d.LastStatus,
+			"last_error": d.LastError, "next_attempt_at": d.NextAttemptAt.UTC().Format(time.RFC3339Nano), "data": d.Payload})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deliveries": out})
+}

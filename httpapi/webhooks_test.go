@@ -1,0 +1,96 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"chessd/webhook"
+)
+
+// A webhook endpoint gets a signed test delivery: the receiver refuses it twice, the
+// third try arrives, and the delivery log shows the three tries; another account sees
+// none of it, and a deleted endpoint gets nothing more.
+func TestWebhookTestDeliveryIsSignedAndRetried(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("hooks@example.com")
+	var mu sync.Mutex
+	var bodies [][]byte
+	var signatures []string
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		bodies, signatures = append(bodies, b), append(signatures, r.Header.Get("Chessd-Signature"))
+		if len(bodies) <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer receiver.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	sender := webhook.NewSender(webhook.Config{AllowPrivate: true, RetryBase: 20 * time.Millisecond, Poll: 50 * time.Millisecond},
+		e.pool, slog.New(slog.DiscardHandler))
+	done := make(chan struct{})
+	go func() { sender.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	wantProblem(t, e.do("POST", "/v1/webhooks", key, map[string]any{"url": "ftp://example.com/x"}), 400, "fix_request")
+	created := e.do("POST", "/v1/webhooks", key, map[string]any{"url": receiver.URL + "/hooks"})
+	if created.Status != 201 || created.Body["secret"] == nil {
+		t.Fatalf("create: %d %s", created.Status, created.Raw)
+	}
+	id, secret := created.Body["id"].(string), created.Body["secret"].(string)
+	if list := e.do("GET", "/v1/webhooks", key, nil); len(list.Body["webhooks"].([]any)) != 1 || list.Body["webhooks"].([]any)[0].(map[string]any)["secret"] != nil {
+		t.Fatalf("list: %s", list.Raw)
+	}
+	other := e.signupPro("not-hooks@example.com")
+	wantProblem(t, e.do("POST", "/v1/webhooks/"+id+"/test", other, nil), 404, "fix_request")
+	wantProblem(t, e.do("GET", "/v1/webhooks/"+id+"/deliveries", other, nil), 404, "fix_request")
+
+	if r := e.do("POST", "/v1/webhooks/"+id+"/test", key, nil); r.Status != 202 {
+		t.Fatalf("test delivery: %d %s", r.Status, r.Raw)
+	}
+	var log []any
+	waitFor(t, "the third try to be delivered", func() bool {
+		log = e.do("GET", "/v1/webhooks/"+id+"/deliveries", key, nil).Body["deliveries"].([]any)
+		return len(log) == 1 && log[0].(map[string]any)["state"] == "delivered"
+	})
+	d := log[0].(map[string]any)
+	if d["attempts"] != float64(3) || d["last_status"] != float64(204) || d["type"] != "ping" {
+		t.Fatalf("delivery log: %v", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 3 {
+		t.Fatalf("the receiver got %d tries, want 3", len(bodies))
+	}
+	for i, b := range bodies {
+		if !webhook.Verify(secret, signatures[i], b, time.Now(), 5*time.Minute) {
+			t.Fatalf("try %d: signature %q does not verify", i+1, signatures[i])
+		}
+		if webhook.Verify("whsec_wrong", signatures[i], b, time.Now(), 5*time.Minute) {
+			t.Fatal("a signature verifies under another secret")
+		}
+		var env struct {
+			ID      string `json:"id"`
+			Type    string `json:"type"`
+			Attempt int    `json:"attempt"`
+		}
+		if err := json.Unmarshal(b, &env); err != nil || env.ID != d["delivery_id"] || env.Type != "ping" || env.Attempt != i+1 {
+			t.Fatalf("try %d body %s (%v)", i+1, b, err)
+		}
+	}
+	if r := e.do("DELETE", "/v1/webhooks/"+id, key, nil); r.Status != 204 {
+		t.Fatalf("delete: %d %s", r.Status, r.Raw)
+	}
+	wantProblem(t, e.do("POST", "/v1/webhooks/"+id+"/test", key, nil), 404, "fix_request")
+}

@@ -1,0 +1,170 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/eventstore"
+)
+
+// Config tunes a Sender.
+type Config struct {
+	Timeout     time.Duration // one try; default 10 s
+	RetryBase   time.Duration // the wait after a first failure, doubled after each; default 5 s (at most an hour)
+	MaxAttempts int           // then the delivery is failed; default 8
+	Poll        time.Duration // look for due deliveries at least this often; default 5 s
+	// AllowPrivate lets deliveries reach loopback and private addresses (tests and
+	// development); production refuses them.
+	AllowPrivate bool
+}
+
+// Sender delivers queued messages. Any number of servers may run one: each delivery
+// is claimed by one (SKIP LOCKED) and tried at least once per claim.
+type Sender struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	client *http.Client
+	now    func() time.Time
+}
+
+// NewSender builds a Sender.
+func NewSender(cfg Config, pool *pgxpool.Pool, logger *slog.Logger) *Sender {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = 5 * time.Second
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 8
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 5 * time.Second
+	}
+	dialer := &net.Dialer{Timeout: cfg.Timeout}
+	if !cfg.AllowPrivate {
+		dialer.Control = publicOnly // checked on the address actually dialled: DNS cannot smuggle one in
+	}
+	client := &http.Client{
+		Timeout:   cfg.Timeout,
+		Transport: &http.Transport{DialContext: dialer.DialContext, Proxy: nil, MaxIdleConnsPerHost: 2},
+		// a redirect would send the signed body somewhere the customer did not register
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return &Sender{cfg: cfg, pool: pool, logger: logger.With("component", "webhook"), client: client, now: time.Now}
+}
+
+// Run delivers due messages until ctx ends, woken by each queued delivery's commit.
+func (s *Sender) Run(ctx context.Context) {
+	wake := eventstore.Listen(ctx, s.pool, s.logger)
+	queued, cancel := wake.Subscribe(Topic)
+	defer cancel()
+	poll := time.NewTicker(s.cfg.Poll)
+	defer poll.Stop()
+	for {
+		for s.SendDue(ctx) > 0 {
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-queued:
+		case <-poll.C:
+		}
+	}
+}
+
+type due struct {
+	id, url, secret, eventType string
+	payload                    []byte
+	attempts                   int
+}
+
+// SendDue claims up to ten due deliveries and tries each; it returns how many.
+func (s *Sender) SendDue(ctx context.Context) int {
+	// The claim moves the next try past the timeout, so a sender that dies mid-try
+	// leaves the delivery to be tried again then, by any server.
+	rows, err := s.pool.Query(ctx, `UPDATE webhook_deliveries d SET attempts = d.attempts + 1,
+			next_attempt_at = now() + $1::interval
+		FROM (SELECT delivery_id FROM webhook_deliveries
+		      WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()
+		      ORDER BY next_attempt_at LIMIT 10 FOR UPDATE SKIP LOCKED) c, webhook_endpoints e
+		WHERE d.delivery_id = c.delivery_id AND e.endpoint_id = d.endpoint_id
+		RETURNING d.delivery_id, e.url, e.secret, d.event_type, d.payload::text, d.attempts`, (2 * s.cfg.Timeout).String())
+	if err != nil {
+		if ctx.Err() == nil {
+			s.logger.Warn("claim webhook deliveries", "err", err)
+		}
+		return 0
+	}
+	claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
+		var d due
+		var payload string
+		err := r.Scan(&d.id, &d.url, &d.secret, &d.eventType, &payload, &d.attempts)
+		d.payload = []byte(payload)
+		return d, err
+	})
+	if err != nil {
+		s.logger.Warn("claim webhook deliveries", "err", err)
+		return 0
+	}
+	for _, d := range claimed {
+		s.try(ctx, d)
+	}
+	return len(claimed)
+}
+
+// try sends one delivery and records how it went.
+func (s *Sender) try(ctx context.Context, d due) {
+	status, err := s.post(ctx, d)
+	switch {
+	case err == nil && status/100 == 2:
+		_, err = s.pool.Exec(ctx, `UPDATE webhook_deliveries SET delivered_at = now(), last_status = $2, last_error = NULL
+			WHERE delivery_id = $1`, d.id, status)
+	default:
+		msg := fmt.Sprintf("HTTP %d", status)
+		if err != nil {
+			msg = err.Error()
+		}
+		var statusArg *int
+		if status != 0 {
+			statusArg = &status
+		}
+		wait := min(s.cfg.RetryBase<<min(d.attempts-1, 20), time.Hour)
+		_, err = s.pool.Exec(ctx, `UPDATE webhook_deliveries SET last_status = $2, last_error = $3,
+				next_attempt_at = now() + $4::interval, failed_at = CASE WHEN attempts >= $5 THEN now() END
+			WHERE delivery_id = $1`, d.id, statusArg, msg, wait.String(), s.cfg.MaxAttempts)
+	}
+	if err != nil && ctx.Err() == nil {
+		s.logger.Warn("record webhook delivery", "delivery_id", d.id, "err", err)
+	}
+}
+
+// post sends the delivery's envelope, signed, and returns the answer's status.
+func (s *Sender) post(ctx context.Context, d due) (int, error) {
+	body := []byte(fmt.Sprintf(`{"id":%q,"type":%q,"attempt":%d,"data":%s}`, d.id, d.eventType, d.attempts, d.payload))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "chessd-webhooks/1")
+	req.Header.Set("Chessd-Delivery", d.id)
+	req.Header.Set("Chessd-Signature", Sign(d.secret, s.now(), body))
+	res, err := s.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10)) //nolint:errcheck // drained for the connection's reuse
+	return res.StatusCode, nil
+}
