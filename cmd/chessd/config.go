@@ -36,8 +36,8 @@ type config struct {
 	// InsecureWebhooks accepts http:// webhook URLs and delivers to private addresses
 	// (development only).
 	InsecureWebhooks bool
-	NoExecutor   bool
-	Meter        ledger.MeterConfig
+	NoExecutor       bool
+	Meter            ledger.MeterConfig
 }
 
 func loadConfig(getenv func(string) string) (config, error) {

@@ -18,9 +18,9 @@ import (
 	"chessd/httpapi"
 	"chessd/ledger"
 	"chessd/mail"
-	"chessd/webhook"
 	"chessd/projections"
 	"chessd/ratelimit"
+	"chessd/webhook"
 )
 
 // core is what both serve and worker run on: the database, the engines, the command
