@@ -43,7 +43,8 @@ func (e *env) caughtUp() {
 		}
 		var behind int
 		err = e.pool.QueryRow(ctx, `SELECT count(*) FROM events ev WHERE ev.stream_type = 'ledger'
-			AND NOT EXISTS (SELECT 1 FROM charges c WHERE c.position = ev.position)`).Scan(&behind)
+			AND NOT EXISTS (SELECT 1 FROM charges c WHERE c.position = ev.position)
+			AND NOT EXISTS (SELECT 1 FROM credits c WHERE c.position = ev.position)`).Scan(&behind)
 		if err != nil {
 			e.t.Fatal(err)
 		}

@@ -33,6 +33,7 @@ var layer = map[string]int{
 	"projections":     4,
 	"mail":            4, // sends the outbox the commands fill
 	"webhook":         4, // signed deliveries to customers' endpoints
+	"alerts":          5, // budget thresholds, told by webhook
 	"auth":            5, // reads the write side through commands
 	"analysis":        5, // uses the engines
 	"httpapi":         6,

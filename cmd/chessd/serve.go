@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"chessd/alerts"
 	"chessd/analysis"
 	"chessd/auth"
 	"chessd/commands"
@@ -93,6 +94,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	go expireOldRows(ctx, db, logger)
 	go mail.NewSender(cfg.Mail, db.pool, logger).Run(ctx) // the outbox: SMTP when configured, else the log
 	go webhook.NewSender(webhook.Config{AllowPrivate: cfg.InsecureWebhooks}, db.pool, logger).Run(ctx)
+	go alerts.Run(ctx, db.pool, 5*time.Second, logger) // budget thresholds crossed, told by webhook
 	go projections.PruneLoop(ctx, db.pool, busConsumers(), time.Minute, logger)
 	execDone := make(chan error, 1)
 	if cfg.NoExecutor {
