@@ -29,10 +29,31 @@ func queueNotify(b *pgx.Batch, topic string) {
 // whose readers wait for it).
 func QueueNotify(b *pgx.Batch, topic string) { queueNotify(b, topic) }
 
-// Notify is queueNotify for a publisher outside this package (the command bus).
-func Notify(ctx context.Context, tx pgx.Tx, topic string) error {
-	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, topic)
+// Notify is queueNotify for a publisher outside this package (the command bus, the
+// mail outbox, webhook deliveries): inside a transaction it is delivered at commit.
+func Notify(ctx context.Context, q Querier, topic string) error {
+	_, err := q.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, topic)
 	return err
+}
+
+// Drain calls work until it reports nothing done, then again whenever topic is
+// announced and at least every poll, until ctx ends: the loop of a sender of rows
+// other transactions queue (the mail outbox, webhook deliveries).
+func Drain(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, topic string, poll time.Duration, work func(context.Context) int) {
+	queued, cancel := Listen(ctx, pool, logger).Subscribe(topic)
+	defer cancel()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		for work(ctx) > 0 {
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-queued:
+		case <-tick.C:
+		}
+	}
 }
 
 // Wakeups listens on NotifyChannel over a connection of its own and wakes the waiting

@@ -77,21 +77,7 @@ type message struct {
 
 // Run sends due messages until ctx ends, woken by each queued message's commit.
 func (s *Sender) Run(ctx context.Context) {
-	wake := eventstore.Listen(ctx, s.pool, s.logger)
-	queued, cancel := wake.Subscribe(commands.TopicMail)
-	defer cancel()
-	poll := time.NewTicker(s.cfg.Poll)
-	defer poll.Stop()
-	for {
-		for s.SendDue(ctx) > 0 {
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-queued:
-		case <-poll.C:
-		}
-	}
+	eventstore.Drain(ctx, s.pool, s.logger, commands.TopicMail, s.cfg.Poll, s.SendDue)
 }
 
 // SendDue claims up to ten due messages and sends them; it returns how many it tried.

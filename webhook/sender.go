@@ -66,21 +66,7 @@ func NewSender(cfg Config, pool *pgxpool.Pool, logger *slog.Logger) *Sender {
 
 // Run delivers due messages until ctx ends, woken by each queued delivery's commit.
 func (s *Sender) Run(ctx context.Context) {
-	wake := eventstore.Listen(ctx, s.pool, s.logger)
-	queued, cancel := wake.Subscribe(Topic)
-	defer cancel()
-	poll := time.NewTicker(s.cfg.Poll)
-	defer poll.Stop()
-	for {
-		for s.SendDue(ctx) > 0 {
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-queued:
-		case <-poll.C:
-		}
-	}
+	eventstore.Drain(ctx, s.pool, s.logger, Topic, s.cfg.Poll, s.SendDue)
 }
 
 type due struct {

@@ -127,7 +127,7 @@ func Enqueue(ctx context.Context, q eventstore.Querier, accountID, env, endpoint
 	if endpointID != "" && len(ids) == 0 {
 		return nil, domain.Errorf(domain.CodeNotFound, "no webhook endpoint %q on this account", endpointID)
 	}
-	if _, err := q.Exec(ctx, `SELECT pg_notify($1, $2)`, eventstore.NotifyChannel, Topic); err != nil {
+	if err := eventstore.Notify(ctx, q, Topic); err != nil {
 		return nil, err
 	}
 	return ids, nil
