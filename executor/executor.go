@@ -365,7 +365,9 @@ func (x *Executor) recordJob(ctx context.Context, jobID string, ts []*task) {
 	case errors.Is(err, commands.ErrNotClaimable):
 		x.dropJob(jobID) // it ended (cancelled, failed elsewhere): stop its other searches
 	case err != nil && ctx.Err() == nil:
-		log.Error("record positions", "err", err) // the leases run out and the positions are redone
+		// not a passing failure (persist retried those): recording again would fail
+		// again, so the job fails rather than being redone for ever
+		x.fail(ts[0], err)
 	}
 }
 
