@@ -112,10 +112,7 @@ func publishCommand(ctx context.Context, tx *eventstore.Tx, cmd SubmitJobCommand
 func (h *Handler) CancelJob(ctx context.Context, actor Actor, jobID string) (*domain.Job, error) {
 	var out *domain.Job
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		if err := lockJob(ctx, tx, jobID); err != nil {
-			return err
-		}
-		j, err := LoadJob(ctx, tx, jobID)
+		j, err := loadLockedJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}
@@ -173,10 +170,7 @@ type Position struct {
 func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, worker string, ps []Position) (*domain.Job, error) {
 	var out *domain.Job
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		if err := lockJob(ctx, tx, jobID); err != nil {
-			return err
-		}
-		j, err := LoadJob(ctx, tx, jobID)
+		j, err := loadLockedJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}
@@ -240,10 +234,7 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 func (h *Handler) FailJob(ctx context.Context, jobID, worker string, problem *domain.Error) (*domain.Job, error) {
 	var out *domain.Job
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		if err := lockJob(ctx, tx, jobID); err != nil {
-			return err
-		}
-		j, err := LoadJob(ctx, tx, jobID)
+		j, err := loadLockedJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}

@@ -55,11 +55,14 @@ func release(ctx context.Context, tx *eventstore.Tx, jobID string, index int, wo
 	return tag.RowsAffected() == 1, nil
 }
 
-// lockJob makes the transactions that change one job's stream (recorders on several
-// workers, a cancel, a start) take turns instead of failing on each other's versions.
-func lockJob(ctx context.Context, tx *eventstore.Tx, jobID string) error {
-	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, domain.JobStream(jobID))
-	return err
+// loadLockedJob loads a job inside tx after taking its transaction-scoped lock: the
+// transactions that change one job's stream (recorders on several workers, a cancel,
+// a start, a failure) take turns instead of failing on each other's versions.
+func loadLockedJob(ctx context.Context, tx *eventstore.Tx, jobID string) (*domain.Job, error) {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, domain.JobStream(jobID)); err != nil {
+		return nil, fmt.Errorf("lock job %s: %w", jobID, err)
+	}
+	return LoadJob(ctx, tx, jobID)
 }
 
 // TakePositions gives worker up to n positions, each leased for lease: free ones and
@@ -140,10 +143,7 @@ func (h *Handler) RenewPositions(ctx context.Context, worker string, held []Slot
 func (h *Handler) StartJob(ctx context.Context, jobID, worker string, tookOver bool) (*domain.Job, error) {
 	var out *domain.Job
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		if err := lockJob(ctx, tx, jobID); err != nil {
-			return err
-		}
-		j, err := LoadJob(ctx, tx, jobID)
+		j, err := loadLockedJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}
