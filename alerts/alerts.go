@@ -28,7 +28,7 @@ func Check(ctx context.Context, pool *pgxpool.Pool) ([]ledger.Crossing, error) {
 		for _, c := range cs {
 			if _, err := webhook.Enqueue(ctx, tx, c.AccountID, c.Env, "", "budget.threshold", map[string]any{
 				"key_id": c.KeyID, "threshold_percent": c.Threshold, "budget_units": c.Budget, "spent_units": c.Spent,
-				"at": time.Now().UTC().Format(time.RFC3339Nano),
+				"budget_period": c.Period, "period_start": c.PeriodStart, "at": time.Now().UTC().Format(time.RFC3339Nano),
 			}); err != nil {
 				return err
 			}

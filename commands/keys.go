@@ -51,7 +51,7 @@ func (h *Handler) Signup(ctx context.Context, s domain.Signup, requestID string)
 		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, md, event(key)); err != nil {
 			return err
 		}
-		if err := openBalance(ctx, tx, key); err != nil {
+		if err := openBalance(ctx, tx, key, "UTC"); err != nil {
 			return err
 		}
 		return h.queueVerification(ctx, tx, accountID, created.Email, now)
@@ -79,7 +79,11 @@ func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettin
 		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, actor.meta(), event(created)); err != nil {
 			return err
 		}
-		return openBalance(ctx, tx, created)
+		acct, err := LoadAccount(ctx, tx, by.AccountID())
+		if err != nil {
+			return err
+		}
+		return openBalance(ctx, tx, created, acct.Timezone())
 	})
 	if err != nil {
 		return nil, "", err
@@ -133,17 +137,18 @@ func acting(ctx context.Context, tx *eventstore.Tx, actor Actor) (*domain.Key, d
 	return by, left, err
 }
 
-// headroom is what a key has left, from key_balances (budget less spend, never below
-// 0; nil without a budget), read in the command's transaction. Reservations are left
+// headroom is what a key has left this period, from key_balances (budget less the
+// period's spend, never below 0; nil without a budget), read in the command's
+// transaction. Reservations are left
 // out: they are the key's own calls' leases and jobs' holds, which come and go with
 // its traffic, and a rule of key management must not depend on that timing.
 func headroom(ctx context.Context, tx *eventstore.Tx, keyID string) (domain.Headroom, error) {
 	var h domain.Headroom
 	// greatest() skips NULLs, so the CASE keeps "no budget" apart from "nothing left"
 	err := tx.QueryRow(ctx, `SELECT
-			CASE WHEN budget_units IS NOT NULL THEN greatest(0, budget_units - spent_units) END,
-			CASE WHEN budget_usd IS NOT NULL THEN greatest(0, budget_usd - spent_usd) END
-		FROM key_balances WHERE key_id = $1`, keyID).Scan(&h.Units, &h.USD)
+			CASE WHEN budget_units IS NOT NULL THEN greatest(0, budget_units - period_units) END,
+			CASE WHEN budget_usd IS NOT NULL THEN greatest(0, budget_usd - period_usd) END
+		FROM key_periods WHERE key_id = $1`, keyID).Scan(&h.Units, &h.USD)
 	if err != nil {
 		return h, fmt.Errorf("balance of key %s: %w", keyID, err)
 	}
@@ -186,8 +191,8 @@ func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide f
 		k.Apply(e)
 		if u, ok := e.(*domain.KeyUpdated); ok {
 			// The budget the charge path checks moves with the key, in this transaction.
-			if _, err := tx.Exec(ctx, `UPDATE key_balances SET budget_units = $2, budget_usd = $3 WHERE key_id = $1`,
-				keyID, u.BudgetUnits, u.BudgetUSD); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT meter_set_budget($1, $2, $3, $4)`,
+				keyID, u.BudgetUnits, u.BudgetUSD, string(k.BudgetPeriod())); err != nil {
 				return err
 			}
 		}
@@ -196,12 +201,53 @@ func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide f
 	return out, err
 }
 
-// openBalance creates the row the charge path checks budgets against. It is write-side
-// state kept with the key's events in one transaction (docs/ARCHITECTURE.md).
-func openBalance(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated) error {
-	_, err := tx.Exec(ctx, `INSERT INTO key_balances (key_id, account_id, env, budget_units, budget_usd) VALUES ($1, $2, $3, $4, $5)`,
-		k.KeyID, k.AccountID, k.Env, k.BudgetUnits, k.BudgetUSD)
+// openBalance creates the row the charge path checks budgets against, with its first
+// period in the account's zone tz. It is write-side state kept with the key's events in
+// one transaction (docs/ARCHITECTURE.md).
+func openBalance(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated, tz string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO key_balances (key_id, account_id, env, budget_units, budget_usd, budget_period, tz,
+			period_start, period_end)
+		SELECT $1, $2, $3, $4, $5, $6, $7, n.period_start, n.period_end
+		  FROM (SELECT) one LEFT JOIN budget_period_bounds($6, $7, now()) n ON true`,
+		k.KeyID, k.AccountID, k.Env, k.BudgetUnits, k.BudgetUSD, string(k.BudgetPeriod), tz)
 	return err
+}
+
+// SetTimezone moves an account to another IANA zone: budgets by period start again at
+// its midnights from their next period on (the current one keeps its end, so a change
+// of zone never starts a budget over early).
+func (h *Handler) SetTimezone(ctx context.Context, actor Actor, tz string) (*domain.Account, error) {
+	if err := domain.ValidateTimezone(tz); err != nil {
+		return nil, err
+	}
+	var out *domain.Account
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		// the database computes the periods: it must know the zone too
+		var known bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $1)`, tz).Scan(&known); err != nil {
+			return err
+		}
+		if !known {
+			return domain.Invalid("timezone", "is not a time zone this service's database knows")
+		}
+		a, err := LoadAccount(ctx, tx, actor.Key.AccountID())
+		if err != nil {
+			return err
+		}
+		out = a
+		e, err := a.SetTimezone(tz, h.now())
+		if err != nil || e == nil {
+			return err
+		}
+		if err := tx.Append(ctx, domain.AccountStream(a.ID()), domain.StreamAccount, a.Version(), actor.meta(), event(e)); err != nil {
+			return err
+		}
+		a.Apply(e)
+		_, err = tx.Exec(ctx, `UPDATE key_balances SET tz = $2 WHERE key_id IN
+			(SELECT key_id FROM key_balances WHERE account_id = $1 ORDER BY key_id FOR UPDATE)`, a.ID(), tz)
+		return err
+	})
+	return out, err
 }
 
 // ChangePlan moves an account to another plan: an operator's command while paid

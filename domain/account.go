@@ -53,11 +53,46 @@ type EmailVerified struct {
 	VerifiedAt time.Time `json:"verified_at"`
 }
 
+// TimezoneSet: the account's calendar (budgets by period start again at its
+// midnights) is now this IANA zone.
+type TimezoneSet struct {
+	Timezone string    `json:"timezone"`
+	SetAt    time.Time `json:"set_at"`
+}
+
+func (*TimezoneSet) EventType() string { return "TimezoneSet" }
+
+// SetTimezone moves the account to zone tz; nil when it is already there.
+func (a *Account) SetTimezone(tz string, now time.Time) (*TimezoneSet, error) {
+	if err := ValidateTimezone(tz); err != nil {
+		return nil, err
+	}
+	if tz == a.Timezone() {
+		return nil, nil
+	}
+	return &TimezoneSet{Timezone: tz, SetAt: now}, nil
+}
+
+// ValidateTimezone accepts IANA zone names (and UTC), not offsets or abbreviations:
+// a calendar needs the zone's daylight-saving rules.
+func ValidateTimezone(tz string) error {
+	if tz == "" || tz == "Local" || len(tz) > 64 {
+		return Invalid("timezone", "must be an IANA time zone such as Europe/Paris or UTC")
+	}
+	if _, err := time.LoadLocation(tz); err != nil {
+		return Invalid("timezone", "is not a known IANA time zone (for example America/New_York)")
+	}
+	return nil
+}
+
 func (*AccountCreated) EventType() string { return "AccountCreated" }
 func (*EmailClaimed) EventType() string   { return "EmailClaimed" }
 func (*EmailVerified) EventType() string  { return "EmailVerified" }
 
-func init() { RegisterEvent("EmailVerified", func() Event { return &EmailVerified{} }) }
+func init() {
+	RegisterEvent("EmailVerified", func() Event { return &EmailVerified{} })
+	RegisterEvent("TimezoneSet", func() Event { return &TimezoneSet{} })
+}
 
 // Verify marks the account's address verified at now; nil when it already is (a
 // second verification changes nothing).
@@ -79,6 +114,7 @@ type Account struct {
 	email    string
 	plan     Plan
 	verified bool
+	timezone string // "" is UTC
 	version  int64
 }
 
@@ -87,7 +123,15 @@ func (a *Account) Email() string  { return a.email }
 func (a *Account) Plan() Plan     { return a.plan }
 func (a *Account) Version() int64 { return a.version }
 func (a *Account) Verified() bool { return a.verified }
-func (a *Account) Exists() bool   { return a.version > 0 }
+
+// Timezone is the account's IANA zone: its calendar for budgets by period.
+func (a *Account) Timezone() string {
+	if a.timezone == "" {
+		return "UTC"
+	}
+	return a.timezone
+}
+func (a *Account) Exists() bool { return a.version > 0 }
 
 // NormalizeEmail validates an address and returns its canonical form (trimmed, lower
 // case) used for uniqueness.
@@ -157,5 +201,7 @@ func (a *Account) apply(e Event) {
 		a.plan, _ = ParsePlan(e.Plan)
 	case *EmailVerified:
 		a.verified = true
+	case *TimezoneSet:
+		a.timezone = e.Timezone
 	}
 }

@@ -81,9 +81,11 @@ type KeyCreated struct {
 	Env         string           `json:"env"`
 	BudgetUnits *int64           `json:"budget_units"`
 	BudgetUSD   *decimal.Decimal `json:"budget_usd"`
-	Prefix      string           `json:"prefix"`
-	SecretHash  string           `json:"secret_hash"` // hex HMAC-SHA-256 of the secret
-	CreatedAt   time.Time        `json:"created_at"`
+	// BudgetPeriod: "" (events before periods) is PeriodTotal.
+	BudgetPeriod BudgetPeriod `json:"budget_period,omitempty"`
+	Prefix       string       `json:"prefix"`
+	SecretHash   string       `json:"secret_hash"` // hex HMAC-SHA-256 of the secret
+	CreatedAt    time.Time    `json:"created_at"`
 }
 
 // KeyUpdated carries the key's settings after the change, whole.
@@ -92,7 +94,9 @@ type KeyUpdated struct {
 	Scopes      []Scope          `json:"scopes"`
 	BudgetUnits *int64           `json:"budget_units"`
 	BudgetUSD   *decimal.Decimal `json:"budget_usd"`
-	UpdatedAt   time.Time        `json:"updated_at"`
+	// BudgetPeriod: "" (events before periods) is PeriodTotal.
+	BudgetPeriod BudgetPeriod `json:"budget_period,omitempty"`
+	UpdatedAt    time.Time    `json:"updated_at"`
 }
 
 type KeyRotated struct {
@@ -133,6 +137,7 @@ type Key struct {
 	env                          Env
 	budgetUnits                  *int64
 	budgetUSD                    *decimal.Decimal
+	budgetPeriod                 BudgetPeriod
 	status                       KeyStatus
 	secrets                      []Secret
 	createdAt                    time.Time
@@ -148,6 +153,7 @@ func (k *Key) Scopes() []Scope                 { return slices.Clone(k.scopes) }
 func (k *Key) Env() Env                        { return k.env }
 func (k *Key) BudgetUnits() *int64             { return k.budgetUnits }
 func (k *Key) BudgetUSD() *decimal.Decimal     { return k.budgetUSD }
+func (k *Key) BudgetPeriod() BudgetPeriod      { return k.budgetPeriod.orTotal() }
 func (k *Key) Status() KeyStatus               { return k.status }
 func (k *Key) CreatedAt() time.Time            { return k.createdAt }
 func (k *Key) RotatedAt() *time.Time           { return k.rotatedAt }
@@ -173,6 +179,45 @@ type KeySettings struct {
 	Env         Env
 	BudgetUnits *int64
 	BudgetUSD   *decimal.Decimal
+	Period      BudgetPeriod // "" is PeriodTotal
+}
+
+// BudgetPeriod is how long a key's budgets last before they start again: the key's
+// whole life, or each calendar day or month of the account's time zone.
+type BudgetPeriod string
+
+const (
+	PeriodTotal BudgetPeriod = "total"
+	PeriodMonth BudgetPeriod = "month"
+	PeriodDay   BudgetPeriod = "day"
+)
+
+// ParseBudgetPeriod reads a period as the API writes it.
+func ParseBudgetPeriod(s string) (BudgetPeriod, bool) {
+	switch p := BudgetPeriod(s); p {
+	case PeriodTotal, PeriodMonth, PeriodDay:
+		return p, true
+	}
+	return "", false
+}
+
+func (p BudgetPeriod) orTotal() BudgetPeriod {
+	if p == "" {
+		return PeriodTotal
+	}
+	return p
+}
+
+// reach orders periods by what one budget amount lets a key spend over time: a budget
+// that starts again each day reaches furthest.
+func (p BudgetPeriod) reach() int {
+	switch p {
+	case PeriodDay:
+		return 2
+	case PeriodMonth:
+		return 1
+	}
+	return 0
 }
 
 // ValidateBudgets checks the budget values a client may set.
@@ -188,6 +233,12 @@ func ValidateBudgets(p *Problems, units *int64, usd *decimal.Decimal) {
 		} else if usd.GreaterThan(decimal.New(1, 9)) {
 			p.Add("budget_usd", "must be at most 1000000000")
 		}
+	}
+}
+
+func validatePeriod(p *Problems, period BudgetPeriod) {
+	if _, ok := ParseBudgetPeriod(string(period)); !ok {
+		p.Add("budget_period", "must be total, month or day")
 	}
 }
 
@@ -228,13 +279,22 @@ func grantable(actor *Key, left Headroom, scopes []Scope, env Env, b budgetChang
 			return Errorf(CodeScope, "this key cannot grant the scope %q, which it does not hold", s)
 		}
 	}
+	if b.afterPeriod != b.beforePeriod {
+		// a budget that starts again on other days is granted anew
+		b.setUnits = b.setUnits || b.afterUnits != nil
+		b.setUSD = b.setUSD || b.afterUSD != nil
+	}
+	units := grant{field: "budget_units", left: decimalOf(left.Units), isNew: b.isNew, before: decimalOf(b.beforeUnits),
+		after: decimalOf(b.afterUnits), beforePeriod: b.beforePeriod, afterPeriod: b.afterPeriod, actorPeriod: actor.BudgetPeriod()}
 	if b.setUnits {
-		if err := fits("budget_units", decimalOf(left.Units), b.isNew, decimalOf(b.beforeUnits), decimalOf(b.afterUnits)); err != nil {
+		if err := units.fits(); err != nil {
 			return err
 		}
 	}
 	if b.setUSD {
-		return fits("budget_usd", left.USD, b.isNew, b.beforeUSD, b.afterUSD)
+		usd := units
+		usd.field, usd.left, usd.before, usd.after = "budget_usd", left.USD, b.beforeUSD, b.afterUSD
+		return usd.fits()
 	}
 	return nil
 }
@@ -245,6 +305,8 @@ type budgetChange struct {
 	setUnits, setUSD        bool // the request sets this budget
 	beforeUnits, afterUnits *int64
 	beforeUSD, afterUSD     *decimal.Decimal
+	beforePeriod            BudgetPeriod
+	afterPeriod             BudgetPeriod
 }
 
 func decimalOf(v *int64) *decimal.Decimal {
@@ -255,26 +317,42 @@ func decimalOf(v *int64) *decimal.Decimal {
 	return &d
 }
 
-// fits checks a budget a key would get (after; nil: none) against what the actor has
-// left of that kind (nil: it has no budget of that kind, so any budget is its to give).
-// Tightening an existing key's budget (after no looser than before) grants nothing and
-// is always allowed; anything else must be a budget within left.
-func fits(field string, left *decimal.Decimal, isNew bool, before, after *decimal.Decimal) error {
-	if left == nil {
+// grant is one kind of budget a key would get (after, per afterPeriod; nil: none),
+// against what the actor has left of that kind (nil: it has no budget of that kind,
+// so any budget is its to give) per its own period.
+type grant struct {
+	field                                  string
+	left                                   *decimal.Decimal
+	isNew                                  bool
+	before, after                          *decimal.Decimal
+	beforePeriod, afterPeriod, actorPeriod BudgetPeriod
+}
+
+// fits checks g. Tightening an existing key's budget (after no looser than before,
+// over a period that reaches no further) grants nothing and is always allowed;
+// anything else must be a budget within left, starting again no more often than the
+// actor's own.
+func (g grant) fits() error {
+	if g.left == nil {
 		return nil
 	}
-	if !isNew && after != nil && (before == nil || after.LessThanOrEqual(*before)) {
+	if !g.isNew && g.after != nil && (g.before == nil ||
+		(g.after.LessThanOrEqual(*g.before) && g.afterPeriod.reach() <= g.beforePeriod.reach())) {
 		return nil
 	}
-	have := left.String() + " units"
-	if field == "budget_usd" {
-		have = "$" + left.StringFixed(6)
+	have := g.left.String() + " units"
+	if g.field == "budget_usd" {
+		have = "$" + g.left.StringFixed(6)
 	}
-	if after == nil {
-		return Errorf(CodeScope, "%s: this key is budgeted (%s left), so it cannot give a key no budget", field, have)
+	if g.after == nil {
+		return Errorf(CodeScope, "%s: this key is budgeted (%s left), so it cannot give a key no budget", g.field, have)
 	}
-	if after.GreaterThan(*left) {
-		return Errorf(CodeScope, "%s: this key has %s left, so it cannot give a key more", field, have)
+	if g.after.GreaterThan(*g.left) {
+		return Errorf(CodeScope, "%s: this key has %s left, so it cannot give a key more", g.field, have)
+	}
+	if g.afterPeriod.reach() > g.actorPeriod.reach() {
+		return Errorf(CodeScope, "%s: this key's budget is per %s, so it cannot give a budget that starts again each %s",
+			g.field, g.actorPeriod, g.afterPeriod)
 	}
 	return nil
 }
@@ -307,16 +385,18 @@ func NewKey(id, accountID string, s KeySettings, actor *Key, left Headroom, pref
 	var p Problems
 	validateLabel(&p, s.Label)
 	ValidateBudgets(&p, s.BudgetUnits, s.BudgetUSD)
+	validatePeriod(&p, s.Period.orTotal())
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
-	b := budgetChange{isNew: true, setUnits: true, setUSD: true, afterUnits: s.BudgetUnits, afterUSD: s.BudgetUSD}
+	b := budgetChange{isNew: true, setUnits: true, setUSD: true, afterUnits: s.BudgetUnits, afterUSD: s.BudgetUSD,
+		beforePeriod: s.Period.orTotal(), afterPeriod: s.Period.orTotal()}
 	if err := grantable(actor, left, s.Scopes, s.Env, b); err != nil {
 		return nil, err
 	}
 	return &KeyCreated{
 		KeyID: id, AccountID: accountID, Label: s.Label, Scopes: s.Scopes, Env: s.Env.String(),
-		BudgetUnits: s.BudgetUnits, BudgetUSD: s.BudgetUSD, Prefix: prefix,
+		BudgetUnits: s.BudgetUnits, BudgetUSD: s.BudgetUSD, BudgetPeriod: s.Period.orTotal(), Prefix: prefix,
 		SecretHash: hex.EncodeToString(secretHash), CreatedAt: now,
 	}, nil
 }
@@ -329,6 +409,7 @@ type KeyChange struct {
 	BudgetUSD        *decimal.Decimal
 	ClearBudgetUnits bool
 	ClearBudgetUSD   bool
+	BudgetPeriod     BudgetPeriod // "": unchanged
 }
 
 // Update applies a change made by actor, which has left to spend. A budget below what
@@ -340,7 +421,11 @@ func (k *Key) Update(c KeyChange, actor *Key, left Headroom, now time.Time) (*Ke
 	if k.status == StatusRevoked {
 		return nil, Errorf(CodeConflict, "key %s is revoked; a revoked key cannot change", k.id)
 	}
-	e := &KeyUpdated{Label: k.label, Scopes: k.scopes, BudgetUnits: k.budgetUnits, BudgetUSD: k.budgetUSD, UpdatedAt: now}
+	e := &KeyUpdated{Label: k.label, Scopes: k.scopes, BudgetUnits: k.budgetUnits, BudgetUSD: k.budgetUSD,
+		BudgetPeriod: k.BudgetPeriod(), UpdatedAt: now}
+	if c.BudgetPeriod != "" {
+		e.BudgetPeriod = c.BudgetPeriod
+	}
 	if c.Label != nil {
 		e.Label = *c.Label
 	}
@@ -362,11 +447,13 @@ func (k *Key) Update(c KeyChange, actor *Key, left Headroom, now time.Time) (*Ke
 	var p Problems
 	validateLabel(&p, e.Label)
 	ValidateBudgets(&p, e.BudgetUnits, e.BudgetUSD)
+	validatePeriod(&p, e.BudgetPeriod)
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
 	b := budgetChange{setUnits: c.ClearBudgetUnits || c.BudgetUnits != nil, setUSD: c.ClearBudgetUSD || c.BudgetUSD != nil,
-		beforeUnits: k.budgetUnits, afterUnits: e.BudgetUnits, beforeUSD: k.budgetUSD, afterUSD: e.BudgetUSD}
+		beforeUnits: k.budgetUnits, afterUnits: e.BudgetUnits, beforeUSD: k.budgetUSD, afterUSD: e.BudgetUSD,
+		beforePeriod: k.BudgetPeriod(), afterPeriod: e.BudgetPeriod}
 	if err := grantable(actor, left, c.Scopes, k.env, b); err != nil {
 		return nil, err
 	}
@@ -396,6 +483,10 @@ func (k *Key) Rotate(actor *Key, left, own Headroom, prefix string, secretHash [
 		}
 		if err := within("USD", left.USD, own.USD, k.id); err != nil {
 			return nil, err
+		}
+		if (left.Units != nil || left.USD != nil) && k.BudgetPeriod().reach() > actor.BudgetPeriod().reach() {
+			return nil, Errorf(CodeScope, "key %s's budget starts again each %s and this key's is per %s: its secret would spend more than this key may",
+				k.id, k.BudgetPeriod(), actor.BudgetPeriod())
 		}
 	}
 	var current []byte
@@ -468,12 +559,13 @@ func (k *Key) Apply(e Event) {
 	switch e := e.(type) {
 	case *KeyCreated:
 		k.id, k.accountID, k.label, k.prefix = e.KeyID, e.AccountID, e.Label, e.Prefix
-		k.scopes, k.budgetUnits, k.budgetUSD = e.Scopes, e.BudgetUnits, e.BudgetUSD
+		k.scopes, k.budgetUnits, k.budgetUSD, k.budgetPeriod = e.Scopes, e.BudgetUnits, e.BudgetUSD, e.BudgetPeriod.orTotal()
 		k.env, _ = ParseEnv(e.Env)
 		k.status, k.createdAt = StatusActive, e.CreatedAt
 		k.secrets = []Secret{{Hash: unhex(e.SecretHash)}}
 	case *KeyUpdated:
 		k.label, k.scopes, k.budgetUnits, k.budgetUSD = e.Label, e.Scopes, e.BudgetUnits, e.BudgetUSD
+		k.budgetPeriod = e.BudgetPeriod.orTotal()
 	case *KeyRotated:
 		var kept []Secret
 		for _, s := range k.secrets {

@@ -58,3 +58,52 @@ func TestBudgetRule(t *testing.T) {
 		})
 	}
 }
+
+// Periods in the budget rule: a budget that starts again more often reaches further, so
+// a budgeted key gives none that starts again more often than its own, and changing a
+// key to a longer reach is a grant even at the same amount.
+func TestBudgetPeriodRule(t *testing.T) {
+	now := time.Now()
+	monthly := RehydrateKey([]Event{&KeyCreated{KeyID: "key_m", AccountID: "acct_1", Scopes: AllScopes, Env: "live",
+		BudgetUnits: ptr[int64](100), BudgetPeriod: PeriodMonth}})
+	left := Headroom{Units: ptr[int64](40)}
+	monthTarget := RehydrateKey([]Event{&KeyCreated{KeyID: "key_t", AccountID: "acct_1", Scopes: []Scope{ScopeEval}, Env: "live",
+		BudgetUnits: ptr[int64](30), BudgetPeriod: PeriodMonth}})
+	dayTarget := RehydrateKey([]Event{&KeyCreated{KeyID: "key_d", AccountID: "acct_1", Scopes: []Scope{ScopeEval}, Env: "live",
+		BudgetUnits: ptr[int64](90), BudgetPeriod: PeriodDay}})
+	smallDay := RehydrateKey([]Event{&KeyCreated{KeyID: "key_s", AccountID: "acct_1", Scopes: []Scope{ScopeEval}, Env: "live",
+		BudgetUnits: ptr[int64](10), BudgetPeriod: PeriodDay}})
+	create := func(p BudgetPeriod, units int64) KeySettings {
+		return KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUnits: ptr(units), Period: p}
+	}
+	cases := []struct {
+		name string
+		key  *Key
+		set  KeySettings
+		c    KeyChange
+		ok   bool
+	}{
+		{"create per month within", nil, create(PeriodMonth, 40), KeyChange{}, true},
+		{"create for life within", nil, create(PeriodTotal, 40), KeyChange{}, true},
+		{"create per day", nil, create(PeriodDay, 1), KeyChange{}, false},
+		{"month to day, same amount", monthTarget, KeySettings{}, KeyChange{BudgetPeriod: PeriodDay}, false},
+		{"month to total", monthTarget, KeySettings{}, KeyChange{BudgetPeriod: PeriodTotal}, true},
+		{"day to month, lower", dayTarget, KeySettings{}, KeyChange{BudgetPeriod: PeriodMonth, BudgetUnits: ptr[int64](50)}, true},
+		{"lower a daily key", dayTarget, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](80)}, true},
+		{"raise a daily key within left", smallDay, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](20)}, false},
+		{"an unknown period", monthTarget, KeySettings{}, KeyChange{BudgetPeriod: "week"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if tc.key == nil {
+				_, err = NewKey("key_n", "acct_1", tc.set, monthly, left, "ce_live_x", []byte{1}, now)
+			} else {
+				_, err = tc.key.Update(tc.c, monthly, left, now)
+			}
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}

@@ -82,7 +82,9 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		k := map[string]any{"key_id": b.KeyID, "env": b.Env, "spent_units": b.SpentUnits, "spent_usd": usd(b.SpentUSD),
-			"held_units": b.HeldUnits, "held_usd": usd(b.HeldUSD),
+			"held_units": b.HeldUnits, "held_usd": usd(b.HeldUSD), "budget_period": b.Period,
+			"period_start": utc(b.PeriodStart), "period_end": utc(b.PeriodEnd),
+			"period_spent_units": b.PeriodUnits, "period_spent_usd": usd(b.PeriodUSD),
 			"budget_units": b.BudgetUnits, "budget_usd": nil, "remaining_units": b.RemainingUnits(), "remaining_usd": nil}
 		if b.BudgetUSD != nil {
 			k["budget_usd"] = usd(*b.BudgetUSD)
@@ -95,6 +97,7 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 		"email":          acct.Email,
 		"name":           acct.Name,
 		"email_verified": acct.EmailVerified,
+		"timezone":       account(ctx).Timezone(),
 		"plan":           plan.String(),
 		"caps":           limits,
 		"today": map[string]any{"env": env, "units": day.Units, "held_units": day.HeldUnits, "allowance_units": limits.UnitsPerDay,
@@ -104,6 +107,31 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 		"key":        map[string]any{"key_id": key.ID(), "env": key.Env().String(), "scopes": key.Scopes()},
 		"key_spend":  keys,
 	})
+}
+
+// updateMe changes the account's settings: today its time zone, the calendar of its
+// budgets by period.
+func (s *Server) updateMe(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timezone *string `json:"timezone"`
+	}
+	if err := decode(r, &req, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Timezone == nil {
+		s.writeError(w, r, domain.Invalid("body", "names no field to change (timezone)"))
+		return
+	}
+	a, err := s.commands.SetTimezone(r.Context(), s.actor(r), *req.Timezone)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if box, _ := r.Context().Value(ctxPrincipal).(*principalBox); box != nil {
+		box.account = a // the answer shows the account as it is now
+	}
+	s.me(w, r)
 }
 
 // keyRecord is the JSON form of a key (decisions.md, Keys).
@@ -116,6 +144,13 @@ type keyRecord struct {
 	BudgetUSD   *string    `json:"budget_usd"`
 	SpentUnits  int64      `json:"spent_units"`
 	SpentUSD    string     `json:"spent_usd"`
+	Period      string     `json:"budget_period"`
+	// the current period: its bounds (null for "total") and what it spent, which the
+	// budgets cap
+	PeriodStart      *time.Time `json:"period_start"`
+	PeriodEnd        *time.Time `json:"period_end"`
+	PeriodSpentUnits int64      `json:"period_spent_units"`
+	PeriodSpentUSD   string     `json:"period_spent_usd"`
 	Status      string     `json:"status"`
 	Prefix      string     `json:"prefix"`
 	CreatedAt   time.Time  `json:"created_at"`
@@ -139,7 +174,7 @@ func (s *Server) keyRecords(ctx context.Context, accountID string, keys ...proje
 	for _, k := range keys {
 		rec := keyRecord{
 			KeyID: k.KeyID, Label: k.Label, Scopes: k.Scopes, Env: k.Env, BudgetUnits: k.BudgetUnits,
-			SpentUSD: usd(decimal.Zero), Status: k.Status, Prefix: k.Prefix, CreatedAt: k.CreatedAt.UTC(),
+			SpentUSD: usd(decimal.Zero), Period: k.Period, PeriodSpentUSD: usd(decimal.Zero), Status: k.Status, Prefix: k.Prefix, CreatedAt: k.CreatedAt.UTC(),
 			RotatedAt: utc(k.RotatedAt), RevokedAt: utc(k.RevokedAt),
 		}
 		if rec.Scopes == nil {
@@ -151,6 +186,8 @@ func (s *Server) keyRecords(ctx context.Context, accountID string, keys ...proje
 		}
 		if b, ok := spend[k.KeyID]; ok {
 			rec.SpentUnits, rec.SpentUSD, rec.LastUsedAt = b.SpentUnits, usd(b.SpentUSD), utc(b.LastUsedAt)
+			rec.PeriodStart, rec.PeriodEnd = utc(b.PeriodStart), utc(b.PeriodEnd)
+			rec.PeriodSpentUnits, rec.PeriodSpentUSD = b.PeriodUnits, usd(b.PeriodUSD)
 		}
 		out = append(out, rec)
 	}
@@ -215,6 +252,7 @@ type createKeyRequest struct {
 	Scopes      *[]string        `json:"scopes"`
 	BudgetUnits *int64           `json:"budget_units"`
 	BudgetUSD   *decimal.Decimal `json:"budget_usd"`
+	Period      *string          `json:"budget_period"`
 	Env         *string          `json:"env"`
 }
 
@@ -227,6 +265,9 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	}
 	set := domain.KeySettings{Label: req.Label, BudgetUnits: req.BudgetUnits, BudgetUSD: req.BudgetUSD, Env: actor.Env()}
 	var p domain.Problems
+	if req.Period != nil {
+		set.Period = parsePeriod(&p, *req.Period)
+	}
 	if req.Env != nil {
 		env, ok := domain.ParseEnv(*req.Env)
 		if !ok {
@@ -312,12 +353,19 @@ func (s *Server) updateKey(w http.ResponseWriter, r *http.Request) {
 			} else if err := json.Unmarshal(v, &c.BudgetUSD); err != nil {
 				p.Add("budget_usd", "must be a decimal number (or a string such as \"5.00\") or null")
 			}
+		case "budget_period":
+			var period string
+			if err := json.Unmarshal(v, &period); err != nil || isNull {
+				p.Add("budget_period", "must be total, month or day")
+				continue
+			}
+			c.BudgetPeriod = parsePeriod(&p, period)
 		default:
-			p.Add(name, "is not a field that can be changed (label, scopes, budget_units, budget_usd)")
+			p.Add(name, "is not a field that can be changed ("+keyFields+")")
 		}
 	}
 	if len(raw) == 0 {
-		p.Add("body", "names no field to change (label, scopes, budget_units, budget_usd)")
+		p.Add("body", "names no field to change ("+keyFields+")")
 	}
 	if err := p.Err(); err != nil {
 		s.writeError(w, r, err)
@@ -330,6 +378,16 @@ func (s *Server) updateKey(w http.ResponseWriter, r *http.Request) {
 	}
 	s.settle(r.Context(), k)
 	s.writeKey(w, r, http.StatusOK, k, "")
+}
+
+const keyFields = "label, scopes, budget_units, budget_usd, budget_period"
+
+func parsePeriod(p *domain.Problems, s string) domain.BudgetPeriod {
+	period, ok := domain.ParseBudgetPeriod(s)
+	if !ok {
+		p.Add("budget_period", "must be total, month or day")
+	}
+	return period
 }
 
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {

@@ -131,6 +131,7 @@ func (s *Server) routes() {
 	handle("POST", "/billing/checkout", s.authed(domain.ScopeBilling, s.idempotent(s.checkout)))
 	handle("POST", "/billing/portal", s.authed(domain.ScopeBilling, s.idempotent(s.portal)))
 	handle("GET", "/me", s.authed(domain.ScopeUsageRead, s.me))
+	handle("PATCH", "/me", s.authed(domain.ScopeBilling, s.updateMe))
 	handle("POST", "/me/verify-email", s.authed(domain.ScopeUsageRead, s.resendVerification))
 	handle("POST", "/disputes", s.authed(domain.ScopeBilling, s.idempotent(s.openDispute)))
 	handle("GET", "/disputes", s.authed(domain.ScopeUsageRead, s.listDisputes))

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -12,38 +13,43 @@ import (
 // AlertThresholds are the percentages of a key's units budget whose crossing is told.
 var AlertThresholds = []int32{50, 80, 100}
 
-// Crossing is a threshold of a key's budget its spend has just crossed.
+// Crossing is a threshold of a key's budget its spend has just crossed, in the period
+// that starts at PeriodStart (nil for a budget of the key's whole life).
 type Crossing struct {
 	KeyID, AccountID, Env string
 	Threshold             int32
 	Budget, Spent         int64
+	Period                string
+	PeriodStart           *time.Time
 }
 
 // BudgetCrossings records, inside q's transaction, the thresholds crossed since the
-// last call and returns them: each crossing once, whichever server asks first. It
-// first forgets crossings no longer true (a refund lowered the spend, the budget was
-// raised or removed), so they are told again when crossed again.
+// last call and returns them: each crossing once per period, whichever server asks
+// first. It first forgets crossings no longer true (a refund lowered the spend, the
+// budget was raised or removed, a new period began), so they are told again when
+// crossed again.
 func BudgetCrossings(ctx context.Context, q eventstore.Querier) ([]Crossing, error) {
-	if _, err := q.Exec(ctx, `DELETE FROM budget_alerts a USING key_balances b
+	if _, err := q.Exec(ctx, `DELETE FROM budget_alerts a USING key_periods b
 		WHERE a.key_id = b.key_id AND (b.budget_units IS NULL OR b.budget_units <> a.budget
-			OR b.spent_units * 100 < b.budget_units * a.threshold)`); err != nil {
+			OR b.period_units * 100 < b.budget_units * a.threshold
+			OR a.period_start IS DISTINCT FROM b.period_start)`); err != nil {
 		return nil, fmt.Errorf("budget alerts: %w", err)
 	}
 	rows, err := q.Query(ctx, `WITH crossed AS (
-			INSERT INTO budget_alerts (key_id, threshold, budget, spent)
-			SELECT b.key_id, t, b.budget_units, b.spent_units
-			  FROM key_balances b, unnest($1::int[]) AS t
-			 WHERE b.budget_units > 0 AND b.spent_units * 100 >= b.budget_units * t
+			INSERT INTO budget_alerts (key_id, threshold, budget, spent, period_start)
+			SELECT b.key_id, t, b.budget_units, b.period_units, b.period_start
+			  FROM key_periods b, unnest($1::int[]) AS t
+			 WHERE b.budget_units > 0 AND b.period_units * 100 >= b.budget_units * t
 			ON CONFLICT (key_id, threshold) DO NOTHING
-			RETURNING key_id, threshold, budget, spent)
-		SELECT c.key_id, b.account_id, b.env, c.threshold, c.budget, c.spent
+			RETURNING key_id, threshold, budget, spent, period_start)
+		SELECT c.key_id, b.account_id, b.env, c.threshold, c.budget, c.spent, b.budget_period, c.period_start
 		  FROM crossed c JOIN key_balances b USING (key_id) ORDER BY c.key_id, c.threshold`, AlertThresholds)
 	if err != nil {
 		return nil, fmt.Errorf("budget alerts: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Crossing, error) {
 		var c Crossing
-		err := r.Scan(&c.KeyID, &c.AccountID, &c.Env, &c.Threshold, &c.Budget, &c.Spent)
+		err := r.Scan(&c.KeyID, &c.AccountID, &c.Env, &c.Threshold, &c.Budget, &c.Spent, &c.Period, &c.PeriodStart)
 		return c, err
 	})
 }

@@ -72,9 +72,9 @@ func Credit(ctx context.Context, tx *eventstore.Tx, req CreditRequest, now time.
 		return nil, domain.Invalid("reason", "is required: it is kept with the credit and shown to the customer")
 	}
 	var c UnitsCredited
-	var day time.Time
-	err := tx.QueryRow(ctx, `SELECT position, account_id, key_id, env, day, units, usd FROM charges WHERE charge_id = $1`,
-		req.ChargeID).Scan(&c.ChargePosition, &c.AccountID, &c.KeyID, &c.Env, &day, &c.Units, &c.USD)
+	var day, chargedAt time.Time
+	err := tx.QueryRow(ctx, `SELECT position, account_id, key_id, env, day, units, usd, charged_at FROM charges WHERE charge_id = $1`,
+		req.ChargeID).Scan(&c.ChargePosition, &c.AccountID, &c.KeyID, &c.Env, &day, &c.Units, &c.USD, &chargedAt)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && req.AccountID != "" && c.AccountID != req.AccountID) {
 		return nil, domain.Errorf(domain.CodeNotFound, "no charge %q", req.ChargeID)
 	}
@@ -95,8 +95,15 @@ func Credit(ctx context.Context, tx *eventstore.Tx, req CreditRequest, now time.
 		return nil, err
 	}
 	c.Postings = t.Postings()
-	if _, err := tx.Exec(ctx, `UPDATE key_balances SET spent_units = spent_units - $2, spent_usd = spent_usd - $3 WHERE key_id = $1`,
-		c.KeyID, c.Units, c.USD); err != nil {
+	// The credit gives back to the budget of the period its charge was in, if that is
+	// still the current one (migrations/0024).
+	if _, err := tx.Exec(ctx, `SELECT meter_roll($1) FROM key_balances WHERE key_id = $1 FOR UPDATE`, c.KeyID); err != nil {
+		return nil, fmt.Errorf("credit %s: %w", req.ChargeID, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE key_balances SET spent_units = spent_units - $2, spent_usd = spent_usd - $3,
+			period_units = CASE WHEN period_start IS NULL OR $4 >= period_start THEN greatest(0, period_units - $2) ELSE period_units END,
+			period_usd = CASE WHEN period_start IS NULL OR $4 >= period_start THEN greatest(0, period_usd - $3) ELSE period_usd END
+		WHERE key_id = $1`, c.KeyID, c.Units, c.USD, chargedAt); err != nil {
 		return nil, fmt.Errorf("credit %s: %w", req.ChargeID, err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE account_days SET units = units - $4 WHERE account_id = $1 AND env = $2 AND day = $3`,

@@ -22,8 +22,15 @@ type Balance struct {
 	KeyID, Env  string
 	BudgetUnits *int64 // nil: no budget of this kind
 	BudgetUSD   *decimal.Decimal
-	SpentUnits  int64
+	SpentUnits  int64 // over the key's whole life, credits deducted
 	SpentUSD    decimal.Decimal
+	// Period is how long the budgets last ("total": the key's life; "day", "month": the
+	// calendar period of the account's time zone, PeriodStart to PeriodEnd). PeriodUnits
+	// and PeriodUSD are what the current period spent: what the budgets cap.
+	Period                 string
+	PeriodStart, PeriodEnd *time.Time
+	PeriodUnits            int64
+	PeriodUSD              decimal.Decimal
 	// HeldUnits is what the key's running jobs hold: the fresh price of their positions
 	// not analysed yet, which no other call can use. The servers' leases on the key are
 	// not counted: they are reserved for the key's own next calls and given back within
@@ -33,13 +40,13 @@ type Balance struct {
 	LastUsedAt *time.Time // the key's last charged call
 }
 
-// RemainingUnits is what the key may still spend in units: budget − spent − held by
-// jobs, never below 0; nil without a units budget.
+// RemainingUnits is what the key may still spend in units this period: budget −
+// spent in the period − held by jobs, never below 0; nil without a units budget.
 func (b Balance) RemainingUnits() *int64 {
 	if b.BudgetUnits == nil {
 		return nil
 	}
-	v := max(0, *b.BudgetUnits-b.SpentUnits-b.HeldUnits)
+	v := max(0, *b.BudgetUnits-b.PeriodUnits-b.HeldUnits)
 	return &v
 }
 
@@ -48,7 +55,7 @@ func (b Balance) RemainingUSD() *decimal.Decimal {
 	if b.BudgetUSD == nil {
 		return nil
 	}
-	v := decimal.Max(decimal.Zero, b.BudgetUSD.Sub(b.SpentUSD).Sub(b.HeldUSD))
+	v := decimal.Max(decimal.Zero, b.BudgetUSD.Sub(b.PeriodUSD).Sub(b.HeldUSD))
 	return &v
 }
 
@@ -58,8 +65,8 @@ var jobOwners = holdOwner("") + "%"
 // KeyBalances reads the balances of an account's keys, by key id.
 func KeyBalances(ctx context.Context, q eventstore.Querier, accountID string) (map[string]Balance, error) {
 	rows, err := q.Query(ctx, `SELECT b.key_id, b.env, b.budget_units, b.budget_usd, b.spent_units, b.spent_usd,
-			coalesce(j.units, 0), b.last_used_at
-		FROM key_balances b
+			coalesce(j.units, 0), b.last_used_at, b.budget_period, b.period_start, b.period_end, b.period_units, b.period_usd
+		FROM key_periods b
 		LEFT JOIN (SELECT key_id, sum(units) AS units FROM leases WHERE account_id = $1 AND owner LIKE $2 GROUP BY key_id) j
 			ON j.key_id = b.key_id
 		WHERE b.account_id = $1`, accountID, jobOwners)
@@ -69,7 +76,7 @@ func KeyBalances(ctx context.Context, q eventstore.Querier, accountID string) (m
 	out := map[string]Balance{}
 	var b Balance
 	_, err = pgx.ForEachRow(rows, []any{&b.KeyID, &b.Env, &b.BudgetUnits, &b.BudgetUSD, &b.SpentUnits, &b.SpentUSD,
-		&b.HeldUnits, &b.LastUsedAt}, func() error {
+		&b.HeldUnits, &b.LastUsedAt, &b.Period, &b.PeriodStart, &b.PeriodEnd, &b.PeriodUnits, &b.PeriodUSD}, func() error {
 		b.HeldUSD = UnitsUSD(b.HeldUnits) // a hold's USD is its units at the unit price (meter_lease)
 		out[b.KeyID] = b
 		b = Balance{} // fresh pointers for the next row

@@ -99,13 +99,15 @@ func queueAccounts(b *pgx.Batch, e eventstore.Event) error {
 	}
 	switch ev := ev.(type) {
 	case *domain.KeyCreated:
-		b.Queue(`INSERT INTO api_keys (key_id, account_id, label, scopes, env, budget_units, budget_usd, status, prefix, created_at, version)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8, $9, $10)`,
-			id, ev.AccountID, ev.Label, scopeStrings(ev.Scopes), ev.Env, ev.BudgetUnits, ev.BudgetUSD, ev.Prefix, ev.CreatedAt, e.Version)
+		b.Queue(`INSERT INTO api_keys (key_id, account_id, label, scopes, env, budget_units, budget_usd, budget_period, status, prefix, created_at, version)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'active', $9, $10, $11)`,
+			id, ev.AccountID, ev.Label, scopeStrings(ev.Scopes), ev.Env, ev.BudgetUnits, ev.BudgetUSD, periodOf(ev.BudgetPeriod),
+			ev.Prefix, ev.CreatedAt, e.Version)
 		b.Queue(`INSERT INTO key_secrets (secret_hash, key_id) VALUES ($1, $2)`, unhex(ev.SecretHash), id)
 	case *domain.KeyUpdated:
-		b.Queue(`UPDATE api_keys SET label = $2, scopes = $3, budget_units = $4, budget_usd = $5, version = $6 WHERE key_id = $1`,
-			id, ev.Label, scopeStrings(ev.Scopes), ev.BudgetUnits, ev.BudgetUSD, e.Version)
+		b.Queue(`UPDATE api_keys SET label = $2, scopes = $3, budget_units = $4, budget_usd = $5, budget_period = $6, version = $7
+			WHERE key_id = $1`,
+			id, ev.Label, scopeStrings(ev.Scopes), ev.BudgetUnits, ev.BudgetUSD, periodOf(ev.BudgetPeriod), e.Version)
 	case *domain.KeyRotated:
 		b.Queue(`UPDATE key_secrets SET expires_at = $2 WHERE key_id = $1 AND expires_at IS NULL`, id, ev.OldExpires)
 		b.Queue(`DELETE FROM key_secrets WHERE key_id = $1 AND expires_at <= $2`, id, ev.RotatedAt)
@@ -117,6 +119,15 @@ func queueAccounts(b *pgx.Batch, e eventstore.Event) error {
 		return fmt.Errorf("key stream: unexpected event %s", e.Type)
 	}
 	return nil
+}
+
+// periodOf is the period an event's budgets are per: events before periods had none,
+// and their budgets were for the key's whole life.
+func periodOf(p domain.BudgetPeriod) string {
+	if p == "" {
+		return string(domain.PeriodTotal)
+	}
+	return string(p)
 }
 
 func scopeStrings(s []domain.Scope) []string {

@@ -21,6 +21,7 @@ type KeyRow struct {
 	Env         string
 	BudgetUnits *int64
 	BudgetUSD   *decimal.Decimal
+	Period      string // of the budgets: total, month or day
 	Status      string
 	Prefix      string
 	CreatedAt   time.Time
@@ -34,17 +35,17 @@ type KeyRow struct {
 func KeyRowFrom(k *domain.Key) KeyRow {
 	return KeyRow{
 		KeyID: k.ID(), AccountID: k.AccountID(), Label: k.Label(), Scopes: scopeStrings(k.Scopes()),
-		Env: k.Env().String(), BudgetUnits: k.BudgetUnits(), BudgetUSD: k.BudgetUSD(), Status: string(k.Status()),
+		Env: k.Env().String(), BudgetUnits: k.BudgetUnits(), BudgetUSD: k.BudgetUSD(), Period: string(k.BudgetPeriod()), Status: string(k.Status()),
 		Prefix: k.Prefix(), CreatedAt: k.CreatedAt(), RotatedAt: k.RotatedAt(), RevokedAt: k.RevokedAt(), Version: k.Version(),
 	}
 }
 
-const keyColumns = `key_id, account_id, label, scopes, env, budget_units, budget_usd, status, prefix,
+const keyColumns = `key_id, account_id, label, scopes, env, budget_units, budget_usd, budget_period, status, prefix,
 	created_at, rotated_at, revoked_at, version`
 
 func scanKey(row pgx.CollectableRow) (KeyRow, error) {
 	var k KeyRow
-	err := row.Scan(&k.KeyID, &k.AccountID, &k.Label, &k.Scopes, &k.Env, &k.BudgetUnits, &k.BudgetUSD,
+	err := row.Scan(&k.KeyID, &k.AccountID, &k.Label, &k.Scopes, &k.Env, &k.BudgetUnits, &k.BudgetUSD, &k.Period,
 		&k.Status, &k.Prefix, &k.CreatedAt, &k.RotatedAt, &k.RevokedAt, &k.Version)
 	return k, err
 }

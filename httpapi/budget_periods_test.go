@@ -1,0 +1,203 @@
+package httpapi_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"chessd/alerts"
+	"chessd/commands"
+	"chessd/eventstore"
+)
+
+// A key's budget per day starts again at the account's midnight: the account moves to
+// New York, a daily key spends its budget and is refused, its day ends and it spends
+// again; /me and GET /keys show the period, its spend and the lifetime spend. A change
+// of period counts what the key spent since the new period began; a credit gives back
+// to the current period only; alerts are told again in each period.
+func TestBudgetByPeriod(t *testing.T) {
+	e := newEnv(t)
+	e.svc.DisableCache() // every eval below is a fresh one: 10 units
+	owner := e.signupPro("periods@example.com")
+	ctx := context.Background()
+
+	if r := e.do("PATCH", "/v1/me", owner, map[string]any{"timezone": "Mars/Olympus"}); r.Status != 400 {
+		t.Fatalf("an unknown zone: %d %s", r.Status, r.Raw)
+	}
+	r := e.do("PATCH", "/v1/me", owner, map[string]any{"timezone": "America/New_York"})
+	if r.Status != 200 || r.Body["timezone"] != "America/New_York" {
+		t.Fatalf("PATCH /me: %d %s", r.Status, r.Raw)
+	}
+	secret, keyID := e.createKey(owner, map[string]any{"label": "daily", "scopes": []string{"eval"},
+		"budget_units": 20, "budget_period": "day"})
+	hook := e.do("POST", "/v1/webhooks", owner, map[string]any{"url": "http://127.0.0.1:9/hooks"})
+	if hook.Status != 201 {
+		t.Fatalf("webhook: %d %s", hook.Status, hook.Raw)
+	}
+
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().In(ny)
+	midnight := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, ny)
+	key := func() map[string]any {
+		t.Helper()
+		for _, k := range e.do("GET", "/v1/keys", owner, nil).Body["keys"].([]any) {
+			if k := k.(map[string]any); k["key_id"] == keyID {
+				return k
+			}
+		}
+		t.Fatalf("key %s not listed", keyID)
+		return nil
+	}
+	spendOf := func() map[string]any {
+		t.Helper()
+		for _, k := range e.do("GET", "/v1/me", owner, nil).Body["key_spend"].([]any) {
+			if k := k.(map[string]any); k["key_id"] == keyID {
+				return k
+			}
+		}
+		t.Fatalf("key %s not in /me", keyID)
+		return nil
+	}
+	eval := func(want int) {
+		t.Helper()
+		if r := e.do("POST", "/v1/eval", secret, evalBody(cheapFEN, `"depth":8`)); r.Status != want {
+			t.Fatalf("eval: %d, want %d: %s", r.Status, want, r.Raw)
+		}
+	}
+	wantPeriod := func(k map[string]any, period string, start time.Time, spent, lifetime float64) {
+		t.Helper()
+		if k["budget_period"] != period || k["period_spent_units"] != spent || k["spent_units"] != lifetime {
+			t.Fatalf("key: period %v, period spend %v, spent %v; want %s, %v, %v", k["budget_period"], k["period_spent_units"],
+				k["spent_units"], period, spent, lifetime)
+		}
+		if start.IsZero() {
+			if k["period_start"] != nil {
+				t.Fatalf("a budget for the key's life has a period start: %v", k["period_start"])
+			}
+			return
+		}
+		if got, _ := time.Parse(time.RFC3339, fmt.Sprint(k["period_start"])); !got.Equal(start) {
+			t.Fatalf("period starts %v, want %v", k["period_start"], start.UTC())
+		}
+	}
+	alertsTold := func() int {
+		t.Helper()
+		cs, err := alerts.Check(ctx, e.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(cs)
+	}
+
+	wantPeriod(key(), "day", midnight, 0, 0)
+	eval(200)
+	eval(200)
+	e.caughtUp()
+	eval(402) // 20 of 20 units spent today
+	wantPeriod(spendOf(), "day", midnight, 20, 20)
+	if n := alertsTold(); n != 3 {
+		t.Fatalf("%d alerts at 100 %% of the day's budget, want 3 (50, 80, 100)", n)
+	}
+
+	// The day ends: the key's period is moved back a day, as the clock would move it.
+	if _, err := e.pool.Exec(ctx, `UPDATE key_balances SET period_start = period_start - interval '1 day',
+		period_end = period_end - interval '1 day' WHERE key_id = $1`, keyID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE budget_alerts SET period_start = period_start - interval '1 day' WHERE key_id = $1`, keyID); err != nil {
+		t.Fatal(err)
+	}
+	wantPeriod(spendOf(), "day", midnight, 0, 20) // the new day, before any call
+	if me := e.do("GET", "/v1/me", owner, nil); me.Body["timezone"] != "America/New_York" {
+		t.Fatalf("/me timezone: %v", me.Body["timezone"])
+	}
+	eval(200)
+	e.caughtUp()
+	wantPeriod(key(), "day", midnight, 10, 30)
+	if n := alertsTold(); n != 1 {
+		t.Fatalf("%d alerts at 50 %% of the new day, want 1 (50 told again)", n)
+	}
+
+	// A credit gives back to the current period only. Every charge above was made
+	// today, so for a moment the period is made to start at the last one: the first
+	// two are then of an earlier period.
+	var start time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT period_start FROM key_balances WHERE key_id = $1`, keyID).Scan(&start); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE key_balances SET period_start = (SELECT max(charged_at) FROM charges WHERE key_id = $1)
+		WHERE key_id = $1`, keyID); err != nil {
+		t.Fatal(err)
+	}
+	var first, last string
+	if err := e.pool.QueryRow(ctx, `SELECT (array_agg(charge_id ORDER BY charged_at))[1], (array_agg(charge_id ORDER BY charged_at DESC))[1]
+		FROM charges WHERE key_id = $1`, keyID).Scan(&first, &last); err != nil {
+		t.Fatal(err)
+	}
+	refund := commands.New(eventstore.NewStore(e.pool, nil), nil)
+	if _, err := refund.RefundCharges(ctx, []string{first}, "an earlier period", "ops:test", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if k := spendOf(); k["period_spent_units"] != float64(10) || k["spent_units"] != float64(20) {
+		t.Fatalf("after crediting an earlier period's charge: period %v, lifetime %v; want 10, 20", k["period_spent_units"], k["spent_units"])
+	}
+	if _, err := refund.RefundCharges(ctx, []string{last}, "this period", "ops:test", "r2"); err != nil {
+		t.Fatal(err)
+	}
+	if k := spendOf(); k["period_spent_units"] != float64(0) || k["spent_units"] != float64(10) {
+		t.Fatalf("after crediting this period's charge: period %v, lifetime %v; want 0, 10", k["period_spent_units"], k["spent_units"])
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE key_balances SET period_start = $2 WHERE key_id = $1`, keyID, start); err != nil {
+		t.Fatal(err)
+	}
+
+	// Per month: what the key was charged this month (net of credits) counts at once.
+	if r := e.do("PATCH", "/v1/keys/"+keyID, owner, map[string]any{"budget_period": "month", "budget_units": 10}); r.Status != 200 {
+		t.Fatalf("PATCH budget_period: %d %s", r.Status, r.Raw)
+	}
+	monthStart := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, ny)
+	wantPeriod(key(), "month", monthStart, 10, 10)
+	eval(402)
+	if r := e.do("PATCH", "/v1/keys/"+keyID, owner, map[string]any{"budget_period": "total", "budget_units": 30}); r.Status != 200 {
+		t.Fatalf("PATCH budget_period: %d %s", r.Status, r.Raw)
+	}
+	wantPeriod(key(), "total", time.Time{}, 10, 10)
+	eval(200)
+	if r := e.do("PATCH", "/v1/keys/"+keyID, owner, map[string]any{"budget_period": "week"}); r.Status != 400 {
+		t.Fatalf("an unknown period: %d %s", r.Status, r.Raw)
+	}
+}
+
+// A budgeted key gives no budget that starts again more often than its own: a key per
+// month cannot create a key per day, nor turn one's budget into a daily one.
+func TestBudgetPeriodGrants(t *testing.T) {
+	e := newEnv(t)
+	owner := e.signupPro("grants@example.com")
+	monthly, _ := e.createKey(owner, map[string]any{"label": "monthly", "scopes": []string{"eval", "keys:write"},
+		"budget_units": 1000, "budget_period": "month"})
+	for _, tc := range []struct {
+		body map[string]any
+		want int
+	}{
+		{map[string]any{"label": "m", "scopes": []string{"eval"}, "budget_units": 100, "budget_period": "month"}, 201},
+		{map[string]any{"label": "t", "scopes": []string{"eval"}, "budget_units": 100}, 201},
+		{map[string]any{"label": "d", "scopes": []string{"eval"}, "budget_units": 100, "budget_period": "day"}, 403},
+		{map[string]any{"label": "big", "scopes": []string{"eval"}, "budget_units": 5000, "budget_period": "month"}, 403},
+	} {
+		if r := e.do("POST", "/v1/keys", monthly, tc.body); r.Status != tc.want {
+			t.Errorf("create %v: %d, want %d: %s", tc.body, r.Status, tc.want, r.Raw)
+		}
+	}
+	_, childID := e.createKey(monthly, map[string]any{"label": "child", "scopes": []string{"eval"}, "budget_units": 100,
+		"budget_period": "month"})
+	if r := e.do("PATCH", "/v1/keys/"+childID, monthly, map[string]any{"budget_period": "day"}); r.Status != 403 {
+		t.Errorf("monthly key turning a key daily: %d %s", r.Status, r.Raw)
+	}
+	if r := e.do("PATCH", "/v1/keys/"+childID, monthly, map[string]any{"budget_period": "total"}); r.Status != 200 {
+		t.Errorf("monthly key tightening a key to a lifetime budget: %d %s", r.Status, r.Raw)
+	}
+}

@@ -1,0 +1,188 @@
+-- Budgets by period (docs/BILLING.md, "Budgets by period").
+--
+-- A key's budgets last its whole life ('total', as before) or start again at each
+-- calendar day or month of its account's time zone. key_balances keeps, beside the
+-- lifetime spend (spent_*, what audits recompute), the spend of the current period
+-- (period_*, what the budget rule checks) and the period's bounds. A period ends at
+-- period_end; the first money step on the key after that (meter_roll) starts the next
+-- one at zero. Until then every read sees the new period through key_periods.
+--
+-- A time zone change moves the boundaries from the next period on: the current period
+-- keeps its end, so changing zones can never start a budget over early.
+-- A lease reserved in one period and settled in the next counts in the next: spend
+-- plus what leases hold stays within the budget of every period.
+ALTER TABLE key_balances
+    ADD COLUMN budget_period text NOT NULL DEFAULT 'total' CHECK (budget_period IN ('total', 'day', 'month')),
+    ADD COLUMN tz            text NOT NULL DEFAULT 'UTC',
+    ADD COLUMN period_start  timestamptz, -- null for 'total'
+    ADD COLUMN period_end    timestamptz,
+    ADD COLUMN period_units  bigint NOT NULL DEFAULT 0,
+    ADD COLUMN period_usd    numeric(20, 6) NOT NULL DEFAULT 0;
+UPDATE key_balances SET period_units = spent_units, period_usd = spent_usd;
+
+-- budget_period_bounds is the period of kind p_period ('day' or 'month') of zone p_tz
+-- that holds p_at: from its first local midnight to the next period's.
+CREATE FUNCTION budget_period_bounds(p_period text, p_tz text, p_at timestamptz,
+                                     OUT period_start timestamptz, OUT period_end timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT date_trunc(p_period, p_at AT TIME ZONE p_tz) AT TIME ZONE p_tz,
+           (date_trunc(p_period, p_at AT TIME ZONE p_tz) + ('1 ' || p_period)::interval) AT TIME ZONE p_tz
+     WHERE p_period IN ('day', 'month')
+$$;
+
+-- key_periods is key_balances as of now: a period that has ended reads as the next
+-- one, with nothing spent yet.
+CREATE VIEW key_periods AS
+SELECT b.key_id, b.account_id, b.env, b.budget_units, b.budget_usd, b.spent_units, b.spent_usd,
+       b.held_units, b.held_usd, b.last_used_at, b.budget_period, b.tz,
+       CASE WHEN b.period_end <= now() THEN n.period_start ELSE b.period_start END AS period_start,
+       CASE WHEN b.period_end <= now() THEN n.period_end ELSE b.period_end END AS period_end,
+       CASE WHEN b.period_end <= now() THEN 0 ELSE b.period_units END AS period_units,
+       CASE WHEN b.period_end <= now() THEN 0 ELSE b.period_usd END AS period_usd
+  FROM key_balances b
+  LEFT JOIN LATERAL budget_period_bounds(b.budget_period, b.tz, now()) n ON b.period_end <= now();
+
+-- meter_roll starts key p_key's next period when its current one has ended. Callers
+-- hold the key's row lock.
+CREATE FUNCTION meter_roll(p_key text) RETURNS void LANGUAGE sql AS $$
+    UPDATE key_balances
+       SET (period_start, period_end) = (SELECT n.period_start, n.period_end FROM budget_period_bounds(budget_period, tz, now()) n),
+           period_units = 0, period_usd = 0
+     WHERE key_id = p_key AND period_end <= now()
+$$;
+
+-- meter_set_budget sets key p_key's budgets and period. A new period kind starts with
+-- what the key was charged (less credits) since the start of its current period, from
+-- the charges read model, which is written with the charges themselves.
+CREATE FUNCTION meter_set_budget(p_key text, p_units bigint, p_usd numeric, p_period text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    b key_balances%ROWTYPE;
+    s timestamptz;
+    e timestamptz;
+BEGIN
+    SELECT * INTO b FROM key_balances WHERE key_id = p_key FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no balance row for key %', p_key;
+    END IF;
+    IF b.budget_period = p_period THEN
+        UPDATE key_balances SET budget_units = p_units, budget_usd = p_usd WHERE key_id = p_key;
+        RETURN;
+    END IF;
+    SELECT n.period_start, n.period_end INTO s, e FROM budget_period_bounds(p_period, b.tz, now()) n;
+    UPDATE key_balances k
+       SET budget_units = p_units, budget_usd = p_usd, budget_period = p_period, period_start = s, period_end = e,
+           period_units = CASE WHEN s IS NULL THEN k.spent_units ELSE coalesce(x.units, 0) END,
+           period_usd = CASE WHEN s IS NULL THEN k.spent_usd ELSE coalesce(x.usd, 0) END
+      FROM (SELECT sum(c.units) - coalesce(sum(r.units), 0) AS units, sum(c.usd) - coalesce(sum(r.usd), 0) AS usd
+              FROM charges c LEFT JOIN credits r ON r.charge_position = c.position
+             WHERE c.key_id = p_key AND c.charged_at >= s) x
+     WHERE k.key_id = p_key;
+END $$;
+
+-- meter_lease checks the current period's spend (it rolls the period first); the rest
+-- is 0013's rule unchanged.
+CREATE OR REPLACE FUNCTION meter_lease(p_lease text, p_owner text, p_key text, p_account text, p_env text, p_day date,
+                            p_min bigint, p_want bigint, p_unit_usd numeric, p_allowance bigint, p_ttl interval,
+                            OUT outcome text, OUT granted bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    b    key_balances%ROWTYPE;
+    d    account_days%ROWTYPE;
+    room bigint := p_want;
+    free bigint;
+BEGIN
+    granted := 0;
+    PERFORM 1 FROM key_balances WHERE key_id = p_key FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no balance row for key %', p_key;
+    END IF;
+    PERFORM meter_roll(p_key);
+    SELECT * INTO b FROM key_balances WHERE key_id = p_key;
+    IF b.budget_units IS NOT NULL THEN
+        free := b.budget_units - b.period_units - b.held_units;
+        IF free < p_min THEN
+            outcome := 'budget_units';
+            RETURN;
+        END IF;
+        room := least(room, greatest(p_min, free / 4));
+    END IF;
+    IF b.budget_usd IS NOT NULL THEN
+        free := floor((b.budget_usd - b.period_usd - b.held_usd) / p_unit_usd)::bigint;
+        IF free < p_min THEN
+            outcome := 'budget_usd';
+            RETURN;
+        END IF;
+        room := least(room, greatest(p_min, free / 4));
+    END IF;
+    INSERT INTO account_days (account_id, env, day, units) VALUES (p_account, p_env, p_day, 0)
+        ON CONFLICT (account_id, env, day) DO NOTHING;
+    SELECT * INTO d FROM account_days WHERE account_id = p_account AND env = p_env AND day = p_day FOR UPDATE;
+    free := p_allowance - d.units - d.held_units;
+    IF free < p_min THEN
+        outcome := 'allowance';
+        RETURN;
+    END IF;
+    room := least(room, greatest(p_min, free / 4));
+    UPDATE key_balances SET held_units = held_units + room, held_usd = held_usd + room * p_unit_usd WHERE key_id = p_key;
+    UPDATE account_days SET held_units = held_units + room WHERE account_id = p_account AND env = p_env AND day = p_day;
+    INSERT INTO leases (lease_id, owner, key_id, account_id, env, day, units, expires_at)
+    VALUES (p_lease, p_owner, p_key, p_account, p_env, p_day, room, now() + p_ttl)
+    ON CONFLICT (lease_id) DO UPDATE SET units = leases.units + excluded.units, expires_at = excluded.expires_at;
+    outcome := 'ok';
+    granted := room;
+END $$;
+
+-- meter_settle also counts the settled units in the current period (rolled first).
+CREATE OR REPLACE FUNCTION meter_settle(p_lease text, p_owner text, p_units bigint[], p_scopes text[], p_keys text[],
+                             p_statuses int[], p_responses bytea[], p_unit_usd numeric, p_at timestamptz,
+                             p_strict boolean)
+RETURNS boolean[] LANGUAGE plpgsql AS $$
+DECLARE
+    l     leases%ROWTYPE;
+    kept  boolean[] := '{}';
+    total bigint := 0;
+    n     int := coalesce(array_length(p_units, 1), 0);
+BEGIN
+    -- every function here locks the key's balance first, then the day, then the lease
+    PERFORM 1 FROM key_balances WHERE key_id = (SELECT key_id FROM leases WHERE lease_id = p_lease) FOR UPDATE;
+    FOR i IN 1 .. n LOOP
+        IF p_keys[i] IS NULL THEN
+            kept := kept || true;
+        ELSE
+            UPDATE idempotency SET state = 'done', status = p_statuses[i], response = p_responses[i], expires_at = NULL
+             WHERE scope = p_scopes[i] AND idem_key = p_keys[i] AND owner = p_owner AND state = 'running';
+            IF NOT FOUND AND p_strict THEN
+                RAISE EXCEPTION 'claim of % taken over', p_keys[i] USING ERRCODE = 'serialization_failure';
+            END IF;
+            kept := kept || FOUND;
+        END IF;
+        IF kept[i] THEN
+            total := total + p_units[i];
+        END IF;
+    END LOOP;
+    UPDATE leases SET units = units - total
+     WHERE lease_id = p_lease AND owner = p_owner AND units >= total
+    RETURNING * INTO l;
+    IF NOT FOUND THEN
+        IF p_strict THEN
+            RAISE EXCEPTION 'lease % lost', p_lease USING ERRCODE = 'serialization_failure';
+        END IF;
+        RETURN array_fill(false, ARRAY[n]);
+    END IF;
+    PERFORM meter_roll(l.key_id);
+    UPDATE key_balances SET spent_units = spent_units + total, spent_usd = spent_usd + total * p_unit_usd,
+           period_units = period_units + total, period_usd = period_usd + total * p_unit_usd,
+           held_units = held_units - total, held_usd = held_usd - total * p_unit_usd,
+           last_used_at = greatest(last_used_at, p_at)
+     WHERE key_id = l.key_id;
+    UPDATE account_days SET units = units + total, held_units = held_units - total
+     WHERE account_id = l.account_id AND env = l.env AND day = l.day;
+    RETURN kept;
+END $$;
+
+-- Budget alerts are told once per period: a crossing remembers the period it was in.
+ALTER TABLE budget_alerts ADD COLUMN period_start timestamptz;
+
+-- The keys read model shows the period (filled by the projection from the events).
+ALTER TABLE api_keys ADD COLUMN budget_period text NOT NULL DEFAULT 'total';
