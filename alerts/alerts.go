@@ -26,10 +26,14 @@ func Check(ctx context.Context, pool *pgxpool.Pool) ([]ledger.Crossing, error) {
 			return err
 		}
 		for _, c := range cs {
-			if _, err := webhook.Enqueue(ctx, tx, c.AccountID, c.Env, "", "budget.threshold", map[string]any{
-				"key_id": c.KeyID, "threshold_percent": c.Threshold, "budget_units": c.Budget, "spent_units": c.Spent,
+			data := map[string]any{
+				"scope": "key", "key_id": c.KeyID, "threshold_percent": c.Threshold, "budget_units": c.Budget, "spent_units": c.Spent,
 				"budget_period": c.Period, "period_start": c.PeriodStart, "at": time.Now().UTC().Format(time.RFC3339Nano),
-			}); err != nil {
+			}
+			if c.KeyID == "" {
+				data["scope"], data["key_id"] = "account", nil
+			}
+			if _, err := webhook.Enqueue(ctx, tx, c.AccountID, c.Env, "", "budget.threshold", data); err != nil {
 				return err
 			}
 		}

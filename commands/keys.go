@@ -243,11 +243,41 @@ func (h *Handler) SetTimezone(ctx context.Context, actor Actor, tz string) (*dom
 			return err
 		}
 		a.Apply(e)
-		_, err = tx.Exec(ctx, `UPDATE key_balances SET tz = $2 WHERE key_id IN
-			(SELECT key_id FROM key_balances WHERE account_id = $1 ORDER BY key_id FOR UPDATE)`, a.ID(), tz)
+		if _, err := tx.Exec(ctx, `UPDATE key_balances SET tz = $2 WHERE key_id IN
+			(SELECT key_id FROM key_balances WHERE account_id = $1 ORDER BY key_id FOR UPDATE)`, a.ID(), tz); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE account_budgets SET tz = $2 WHERE account_id = $1`, a.ID(), tz)
 		return err
 	})
 	return out, err
+}
+
+// SetAccountBudget sets what all the account's keys of the actor's env may spend
+// together per period. The budget the money path checks moves with the event, in one
+// transaction.
+func (h *Handler) SetAccountBudget(ctx context.Context, actor Actor, c domain.BudgetChange) error {
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		by, _, err := acting(ctx, tx, actor)
+		if err != nil {
+			return err
+		}
+		a, err := LoadAccount(ctx, tx, by.AccountID())
+		if err != nil {
+			return err
+		}
+		e, err := a.SetBudget(by.Env(), c, by, h.now())
+		if err != nil {
+			return err
+		}
+		if err := tx.Append(ctx, domain.AccountStream(a.ID()), domain.StreamAccount, a.Version(), actor.meta(), event(e)); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT meter_set_account_budget($1, $2, $3, $4, $5, $6)`,
+			a.ID(), e.Env, e.BudgetUnits, e.BudgetUSD, string(e.Period), a.Timezone())
+		return err
+	})
+	return err
 }
 
 // ChangePlan moves an account to another plan: an operator's command while paid

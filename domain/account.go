@@ -7,6 +7,8 @@ import (
 	"net/mail"
 	"strings"
 	"time"
+
+	"github.com/shopspring/decimal"
 )
 
 // Plan is a closed set: free, hobby, pro.
@@ -62,6 +64,75 @@ type TimezoneSet struct {
 
 func (*TimezoneSet) EventType() string { return "TimezoneSet" }
 
+// AccountBudgetSet: what all the account's keys of one env may spend together, per
+// period (nil: no budget of that kind).
+type AccountBudgetSet struct {
+	Env         string           `json:"env"`
+	BudgetUnits *int64           `json:"budget_units"`
+	BudgetUSD   *decimal.Decimal `json:"budget_usd"`
+	Period      BudgetPeriod     `json:"budget_period"`
+	SetAt       time.Time        `json:"set_at"`
+}
+
+func (*AccountBudgetSet) EventType() string { return "AccountBudgetSet" }
+
+// AccountBudget is the account's budget in one env (nil: none of that kind).
+type AccountBudget struct {
+	Units  *int64
+	USD    *decimal.Decimal
+	Period BudgetPeriod
+}
+
+// Budget is the account's budget in env; a month is the period until one is chosen.
+func (a *Account) Budget(env Env) AccountBudget {
+	if b, ok := a.budgets[env]; ok {
+		return b
+	}
+	return AccountBudget{Period: PeriodMonth}
+}
+
+// SetBudget changes the account's budget in env. Only a key without a budget of its
+// own may (a budgeted key could otherwise lift the cap on every other key); the caller
+// checks the scope.
+func (a *Account) SetBudget(env Env, c BudgetChange, actor *Key, now time.Time) (*AccountBudgetSet, error) {
+	b := a.Budget(env)
+	switch {
+	case c.ClearUnits:
+		b.Units = nil
+	case c.Units != nil:
+		b.Units = c.Units
+	}
+	switch {
+	case c.ClearUSD:
+		b.USD = nil
+	case c.USD != nil:
+		b.USD = c.USD
+	}
+	if c.Period != "" {
+		b.Period = c.Period
+	}
+	var p Problems
+	ValidateBudgets(&p, b.Units, b.USD)
+	validatePeriod(&p, b.Period)
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	if actor != nil && (actor.budgetUnits != nil || actor.budgetUSD != nil) {
+		return nil, Errorf(CodeScope, "this key has a budget of its own, so it cannot change the account's budget")
+	}
+	return &AccountBudgetSet{Env: env.String(), BudgetUnits: b.Units, BudgetUSD: b.USD, Period: b.Period, SetAt: now}, nil
+}
+
+// BudgetChange is a change of budgets: nil fields stay as they are; Clear* removes a
+// budget; an empty Period keeps the period.
+type BudgetChange struct {
+	Units      *int64
+	USD        *decimal.Decimal
+	ClearUnits bool
+	ClearUSD   bool
+	Period     BudgetPeriod
+}
+
 // SetTimezone moves the account to zone tz; nil when it is already there.
 func (a *Account) SetTimezone(tz string, now time.Time) (*TimezoneSet, error) {
 	if err := ValidateTimezone(tz); err != nil {
@@ -92,6 +163,7 @@ func (*EmailVerified) EventType() string  { return "EmailVerified" }
 func init() {
 	RegisterEvent("EmailVerified", func() Event { return &EmailVerified{} })
 	RegisterEvent("TimezoneSet", func() Event { return &TimezoneSet{} })
+	RegisterEvent("AccountBudgetSet", func() Event { return &AccountBudgetSet{} })
 }
 
 // Verify marks the account's address verified at now; nil when it already is (a
@@ -115,6 +187,7 @@ type Account struct {
 	plan     Plan
 	verified bool
 	timezone string // "" is UTC
+	budgets  map[Env]AccountBudget
 	version  int64
 }
 
@@ -203,5 +276,11 @@ func (a *Account) apply(e Event) {
 		a.verified = true
 	case *TimezoneSet:
 		a.timezone = e.Timezone
+	case *AccountBudgetSet:
+		env, _ := ParseEnv(e.Env)
+		if a.budgets == nil {
+			a.budgets = map[Env]AccountBudget{}
+		}
+		a.budgets[env] = AccountBudget{Units: e.BudgetUnits, USD: e.BudgetUSD, Period: e.Period}
 	}
 }

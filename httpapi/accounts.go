@@ -92,7 +92,13 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 		}
 		keys = append(keys, k)
 	}
+	budget, err := ledger.AccountBudgetOf(ctx, s.pool, key.AccountID(), env)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
+		"budget":         accountBudgetView(env, budget),
 		"account_id":     acct.AccountID,
 		"email":          acct.Email,
 		"name":           acct.Name,
@@ -109,29 +115,94 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// updateMe changes the account's settings: today its time zone, the calendar of its
-// budgets by period.
+// updateMe changes the account's settings: its time zone (the calendar of budgets by
+// period) and its budget in the calling key's env. Fields are taken one by one, so that
+// an absent budget (unchanged) and a null one (removed) can be told apart.
 func (s *Server) updateMe(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Timezone *string `json:"timezone"`
-	}
-	if err := decode(r, &req, true); err != nil {
+	var raw map[string]json.RawMessage
+	if err := decode(r, &raw, false); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if req.Timezone == nil {
-		s.writeError(w, r, domain.Invalid("body", "names no field to change (timezone)"))
-		return
+	var tz *string
+	var c domain.BudgetChange
+	budget := false
+	var p domain.Problems
+	for name, v := range raw {
+		isNull := string(v) == "null"
+		switch name {
+		case "timezone":
+			if err := json.Unmarshal(v, &tz); err != nil || isNull {
+				p.Add("timezone", "must be an IANA time zone name")
+			}
+		case "budget_units":
+			budget = true
+			if isNull {
+				c.ClearUnits = true
+			} else if err := json.Unmarshal(v, &c.Units); err != nil {
+				p.Add("budget_units", "must be an integer or null")
+			}
+		case "budget_usd":
+			budget = true
+			if isNull {
+				c.ClearUSD = true
+			} else if err := json.Unmarshal(v, &c.USD); err != nil {
+				p.Add("budget_usd", "must be a decimal number (or a string such as \"5.00\") or null")
+			}
+		case "budget_period":
+			budget = true
+			var period string
+			if err := json.Unmarshal(v, &period); err != nil || isNull {
+				p.Add("budget_period", "must be total, month or day")
+				continue
+			}
+			c.Period = parsePeriod(&p, period)
+		default:
+			p.Add(name, "is not a field that can be changed ("+meFields+")")
+		}
 	}
-	a, err := s.commands.SetTimezone(r.Context(), s.actor(r), *req.Timezone)
-	if err != nil {
+	if len(raw) == 0 {
+		p.Add("body", "names no field to change ("+meFields+")")
+	}
+	if err := p.Err(); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if box, _ := r.Context().Value(ctxPrincipal).(*principalBox); box != nil {
-		box.account = a // the answer shows the account as it is now
+	box, _ := r.Context().Value(ctxPrincipal).(*principalBox)
+	if tz != nil {
+		a, err := s.commands.SetTimezone(r.Context(), s.actor(r), *tz)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if box != nil {
+			box.account = a // the answer shows the account as it is now
+		}
+	}
+	if budget {
+		if err := s.commands.SetAccountBudget(r.Context(), s.actor(r), c); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 	}
 	s.me(w, r)
+}
+
+const meFields = "timezone, budget_units, budget_usd, budget_period"
+
+// accountBudgetView is the account's budget in env as /me shows it: the period's
+// bounds and spend only when there is a budget.
+func accountBudgetView(env string, b ledger.AccountBudget) map[string]any {
+	v := map[string]any{"env": env, "budget_units": b.BudgetUnits, "budget_usd": nil, "budget_period": b.Period,
+		"period_start": utc(b.PeriodStart), "period_end": utc(b.PeriodEnd), "period_spent_units": nil, "period_spent_usd": nil,
+		"held_units": b.HeldUnits, "remaining_units": b.RemainingUnits(), "remaining_usd": nil}
+	if b.BudgetUSD != nil {
+		v["budget_usd"], v["remaining_usd"] = usd(*b.BudgetUSD), usd(*b.RemainingUSD())
+	}
+	if b.BudgetUnits != nil || b.BudgetUSD != nil {
+		v["period_spent_units"], v["period_spent_usd"] = b.PeriodUnits, usd(b.PeriodUSD)
+	}
+	return v
 }
 
 // keyRecord is the JSON form of a key (decisions.md, Keys).

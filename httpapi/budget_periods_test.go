@@ -201,3 +201,90 @@ func TestBudgetPeriodGrants(t *testing.T) {
 		t.Errorf("monthly key tightening a key to a lifetime budget: %d %s", r.Status, r.Raw)
 	}
 }
+
+// An account's budget caps all its keys together, per period: two keys share a daily
+// budget, concurrent calls never pass it, a budgeted key cannot lift it, alerts tell
+// the account's crossings, and removing the budget lets calls through again.
+func TestAccountBudget(t *testing.T) {
+	e := newEnv(t)
+	e.svc.DisableCache() // every eval below is a fresh one: 10 units
+	owner := e.signupPro("account-budget@example.com")
+	ctx := context.Background()
+	a, _ := e.createKey(owner, map[string]any{"label": "a", "scopes": []string{"eval"}})
+	b, _ := e.createKey(owner, map[string]any{"label": "b", "scopes": []string{"eval"}})
+	capped, _ := e.createKey(owner, map[string]any{"label": "capped", "scopes": []string{"eval", "billing", "usage:read"},
+		"budget_units": 1000})
+
+	r := e.do("PATCH", "/v1/me", owner, map[string]any{"budget_units": 50, "budget_period": "day"})
+	if r.Status != 200 {
+		t.Fatalf("PATCH /me budget: %d %s", r.Status, r.Raw)
+	}
+	if bud := r.Body["budget"].(map[string]any); bud["budget_units"] != float64(50) || bud["budget_period"] != "day" ||
+		bud["period_start"] == nil || bud["remaining_units"] != float64(50) {
+		t.Fatalf("/me budget: %v", bud)
+	}
+	if r := e.do("PATCH", "/v1/me", capped, map[string]any{"budget_units": nil}); r.Status != 403 {
+		t.Fatalf("a budgeted key lifting the account's budget: %d %s", r.Status, r.Raw)
+	}
+
+	// 20 concurrent calls from two keys against 5 calls' worth
+	results := make(chan int, 20)
+	for i := range 20 {
+		key := a
+		if i%2 == 1 {
+			key = b
+		}
+		go func() {
+			results <- e.do("POST", "/v1/eval", key, evalBody(cheapFEN, fmt.Sprintf(`"depth":%d`, 6+i%3))).Status
+		}()
+	}
+	ok := 0
+	for range 20 {
+		switch s := <-results; s {
+		case 200:
+			ok++
+		case 402:
+		default:
+			t.Errorf("eval: %d", s)
+		}
+	}
+	e.caughtUp()
+	var charged int64
+	accountID := e.do("GET", "/v1/me", owner, nil).Body["account_id"]
+	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(units), 0) FROM charges WHERE account_id = $1`, accountID).Scan(&charged); err != nil {
+		t.Fatal(err)
+	}
+	if ok == 0 || ok > 5 || charged != int64(ok)*10 || charged > 50 {
+		t.Fatalf("%d calls answered and %d units charged against an account budget of 50", ok, charged)
+	}
+	t.Logf("%d of 20 concurrent calls answered, %d units charged", ok, charged)
+	r = e.do("POST", "/v1/eval", a, evalBody(cheapFEN, `"depth":9`))
+	if ok == 5 {
+		wantProblem(t, r, 402, "raise_budget")
+	}
+	me := e.do("GET", "/v1/me", owner, nil).Body["budget"].(map[string]any)
+	if me["period_spent_units"] != float64(charged) {
+		t.Fatalf("/me budget after the calls: %v, %d charged", me, charged)
+	}
+	cs, err := alerts.Check(ctx, e.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	account := 0
+	for _, c := range cs {
+		if c.KeyID == "" {
+			account++
+		}
+	}
+	if want := map[bool]int{true: 3, false: 2}[ok == 5]; ok >= 4 && account != want {
+		t.Fatalf("%d account alerts at %d of 50 units, want %d", account, charged, want)
+	}
+
+	if r := e.do("PATCH", "/v1/me", owner, map[string]any{"budget_units": nil}); r.Status != 200 ||
+		r.Body["budget"].(map[string]any)["budget_units"] != nil {
+		t.Fatalf("removing the account's budget: %d %s", r.Status, r.Raw)
+	}
+	if r := e.do("POST", "/v1/eval", b, evalBody(cheapFEN, `"depth":10`)); r.Status != 200 {
+		t.Fatalf("eval without an account budget: %d %s", r.Status, r.Raw)
+	}
+}

@@ -13,8 +13,9 @@ import (
 // AlertThresholds are the percentages of a key's units budget whose crossing is told.
 var AlertThresholds = []int32{50, 80, 100}
 
-// Crossing is a threshold of a key's budget its spend has just crossed, in the period
-// that starts at PeriodStart (nil for a budget of the key's whole life).
+// Crossing is a threshold of a key's budget (or, KeyID empty, of its account's budget
+// in Env) its spend has just crossed, in the period that starts at PeriodStart (nil
+// for a budget for the whole life).
 type Crossing struct {
 	KeyID, AccountID, Env string
 	Threshold             int32
@@ -47,9 +48,43 @@ func BudgetCrossings(ctx context.Context, q eventstore.Querier) ([]Crossing, err
 	if err != nil {
 		return nil, fmt.Errorf("budget alerts: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Crossing, error) {
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Crossing, error) {
 		var c Crossing
 		err := r.Scan(&c.KeyID, &c.AccountID, &c.Env, &c.Threshold, &c.Budget, &c.Spent, &c.Period, &c.PeriodStart)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("budget alerts: %w", err)
+	}
+	accounts, err := accountCrossings(ctx, q)
+	return append(keys, accounts...), err
+}
+
+// accountCrossings is BudgetCrossings for the accounts' budgets, whose crossings are
+// kept under "account:<account>:<env>" (KeyID empty in the Crossing).
+func accountCrossings(ctx context.Context, q eventstore.Querier) ([]Crossing, error) {
+	const id = `'account:' || b.account_id || ':' || b.env`
+	if _, err := q.Exec(ctx, `DELETE FROM budget_alerts a USING account_periods b
+		WHERE a.key_id = `+id+` AND (b.budget_units IS NULL OR b.budget_units <> a.budget
+			OR b.period_units * 100 < b.budget_units * a.threshold
+			OR a.period_start IS DISTINCT FROM b.period_start)`); err != nil {
+		return nil, fmt.Errorf("account budget alerts: %w", err)
+	}
+	rows, err := q.Query(ctx, `WITH crossed AS (
+			INSERT INTO budget_alerts (key_id, threshold, budget, spent, period_start)
+			SELECT `+id+`, t, b.budget_units, b.period_units, b.period_start
+			  FROM account_periods b, unnest($1::int[]) AS t
+			 WHERE b.budget_units > 0 AND b.period_units * 100 >= b.budget_units * t
+			ON CONFLICT (key_id, threshold) DO NOTHING
+			RETURNING key_id, threshold, budget, spent, period_start)
+		SELECT b.account_id, b.env, c.threshold, c.budget, c.spent, b.budget_period, c.period_start
+		  FROM crossed c JOIN account_budgets b ON c.key_id = `+id+` ORDER BY 1, 2, 3`, AlertThresholds)
+	if err != nil {
+		return nil, fmt.Errorf("account budget alerts: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Crossing, error) {
+		var c Crossing
+		err := r.Scan(&c.AccountID, &c.Env, &c.Threshold, &c.Budget, &c.Spent, &c.Period, &c.PeriodStart)
 		return c, err
 	})
 }

@@ -106,6 +106,15 @@ func Credit(ctx context.Context, tx *eventstore.Tx, req CreditRequest, now time.
 		WHERE key_id = $1`, c.KeyID, c.Units, c.USD, chargedAt); err != nil {
 		return nil, fmt.Errorf("credit %s: %w", req.ChargeID, err)
 	}
+	if _, err := tx.Exec(ctx, `SELECT account_roll($1, $2)`, c.AccountID, c.Env); err != nil {
+		return nil, fmt.Errorf("credit %s: %w", req.ChargeID, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE account_budgets SET
+			period_units = CASE WHEN period_start IS NULL OR $3 >= period_start THEN greatest(0, period_units - $4) ELSE period_units END,
+			period_usd = CASE WHEN period_start IS NULL OR $3 >= period_start THEN greatest(0, period_usd - $5) ELSE period_usd END
+		WHERE account_id = $1 AND env = $2`, c.AccountID, c.Env, chargedAt, c.Units, c.USD); err != nil {
+		return nil, fmt.Errorf("credit %s: %w", req.ChargeID, err)
+	}
 	if _, err := tx.Exec(ctx, `UPDATE account_days SET units = units - $4 WHERE account_id = $1 AND env = $2 AND day = $3`,
 		c.AccountID, c.Env, day, c.Units); err != nil {
 		return nil, fmt.Errorf("credit %s: %w", req.ChargeID, err)

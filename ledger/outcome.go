@@ -11,6 +11,8 @@ const (
 	OutcomeOK           = "ok"
 	OutcomeBudgetUnits  = "budget_units"
 	OutcomeBudgetUSD    = "budget_usd"
+	OutcomeAccountUnits = "account_budget_units"
+	OutcomeAccountUSD   = "account_budget_usd"
 	OutcomeAllowance    = "allowance"
 	OutcomeKeyless      = "keyless"
 	OutcomeBacklog      = "backlog"
@@ -31,10 +33,12 @@ type outcomeRow struct {
 
 // outcomes is the one table of refusals of the money path.
 var outcomes = map[string]outcomeRow{
-	OutcomeBudgetUnits: {domain.CodeBudget, "this call would exceed the key's units budget; raise it with PATCH /v1/keys/{id}", ErrBudget, 0},
-	OutcomeBudgetUSD:   {domain.CodeBudget, "this call would exceed the key's USD budget; raise it with PATCH /v1/keys/{id}", ErrBudget, 0},
-	OutcomeAllowance:   {domain.CodeUpgrade, "the plan's daily allowance of units is used up for today (UTC); upgrade for more", ErrAllowance, 0},
-	OutcomeKeyless:     {domain.CodeKeylessExhausted, "the keyless allowance for your address is used up for today; sign up for a key (POST /v1/signup)", ErrAllowance, 0},
+	OutcomeBudgetUnits:  {domain.CodeBudget, "this call would exceed the key's units budget; raise it with PATCH /v1/keys/{id}", ErrBudget, 0},
+	OutcomeBudgetUSD:    {domain.CodeBudget, "this call would exceed the key's USD budget; raise it with PATCH /v1/keys/{id}", ErrBudget, 0},
+	OutcomeAccountUnits: {domain.CodeBudget, "this call would exceed the account's units budget for this period; raise it with PATCH /v1/me", ErrBudget, 0},
+	OutcomeAccountUSD:   {domain.CodeBudget, "this call would exceed the account's USD budget for this period; raise it with PATCH /v1/me", ErrBudget, 0},
+	OutcomeAllowance:    {domain.CodeUpgrade, "the plan's daily allowance of units is used up for today (UTC); upgrade for more", ErrAllowance, 0},
+	OutcomeKeyless:      {domain.CodeKeylessExhausted, "the keyless allowance for your address is used up for today; sign up for a key (POST /v1/signup)", ErrAllowance, 0},
 	OutcomeBacklog: {domain.CodeUnavailable, "charges cannot be recorded right now (the database is slow or away); nothing was charged, retry",
 		ErrBacklog, time.Second},
 	OutcomeIdemMismatch: {domain.CodeIdempotencyMismatch, "this Idempotency-Key was already used with a different request; use a new key for a new request",

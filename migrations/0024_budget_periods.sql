@@ -1,7 +1,8 @@
--- Budgets by period (docs/BILLING.md, "Budgets by period").
+-- Budgets by period (docs/BILLING.md, "Budgets by period"), and the account's budgets.
 --
 -- A key's budgets last its whole life ('total', as before) or start again at each
--- calendar day or month of its account's time zone. key_balances keeps, beside the
+-- calendar day or month of its account's time zone. An account has budgets too, per
+-- env, over all its keys (account_budgets, below). key_balances keeps, beside the
 -- lifetime spend (spent_*, what audits recompute), the spend of the current period
 -- (period_*, what the budget rule checks) and the period's bounds. A period ends at
 -- period_end; the first money step on the key after that (meter_roll) starts the next
@@ -80,14 +81,105 @@ BEGIN
      WHERE k.key_id = p_key;
 END $$;
 
--- meter_lease checks the current period's spend (it rolls the period first); the rest
--- is 0013's rule unchanged.
+-- account_budgets caps what all the keys of an account spend in one env. Its row
+-- exists for every account and env that ever took a lease (created by meter_lease), so
+-- held_units always counts every lease, budget or not. A row without a budget has no
+-- period (period_end null): its period spend is then the spend since the row began and
+-- is recounted from the charges when a budget is set.
+CREATE TABLE account_budgets (
+    account_id    text           NOT NULL,
+    env           text           NOT NULL,
+    budget_units  bigint,
+    budget_usd    numeric(20, 6),
+    budget_period text           NOT NULL DEFAULT 'month' CHECK (budget_period IN ('total', 'day', 'month')),
+    tz            text           NOT NULL DEFAULT 'UTC',
+    period_start  timestamptz,
+    period_end    timestamptz,
+    period_units  bigint         NOT NULL DEFAULT 0,
+    period_usd    numeric(20, 6) NOT NULL DEFAULT 0,
+    held_units    bigint         NOT NULL DEFAULT 0, -- what the account's leases hold
+    PRIMARY KEY (account_id, env)
+);
+INSERT INTO account_budgets (account_id, env, tz, held_units)
+SELECT b.account_id, b.env, 'UTC', coalesce((SELECT sum(l.units) FROM leases l WHERE l.account_id = b.account_id AND l.env = b.env), 0)
+  FROM (SELECT DISTINCT account_id, env FROM key_balances) b;
+
+-- account_periods is account_budgets as of now (key_periods' rule).
+CREATE VIEW account_periods AS
+SELECT a.account_id, a.env, a.budget_units, a.budget_usd, a.budget_period, a.tz, a.held_units,
+       CASE WHEN a.period_end <= now() THEN n.period_start ELSE a.period_start END AS period_start,
+       CASE WHEN a.period_end <= now() THEN n.period_end ELSE a.period_end END AS period_end,
+       CASE WHEN a.period_end <= now() THEN 0 ELSE a.period_units END AS period_units,
+       CASE WHEN a.period_end <= now() THEN 0 ELSE a.period_usd END AS period_usd
+  FROM account_budgets a
+  LEFT JOIN LATERAL budget_period_bounds(a.budget_period, a.tz, now()) n ON a.period_end <= now();
+
+-- account_roll is meter_roll for an account's budgets in one env.
+CREATE FUNCTION account_roll(p_account text, p_env text) RETURNS void LANGUAGE sql AS $$
+    UPDATE account_budgets
+       SET (period_start, period_end) = (SELECT n.period_start, n.period_end FROM budget_period_bounds(budget_period, tz, now()) n),
+           period_units = 0, period_usd = 0
+     WHERE account_id = p_account AND env = p_env AND period_end <= now()
+$$;
+
+-- meter_set_account_budget sets an account's budgets in env p_env (null: none). A new
+-- period kind, or a first budget, starts with what the account was charged (less
+-- credits) in that env since the start of the current period.
+CREATE FUNCTION meter_set_account_budget(p_account text, p_env text, p_units bigint, p_usd numeric, p_period text, p_tz text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    a account_budgets%ROWTYPE;
+    s timestamptz;
+    e timestamptz;
+BEGIN
+    INSERT INTO account_budgets (account_id, env, tz) VALUES (p_account, p_env, p_tz) ON CONFLICT DO NOTHING;
+    SELECT * INTO a FROM account_budgets WHERE account_id = p_account AND env = p_env FOR UPDATE;
+    IF a.budget_period = p_period AND (a.period_end IS NOT NULL OR p_period = 'total')
+       AND (a.budget_units IS NOT NULL OR a.budget_usd IS NOT NULL) THEN
+        UPDATE account_budgets SET budget_units = p_units, budget_usd = p_usd WHERE account_id = p_account AND env = p_env;
+        RETURN;
+    END IF;
+    SELECT n.period_start, n.period_end INTO s, e FROM budget_period_bounds(p_period, a.tz, now()) n;
+    UPDATE account_budgets t
+       SET budget_units = p_units, budget_usd = p_usd, budget_period = p_period, period_start = s, period_end = e,
+           period_units = coalesce(x.units, 0), period_usd = coalesce(x.usd, 0)
+      FROM (SELECT sum(c.units) - coalesce(sum(r.units), 0) AS units, sum(c.usd) - coalesce(sum(r.usd), 0) AS usd
+              FROM charges c LEFT JOIN credits r ON r.charge_position = c.position
+             WHERE c.account_id = p_account AND c.env = p_env AND (s IS NULL OR c.charged_at >= s)) x
+     WHERE t.account_id = p_account AND t.env = p_env;
+END $$;
+
+-- meter_release also gives the account's hold back (0013's function otherwise).
+CREATE OR REPLACE FUNCTION meter_release(p_lease text, p_owner text, p_unit_usd numeric)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    l leases%ROWTYPE;
+BEGIN
+    PERFORM 1 FROM key_balances WHERE key_id = (SELECT key_id FROM leases WHERE lease_id = p_lease) FOR UPDATE;
+    DELETE FROM leases
+     WHERE lease_id = p_lease AND (owner = p_owner OR (p_owner IS NULL AND expires_at < now()))
+    RETURNING * INTO l;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    UPDATE key_balances SET held_units = held_units - l.units, held_usd = held_usd - l.units * p_unit_usd
+     WHERE key_id = l.key_id;
+    UPDATE account_budgets SET held_units = held_units - l.units WHERE account_id = l.account_id AND env = l.env;
+    UPDATE account_days SET held_units = held_units - l.units
+     WHERE account_id = l.account_id AND env = l.env AND day = l.day;
+    RETURN l.units;
+END $$;
+
+-- meter_lease checks the current period's spend of the key and of the account (it
+-- rolls their periods first); the rest is 0013's rule unchanged. Locks: the key's
+-- balance, then the account's budgets, then the day, then the lease.
 CREATE OR REPLACE FUNCTION meter_lease(p_lease text, p_owner text, p_key text, p_account text, p_env text, p_day date,
                             p_min bigint, p_want bigint, p_unit_usd numeric, p_allowance bigint, p_ttl interval,
                             OUT outcome text, OUT granted bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     b    key_balances%ROWTYPE;
+    a    account_budgets%ROWTYPE;
     d    account_days%ROWTYPE;
     room bigint := p_want;
     free bigint;
@@ -115,6 +207,26 @@ BEGIN
         END IF;
         room := least(room, greatest(p_min, free / 4));
     END IF;
+    INSERT INTO account_budgets (account_id, env, tz) VALUES (p_account, p_env, b.tz) ON CONFLICT DO NOTHING;
+    PERFORM 1 FROM account_budgets WHERE account_id = p_account AND env = p_env FOR UPDATE;
+    PERFORM account_roll(p_account, p_env);
+    SELECT * INTO a FROM account_budgets WHERE account_id = p_account AND env = p_env;
+    IF a.budget_units IS NOT NULL THEN
+        free := a.budget_units - a.period_units - a.held_units;
+        IF free < p_min THEN
+            outcome := 'account_budget_units';
+            RETURN;
+        END IF;
+        room := least(room, greatest(p_min, free / 4));
+    END IF;
+    IF a.budget_usd IS NOT NULL THEN
+        free := floor((a.budget_usd - a.period_usd) / p_unit_usd)::bigint - a.held_units;
+        IF free < p_min THEN
+            outcome := 'account_budget_usd';
+            RETURN;
+        END IF;
+        room := least(room, greatest(p_min, free / 4));
+    END IF;
     INSERT INTO account_days (account_id, env, day, units) VALUES (p_account, p_env, p_day, 0)
         ON CONFLICT (account_id, env, day) DO NOTHING;
     SELECT * INTO d FROM account_days WHERE account_id = p_account AND env = p_env AND day = p_day FOR UPDATE;
@@ -125,6 +237,7 @@ BEGIN
     END IF;
     room := least(room, greatest(p_min, free / 4));
     UPDATE key_balances SET held_units = held_units + room, held_usd = held_usd + room * p_unit_usd WHERE key_id = p_key;
+    UPDATE account_budgets SET held_units = held_units + room WHERE account_id = p_account AND env = p_env;
     UPDATE account_days SET held_units = held_units + room WHERE account_id = p_account AND env = p_env AND day = p_day;
     INSERT INTO leases (lease_id, owner, key_id, account_id, env, day, units, expires_at)
     VALUES (p_lease, p_owner, p_key, p_account, p_env, p_day, room, now() + p_ttl)
@@ -133,7 +246,8 @@ BEGIN
     granted := room;
 END $$;
 
--- meter_settle also counts the settled units in the current period (rolled first).
+-- meter_settle also counts the settled units in the key's and the account's current
+-- periods (rolled first).
 CREATE OR REPLACE FUNCTION meter_settle(p_lease text, p_owner text, p_units bigint[], p_scopes text[], p_keys text[],
                              p_statuses int[], p_responses bytea[], p_unit_usd numeric, p_at timestamptz,
                              p_strict boolean)
@@ -176,12 +290,17 @@ BEGIN
            held_units = held_units - total, held_usd = held_usd - total * p_unit_usd,
            last_used_at = greatest(last_used_at, p_at)
      WHERE key_id = l.key_id;
+    PERFORM account_roll(l.account_id, l.env);
+    UPDATE account_budgets SET period_units = period_units + total, period_usd = period_usd + total * p_unit_usd,
+           held_units = held_units - total
+     WHERE account_id = l.account_id AND env = l.env;
     UPDATE account_days SET units = units + total, held_units = held_units - total
      WHERE account_id = l.account_id AND env = l.env AND day = l.day;
     RETURN kept;
 END $$;
 
--- Budget alerts are told once per period: a crossing remembers the period it was in.
+-- Budget alerts are told once per period: a crossing remembers the period it was in. An
+-- account's budget crossings are kept under 'account:<account>:<env>'.
 ALTER TABLE budget_alerts ADD COLUMN period_start timestamptz;
 
 -- The keys read model shows the period (filled by the projection from the events).

@@ -77,7 +77,7 @@ func AsOf(ctx context.Context, q eventstore.Querier, accountID string, at, now t
 			return nil, fmt.Errorf("as of: %s: %w", s.stream, err)
 		}
 		switch x := e.(type) {
-		case *domain.AccountCreated, *domain.PlanChanged, *domain.EmailVerified, *domain.TimezoneSet:
+		case *domain.AccountCreated, *domain.PlanChanged, *domain.EmailVerified, *domain.TimezoneSet, *domain.AccountBudgetSet:
 			v.Account.Apply(e)
 		case *domain.KeyCreated, *domain.KeyUpdated, *domain.KeyRotated, *domain.KeyRevoked:
 			k := keys[s.stream]

@@ -1,0 +1,63 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"chessd/eventstore"
+)
+
+// AccountBudget is an account's budgets in one env as the budget rule sees them: what
+// all its keys together may spend per period (migrations/0024).
+type AccountBudget struct {
+	BudgetUnits            *int64 // nil: no budget of this kind
+	BudgetUSD              *decimal.Decimal
+	Period                 string
+	PeriodStart, PeriodEnd *time.Time // null without a budget, or for "total"
+	PeriodUnits            int64      // spent in the current period
+	PeriodUSD              decimal.Decimal
+	HeldUnits              int64 // reserved by leases and jobs' holds, not yet charged
+}
+
+// RemainingUnits is what the account may still spend in units this period: budget −
+// spent − held, never below 0; nil without a units budget.
+func (b AccountBudget) RemainingUnits() *int64 {
+	if b.BudgetUnits == nil {
+		return nil
+	}
+	v := max(0, *b.BudgetUnits-b.PeriodUnits-b.HeldUnits)
+	return &v
+}
+
+// RemainingUSD is RemainingUnits for the USD budget.
+func (b AccountBudget) RemainingUSD() *decimal.Decimal {
+	if b.BudgetUSD == nil {
+		return nil
+	}
+	v := decimal.Max(decimal.Zero, b.BudgetUSD.Sub(b.PeriodUSD).Sub(UnitsUSD(b.HeldUnits)))
+	return &v
+}
+
+// AccountBudgetOf reads an account's budgets in env; an account that never reserved
+// anything there has none.
+func AccountBudgetOf(ctx context.Context, q eventstore.Querier, accountID, env string) (AccountBudget, error) {
+	var b AccountBudget
+	err := q.QueryRow(ctx, `SELECT budget_units, budget_usd, budget_period, period_start, period_end, period_units, period_usd,
+			held_units FROM account_periods WHERE account_id = $1 AND env = $2`, accountID, env).
+		Scan(&b.BudgetUnits, &b.BudgetUSD, &b.Period, &b.PeriodStart, &b.PeriodEnd, &b.PeriodUnits, &b.PeriodUSD, &b.HeldUnits)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return AccountBudget{Period: "month", PeriodUSD: decimal.Zero}, nil
+	}
+	if err != nil {
+		return b, fmt.Errorf("account budget: %w", err)
+	}
+	if b.BudgetUnits == nil && b.BudgetUSD == nil {
+		b.PeriodStart, b.PeriodEnd = nil, nil // no budget: its period means nothing
+	}
+	return b, nil
+}
