@@ -169,7 +169,7 @@ type Position struct {
 // the job as it now stands; ErrNotClaimable when the job is no longer running.
 func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, worker string, ps []Position) (*domain.Job, error) {
 	var out *domain.Job
-	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+	committed, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
 		j, err := loadLockedJob(ctx, tx, jobID)
 		if err != nil {
 			return err
@@ -225,6 +225,7 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 	if err != nil {
 		return nil, err
 	}
+	ledger.CountCommitted(committed) // the positions' charges, for /metrics
 	return out, nil
 }
 

@@ -172,3 +172,14 @@ func (h *Handler) StartJob(ctx context.Context, jobID, worker string, tookOver b
 	})
 	return out, err
 }
+
+// QueueDepth counts the job positions on the queue (every server's and worker's): those
+// waiting for a worker (never taken, or their lease ran out) and those a worker holds.
+func QueueDepth(ctx context.Context, q eventstore.Querier) (waiting, held int64, err error) {
+	err = q.QueryRow(ctx, `SELECT count(*) FILTER (WHERE worker IS NULL OR lease_until < now()),
+		count(*) FILTER (WHERE worker IS NOT NULL AND lease_until >= now()) FROM job_queue`).Scan(&waiting, &held)
+	if err != nil {
+		return 0, 0, fmt.Errorf("job queue depth: %w", err)
+	}
+	return waiting, held, nil
+}

@@ -116,6 +116,8 @@ type Pool struct {
 
 	searches  atomic.Int64 // searches handed to a process
 	preempted atomic.Int64 // Batch searches stopped for interactive ones
+	nodes     atomic.Int64 // nodes the finished searches reported
+	waits     [numPriorities]waitCounts
 }
 
 type waiter struct {
@@ -240,6 +242,50 @@ type PoolStats struct {
 	Searches int64
 	// Preempted counts Batch searches stopped to serve interactive ones.
 	Preempted int64
+	// Nodes counts the nodes the searches that returned a result reported.
+	Nodes int64
+	// QueueWait is, per priority, how long searches waited for a process.
+	QueueWait [numPriorities]WaitStats
+}
+
+// QueueWaitBuckets are the upper bounds of WaitStats.Buckets (the last bucket, past
+// them, is +Inf): from a process that was free to the 2 s default QueueWait and past it.
+var QueueWaitBuckets = [numWaitBuckets - 1]time.Duration{time.Millisecond, 5 * time.Millisecond, 25 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second,
+	5 * time.Second, 10 * time.Second, 30 * time.Second}
+
+const numWaitBuckets = 12
+
+// WaitStats counts the waits for a process since the pool started: those that got one
+// by how long they waited (a histogram), and those that gave up (ErrSaturated).
+type WaitStats struct {
+	Buckets   [numWaitBuckets]int64 // got a process within QueueWaitBuckets[i] (not cumulative); the last: longer
+	Sum       time.Duration
+	Saturated int64
+}
+
+// waitCounts is WaitStats kept with atomics: observed off the pool's lock.
+type waitCounts struct {
+	buckets   [numWaitBuckets]atomic.Int64
+	sum       atomic.Int64 // ns
+	saturated atomic.Int64
+}
+
+func (w *waitCounts) observe(d time.Duration) {
+	i := 0
+	for i < len(QueueWaitBuckets) && d > QueueWaitBuckets[i] {
+		i++
+	}
+	w.buckets[i].Add(1)
+	w.sum.Add(int64(d))
+}
+
+func (w *waitCounts) snapshot() WaitStats {
+	s := WaitStats{Sum: time.Duration(w.sum.Load()), Saturated: w.saturated.Load()}
+	for i := range w.buckets {
+		s.Buckets[i] = w.buckets[i].Load()
+	}
+	return s
 }
 
 // Stats returns a snapshot of the pool's state.
@@ -247,11 +293,41 @@ func (pl *Pool) Stats() PoolStats {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	s := PoolStats{Size: pl.cfg.Size, Live: len(pl.all), Idle: len(pl.idle), Healing: pl.healing, Searches: pl.searches.Load(),
-		Preempted: pl.preempted.Load()}
+		Preempted: pl.preempted.Load(), Nodes: pl.nodes.Load()}
 	for i := range pl.waiting {
 		s.Waiting[i] = len(pl.waiting[i])
+		s.QueueWait[i] = pl.waits[i].snapshot()
 	}
 	return s
+}
+
+// NamedPoolStats is one started pool's stats with the engine and path it runs.
+type NamedPoolStats struct {
+	Engine string
+	Path   Path
+	PoolStats
+}
+
+// Stats returns the stats of every pool started so far (pools start on first use).
+func (c *Catalog) Stats() []NamedPoolStats {
+	c.mu.Lock()
+	var out []NamedPoolStats
+	var pools []*Pool
+	for k, e := range c.pools {
+		select {
+		case <-e.ready:
+			if e.pool != nil {
+				out = append(out, NamedPoolStats{Engine: k.id, Path: k.path})
+				pools = append(pools, e.pool)
+			}
+		default: // still starting
+		}
+	}
+	c.mu.Unlock()
+	for i, pl := range pools {
+		out[i].PoolStats = pl.Stats()
+	}
+	return out
 }
 
 // Prepare validates a search against this pool's engine and returns its options in
@@ -318,10 +394,16 @@ func (pl *Pool) Search(ctx context.Context, prio Priority, s Search) (*Result, e
 	if err != nil {
 		return nil, err
 	}
+	queued := time.Now()
 	p, aged, err := pl.acquire(ctx, prio)
+	waits := &pl.waits[min(prio, Batch)]
 	if err != nil {
+		if errors.Is(err, ErrSaturated) {
+			waits.saturated.Add(1)
+		}
 		return nil, err
 	}
+	waits.observe(time.Since(queued))
 	pl.searches.Add(1)
 	if prio == Batch && !aged && !pl.cfg.NoPreempt {
 		var stop context.CancelCauseFunc
@@ -332,6 +414,9 @@ func (pl *Pool) Search(ctx context.Context, prio Priority, s Search) (*Result, e
 		pl.mu.Unlock()
 	}
 	res, err := p.search(ctx, &s, opts)
+	if res != nil {
+		pl.nodes.Add(res.Nodes)
+	}
 	if prio == Batch {
 		pl.mu.Lock()
 		delete(pl.batches, p)

@@ -61,6 +61,7 @@ type Server struct {
 	keyless  int // keyless calls per address and day: Config.KeylessPerDay or KeylessPerDay
 	logger   *slog.Logger
 	router   *mux.Router
+	observe  func(route, method string, status int, took time.Duration) // Deps.ObserveRequest
 }
 
 // Deps are the parts the server is built from.
@@ -75,6 +76,9 @@ type Deps struct {
 	// Wakeups, when set, wakes job event streams at the commits that add to them
 	// (without it they poll).
 	Wakeups *eventstore.Wakeups
+	// ObserveRequest, when set, is told of every answered request with its route's
+	// template ("/v1/jobs/{id}"; "unmatched" when no route took it): the metrics.
+	ObserveRequest func(route, method string, status int, took time.Duration)
 }
 
 // New builds the server and its routes.
@@ -85,7 +89,7 @@ func New(cfg Config, d Deps) *Server {
 	s := &Server{
 		baseURL: strings.TrimRight(cfg.BaseURL, "/"), maxBody: cfg.MaxBodyBytes, cfg: cfg,
 		pool: d.Pool, commands: d.Commands, auth: d.Auth, analysis: d.Analysis, meter: d.Meter, wakeups: d.Wakeups,
-		billing: d.Billing, logger: d.Logger, keyRate: cfg.KeyRequestsPerMinute,
+		billing: d.Billing, logger: d.Logger, keyRate: cfg.KeyRequestsPerMinute, observe: d.ObserveRequest,
 	}
 	if s.billing == nil {
 		s.billing = billingDisabled{}
@@ -159,6 +163,18 @@ func (s *Server) routes() {
 	handle("GET", "/jobs/{id}/events", s.authed(domain.ScopeJobs, s.jobEvents))
 	handle("POST", "/validate", s.authed(domain.ScopeEval, s.idempotent(s.validate)))
 	handle("POST", "/legal-moves", s.authed(domain.ScopeEval, s.idempotent(s.legalMoves)))
+	// Only the router knows which route took a request: it tells the middleware's box
+	// (runs for matched routes only).
+	root.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if box, _ := r.Context().Value(ctxRoute).(*string); box != nil {
+				if t, err := mux.CurrentRoute(r).GetPathTemplate(); err == nil {
+					*box = t
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
 	s.router = root
 }
 
@@ -176,8 +192,8 @@ func allowedMethods(router *mux.Router, r *http.Request) []string {
 	return out
 }
 
-// middleware: request id, panic recovery, body limit, the door's checks and an
-// access log line.
+// middleware: request id, panic recovery, body limit, the door's checks, an access
+// log line and the request's metrics.
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -188,6 +204,8 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		w.Header().Set("X-Request-Id", id)
 		ctx := context.WithValue(r.Context(), ctxRequestID, id)
 		ctx = context.WithValue(ctx, ctxPrincipal, &principalBox{})
+		route := "unmatched" // the router names it (routes)
+		ctx = context.WithValue(ctx, ctxRoute, &route)
 		r = r.WithContext(ctx)
 		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
@@ -207,6 +225,9 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 				attrs = append(attrs, "key_id", k.ID())
 			}
 			s.logger.LogAttrs(ctx, slog.LevelInfo, "request", argsToAttrs(attrs)...)
+			if s.observe != nil {
+				s.observe(route, r.Method, rec.status, time.Since(start))
+			}
 		}()
 		if err := door(r); err != nil {
 			s.writeError(rec, r, err)
@@ -250,6 +271,7 @@ type ctxKey int
 const (
 	ctxRequestID ctxKey = iota
 	ctxPrincipal
+	ctxRoute // *string: the matched route's template, for the metrics
 )
 
 func requestID(ctx context.Context) string {

@@ -38,6 +38,7 @@ var layer = map[string]int{
 	"analysis":        5, // uses the engines
 	"httpapi":         6,
 	"executor":        6, // consumes the command bus beside httpapi, above the engines
+	"metrics":         6, // reads everyone's stats at scrape time; httpapi reports to it through a func
 	"cmd/chessd":      7,
 	"cmd/chessbench":  7,
 	"layers":          7, // this test

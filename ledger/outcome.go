@@ -68,6 +68,7 @@ type Refusal struct {
 }
 
 func refusal(outcome string) error {
+	countRefusal(outcome)
 	row, ok := outcomes[outcome]
 	if !ok {
 		row = outcomeRow{domain.CodeInternal, "unexpected outcome " + outcome, nil, 0}

@@ -216,6 +216,11 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 		}
 		m.mu.Unlock()
 	}
+	for i, s := range batch {
+		if !forgiven[i] {
+			countCharge(s.event)
+		}
+	}
 	m.forget(batch)
 	return nil
 }

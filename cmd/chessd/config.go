@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -38,6 +39,10 @@ type config struct {
 	InsecureWebhooks bool
 	NoExecutor       bool
 	Meter            ledger.MeterConfig
+	// MetricsAddr is the metrics' own listener (CHESSD_METRICS_ADDR); empty: /metrics on
+	// the API's listener (serve) or none (worker); "off": no metrics.
+	MetricsAddr  string
+	MetricsToken string // when set, a scrape must carry it as a bearer token
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -94,6 +99,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.Mail = mail.Config{SMTPAddr: getenv("CHESSD_SMTP_ADDR"), From: getenv("CHESSD_SMTP_FROM"),
 		Username: getenv("CHESSD_SMTP_USERNAME"), Password: getenv("CHESSD_SMTP_PASSWORD")}
 	c.InsecureWebhooks = getenv("CHESSD_WEBHOOKS_INSECURE") == "true"
+	c.MetricsAddr, c.MetricsToken = getenv("CHESSD_METRICS_ADDR"), getenv("CHESSD_METRICS_TOKEN")
+	if a := c.MetricsAddr; a != "" && a != "off" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return c, fmt.Errorf("CHESSD_METRICS_ADDR must be host:port, :port or off, got %q", a)
+		}
+	}
 	c.Executor.Worker = getenv("CHESSD_WORKER_NAME")
 	// an executor searches as many positions at once as the pool has processes
 	c.Executor.Parallel = c.Engines.PoolSize

@@ -19,6 +19,7 @@ import (
 	"chessd/httpapi"
 	"chessd/ledger"
 	"chessd/mail"
+	"chessd/metrics"
 	"chessd/projections"
 	"chessd/ratelimit"
 	"chessd/webhook"
@@ -80,8 +81,13 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	meterCtx, stopMeter := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMeter()
 	meter := ledger.NewMeter(meterCtx, store, logger, cfg.Meter)
+	var exec *executor.Executor
+	if !cfg.NoExecutor {
+		exec = executor.New(cfg.Executor, db.pool, cmds, svc, logger)
+	}
+	mx := metrics.New(metrics.Sources{Engines: c.catalog, DB: db.pool, Executor: exec, Projections: allProjections(), Logger: logger})
 	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL, NoRateLimits: cfg.NoRateLimits, InsecureWebhooks: cfg.InsecureWebhooks}, httpapi.Deps{
-		Pool: db.pool, Commands: cmds,
+		Pool: db.pool, Commands: cmds, ObserveRequest: mx.ObserveRequest,
 		Auth:     auth.NewAuthenticator(db.pool, pepper),
 		Analysis: svc,
 		Meter:    meter,
@@ -97,18 +103,29 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	go alerts.Run(ctx, db.pool, 5*time.Second, logger) // budget thresholds crossed, told by webhook
 	go projections.PruneLoop(ctx, db.pool, busConsumers(), time.Minute, logger)
 	execDone := make(chan error, 1)
-	if cfg.NoExecutor {
+	if exec == nil {
 		execDone <- nil
 	} else {
-		go func() { execDone <- executor.New(cfg.Executor, db.pool, cmds, svc, logger).Run(ctx) }()
+		go func() { execDone <- exec.Run(ctx) }()
 	}
 	runner := projections.NewRunner(db.pool, logger, allProjections()...)
 	runnerDone := make(chan error, 1)
 	go func() { runnerDone <- runner.Run(ctx, nil) }()
 
+	// /metrics: on its own listener when CHESSD_METRICS_ADDR says so, else beside /v1
+	var handler http.Handler = api
+	switch cfg.MetricsAddr {
+	case "off":
+	case "":
+		handler = withMetrics(api, mx.Handler(cfg.MetricsToken))
+	default:
+		if err := serveMetrics(ctx, cfg.MetricsAddr, mx.Handler(cfg.MetricsToken), logger); err != nil {
+			return err
+		}
+	}
 	srv := &http.Server{
 		Addr:              fmt.Sprintf(":%d", cfg.Port),
-		Handler:           api,
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      90 * time.Second, // a search may take 60 s plus queueing
@@ -191,7 +208,50 @@ func work(ctx context.Context, cfg config, logger *slog.Logger) error {
 		return fmt.Errorf("CHESSD_WORKER_JOBS=0 leaves a worker nothing to do")
 	}
 	logger.Info("worker running", "worker", cfg.Executor.Worker)
-	return executor.New(cfg.Executor, c.db.pool, c.cmds, c.svc, logger).Run(ctx)
+	exec := executor.New(cfg.Executor, c.db.pool, c.cmds, c.svc, logger)
+	if a := cfg.MetricsAddr; a != "" && a != "off" { // a worker has no other listener
+		mx := metrics.New(metrics.Sources{Engines: c.catalog, DB: c.db.pool, Executor: exec, Logger: logger})
+		if err := serveMetrics(ctx, a, mx.Handler(cfg.MetricsToken), logger); err != nil {
+			return err
+		}
+	}
+	return exec.Run(ctx)
+}
+
+// withMetrics serves GET /metrics beside the API (outside /v1, so not counted as an
+// API request) and everything else by api.
+func withMetrics(api, metrics http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			metrics.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+// serveMetrics serves /metrics alone on addr (CHESSD_METRICS_ADDR) until ctx ends; it
+// fails at once when addr cannot be listened on.
+func serveMetrics(ctx context.Context, addr string, h http.Handler, logger *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listener: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics listener", "err", err)
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		srv.Close() //nolint:errcheck // stopping; a scrape in flight is cut
+	}()
+	logger.Info("serving metrics", "addr", ln.Addr().String())
+	return nil
 }
 
 // busConsumers says how many consumer groups read each bus topic: every projection

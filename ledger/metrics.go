@@ -1,0 +1,79 @@
+package ledger
+
+import (
+	"sync"
+
+	"github.com/shopspring/decimal"
+
+	"chessd/eventstore"
+)
+
+// Counts is what this process's money path did since it started, for the metrics
+// (/metrics reads it at scrape time): the charges it committed and the refusals it
+// gave. Every process counts its own; Prometheus sums them.
+type Counts struct {
+	Charges  map[ChargeKind]ChargeTotals
+	Refusals map[string]int64 // by outcome (OutcomeBudgetUnits, …)
+}
+
+// ChargeKind is what a charge is counted under.
+type ChargeKind struct {
+	Endpoint string
+	Cached   bool
+}
+
+// ChargeTotals are the charges of one kind.
+type ChargeTotals struct {
+	Charges int64
+	Units   int64
+	USD     decimal.Decimal
+}
+
+var counted = struct {
+	sync.Mutex
+	charges  map[ChargeKind]ChargeTotals
+	refusals map[string]int64
+}{charges: map[ChargeKind]ChargeTotals{}, refusals: map[string]int64{}}
+
+// Counted returns a copy of the counts so far.
+func Counted() Counts {
+	counted.Lock()
+	defer counted.Unlock()
+	out := Counts{Charges: make(map[ChargeKind]ChargeTotals, len(counted.charges)), Refusals: make(map[string]int64, len(counted.refusals))}
+	for k, v := range counted.charges {
+		out.Charges[k] = v
+	}
+	for k, v := range counted.refusals {
+		out.Refusals[k] = v
+	}
+	return out
+}
+
+// CountCommitted counts the charges among events a transaction committed (a job's
+// positions: commands.RecordPositions); the meter counts its own settles.
+func CountCommitted(evs []eventstore.Event) {
+	for _, e := range evs {
+		if uc, ok := e.Value().(*UnitsCharged); ok {
+			countCharge(uc)
+		}
+	}
+}
+
+// countCharge counts one committed charge.
+func countCharge(e *UnitsCharged) {
+	k := ChargeKind{Endpoint: e.Endpoint, Cached: e.Cached}
+	counted.Lock()
+	t := counted.charges[k]
+	t.Charges++
+	t.Units += e.Units
+	t.USD = t.USD.Add(e.USD)
+	counted.charges[k] = t
+	counted.Unlock()
+}
+
+// countRefusal counts a refusal of the money path as it is made.
+func countRefusal(outcome string) {
+	counted.Lock()
+	counted.refusals[outcome]++
+	counted.Unlock()
+}
