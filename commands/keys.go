@@ -51,7 +51,7 @@ func (h *Handler) Signup(ctx context.Context, s domain.Signup, requestID string)
 		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, md, event(key)); err != nil {
 			return err
 		}
-		if err := openBalance(ctx, tx, key, "UTC"); err != nil {
+		if err := openBalance(ctx, tx, key); err != nil {
 			return err
 		}
 		return h.queueVerification(ctx, tx, accountID, created.Email, now)
@@ -79,11 +79,7 @@ func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettin
 		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, actor.meta(), event(created)); err != nil {
 			return err
 		}
-		acct, err := LoadAccount(ctx, tx, by.AccountID())
-		if err != nil {
-			return err
-		}
-		return openBalance(ctx, tx, created, acct.Timezone())
+		return openBalance(ctx, tx, created)
 	})
 	if err != nil {
 		return nil, "", err
@@ -202,14 +198,14 @@ func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide f
 }
 
 // openBalance creates the row the charge path checks budgets against, with its first
-// period in the account's zone tz. It is write-side state kept with the key's events in
+// period in the account's zone. It is write-side state kept with the key's events in
 // one transaction (docs/ARCHITECTURE.md).
-func openBalance(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated, tz string) error {
-	_, err := tx.Exec(ctx, `INSERT INTO key_balances (key_id, account_id, env, budget_units, budget_usd, budget_period, tz,
+func openBalance(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated) error {
+	_, err := tx.Exec(ctx, `INSERT INTO key_balances (key_id, account_id, env, budget_units, budget_usd, budget_period,
 			period_start, period_end)
-		SELECT $1, $2, $3, $4, $5, $6, $7, n.period_start, n.period_end
-		  FROM (SELECT) one LEFT JOIN budget_period_bounds($6, $7, now()) n ON true`,
-		k.KeyID, k.AccountID, k.Env, k.BudgetUnits, k.BudgetUSD, string(k.BudgetPeriod), tz)
+		SELECT $1, $2, $3, $4, $5, $6, n.period_start, n.period_end
+		  FROM (SELECT) one LEFT JOIN budget_period_bounds($6, account_tz($2), now()) n ON true`,
+		k.KeyID, k.AccountID, k.Env, k.BudgetUnits, k.BudgetUSD, string(k.BudgetPeriod))
 	return err
 }
 
@@ -243,11 +239,8 @@ func (h *Handler) SetTimezone(ctx context.Context, actor Actor, tz string) (*dom
 			return err
 		}
 		a.Apply(e)
-		if _, err := tx.Exec(ctx, `UPDATE key_balances SET tz = $2 WHERE key_id IN
-			(SELECT key_id FROM key_balances WHERE account_id = $1 ORDER BY key_id FOR UPDATE)`, a.ID(), tz); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `UPDATE account_budgets SET tz = $2 WHERE account_id = $1`, a.ID(), tz)
+		_, err = tx.Exec(ctx, `INSERT INTO account_zones (account_id, tz) VALUES ($1, $2)
+			ON CONFLICT (account_id) DO UPDATE SET tz = excluded.tz`, a.ID(), tz)
 		return err
 	})
 	return out, err
@@ -273,8 +266,8 @@ func (h *Handler) SetAccountBudget(ctx context.Context, actor Actor, c domain.Bu
 		if err := tx.Append(ctx, domain.AccountStream(a.ID()), domain.StreamAccount, a.Version(), actor.meta(), event(e)); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT meter_set_account_budget($1, $2, $3, $4, $5, $6)`,
-			a.ID(), e.Env, e.BudgetUnits, e.BudgetUSD, string(e.Period), a.Timezone())
+		_, err = tx.Exec(ctx, `SELECT meter_set_account_budget($1, $2, $3, $4, $5)`,
+			a.ID(), e.Env, e.BudgetUnits, e.BudgetUSD, string(e.Period))
 		return err
 	})
 	return err

@@ -14,12 +14,23 @@
 -- plus what leases hold stays within the budget of every period.
 ALTER TABLE key_balances
     ADD COLUMN budget_period text NOT NULL DEFAULT 'total' CHECK (budget_period IN ('total', 'day', 'month')),
-    ADD COLUMN tz            text NOT NULL DEFAULT 'UTC',
     ADD COLUMN period_start  timestamptz, -- null for 'total'
     ADD COLUMN period_end    timestamptz,
     ADD COLUMN period_units  bigint NOT NULL DEFAULT 0,
     ADD COLUMN period_usd    numeric(20, 6) NOT NULL DEFAULT 0;
 UPDATE key_balances SET period_units = spent_units, period_usd = spent_usd;
+
+-- account_zones is each account's time zone, the calendar of its periods (TimezoneSet).
+-- No money step locks it: a change of zone touches neither balances nor budgets, so it
+-- can wait on no lock the money path holds.
+CREATE TABLE account_zones (
+    account_id text PRIMARY KEY,
+    tz         text NOT NULL
+);
+
+CREATE FUNCTION account_tz(p_account text) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT tz FROM account_zones WHERE account_id = p_account), 'UTC')
+$$;
 
 -- budget_period_bounds is the period of kind p_period ('day' or 'month') of zone p_tz
 -- that holds p_at: from its first local midnight to the next period's.
@@ -35,19 +46,20 @@ $$;
 -- one, with nothing spent yet.
 CREATE VIEW key_periods AS
 SELECT b.key_id, b.account_id, b.env, b.budget_units, b.budget_usd, b.spent_units, b.spent_usd,
-       b.held_units, b.held_usd, b.last_used_at, b.budget_period, b.tz,
+       b.held_units, b.held_usd, b.last_used_at, b.budget_period,
        CASE WHEN b.period_end <= now() THEN n.period_start ELSE b.period_start END AS period_start,
        CASE WHEN b.period_end <= now() THEN n.period_end ELSE b.period_end END AS period_end,
        CASE WHEN b.period_end <= now() THEN 0 ELSE b.period_units END AS period_units,
        CASE WHEN b.period_end <= now() THEN 0 ELSE b.period_usd END AS period_usd
   FROM key_balances b
-  LEFT JOIN LATERAL budget_period_bounds(b.budget_period, b.tz, now()) n ON b.period_end <= now();
+  LEFT JOIN LATERAL budget_period_bounds(b.budget_period, account_tz(b.account_id), now()) n ON b.period_end <= now();
 
 -- meter_roll starts key p_key's next period when its current one has ended. Callers
 -- hold the key's row lock.
 CREATE FUNCTION meter_roll(p_key text) RETURNS void LANGUAGE sql AS $$
     UPDATE key_balances
-       SET (period_start, period_end) = (SELECT n.period_start, n.period_end FROM budget_period_bounds(budget_period, tz, now()) n),
+       SET (period_start, period_end) =
+           (SELECT n.period_start, n.period_end FROM budget_period_bounds(budget_period, account_tz(account_id), now()) n),
            period_units = 0, period_usd = 0
      WHERE key_id = p_key AND period_end <= now()
 $$;
@@ -70,7 +82,7 @@ BEGIN
         UPDATE key_balances SET budget_units = p_units, budget_usd = p_usd WHERE key_id = p_key;
         RETURN;
     END IF;
-    SELECT n.period_start, n.period_end INTO s, e FROM budget_period_bounds(p_period, b.tz, now()) n;
+    SELECT n.period_start, n.period_end INTO s, e FROM budget_period_bounds(p_period, account_tz(b.account_id), now()) n;
     UPDATE key_balances k
        SET budget_units = p_units, budget_usd = p_usd, budget_period = p_period, period_start = s, period_end = e,
            period_units = CASE WHEN s IS NULL THEN k.spent_units ELSE coalesce(x.units, 0) END,
@@ -92,7 +104,6 @@ CREATE TABLE account_budgets (
     budget_units  bigint,
     budget_usd    numeric(20, 6),
     budget_period text           NOT NULL DEFAULT 'month' CHECK (budget_period IN ('total', 'day', 'month')),
-    tz            text           NOT NULL DEFAULT 'UTC',
     period_start  timestamptz,
     period_end    timestamptz,
     period_units  bigint         NOT NULL DEFAULT 0,
@@ -100,24 +111,25 @@ CREATE TABLE account_budgets (
     held_units    bigint         NOT NULL DEFAULT 0, -- what the account's leases hold
     PRIMARY KEY (account_id, env)
 );
-INSERT INTO account_budgets (account_id, env, tz, held_units)
-SELECT b.account_id, b.env, 'UTC', coalesce((SELECT sum(l.units) FROM leases l WHERE l.account_id = b.account_id AND l.env = b.env), 0)
+INSERT INTO account_budgets (account_id, env, held_units)
+SELECT b.account_id, b.env, coalesce((SELECT sum(l.units) FROM leases l WHERE l.account_id = b.account_id AND l.env = b.env), 0)
   FROM (SELECT DISTINCT account_id, env FROM key_balances) b;
 
 -- account_periods is account_budgets as of now (key_periods' rule).
 CREATE VIEW account_periods AS
-SELECT a.account_id, a.env, a.budget_units, a.budget_usd, a.budget_period, a.tz, a.held_units,
+SELECT a.account_id, a.env, a.budget_units, a.budget_usd, a.budget_period, a.held_units,
        CASE WHEN a.period_end <= now() THEN n.period_start ELSE a.period_start END AS period_start,
        CASE WHEN a.period_end <= now() THEN n.period_end ELSE a.period_end END AS period_end,
        CASE WHEN a.period_end <= now() THEN 0 ELSE a.period_units END AS period_units,
        CASE WHEN a.period_end <= now() THEN 0 ELSE a.period_usd END AS period_usd
   FROM account_budgets a
-  LEFT JOIN LATERAL budget_period_bounds(a.budget_period, a.tz, now()) n ON a.period_end <= now();
+  LEFT JOIN LATERAL budget_period_bounds(a.budget_period, account_tz(a.account_id), now()) n ON a.period_end <= now();
 
 -- account_roll is meter_roll for an account's budgets in one env.
 CREATE FUNCTION account_roll(p_account text, p_env text) RETURNS void LANGUAGE sql AS $$
     UPDATE account_budgets
-       SET (period_start, period_end) = (SELECT n.period_start, n.period_end FROM budget_period_bounds(budget_period, tz, now()) n),
+       SET (period_start, period_end) =
+           (SELECT n.period_start, n.period_end FROM budget_period_bounds(budget_period, account_tz(p_account), now()) n),
            period_units = 0, period_usd = 0
      WHERE account_id = p_account AND env = p_env AND period_end <= now()
 $$;
@@ -125,21 +137,21 @@ $$;
 -- meter_set_account_budget sets an account's budgets in env p_env (null: none). A new
 -- period kind, or a first budget, starts with what the account was charged (less
 -- credits) in that env since the start of the current period.
-CREATE FUNCTION meter_set_account_budget(p_account text, p_env text, p_units bigint, p_usd numeric, p_period text, p_tz text)
+CREATE FUNCTION meter_set_account_budget(p_account text, p_env text, p_units bigint, p_usd numeric, p_period text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     a account_budgets%ROWTYPE;
     s timestamptz;
     e timestamptz;
 BEGIN
-    INSERT INTO account_budgets (account_id, env, tz) VALUES (p_account, p_env, p_tz) ON CONFLICT DO NOTHING;
+    INSERT INTO account_budgets (account_id, env) VALUES (p_account, p_env) ON CONFLICT DO NOTHING;
     SELECT * INTO a FROM account_budgets WHERE account_id = p_account AND env = p_env FOR UPDATE;
     IF a.budget_period = p_period AND (a.period_end IS NOT NULL OR p_period = 'total')
        AND (a.budget_units IS NOT NULL OR a.budget_usd IS NOT NULL) THEN
         UPDATE account_budgets SET budget_units = p_units, budget_usd = p_usd WHERE account_id = p_account AND env = p_env;
         RETURN;
     END IF;
-    SELECT n.period_start, n.period_end INTO s, e FROM budget_period_bounds(p_period, a.tz, now()) n;
+    SELECT n.period_start, n.period_end INTO s, e FROM budget_period_bounds(p_period, account_tz(p_account), now()) n;
     UPDATE account_budgets t
        SET budget_units = p_units, budget_usd = p_usd, budget_period = p_period, period_start = s, period_end = e,
            period_units = coalesce(x.units, 0), period_usd = coalesce(x.usd, 0)
@@ -207,7 +219,7 @@ BEGIN
         END IF;
         room := least(room, greatest(p_min, free / 4));
     END IF;
-    INSERT INTO account_budgets (account_id, env, tz) VALUES (p_account, p_env, b.tz) ON CONFLICT DO NOTHING;
+    INSERT INTO account_budgets (account_id, env) VALUES (p_account, p_env) ON CONFLICT DO NOTHING;
     PERFORM 1 FROM account_budgets WHERE account_id = p_account AND env = p_env FOR UPDATE;
     PERFORM account_roll(p_account, p_env);
     SELECT * INTO a FROM account_budgets WHERE account_id = p_account AND env = p_env;
