@@ -96,21 +96,7 @@ func (a *Account) Budget(env Env) AccountBudget {
 // checks the scope.
 func (a *Account) SetBudget(env Env, c BudgetChange, actor *Key, now time.Time) (*AccountBudgetSet, error) {
 	b := a.Budget(env)
-	switch {
-	case c.ClearUnits:
-		b.Units = nil
-	case c.Units != nil:
-		b.Units = c.Units
-	}
-	switch {
-	case c.ClearUSD:
-		b.USD = nil
-	case c.USD != nil:
-		b.USD = c.USD
-	}
-	if c.Period != "" {
-		b.Period = c.Period
-	}
+	b.Units, b.USD, b.Period = c.apply(b.Units, b.USD, b.Period)
 	var p Problems
 	ValidateBudgets(&p, b.Units, b.USD)
 	validatePeriod(&p, b.Period)
@@ -121,16 +107,6 @@ func (a *Account) SetBudget(env Env, c BudgetChange, actor *Key, now time.Time) 
 		return nil, Errorf(CodeScope, "this key has a budget of its own, so it cannot change the account's budget")
 	}
 	return &AccountBudgetSet{Env: env.String(), BudgetUnits: b.Units, BudgetUSD: b.USD, Period: b.Period, SetAt: now}, nil
-}
-
-// BudgetChange is a change of budgets: nil fields stay as they are; Clear* removes a
-// budget; an empty Period keeps the period.
-type BudgetChange struct {
-	Units      *int64
-	USD        *decimal.Decimal
-	ClearUnits bool
-	ClearUSD   bool
-	Period     BudgetPeriod
 }
 
 // SetTimezone moves the account to zone tz; nil when it is already there.

@@ -401,15 +401,41 @@ func NewKey(id, accountID string, s KeySettings, actor *Key, left Headroom, pref
 	}, nil
 }
 
-// KeyChange is a PATCH: nil fields stay as they are; Clear* sets a budget to none.
+// KeyChange is a PATCH: nil fields stay as they are.
 type KeyChange struct {
-	Label            *string
-	Scopes           []Scope // nil: unchanged
-	BudgetUnits      *int64
-	BudgetUSD        *decimal.Decimal
-	ClearBudgetUnits bool
-	ClearBudgetUSD   bool
-	BudgetPeriod     BudgetPeriod // "": unchanged
+	Label  *string
+	Scopes []Scope // nil: unchanged
+	Budget BudgetChange
+}
+
+// BudgetChange is a change of budgets: nil fields stay as they are; Clear* removes a
+// budget; an empty Period keeps the period.
+type BudgetChange struct {
+	Units      *int64
+	USD        *decimal.Decimal
+	ClearUnits bool
+	ClearUSD   bool
+	Period     BudgetPeriod
+}
+
+// apply is the budgets after the change of the budgets given.
+func (c BudgetChange) apply(units *int64, usd *decimal.Decimal, period BudgetPeriod) (*int64, *decimal.Decimal, BudgetPeriod) {
+	switch {
+	case c.ClearUnits:
+		units = nil
+	case c.Units != nil:
+		units = c.Units
+	}
+	switch {
+	case c.ClearUSD:
+		usd = nil
+	case c.USD != nil:
+		usd = c.USD
+	}
+	if c.Period != "" {
+		period = c.Period
+	}
+	return units, usd, period
 }
 
 // Update applies a change made by actor, which has left to spend. A budget below what
@@ -421,28 +447,13 @@ func (k *Key) Update(c KeyChange, actor *Key, left Headroom, now time.Time) (*Ke
 	if k.status == StatusRevoked {
 		return nil, Errorf(CodeConflict, "key %s is revoked; a revoked key cannot change", k.id)
 	}
-	e := &KeyUpdated{Label: k.label, Scopes: k.scopes, BudgetUnits: k.budgetUnits, BudgetUSD: k.budgetUSD,
-		BudgetPeriod: k.BudgetPeriod(), UpdatedAt: now}
-	if c.BudgetPeriod != "" {
-		e.BudgetPeriod = c.BudgetPeriod
-	}
+	e := &KeyUpdated{Label: k.label, Scopes: k.scopes, UpdatedAt: now}
+	e.BudgetUnits, e.BudgetUSD, e.BudgetPeriod = c.Budget.apply(k.budgetUnits, k.budgetUSD, k.BudgetPeriod())
 	if c.Label != nil {
 		e.Label = *c.Label
 	}
 	if c.Scopes != nil {
 		e.Scopes = c.Scopes
-	}
-	switch {
-	case c.ClearBudgetUnits:
-		e.BudgetUnits = nil
-	case c.BudgetUnits != nil:
-		e.BudgetUnits = c.BudgetUnits
-	}
-	switch {
-	case c.ClearBudgetUSD:
-		e.BudgetUSD = nil
-	case c.BudgetUSD != nil:
-		e.BudgetUSD = c.BudgetUSD
 	}
 	var p Problems
 	validateLabel(&p, e.Label)
@@ -451,7 +462,7 @@ func (k *Key) Update(c KeyChange, actor *Key, left Headroom, now time.Time) (*Ke
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
-	b := budgetChange{setUnits: c.ClearBudgetUnits || c.BudgetUnits != nil, setUSD: c.ClearBudgetUSD || c.BudgetUSD != nil,
+	b := budgetChange{setUnits: c.Budget.ClearUnits || c.Budget.Units != nil, setUSD: c.Budget.ClearUSD || c.Budget.USD != nil,
 		beforeUnits: k.budgetUnits, afterUnits: e.BudgetUnits, beforeUSD: k.budgetUSD, afterUSD: e.BudgetUSD,
 		beforePeriod: k.BudgetPeriod(), afterPeriod: e.BudgetPeriod}
 	if err := grantable(actor, left, c.Scopes, k.env, b); err != nil {

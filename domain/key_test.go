@@ -32,14 +32,14 @@ func TestBudgetRule(t *testing.T) {
 		{"create over", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUnits: ptr[int64](41)}, KeyChange{}, false},
 		{"create unbudgeted", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive}, KeyChange{}, false},
 		{"create with a USD budget only", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUSD: ptr(decimal.New(5, 0))}, KeyChange{}, false},
-		{"lower above left", target, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](80)}, true},
-		{"raise", target, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](91)}, false},
-		{"clear", target, KeySettings{}, KeyChange{ClearBudgetUnits: true}, false},
-		{"budget an unbudgeted key", unbudgeted, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](1000)}, true},
+		{"lower above left", target, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](80)}}, true},
+		{"raise", target, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](91)}}, false},
+		{"clear", target, KeySettings{}, KeyChange{Budget: BudgetChange{ClearUnits: true}}, false},
+		{"budget an unbudgeted key", unbudgeted, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](1000)}}, true},
 		{"label only of an unbudgeted key", unbudgeted, KeySettings{}, KeyChange{Label: ptr("x")}, true},
-		{"USD budget, which the actor has none of", target, KeySettings{}, KeyChange{BudgetUSD: ptr(decimal.New(5, 0))}, true},
-		{"raise its own", actor, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](101)}, false},
-		{"lower its own", actor, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](50)}, true},
+		{"USD budget, which the actor has none of", target, KeySettings{}, KeyChange{Budget: BudgetChange{USD: ptr(decimal.New(5, 0))}}, true},
+		{"raise its own", actor, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](101)}}, false},
+		{"lower its own", actor, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](50)}}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,12 +86,12 @@ func TestBudgetPeriodRule(t *testing.T) {
 		{"create per month within", nil, create(PeriodMonth, 40), KeyChange{}, true},
 		{"create for life within", nil, create(PeriodTotal, 40), KeyChange{}, true},
 		{"create per day", nil, create(PeriodDay, 1), KeyChange{}, false},
-		{"month to day, same amount", monthTarget, KeySettings{}, KeyChange{BudgetPeriod: PeriodDay}, false},
-		{"month to total", monthTarget, KeySettings{}, KeyChange{BudgetPeriod: PeriodTotal}, true},
-		{"day to month, lower", dayTarget, KeySettings{}, KeyChange{BudgetPeriod: PeriodMonth, BudgetUnits: ptr[int64](50)}, true},
-		{"lower a daily key", dayTarget, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](80)}, true},
-		{"raise a daily key within left", smallDay, KeySettings{}, KeyChange{BudgetUnits: ptr[int64](20)}, false},
-		{"an unknown period", monthTarget, KeySettings{}, KeyChange{BudgetPeriod: "week"}, false},
+		{"month to day, same amount", monthTarget, KeySettings{}, KeyChange{Budget: BudgetChange{Period: PeriodDay}}, false},
+		{"month to total", monthTarget, KeySettings{}, KeyChange{Budget: BudgetChange{Period: PeriodTotal}}, true},
+		{"day to month, lower", dayTarget, KeySettings{}, KeyChange{Budget: BudgetChange{Period: PeriodMonth, Units: ptr[int64](50)}}, true},
+		{"lower a daily key", dayTarget, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](80)}}, true},
+		{"raise a daily key within left", smallDay, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](20)}}, false},
+		{"an unknown period", monthTarget, KeySettings{}, KeyChange{Budget: BudgetChange{Period: "week"}}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -135,30 +135,12 @@ func (s *Server) updateMe(w http.ResponseWriter, r *http.Request) {
 			if err := json.Unmarshal(v, &tz); err != nil || isNull {
 				p.Add("timezone", "must be an IANA time zone name")
 			}
-		case "budget_units":
-			budget = true
-			if isNull {
-				c.ClearUnits = true
-			} else if err := json.Unmarshal(v, &c.Units); err != nil {
-				p.Add("budget_units", "must be an integer or null")
-			}
-		case "budget_usd":
-			budget = true
-			if isNull {
-				c.ClearUSD = true
-			} else if err := json.Unmarshal(v, &c.USD); err != nil {
-				p.Add("budget_usd", "must be a decimal number (or a string such as \"5.00\") or null")
-			}
-		case "budget_period":
-			budget = true
-			var period string
-			if err := json.Unmarshal(v, &period); err != nil || isNull {
-				p.Add("budget_period", "must be total, month or day")
+		default:
+			if !budgetField(&p, name, v, &c) {
+				p.Add(name, "is not a field that can be changed ("+meFields+")")
 				continue
 			}
-			c.Period = parsePeriod(&p, period)
-		default:
-			p.Add(name, "is not a field that can be changed ("+meFields+")")
+			budget = true
 		}
 	}
 	if len(raw) == 0 {
@@ -412,27 +394,10 @@ func (s *Server) updateKey(w http.ResponseWriter, r *http.Request) {
 				p.Add("scopes", "must name at least one scope")
 			}
 			c.Scopes = scopes
-		case "budget_units":
-			if isNull {
-				c.ClearBudgetUnits = true
-			} else if err := json.Unmarshal(v, &c.BudgetUnits); err != nil {
-				p.Add("budget_units", "must be an integer or null")
-			}
-		case "budget_usd":
-			if isNull {
-				c.ClearBudgetUSD = true
-			} else if err := json.Unmarshal(v, &c.BudgetUSD); err != nil {
-				p.Add("budget_usd", "must be a decimal number (or a string such as \"5.00\") or null")
-			}
-		case "budget_period":
-			var period string
-			if err := json.Unmarshal(v, &period); err != nil || isNull {
-				p.Add("budget_period", "must be total, month or day")
-				continue
-			}
-			c.BudgetPeriod = parsePeriod(&p, period)
 		default:
-			p.Add(name, "is not a field that can be changed ("+keyFields+")")
+			if !budgetField(&p, name, v, &c.Budget) {
+				p.Add(name, "is not a field that can be changed ("+keyFields+")")
+			}
 		}
 	}
 	if len(raw) == 0 {
@@ -452,6 +417,36 @@ func (s *Server) updateKey(w http.ResponseWriter, r *http.Request) {
 }
 
 const keyFields = "label, scopes, budget_units, budget_usd, budget_period"
+
+// budgetField takes one budget field of a PATCH body (budget_units, budget_usd: null
+// removes the budget; budget_period) into c; false when name is not one.
+func budgetField(p *domain.Problems, name string, v json.RawMessage, c *domain.BudgetChange) bool {
+	isNull := string(v) == "null"
+	switch name {
+	case "budget_units":
+		if isNull {
+			c.ClearUnits = true
+		} else if err := json.Unmarshal(v, &c.Units); err != nil {
+			p.Add("budget_units", "must be an integer or null")
+		}
+	case "budget_usd":
+		if isNull {
+			c.ClearUSD = true
+		} else if err := json.Unmarshal(v, &c.USD); err != nil {
+			p.Add("budget_usd", "must be a decimal number (or a string such as \"5.00\") or null")
+		}
+	case "budget_period":
+		var period string
+		if err := json.Unmarshal(v, &period); err != nil || isNull {
+			p.Add("budget_period", "must be total, month or day")
+			return true
+		}
+		c.Period = parsePeriod(p, period)
+	default:
+		return false
+	}
+	return true
+}
 
 func parsePeriod(p *domain.Problems, s string) domain.BudgetPeriod {
 	period, ok := domain.ParseBudgetPeriod(s)

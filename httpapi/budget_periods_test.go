@@ -243,7 +243,7 @@ func TestAccountBudget(t *testing.T) {
 		switch s := <-results; s {
 		case 200:
 			ok++
-		case 402:
+		case 402, 503: // over the budget; or no engine free in time under load (not charged either)
 		default:
 			t.Errorf("eval: %d", s)
 		}

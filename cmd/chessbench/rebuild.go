@@ -128,7 +128,7 @@ func (b *bench) makeAccount(ctx context.Context, i int) ([]*domain.Key, error) {
 	}
 	if i%2 == 0 {
 		label, budget := "worker (budgeted)", int64(1_000_000)
-		if second, err = b.cmds.UpdateKey(ctx, actor, second.ID(), domain.KeyChange{Label: &label, BudgetUnits: &budget}); err != nil {
+		if second, err = b.cmds.UpdateKey(ctx, actor, second.ID(), domain.KeyChange{Label: &label, Budget: domain.BudgetChange{Units: &budget}}); err != nil {
 			return nil, err
 		}
 	}
