@@ -20,9 +20,12 @@ func TestRemaining(t *testing.T) {
 	}{
 		{"no budget", Balance{SpentUnits: 5, HeldUnits: 3}, nil, "", 92},
 		{"room", Balance{BudgetUnits: i(100), BudgetUSD: d("0.001"), SpentUnits: 10, SpentUSD: UnitsUSD(10),
-			HeldUnits: 20, HeldUSD: UnitsUSD(20)}, i(70), "0.000700", 70},
+			PeriodUnits: 10, PeriodUSD: UnitsUSD(10), HeldUnits: 20, HeldUSD: UnitsUSD(20)}, i(70), "0.000700", 70},
 		{"overdrawn", Balance{BudgetUnits: i(100), BudgetUSD: d("0.0005"), SpentUnits: 90, SpentUSD: UnitsUSD(90),
-			HeldUnits: 20, HeldUSD: UnitsUSD(20)}, i(0), "0.000000", 0},
+			PeriodUnits: 90, PeriodUSD: UnitsUSD(90), HeldUnits: 20, HeldUSD: UnitsUSD(20)}, i(0), "0.000000", 0},
+		// a budget by period caps the period's spend, not the key's life's
+		{"a new period", Balance{BudgetUnits: i(100), BudgetUSD: d("0.001"), SpentUnits: 500, SpentUSD: UnitsUSD(500),
+			PeriodUnits: 10, PeriodUSD: UnitsUSD(10), HeldUnits: 20, HeldUSD: UnitsUSD(20)}, i(70), "0.000700", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
