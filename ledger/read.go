@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -148,6 +149,9 @@ type UsageQuery struct {
 	// cursor: the previous page's last Values), in the groups' order.
 	Limit int
 	After []string
+	// Exact sums the charges and credits tables even where the hourly rollup would
+	// give the same answer (rollup.go): a benchmark's or a test's comparison.
+	Exact bool
 }
 
 // UsageGroup is the charges and credits of one combination of the grouping values.
@@ -178,11 +182,14 @@ type UsageReport struct {
 	Units  int64
 	USD    decimal.Decimal
 	UsageCredits
+	// Rollup: the whole hours of the range were read from usage_hours (rollup.go).
+	Rollup bool
 }
 
-// Usage sums an account's charges from the charges read model (written with the
-// charges themselves), in one read-only transaction: the page and the totals are of
-// the same snapshot.
+// Usage sums an account's charges and credits from the ledger's read model (written
+// with the charges themselves): from usage_hours, its hourly rollup, where that gives
+// the answer the charges would give, from the charges otherwise (rollup.go). It reads
+// in one read-only transaction: the page and the totals are of the same snapshot.
 func Usage(ctx context.Context, pool *pgxpool.Pool, uq UsageQuery) (UsageReport, error) {
 	cols := make([]string, len(uq.GroupBy))
 	for i, g := range uq.GroupBy {
@@ -204,24 +211,26 @@ func Usage(ctx context.Context, pool *pgxpool.Pool, uq UsageQuery) (UsageReport,
 		if _, err := tx.Exec(ctx, `SELECT set_config('TimeZone', $1, true)`, zone); err != nil {
 			return fmt.Errorf("time zone %q: %w", zone, err)
 		}
-		// charges, and credits with their charge's dimensions, each at its own time
-		const where = ` FROM (
-			SELECT key_id, endpoint, engine, env, cached, charged_at AS at, 1 AS calls, units, usd,
-				0 AS credits, 0::bigint AS credited_units, 0::numeric AS credited_usd
-			  FROM charges WHERE account_id = $1 AND charged_at >= $2 AND charged_at < $3 AND ($4 = '' OR env = $4)
-			UNION ALL
-			SELECT c.key_id, c.endpoint, c.engine, c.env, c.cached, r.credited_at, 0, 0, 0, 1, r.units, r.usd
-			  FROM credits r JOIN charges c ON c.position = r.charge_position
-			 WHERE r.account_id = $1 AND r.credited_at >= $2 AND r.credited_at < $3 AND ($4 = '' OR r.env = $4)) src`
-		const sums = `coalesce(sum(calls), 0), coalesce(sum(units), 0), coalesce(sum(usd), 0),
-			coalesce(sum(credits), 0), coalesce(sum(credited_units), 0), coalesce(sum(credited_usd), 0)`
-		args := []any{uq.AccountID, uq.From, uq.To, uq.Env}
-		if err := tx.QueryRow(ctx, `SELECT `+sums+where, args...).
-			Scan(&rep.Calls, &rep.Units, &rep.USD, &rep.Credits, &rep.CreditedUnits, &rep.CreditedUSD); err != nil {
-			return err
+		src, args, rolled := usageSource(uq, zone)
+		rep.Rollup = rolled
+		srcArgs := slices.Clip(args) // the page's query appends its own
+		totals := func() error {
+			return tx.QueryRow(ctx, `SELECT coalesce(sum(calls), 0), coalesce(sum(units), 0), coalesce(sum(usd), 0),
+				coalesce(sum(credits), 0), coalesce(sum(credited_units), 0), coalesce(sum(credited_usd), 0)
+				FROM (`+src+`) src`, srcArgs...).
+				Scan(&rep.Calls, &rep.Units, &rep.USD, &rep.Credits, &rep.CreditedUnits, &rep.CreditedUSD)
 		}
 		if len(cols) == 0 {
-			return nil
+			return totals()
+		}
+		from := ` FROM (` + src + `) src`
+		if rolled {
+			// the rollup's rows summed by the columns the groups read first: their bucket
+			// expressions then run once per hour and combination, not once per row
+			raw := rawUsageColumns(uq.GroupBy)
+			from = ` FROM (SELECT ` + raw + `, sum(calls) AS calls, sum(units) AS units, sum(usd) AS usd,
+				sum(credits) AS credits, sum(credited_units) AS credited_units, sum(credited_usd) AS credited_usd
+				FROM (` + src + `) u GROUP BY ` + raw + `) src`
 		}
 		names := make([]string, len(cols))
 		for i := range cols {
@@ -233,7 +242,7 @@ func Usage(ctx context.Context, pool *pgxpool.Pool, uq UsageQuery) (UsageReport,
 			sql += c + ` AS ` + names[i] + `, `
 		}
 		sql += `sum(calls) AS calls, sum(units) AS units, sum(usd) AS usd, sum(credits) AS credits,
-			sum(credited_units) AS credited_units, sum(credited_usd) AS credited_usd` + where + ` GROUP BY ` + list + `) g`
+			sum(credited_units) AS credited_units, sum(credited_usd) AS credited_usd` + from + ` GROUP BY ` + list + `) g`
 		if len(uq.After) > 0 {
 			ps := make([]string, len(uq.After))
 			for i, v := range uq.After {
@@ -251,7 +260,6 @@ func Usage(ctx context.Context, pool *pgxpool.Pool, uq UsageQuery) (UsageReport,
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
 		for rows.Next() {
 			g := UsageGroup{Values: make([]string, len(cols))}
 			dst := make([]any, 0, len(cols)+3)
@@ -259,15 +267,25 @@ func Usage(ctx context.Context, pool *pgxpool.Pool, uq UsageQuery) (UsageReport,
 				dst = append(dst, &g.Values[i])
 			}
 			if err := rows.Scan(append(dst, &g.Calls, &g.Units, &g.USD, &g.Credits, &g.CreditedUnits, &g.CreditedUSD)...); err != nil {
+				rows.Close()
 				return err
 			}
 			rep.Groups = append(rep.Groups, g)
 		}
+		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
 		}
 		if uq.Limit > 0 && len(rep.Groups) > uq.Limit {
 			rep.Groups, rep.More = rep.Groups[:uq.Limit], true
+		}
+		if len(uq.After) > 0 || rep.More {
+			return totals()
+		}
+		for _, g := range rep.Groups { // every group: the totals are their sums
+			rep.Calls, rep.Units, rep.USD = rep.Calls+g.Calls, rep.Units+g.Units, rep.USD.Add(g.USD)
+			rep.Credits, rep.CreditedUnits = rep.Credits+g.Credits, rep.CreditedUnits+g.CreditedUnits
+			rep.CreditedUSD = rep.CreditedUSD.Add(g.CreditedUSD)
 		}
 		return nil
 	})

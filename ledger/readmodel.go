@@ -13,7 +13,8 @@ import (
 
 // The ledger's read model, what GET /usage, GET /me and the set-aside tools read:
 // charges (one row per charge), credits (one per credited charge) and ledger_entries
-// (their double-entry postings), keyed by the event's position. It is an inline projection: the transaction
+// (their double-entry postings), keyed by the event's position, and usage_hours, their
+// hourly rollup (rollup.go). It is an inline projection: the transaction
 // that appends a charge writes its rows too (the settler's group commit, a job's
 // position), so it is never behind the log and the charge costs no bus message.
 // projections.Ledger rebuilds it from the events with the same code.
@@ -22,11 +23,21 @@ func init() {
 }
 
 // QueueReadModel queues the read-model rows of evs (events of ledger streams, their
-// positions known) on b: two statements, however many charges. A charge whose postings
-// do not balance is refused, and with it the transaction that would append it. Rows
-// are keyed by position, so queueing an event twice (a rebuild, a replay) changes
-// nothing.
-func QueueReadModel(b *pgx.Batch, evs []eventstore.Event) error {
+// positions known) on b: a statement per table, however many charges. A charge whose
+// postings do not balance is refused, and with it the transaction that would append
+// it. Rows are keyed by position, so queueing an event twice (a rebuild, a replay)
+// changes nothing: usage_hours, the hourly rollup, adds only the rows its statement
+// inserted.
+func QueueReadModel(b *pgx.Batch, evs []eventstore.Event) error { return queueReadModel(b, evs, true) }
+
+// QueueRebuildRows is QueueReadModel without usage_hours, for a rebuild: its appends
+// would wait on rollup rows a rebuild held from its start, so it recomputes them at
+// its end instead (RefreshRollup).
+func QueueRebuildRows(b *pgx.Batch, evs []eventstore.Event) error {
+	return queueReadModel(b, evs, false)
+}
+
+func queueReadModel(b *pgx.Batch, evs []eventstore.Event, rollup bool) error {
 	var c chargeColumns
 	var cr creditColumns
 	var e entryColumns
@@ -63,33 +74,65 @@ func QueueReadModel(b *pgx.Batch, evs []eventstore.Event) error {
 			e.add(ev.Position, line, p)
 		}
 	}
-	if len(cr.pos) > 0 {
-		b.Queue(`INSERT INTO credits (position, credit_id, charge_id, charge_position, account_id, key_id, env, day,
-				credited_at, units, usd, reason, actor, dispute_id)
-			SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
-				$8::text[]::date[], $9::timestamptz[], $10::bigint[], $11::text[]::numeric[], $12::text[], $13::text[], $14::text[])
-			ON CONFLICT (position) DO NOTHING`,
-			cr.pos, cr.creditID, cr.chargeID, cr.chargePos, cr.accountID, cr.keyID, cr.env, cr.day,
-			cr.creditedAt, cr.units, cr.usd, cr.reason, cr.actor, cr.disputeID)
+	if len(c.pos) > 0 {
+		c.queue(b, rollup)
 	}
-	if len(c.pos) == 0 {
-		if len(e.pos) > 0 {
-			e.queue(b)
-		}
-		return nil
+	if len(cr.pos) > 0 { // after the charges: a credit's rollup row is its charge's
+		cr.queue(b, rollup)
 	}
-	b.Queue(`INSERT INTO charges (position, charge_id, request_id, account_id, key_id, env, day, charged_at,
-			endpoint, engine, path, cached, units, usd, params)
-		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-			$7::text[]::date[], $8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::boolean[],
-			$13::bigint[], $14::text[]::numeric[], $15::text[]::json[])
-		ON CONFLICT (position) DO NOTHING`,
-		c.pos, c.chargeID, c.requestID, c.accountID, c.keyID, c.env, c.day, c.chargedAt,
-		c.endpoint, c.engine, c.path, c.cached, c.units, c.usd, c.params)
 	if len(e.pos) > 0 {
 		e.queue(b)
 	}
 	return nil
+}
+
+// rollupUpsert adds rows to usage_hours (aliased u), each combination once.
+const rollupUpsert = `INSERT INTO usage_hours AS u (account_id, hour, key_id, env, endpoint, engine, cached,
+		calls, units, usd, credits, credited_units, credited_usd) `
+const rollupConflict = ` ON CONFLICT (account_id, hour, key_id, env, endpoint, engine, cached) DO UPDATE SET
+		calls = u.calls + excluded.calls, units = u.units + excluded.units, usd = u.usd + excluded.usd,
+		credits = u.credits + excluded.credits, credited_units = u.credited_units + excluded.credited_units,
+		credited_usd = u.credited_usd + excluded.credited_usd`
+
+// queue adds the charges' insert to b and, with rollup, their hours in usage_hours
+// (those inserted now: a charge already there was counted when it was). The groups
+// are sorted, so two writers would lock rows in one order.
+func (c *chargeColumns) queue(b *pgx.Batch, rollup bool) {
+	insert := `INSERT INTO charges (position, charge_id, request_id, account_id, key_id, env, day, charged_at,
+			endpoint, engine, path, cached, units, usd, params)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+			$7::text[]::date[], $8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::boolean[],
+			$13::bigint[], $14::text[]::numeric[], $15::text[]::json[])
+		ON CONFLICT (position) DO NOTHING`
+	if rollup {
+		insert = `WITH ins AS (` + insert + `
+			RETURNING account_id, charged_at, key_id, env, endpoint, engine, cached, units, usd)
+		` + rollupUpsert + `SELECT account_id, date_trunc('hour', charged_at, 'UTC'), key_id, env, endpoint, engine, cached,
+			count(*), sum(units), sum(usd), 0, 0, 0
+		  FROM ins GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 2, 3, 4, 5, 6, 7` + rollupConflict
+	}
+	b.Queue(insert, c.pos, c.chargeID, c.requestID, c.accountID, c.keyID, c.env, c.day, c.chargedAt,
+		c.endpoint, c.engine, c.path, c.cached, c.units, c.usd, c.params)
+}
+
+// queue adds the credits' insert to b and, with rollup, their hours in usage_hours,
+// under their charges' key, env, endpoint, engine and cached.
+func (cr *creditColumns) queue(b *pgx.Batch, rollup bool) {
+	insert := `INSERT INTO credits (position, credit_id, charge_id, charge_position, account_id, key_id, env, day,
+				credited_at, units, usd, reason, actor, dispute_id)
+			SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
+				$8::text[]::date[], $9::timestamptz[], $10::bigint[], $11::text[]::numeric[], $12::text[], $13::text[], $14::text[])
+			ON CONFLICT (position) DO NOTHING`
+	if rollup {
+		insert = `WITH ins AS (` + insert + `
+			RETURNING charge_position, credited_at, units, usd)
+		` + rollupUpsert + `SELECT c.account_id, date_trunc('hour', ins.credited_at, 'UTC'), c.key_id, c.env, c.endpoint,
+			c.engine, c.cached, 0, 0, 0, count(*), sum(ins.units), sum(ins.usd)
+		  FROM ins JOIN charges c ON c.position = ins.charge_position
+		 GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 2, 3, 4, 5, 6, 7` + rollupConflict
+	}
+	b.Queue(insert, cr.pos, cr.creditID, cr.chargeID, cr.chargePos, cr.accountID, cr.keyID, cr.env, cr.day,
+		cr.creditedAt, cr.units, cr.usd, cr.reason, cr.actor, cr.disputeID)
 }
 
 // queue adds the postings' insert to b.

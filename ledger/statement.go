@@ -168,13 +168,7 @@ func ReadStatement(ctx context.Context, db TxStarter, sq StatementQuery) (Statem
 			st.Next = lines[len(lines)-1].Position
 		}
 		st.Charges = lines
-		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0), coalesce(sum(usd), 0)
-			FROM charges WHERE `+statementFilter, args...).Scan(&st.Calls, &st.Units, &st.USD); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0), coalesce(sum(usd), 0) FROM credits
-			WHERE charge_position IN (SELECT position FROM charges WHERE `+statementFilter+`)`, args...).
-			Scan(&st.Credits, &st.CreditedUnits, &st.CreditedUSD)
+		return statementTotals(ctx, tx, sq, args, &st)
 	})
 	if err != nil {
 		return Statement{}, fmt.Errorf("statement: %w", err)

@@ -17,13 +17,23 @@ import (
 // applying an event twice changes nothing.
 type Ledger struct{}
 
-func (Ledger) Name() string     { return "ledger_v1" }
-func (Ledger) Topic() string    { return "ledger" }
-func (Ledger) Tables() []string { return []string{"charges", "credits", "ledger_entries"} }
+func (Ledger) Name() string  { return "ledger_v1" }
+func (Ledger) Topic() string { return "ledger" }
+func (Ledger) Tables() []string {
+	return []string{"charges", "credits", "ledger_entries", "usage_hours"}
+}
 
 // A rebuild writes a chunk's charges and credits with the inline writer's set-based
-// statements.
-func (Ledger) rebuilder() rebuilder { return inlineRebuild(ledger.QueueReadModel) }
+// statements, all but the hourly rollup, which it recomputes at its end.
+func (Ledger) rebuilder() rebuilder { return inlineRebuild(ledger.QueueRebuildRows) }
+
+// usage_hours is left as it is until the end of a rebuild: the appends meanwhile add
+// to its rows, and would wait for the rebuild to commit on any row it had emptied.
+func (Ledger) recomputed() []string { return []string{"usage_hours"} }
+
+// finish recomputes usage_hours from the rebuilt charges and credits, holding the
+// chain's head: appends wait for it, not for the whole rebuild.
+func (Ledger) finish(ctx context.Context, tx pgx.Tx) error { return ledger.RefreshRollup(ctx, tx) }
 
 // Apply writes one event's rows (the set-aside tools; what an older version left on
 // the bus).

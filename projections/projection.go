@@ -40,6 +40,14 @@ type Projection interface {
 	rebuilder() rebuilder
 }
 
+// A finisher is a projection some of whose tables (recomputed) are derived from its
+// others: a rebuild leaves them alone at its start and has finish recompute them, in
+// its transaction, after its last event.
+type finisher interface {
+	recomputed() []string
+	finish(ctx context.Context, tx pgx.Tx) error
+}
+
 // Runner runs projections as Watermill handlers until its context ends.
 type Runner struct {
 	pool        *pgxpool.Pool
@@ -251,7 +259,11 @@ func (rb *rebuilding) run(ctx context.Context) error {
 			return err
 		}
 	}
+	fin, finishes := p.(finisher)
 	for _, t := range p.Tables() {
+		if finishes && slices.Contains(fin.recomputed(), t) {
+			continue
+		}
 		if _, err := tx.Exec(ctx, empty+pgx.Identifier{t}.Sanitize()); err != nil {
 			return err
 		}
@@ -336,6 +348,11 @@ func (rb *rebuilding) run(ctx context.Context) error {
 		prev, prevMade = chunk, next
 	}
 	rb.rep.SetAside = rb.a.setAsideN
+	if finishes {
+		if err := fin.finish(ctx, tx); err != nil {
+			return err
+		}
+	}
 	if len(resolved) > 0 {
 		if _, err := tx.Exec(ctx, `WITH done AS (
 				UPDATE set_aside_events SET state = 'retried' WHERE projection = $1 AND position = ANY($2) RETURNING id)

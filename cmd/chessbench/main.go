@@ -54,7 +54,7 @@ func run() error {
 	cachedFor := flag.Duration("cached", 5*time.Second, "duration of each wrk run")
 	conns := flag.String("conns", "4,16,32,64", "wrk connections of the one-server cached runs")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
-	parts := flag.String("parts", "paired,jobs,stream,cached,replicas,accounts", "which measurements to run (also: rebuild)")
+	parts := flag.String("parts", "paired,jobs,stream,cached,replicas,accounts", "which measurements to run (also: rebuild, usage)")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -113,6 +113,11 @@ func run() error {
 	if run("rebuild") { // not by default: it adds a 200,000-charge log to the database
 		if err := b.rebuildAll(ctx, 1000, 200_000, 50); err != nil {
 			return fmt.Errorf("rebuild: %w", err)
+		}
+	}
+	if run("usage") { // not by default: it adds a million charges to the database
+		if err := b.usageAll(ctx, 1_000_000, 1_000, 50); err != nil {
+			return fmt.Errorf("usage: %w", err)
 		}
 	}
 	return nil
