@@ -99,6 +99,11 @@ func (s *Service) Cache() *Cache { return s.cache }
 // when a deep enough result is stored, else from an engine of the pool at priority prio.
 // useCache false skips the cache lookup (a result is still stored).
 func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, useCache bool) (*Result, error) {
+	return s.analyse(ctx, spec, prio, useCache, nil)
+}
+
+// analyse is Analyse, telling progress (when not nil) of each depth a search completes.
+func (s *Service) analyse(ctx context.Context, spec Spec, prio engine.Priority, useCache bool, progress func(*Progress)) (*Result, error) {
 	pos, err := s.parse(spec.FEN, spec.Chess960)
 	if err != nil {
 		var pe *position.Error
@@ -125,6 +130,9 @@ func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 	info, _ := pathInfo(s.catalog, spec.Engine, spec.Path)
 	if _, ok := findOption(info.Options, "UCI_ShowWDL"); ok {
 		search.Options["UCI_ShowWDL"] = "true"
+	}
+	if progress != nil {
+		watchDepths(&search, pos, spec, progress)
 	}
 	search.MoveTime = SearchCap
 	if spec.MoveTimeMS > 0 {
@@ -223,18 +231,9 @@ func convert(pos *position.Position, raw *engine.Result, engineName string) (*Re
 		Engine: raw.Engine, EngineName: engineName, Path: string(raw.Path), Ponder: raw.Ponder, PVs: make([]PV, 0, len(raw.Lines)),
 	}
 	for _, l := range raw.Lines {
-		san, err := pos.LineSAN(l.PV)
+		pv, err := pvOf(pos, stm, l, raw.Engine)
 		if err != nil {
-			return nil, fmt.Errorf("engine %s gave a line that does not replay (%v): %w", raw.Engine, l.PV, err)
-		}
-		pv := PV{Rank: l.MultiPV, Eval: whiteScore(stm, l.Score), Moves: l.PV, MovesSAN: san,
-			Depth: l.Depth, SelDepth: l.SelDepth, Nodes: l.Nodes}
-		if l.WDL != nil {
-			w := position.WDLWhitePOV(stm, position.WDL{W: l.WDL.W, D: l.WDL.D, L: l.WDL.L})
-			pv.WDL = &WDL{W: w.W, D: w.D, L: w.L}
-		}
-		if pv.Moves == nil {
-			pv.Moves, pv.MovesSAN = []string{}, []string{}
+			return nil, err
 		}
 		res.PVs = append(res.PVs, pv)
 	}
@@ -250,6 +249,24 @@ func convert(pos *position.Position, raw *engine.Result, engineName string) (*Re
 		res.BestMove, res.BestMoveSAN = &best, &san
 	}
 	return res, nil
+}
+
+// pvOf turns one engine line into a PV: White's view, SAN beside UCI.
+func pvOf(pos *position.Position, stm position.Color, l engine.Line, engineID string) (PV, error) {
+	san, err := pos.LineSAN(l.PV)
+	if err != nil {
+		return PV{}, fmt.Errorf("engine %s gave a line that does not replay (%v): %w", engineID, l.PV, err)
+	}
+	pv := PV{Rank: l.MultiPV, Eval: whiteScore(stm, l.Score), Moves: l.PV, MovesSAN: san,
+		Depth: l.Depth, SelDepth: l.SelDepth, Nodes: l.Nodes}
+	if l.WDL != nil {
+		w := position.WDLWhitePOV(stm, position.WDL{W: l.WDL.W, D: l.WDL.D, L: l.WDL.L})
+		pv.WDL = &WDL{W: w.W, D: w.D, L: w.L}
+	}
+	if pv.Moves == nil {
+		pv.Moves, pv.MovesSAN = []string{}, []string{}
+	}
+	return pv, nil
 }
 
 // whiteScore flips a side-to-move score to White's view; a bound flips with it.

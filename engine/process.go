@@ -392,7 +392,7 @@ func (p *process) search(ctx context.Context, s *Search, opts []optionValue) (*R
 		p.kill()
 		return nil, err
 	}
-	return p.collect(ctx, s)
+	return p.collect(ctx, s, newDepthWatch(s, opts))
 }
 
 func moveTimeMS(d time.Duration) int64 {
@@ -406,8 +406,9 @@ func moveTimeMS(d time.Duration) int64 {
 // collect reads the engine's output until bestmove. It watches three things besides
 // the output: the request's context (send stop, give the engine stopGrace to answer,
 // else kill), silence longer than hangTimeout, and, for timed searches, no bestmove
-// by movetime + hangTimeout. Each ends in a prompt return, never a hang.
-func (p *process) collect(ctx context.Context, s *Search) (*Result, error) {
+// by movetime + hangTimeout. Each ends in a prompt return, never a hang. watch, when
+// not nil, hears of each completed depth.
+func (p *process) collect(ctx context.Context, s *Search, watch *depthWatch) (*Result, error) {
 	var col lineCollector
 	silence := time.NewTimer(p.cfg.hangTimeout)
 	defer silence.Stop()
@@ -442,6 +443,9 @@ func (p *process) collect(ctx context.Context, s *Search) (*Result, error) {
 				}
 				if in, ok := ParseInfo(line); ok {
 					col.add(&in)
+					if watch != nil && !stopped {
+						watch.line(&in, &col)
+					}
 				}
 			case strings.HasPrefix(line, "bestmove"):
 				best, ponder, ok := ParseBestMove(line)
@@ -458,7 +462,11 @@ func (p *process) collect(ctx context.Context, s *Search) (*Result, error) {
 					// reusable, but the request was cancelled.
 					return nil, fmt.Errorf("engine: search stopped: %w", ctx.Err())
 				}
-				return col.result(best, ponder), nil
+				res := col.result(best, ponder)
+				if watch != nil {
+					watch.done(res)
+				}
+				return res, nil
 			}
 		case <-done:
 			done = nil

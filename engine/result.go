@@ -47,6 +47,10 @@ type Search struct {
 	// "UCI_ShowWDL": "true". Names match case-insensitively as UCI says. They are reset
 	// to the engine's defaults before the process serves anyone else.
 	Options map[string]string
+	// Progress, when set, is called with each depth the search completes, in
+	// increasing depth order (see progress.go). It runs on the goroutine that reads the
+	// engine's output: it must not block.
+	Progress func(*Progress)
 }
 
 // Line is one principal variation at the deepest depth the search completed for it.

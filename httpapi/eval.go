@@ -78,7 +78,8 @@ func (s *Server) bestMove(w http.ResponseWriter, r *http.Request) {
 // any engine starts (a refusal spends no engine time), the Idempotency-Key claimed while
 // the engine searches, the answer, and its charge settled after, off the response path.
 func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoint, render func(*analysis.Result, cost) any) {
-	fail := func(err error) { s.writeError(w, r, err) }
+	stream := newEventStream(w, r) // nil: the plain JSON answer
+	fail := func(err error) { s.fail(w, r, stream, err) }
 	timing := newServerTiming()
 	key, err := s.authenticateRemembered(r)
 	if err != nil {
@@ -178,9 +179,14 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	} else {
 		claims <- claimResult{}
 	}
+	if stream != nil && idem != nil {
+		// A stream starts once the key is this request's: a replay is one result event.
+		c := <-claims
+		claims <- c
+	}
 	res := known
 	if !hit {
-		res, err = s.analysis.Analyse(ctx, spec, engine.Interactive, false)
+		res, err = s.search(ctx, stop, spec, stream)
 	}
 	c := <-claims
 	claimed = idem != nil && c.err == nil && c.first == nil
@@ -189,7 +195,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		fail(c.err)
 		return
 	case c.first != nil:
-		s.replay(w, *c.first)
+		s.replayTo(w, stream, *c.first)
 		return
 	case err != nil:
 		fail(err)
@@ -239,6 +245,10 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		keyless(true)
 	}
 	timing.write(w.Header())
+	if stream != nil {
+		stream.event("result", body) //nolint:errcheck // answered: the client went away at the last moment
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(body) //nolint:errcheck // the client went away

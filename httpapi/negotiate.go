@@ -45,3 +45,47 @@ func specificity(mt, typ, sub string) int {
 	}
 	return -1
 }
+
+// Streamed answers of /eval and /bestmove (docs/API.md, Live evaluation).
+const (
+	mediaSSE    = "text/event-stream"
+	mediaNDJSON = "application/x-ndjson"
+)
+
+// streamMedia picks the streamed media type Accept asks for: text/event-stream or
+// application/x-ndjson, named exactly (a wildcard never starts a stream) and preferred
+// to JSON; "" for the plain JSON answer. At equal quality a type named exactly beats a
+// wildcard that matched JSON; JSON named exactly wins the tie, and SSE beats NDJSON.
+func streamMedia(accept string) string {
+	qSSE, qNDJSON, qJSON := -1.0, -1.0, -1.0
+	specJSON := -1
+	for _, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		q := 1.0
+		if v, ok := params["q"]; ok {
+			if q, err = strconv.ParseFloat(v, 64); err != nil || q < 0 || q > 1 {
+				continue
+			}
+		}
+		switch mt {
+		case mediaSSE:
+			qSSE = q
+		case mediaNDJSON:
+			qNDJSON = q
+		}
+		if s := specificity(mt, "application", "json"); s > specJSON {
+			specJSON, qJSON = s, q
+		}
+	}
+	beats := func(q float64) bool { return q > 0 && (q > qJSON || q == qJSON && specJSON < 2) }
+	switch {
+	case beats(qSSE) && qSSE >= qNDJSON:
+		return mediaSSE
+	case beats(qNDJSON):
+		return mediaNDJSON
+	}
+	return ""
+}
