@@ -11,12 +11,47 @@ FUZZTIME ?= 20s
 # exceeded" when a duration ends while a worker is busy (golang/go#75804, fixed in 1.27).
 TEST_FUZZTIME ?= 3000x
 
-.PHONY: all build run test engines vet bench fuzz clean
+.PHONY: all build run test engines chromium web lint-openapi vet bench fuzz clean generate
 
 all: build
 
-build:
+build: web
 	$(GO) build -o $(BIN) ./cmd/chessd
+
+# The front-end assets embedded in the binary: `npm ci` from web/package-lock.json (exact
+# versions), then Redoc's standalone bundle copied into openapi/assets for the reference
+# page (/v1/docs). Each step runs only when its inputs changed.
+REDOC_JS := openapi/assets/redoc.standalone.js
+web: $(REDOC_JS)
+
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+	cd web && npm ci --no-audit --no-fund --loglevel=error
+
+$(REDOC_JS): web/node_modules/.package-lock.json
+	cp web/node_modules/redoc/bundles/redoc.standalone.js $@
+
+# The web console (web/console → console/dist, embedded by package console): bundled by
+# the pinned esbuild, index.html last, so it stands for the whole build.
+CONSOLE_INDEX := console/dist/index.html
+web: $(CONSOLE_INDEX)
+
+$(CONSOLE_INDEX): web/node_modules/.package-lock.json $(wildcard web/console/*)
+	cd web && node console/build.mjs
+
+# The browser the console's end-to-end tests drive (Debian's chromium); a no-op when present.
+chromium:
+	@bash scripts/install-chromium.sh
+
+# Lints the OpenAPI document with the pinned @redocly/cli (offline: telemetry off).
+lint-openapi: web
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+	  npx --prefix web --no -- redocly lint --format=stylish --config openapi/redocly.yaml openapi/openapi.yaml
+
+# Regenerates the Go client (client/client.gen.go) from openapi/openapi.yaml with the
+# oapi-codegen pinned in go.mod's `tool` directive; client/generate_test.go fails while
+# the committed file differs from a fresh generation.
+generate:
+	$(GO) generate ./client
 
 # Installs the engines once per machine into $(CHESSD_ENGINES_DIR); a no-op when present.
 engines:
@@ -27,12 +62,13 @@ engines:
 run: build engines
 	./$(BIN) serve
 
-vet:
+vet: web
 	$(GO) vet ./...
 
 # Real PostgreSQL (a private throw-away cluster per test binary unless DATABASE_URL is
-# set) and real engines; then every fuzz target for TEST_FUZZTIME.
-test: engines vet
+# set) and real engines, every exchange checked against the OpenAPI document; then
+# every fuzz target for TEST_FUZZTIME.
+test: engines chromium web vet lint-openapi
 	$(GO) test -count=1 -timeout 30m ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 

@@ -163,7 +163,7 @@ func FuzzRequestBodies(f *testing.F) {
 			req := httptest.NewRequest(ep.method, ep.path, strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+key)
 			rec := httptest.NewRecorder()
-			e.api.ServeHTTP(rec, req)
+			e.checked.ServeHTTP(rec, req)
 			if rec.Code >= 500 {
 				t.Fatalf("%s %s with %q: %d %s", ep.method, ep.path, body, rec.Code, rec.Body)
 			}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"chessd/domain"
 )
@@ -52,9 +53,10 @@ func (s *Server) checkout(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"checkout_url": url, "plan": plan.String()})
 }
 
-// portal answers the address of the account's own page.
+// portal answers the address of the account's own page: the console's Account page,
+// at the root of the service (the base address without its /v1).
 func (s *Server) portal(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{
-		"portal_url": s.baseURL + "/me", "account_id": principal(r.Context()).AccountID(),
+		"portal_url": strings.TrimSuffix(s.baseURL, "/v1") + "/account", "account_id": principal(r.Context()).AccountID(),
 	})
 }

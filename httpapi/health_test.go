@@ -79,8 +79,8 @@ func TestHealthShowsSetAsideEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1"},
-		httpapi.Deps{Pool: pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	srv := httptest.NewServer(checkedAgainstOpenAPI(t, httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1"},
+		httpapi.Deps{Pool: pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})))
 	defer srv.Close()
 	down := &env{t: t, srv: srv}
 	r := down.do("GET", "/v1/health", "", nil)

@@ -360,7 +360,7 @@ func TestBilling(t *testing.T) {
 	wantProblem(t, e.do("POST", "/v1/billing/checkout", key, `{"plan":"gold"}`), 400, "fix_request")
 	wantProblem(t, e.do("POST", "/v1/billing/checkout", key, `{}`), 400, "fix_request")
 	p := e.do("POST", "/v1/billing/portal", key, nil)
-	if p.Status != 200 || p.Body["portal_url"] != "http://chessd.test/v1/me" {
+	if p.Status != 200 || p.Body["portal_url"] != "http://chessd.test/account" {
 		t.Fatalf("portal: %d %s", p.Status, p.Raw)
 	}
 	evalOnly, _ := e.createKey(key, map[string]any{"scopes": []string{"eval"}})

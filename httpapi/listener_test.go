@@ -22,7 +22,7 @@ func listen(t *testing.T, e *env) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: e.api, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: e.checked, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(e.api.Listener(ln)) }()
 	t.Cleanup(func() {

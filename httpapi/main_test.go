@@ -26,6 +26,7 @@ import (
 	"chessd/executor"
 	"chessd/httpapi"
 	"chessd/ledger"
+	"chessd/openapi/openapitest"
 	"chessd/postgres/pgtest"
 	"chessd/projections"
 )
@@ -72,6 +73,9 @@ type env struct {
 	api   *httpapi.Server
 	svc   *analysis.Service
 	execs []*executor.Executor
+	// checked is api with every exchange checked against the OpenAPI document: tests
+	// that call the handler directly use it.
+	checked http.Handler
 }
 
 type envOption func(*envConfig)
@@ -146,9 +150,50 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		go func() { done <- x.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	srv := httptest.NewServer(api)
+	checked := checkedAgainstOpenAPI(t, api)
+	srv := httptest.NewServer(checked)
 	t.Cleanup(srv.Close)
-	return &env{t: t, meter: meter, pool: pool, srv: srv, api: api, svc: svc, execs: execs}
+	return &env{t: t, meter: meter, pool: pool, srv: srv, api: api, svc: svc, execs: execs, checked: checked}
+}
+
+var (
+	contractOnce sync.Once
+	contract     *openapitest.Validator
+	contractErr  error
+)
+
+// checkedAgainstOpenAPI runs every exchange with h through the OpenAPI document's
+// validator: a request or an answer the document does not describe fails t, naming the
+// method, the path and what differs (package openapitest has the rules).
+func checkedAgainstOpenAPI(t testing.TB, h http.Handler) http.Handler {
+	t.Helper()
+	contractOnce.Do(func() { contract, contractErr = openapitest.NewValidator() })
+	if contractErr != nil {
+		t.Fatal(contractErr)
+	}
+	report := func(_ *http.Request, msg string) { t.Errorf("OpenAPI: %s", msg) }
+	if _, fuzz := t.(*testing.F); fuzz {
+		// A fuzz target may not fail f from inside it: its mismatches fail f when it ends.
+		var mu sync.Mutex
+		var held []string
+		report = func(_ *http.Request, msg string) {
+			mu.Lock()
+			defer mu.Unlock()
+			held = append(held, msg)
+		}
+		t.Cleanup(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			for i, msg := range held {
+				if i == 20 {
+					t.Errorf("OpenAPI: and %d more mismatches", len(held)-i)
+					break
+				}
+				t.Errorf("OpenAPI: %s", msg)
+			}
+		})
+	}
+	return contract.Handler(h, report)
 }
 
 // response is a decoded answer.

@@ -20,6 +20,7 @@ import (
 	"chessd/analysis"
 	"chessd/auth"
 	"chessd/commands"
+	"chessd/console"
 	"chessd/domain"
 	"chessd/eventstore"
 	"chessd/ledger"
@@ -126,6 +127,18 @@ func (s *Server) routes() {
 	handle("GET", "/readyz", s.readyz)
 	handle("GET", "/health", s.health)
 	handle("GET", "/problems/{slug}", s.problemPage)
+	handle("GET", "/openapi.json", s.openAPIJSON)
+	handle("GET", "/openapi.yaml", s.openAPIYAML)
+	handle("GET", "/docs", s.docsPage)
+	handle("GET", "/docs/{file}", s.docsAsset)
+	root.HandleFunc("/docs", s.docsPage).Methods("GET") // the reference page where people look for it
+	// The web console, outside /v1 (docs/API.md "Console"): its pages and its bundle.
+	// Any other path stays a problem+json 404.
+	pages := console.New()
+	for _, p := range console.Pages {
+		root.Handle(p, pages).Methods("GET", "HEAD")
+	}
+	root.PathPrefix(console.AssetPrefix).Handler(pages).Methods("GET", "HEAD")
 
 	handle("POST", "/signup", s.idempotent(s.signup))
 	handle("POST", "/verify-email", s.verifyEmail)

@@ -58,7 +58,7 @@ func TestStoredTextIsCheckedAtTheDoor(t *testing.T) {
 			req.Header.Set("Authorization", "Bearer "+key)
 			req.Header["Idempotency-Key"] = []string{"k\x00ey"}
 			rec := httptest.NewRecorder()
-			e.api.ServeHTTP(rec, req)
+			e.checked.ServeHTTP(rec, req)
 			if rec.Code != 400 || !strings.Contains(rec.Body.String(), `"field":"Idempotency-Key"`) {
 				t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)
 			}

@@ -63,6 +63,7 @@ func startServer(t *testing.T, bin, dbURL string, port int, env ...string) *serv
 		t.Fatal(err)
 	}
 	s := &server{t: t, cmd: cmd, base: fmt.Sprintf("http://127.0.0.1:%d/v1", port)}
+	checkTraffic(t, s.base)
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck // may be dead already
 	s.waitReady(t)
 	return s

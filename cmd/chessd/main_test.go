@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,11 +22,68 @@ import (
 	"chessd/eventstore"
 	"chessd/httpapi"
 	"chessd/ledger"
+	"chessd/openapi/openapitest"
 	"chessd/postgres/pgtest"
 	"chessd/projections"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain checks every exchange of the tests' HTTP clients against the OpenAPI
+// document (http.DefaultTransport, which http.Get and clients without a Transport of
+// their own use): a mismatch fails the test that started the server (checkTraffic), or
+// the run when no test claims the server.
+func TestMain(m *testing.M) {
+	v, err := openapitest.NewValidator()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	contract = v
+	http.DefaultTransport = v.RoundTripper(http.DefaultTransport, reportMismatch)
+	code := pgtest.Main(m)
+	if len(strayMismatches) > 0 {
+		fmt.Fprintf(os.Stderr, "OpenAPI mismatches of servers no test claimed:\n%s\n", strings.Join(strayMismatches, "\n"))
+		code = 1
+	}
+	os.Exit(code)
+}
+
+var (
+	contract        *openapitest.Validator
+	trafficMu       sync.Mutex
+	trafficTests    = map[string]testing.TB{} // host:port of a server → the test that runs it
+	strayMismatches []string
+)
+
+// checkTraffic makes t the test that OpenAPI mismatches of the server at base fail.
+func checkTraffic(t testing.TB, base string) {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trafficMu.Lock()
+	trafficTests[u.Host] = t
+	trafficMu.Unlock()
+	t.Cleanup(func() {
+		trafficMu.Lock()
+		defer trafficMu.Unlock()
+		if trafficTests[u.Host] == t {
+			delete(trafficTests, u.Host)
+		}
+	})
+}
+
+func reportMismatch(req *http.Request, msg string) {
+	trafficMu.Lock()
+	t, ok := trafficTests[req.URL.Host]
+	if !ok {
+		strayMismatches = append(strayMismatches, msg)
+	}
+	trafficMu.Unlock()
+	if ok {
+		t.Errorf("OpenAPI: %s", msg)
+	}
+}
 
 // runCLI runs a subcommand against the database at url and returns what it printed.
 func runCLI(t *testing.T, url string, args ...string) (string, error) {
@@ -116,7 +175,7 @@ func TestAuditAndReplay(t *testing.T) {
 	<-ready
 	api := httpapi.New(httpapi.Config{BaseURL: "http://x/v1", NoRateLimits: true}, httpapi.Deps{
 		Pool: pool, Commands: h, Auth: authn, Meter: meter, Logger: logger})
-	srv := httptest.NewServer(api)
+	srv := httptest.NewServer(contract.Handler(api, func(_ *http.Request, msg string) { t.Errorf("OpenAPI: %s", msg) }))
 	defer srv.Close()
 	today := time.Now().UTC().Format(time.DateOnly)
 	var usage struct {

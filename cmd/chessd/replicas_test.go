@@ -122,6 +122,7 @@ func startEmbedded(t *testing.T, bin, data string) *server {
 		t.Fatal(err)
 	}
 	s := &server{t: t, cmd: cmd, base: fmt.Sprintf("http://127.0.0.1:%d/v1", port)}
+	checkTraffic(t, s.base)
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck // may be dead already
 	s.waitReady(t)
 	return s

@@ -1,0 +1,143 @@
+// Account: the page POST /billing/portal points to. Without a key: sign up (the new
+// key goes straight into this tab's session). With one: the account (GET /me), its
+// time zone and budget (PATCH /me), the plan.
+
+import { api, session, me } from './api.js';
+import { h, replace, field, alertBox, showProblem, showNotice, clearBox, fmtTime, fmtUSD, fmtInt } from './ui.js';
+
+export const title = 'Account';
+
+export function mount(root) {
+  const problems = alertBox();
+  if (!session.key) {
+    const email = h('input', { type: 'email', name: 'email', required: true, autocomplete: 'email', 'data-testid': 'signup-email' });
+    const name = h('input', { type: 'text', name: 'name', autocomplete: 'name', maxlength: 200 });
+    replace(root,
+      h('h1', {}, 'Account'),
+      problems,
+      h('p', {}, 'Enter an API key above, or create an account: its first key is shown once and kept in this tab only.'),
+      h('form', {
+        class: 'card',
+        onsubmit: async (e) => {
+          e.preventDefault();
+          clearBox(problems);
+          try {
+            const res = await api('POST', '/signup', { body: { email: email.value.trim(), name: name.value.trim() || undefined, source: 'console' } });
+            sessionStorage.setItem('chessd.signup', res.api_key); // shown once on the next render
+            session.set(res.api_key);
+          } catch (err) {
+            showProblem(problems, err);
+          }
+        },
+      }, h('h2', {}, 'Sign up'), field('E-mail', email), field('Name (optional)', name), h('button', { type: 'submit', class: 'primary' }, 'Create account')));
+    return null;
+  }
+
+  const fresh = sessionStorage.getItem('chessd.signup');
+  sessionStorage.removeItem('chessd.signup');
+  const info = h('dl', { class: 'facts', 'data-testid': 'account' });
+  const tzSel = h('select', { name: 'timezone' }, Intl.supportedValuesOf('timeZone').concat('UTC').sort().map((z) => h('option', { value: z }, z)));
+  const units = h('input', { type: 'number', name: 'budget_units', min: 0, step: 1, placeholder: 'none' });
+  const usd = h('input', { type: 'text', name: 'budget_usd', inputmode: 'decimal', placeholder: 'none' });
+  const period = h('select', { name: 'budget_period' }, ['total', 'month', 'day'].map((p) => h('option', { value: p }, p)));
+  const budgetNow = h('p', { class: 'muted' });
+  let current = null;
+  replace(root,
+    h('h1', {}, 'Account'),
+    problems,
+    fresh ? h('div', { class: 'secret' }, h('p', {}, h('strong', {}, 'Your account is ready.'), ' This is its first key, shown once; it is in use in this tab:'), h('code', { 'data-testid': 'signup-secret' }, fresh)) : null,
+    h('section', { class: 'card' }, h('h2', {}, 'Account'), info),
+    h('form', { class: 'card', onsubmit: saveTz }, h('h2', {}, 'Time zone'),
+      h('p', { class: 'muted' }, 'Usage days, statement times and budgets by day or month follow it.'),
+      h('div', { class: 'row' }, field('Time zone', tzSel), h('button', { type: 'submit' }, 'Save time zone'))),
+    h('form', { class: 'card', onsubmit: saveBudget }, h('h2', {}, 'Account budget'),
+      h('p', { class: 'muted' }, 'What all keys of this env may spend together, on top of each key’s own budget. Empty: none.'),
+      budgetNow,
+      h('div', { class: 'row' }, field('Units', units), field('USD', usd), field('Period', period), h('button', { type: 'submit' }, 'Save budget'))),
+    h('section', { class: 'card' }, h('h2', {}, 'Plan'),
+      h('p', { class: 'muted' }, 'Paid plans are bought through checkout; the service says when that is not open yet.'),
+      h('div', { class: 'row' },
+        h('button', { type: 'button', onclick: () => checkout('hobby') }, 'Upgrade to hobby'),
+        h('button', { type: 'button', onclick: () => checkout('pro') }, 'Upgrade to pro'),
+        h('button', { type: 'button', onclick: resend }, 'Resend verification e-mail'))));
+  load();
+
+  async function load() {
+    try {
+      show(await me({ fresh: true }));
+    } catch (err) {
+      showProblem(problems, err);
+    }
+  }
+
+  function show(m) {
+    current = m;
+    const c = m.caps || {};
+    replace(info,
+      h('dt', {}, 'Account'), h('dd', {}, h('code', {}, m.account_id)),
+      h('dt', {}, 'E-mail'), h('dd', {}, m.email, m.email_verified ? ' (verified)' : ' (not verified)'),
+      m.name ? [h('dt', {}, 'Name'), h('dd', {}, m.name)] : null,
+      h('dt', {}, 'Plan'), h('dd', { 'data-testid': 'plan' }, m.plan, c.units_per_day ? ` — ${fmtInt(c.units_per_day)} units a day, depth ≤ ${c.max_depth}, MultiPV ≤ ${c.max_multipv}` : ''),
+      h('dt', {}, 'Created'), h('dd', {}, fmtTime(m.created_at, m.timezone)),
+      h('dt', {}, 'Keys'), h('dd', {}, `${m.keys.active} active of ${m.keys.total} (${m.key.env})`),
+      h('dt', {}, 'This key'), h('dd', {}, h('code', {}, m.key.key_id), ` ${m.key.env}: ${m.key.scopes.join(', ')}`),
+      m.today ? [h('dt', {}, 'Today'), h('dd', {}, `${fmtInt(m.today.units)} of ${fmtInt(m.today.allowance_units)} units`)] : null);
+    tzSel.value = m.timezone || 'UTC';
+    const b = m.budget || {};
+    units.value = b.budget_units ?? '';
+    usd.value = b.budget_usd ?? '';
+    period.value = b.budget_period || 'month';
+    budgetNow.textContent = b.budget_units != null || b.budget_usd != null
+      ? `Now: ${b.budget_units != null ? `${fmtInt(b.budget_units)} units` : ''} ${b.budget_usd != null ? fmtUSD(b.budget_usd) : ''} per ${b.budget_period}; spent ${fmtInt(b.period_spent_units)} units, left ${fmtInt(b.remaining_units)}.`
+      : 'Now: none.';
+  }
+
+  async function patch(body, what) {
+    clearBox(problems);
+    try {
+      show(await api('PATCH', '/me', { body }));
+      await me({ fresh: true });
+      showNotice(problems, `${what} saved.`);
+    } catch (err) {
+      showProblem(problems, err);
+    }
+  }
+
+  function saveTz(e) {
+    e.preventDefault();
+    patch({ timezone: tzSel.value }, 'Time zone');
+  }
+
+  function saveBudget(e) {
+    e.preventDefault();
+    const b = current?.budget || {};
+    const body = { budget_period: period.value };
+    const u = units.value === '' ? null : Number(units.value);
+    if (u !== (b.budget_units ?? null)) body.budget_units = u;
+    const d = usd.value.trim() === '' ? null : usd.value.trim();
+    if (d === null ? b.budget_usd != null : Number(d) !== Number(b.budget_usd)) body.budget_usd = d;
+    patch(body, 'Budget');
+  }
+
+  async function checkout(plan) {
+    clearBox(problems);
+    try {
+      const res = await api('POST', '/billing/checkout', { body: { plan } });
+      showNotice(problems, 'Continue to payment: ', h('a', { href: res.checkout_url, rel: 'noopener' }, res.checkout_url));
+    } catch (err) {
+      showProblem(problems, err);
+    }
+  }
+
+  async function resend() {
+    clearBox(problems);
+    try {
+      const res = await api('POST', '/me/verify-email');
+      showNotice(problems, `A verification message is on its way to ${res.email}.`);
+    } catch (err) {
+      showProblem(problems, err);
+    }
+  }
+
+  return null;
+}

@@ -1,0 +1,138 @@
+// The console's only way to the service: fetch() under /v1, the key from session
+// storage in the Authorization header (never in a URL), problem+json turned into
+// Problem errors, and Server-Sent Events read from a fetch() body, since EventSource can
+// neither POST nor send a header.
+
+const KEY = 'chessd.key';
+
+// session holds the API key for this tab only: sessionStorage, gone when the tab closes.
+export const session = {
+  get key() {
+    return sessionStorage.getItem(KEY) || '';
+  },
+  set(key) {
+    sessionStorage.setItem(KEY, key.trim());
+    window.dispatchEvent(new Event('chessd:key'));
+  },
+  clear() {
+    sessionStorage.removeItem(KEY);
+    window.dispatchEvent(new Event('chessd:key'));
+  },
+};
+
+// Problem is an answer of the service that was not a success: its problem+json document.
+export class Problem extends Error {
+  constructor(doc, status) {
+    super(doc.detail || doc.title || `HTTP ${status}`);
+    this.status = status;
+    this.doc = doc;
+  }
+}
+
+async function problemOf(res) {
+  let doc;
+  try {
+    doc = await res.json();
+  } catch {
+    doc = { title: res.statusText || 'Request failed', status: res.status };
+  }
+  return new Problem(doc, res.status);
+}
+
+function request(method, path, { body, query, accept, signal, headers = {} } = {}) {
+  const h = { ...headers };
+  if (session.key) h.Authorization = `Bearer ${session.key}`;
+  if (body !== undefined) h['Content-Type'] = 'application/json';
+  if (accept) h.Accept = accept;
+  const qs = query ? new URLSearchParams(Object.entries(query).filter(([, v]) => v !== undefined && v !== '' && v !== null)) : null;
+  const url = `/v1${path}${qs && qs.toString() ? `?${qs}` : ''}`;
+  return fetch(url, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body), signal, cache: 'no-store' });
+}
+
+// api answers the decoded JSON body (null for 204), or throws a Problem.
+export async function api(method, path, opts = {}) {
+  const res = await request(method, path, opts);
+  if (!res.ok) throw await problemOf(res);
+  if (res.status === 204) return null;
+  return res.json();
+}
+
+// download fetches a CSV answer and hands it to the browser as a file.
+export async function download(path, query, filename) {
+  const res = await request('GET', path, { query, accept: 'text/csv' });
+  if (!res.ok) throw await problemOf(res);
+  const url = URL.createObjectURL(await res.blob());
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = filename;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+// stream reads a text/event-stream answer, calling onEvent(name, data, id) per event
+// with its JSON data. It resolves when the stream ends (false when the server answered
+// 204: nothing left to send) and throws a Problem when the answer is not a stream.
+export async function stream(method, path, { body, signal, onEvent, lastEventId }) {
+  const headers = lastEventId ? { 'Last-Event-ID': lastEventId } : {};
+  const res = await request(method, path, { body, signal, accept: 'text/event-stream', headers });
+  if (!res.ok) throw await problemOf(res);
+  if (res.status === 204) return false;
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return true;
+    buf += value.replace(/\r\n?/g, '\n');
+    let end;
+    while ((end = buf.indexOf('\n\n')) >= 0) {
+      const block = buf.slice(0, end);
+      buf = buf.slice(end + 2);
+      let name = 'message';
+      let id = null;
+      const data = [];
+      for (const line of block.split('\n')) {
+        if (line.startsWith(':')) continue; // a comment: keep-alive
+        const colon = line.indexOf(':');
+        const field = colon < 0 ? line : line.slice(0, colon);
+        const val = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
+        if (field === 'event') name = val;
+        else if (field === 'data') data.push(val);
+        else if (field === 'id') id = val;
+      }
+      if (data.length) onEvent(name, JSON.parse(data.join('\n')), id);
+    }
+  }
+}
+
+// engines is GET /engines, asked once per page load.
+let enginesPromise;
+export function engines() {
+  enginesPromise ??= api('GET', '/engines').catch((err) => {
+    enginesPromise = undefined;
+    throw err;
+  });
+  return enginesPromise;
+}
+
+// me is GET /me for the current key (null without one), cached until the key changes.
+let mePromise;
+let meKey;
+export function me({ fresh = false } = {}) {
+  if (!session.key) return Promise.resolve(null);
+  if (fresh || meKey !== session.key) {
+    meKey = session.key;
+    mePromise = api('GET', '/me').catch((err) => {
+      meKey = undefined;
+      throw err;
+    });
+  }
+  return mePromise;
+}
+
+// scopes answers the current key's scopes, by GET /me when the key may read it.
+export async function hasScope(scope) {
+  const m = await me();
+  return !!m && m.key.scopes.includes(scope);
+}
