@@ -134,7 +134,7 @@ func TestKeyLifecycle(t *testing.T) {
 
 	label := "ci-2"
 	more := int64(900)
-	if _, err := f.h.UpdateKey(f.ctx, actor, k.ID(), domain.KeyChange{Label: &label, BudgetUnits: &more}); err != nil {
+	if _, err := f.h.UpdateKey(f.ctx, actor, k.ID(), domain.KeyChange{Label: &label, Budget: domain.BudgetChange{Units: &more}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.key(k.ID()); got.Label() != "ci-2" || got.Version() != 2 {

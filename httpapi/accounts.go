@@ -48,6 +48,15 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 	key := principal(r.Context())
 	ctx := r.Context()
 	acct, err := projections.GetAccount(ctx, s.pool, key.AccountID())
+	if domain.ErrorCode(err) == domain.CodeNotFound {
+		// an account made a moment ago (its key already works: authentication reads
+		// the events) that the read model has not caught up with yet
+		wait, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if projections.WaitForAccount(wait, s.pool, key.AccountID(), 1) == nil {
+			acct, err = projections.GetAccount(ctx, s.pool, key.AccountID())
+		}
+		cancel()
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -2,10 +2,15 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/eventstore"
 )
 
 // GET /me subtracts from a key's budgets and the day's allowance what running jobs hold,
@@ -88,5 +93,22 @@ func TestMeRemainingCountsJobHoldsNotLeases(t *testing.T) {
 				t.Errorf("today: %v, want units 10, held %d", today, tc.wantHeld)
 			}
 		})
+	}
+}
+
+// A key works the moment its account is committed (authentication reads the events);
+// GET /me then waits for the accounts read model rather than answer 404 for an account
+// it has not projected yet.
+func TestMeRightAfterSignupByCommand(t *testing.T) {
+	e := newEnv(t)
+	h := commands.New(eventstore.NewStore(e.pool, nil), testPepper)
+	for i := range 5 {
+		res, err := h.Signup(context.Background(), domain.Signup{Email: fmt.Sprintf("fresh-%d@example.com", i)}, "req_fresh")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := e.do("GET", "/v1/me", res.Secret, nil); r.Status != 200 || r.Body["account_id"] != res.AccountID {
+			t.Fatalf("GET /me right after the account was committed: %d %s", r.Status, r.Raw)
+		}
 	}
 }

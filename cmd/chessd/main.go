@@ -11,6 +11,7 @@
 //	chessd refund    credit charges back, with a reason (operators)
 //	chessd dispute   list open disputes, accept or reject one (operators)
 //	chessd setaside  list, retry or skip the events a projection could not apply
+//	chessd eval, bestmove, analyze, jobs watch, usage, uci   client commands (package cli)
 //
 // main only wires: configuration from the environment, a context cancelled by
 // SIGINT/SIGTERM, and the subcommand.
@@ -24,6 +25,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"chessd/cli"
 )
 
 func main() {
@@ -52,7 +55,9 @@ const usage = `usage: chessd [command]
   plan      --account ACCOUNT --plan free|hobby|pro: move an account to another plan
   refund    --reason TEXT [--by NAME] CHARGE_ID...: credit charges back (each once, all or none)
   dispute   list | accept ID --note TEXT [--by NAME] | reject ID --reason TEXT [--by NAME]: answer customers' disputes
-  setaside  list [--all] | retry ID [--reason TEXT] | skip ID --reason TEXT: the events a projection could not apply`
+  setaside  list [--all] | retry ID [--reason TEXT] | skip ID --reason TEXT: the events a projection could not apply
+client commands (talk to a server):
+` + cli.Usage
 
 // exitCode ends the program with a status and no further message.
 type exitCode int
@@ -60,6 +65,11 @@ type exitCode int
 func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout *os.File) error {
+	if len(args) > 0 && cli.Commands[args[0]] { // client commands: no server configuration
+		streams := cli.StdIO()
+		streams.Out, streams.Getenv = stdout, getenv
+		return cli.Run(ctx, args, streams)
+	}
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return err

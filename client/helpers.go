@@ -1,0 +1,154 @@
+package client
+
+// Hand-written helpers beside the generated code: authentication, errors, and the live
+// evaluation stream, which the generator leaves as a raw *http.Response.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// WithKey authenticates every request with an API key (`Authorization: Bearer KEY`).
+// An empty key sends none: the keyless allowance of POST /eval and /bestmove.
+func WithKey(key string) ClientOption {
+	return WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		return nil
+	})
+}
+
+// ServerURL is the API's base address from what a user typed: a scheme and host alone
+// ("localhost:8080", "http://localhost:8080/") get http:// and /v1 added.
+func ServerURL(s string) string {
+	s = strings.TrimRight(strings.TrimSpace(s), "/")
+	if s == "" {
+		return ""
+	}
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	if u, err := url.Parse(s); err == nil && u.Path == "" {
+		s += "/v1"
+	}
+	return s
+}
+
+// Error makes a problem document an error: "402 Payment required: detail".
+func (p *Problem) Error() string {
+	s := fmt.Sprintf("%d %s", p.Status, p.Title)
+	if p.Detail != "" {
+		s += ": " + p.Detail
+	}
+	if p.Errors != nil {
+		for _, e := range *p.Errors {
+			s += fmt.Sprintf("; %s: %s", e.Field, e.Reason)
+		}
+	}
+	return s
+}
+
+// Check is nil for a 2xx answer, else the answer's problem as an error (*Problem when
+// the body is one). Pass a generated response's HTTPResponse and Body.
+func Check(res *http.Response, body []byte) error {
+	if res == nil {
+		return errors.New("no response")
+	}
+	if res.StatusCode >= 200 && res.StatusCode < 300 {
+		return nil
+	}
+	var p Problem
+	if err := json.Unmarshal(body, &p); err == nil && p.Status != 0 {
+		return &p
+	}
+	return fmt.Errorf("%s: %.200s", res.Status, body)
+}
+
+// Media types of the live evaluation stream (docs/API.md, "Live evaluation"): ask for
+// one in Accept.
+const (
+	MediaNDJSON = "application/x-ndjson"
+	MediaSSE    = "text/event-stream"
+)
+
+// Accept sets the Accept header of a request: Accept(MediaNDJSON) streams POST /eval
+// and /bestmove.
+func Accept(media string) RequestEditorFn {
+	return func(_ context.Context, req *http.Request) error {
+		req.Header.Set("Accept", media)
+		return nil
+	}
+}
+
+// StreamEvent is one event of a live evaluation: `depth` (Data is a DepthProgress),
+// `result` (the plain answer: Evaluation or BestMove) or `error` (a Problem).
+type StreamEvent struct {
+	Event string          `json:"event"`
+	Data  json.RawMessage `json:"data"`
+}
+
+// ReadStream reads the answer of a streamed POST /eval or /bestmove and calls fn with
+// each event, in order, until the stream ends or fn returns an error (which ReadStream
+// returns). It closes res.Body. An answer that is not a stream (a problem, or plain
+// JSON) is returned as an error or as a single `result` event. An `error` event is
+// passed to fn like the others.
+func ReadStream(res *http.Response, fn func(StreamEvent) error) error {
+	defer res.Body.Close()
+	media := res.Header.Get("Content-Type")
+	if i := strings.IndexByte(media, ';'); i >= 0 {
+		media = media[:i]
+	}
+	media = strings.TrimSpace(media)
+	if res.StatusCode != http.StatusOK || (media != MediaNDJSON && media != MediaSSE) {
+		body, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+		if err != nil {
+			return fmt.Errorf("reading the answer: %w", err)
+		}
+		if err := Check(res, body); err != nil {
+			return err
+		}
+		return fn(StreamEvent{Event: "result", Data: body})
+	}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20) // a depth with 10 long lines is a few KiB
+	var name string                        // SSE: the pending event's name
+	for sc.Scan() {
+		line := sc.Bytes()
+		if media == MediaNDJSON {
+			if len(line) == 0 {
+				continue
+			}
+			var ev StreamEvent
+			if err := json.Unmarshal(line, &ev); err != nil {
+				return fmt.Errorf("stream: bad line %.80q: %w", line, err)
+			}
+			if err := fn(ev); err != nil {
+				return err
+			}
+			continue
+		}
+		// SSE: "event: NAME" then "data: JSON" (one line each), a blank line between.
+		switch s := string(line); {
+		case strings.HasPrefix(s, "event:"):
+			name = strings.TrimSpace(s[len("event:"):])
+		case strings.HasPrefix(s, "data:"):
+			data := json.RawMessage(strings.TrimSpace(s[len("data:"):]))
+			if err := fn(StreamEvent{Event: name, Data: data}); err != nil {
+				return err
+			}
+			name = ""
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	return nil
+}

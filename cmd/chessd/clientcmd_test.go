@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"chessd/domain"
+	"chessd/postgres/pgtest"
+)
+
+// clientCmd runs `chessd ARGS...` (a client command) with env and stdin, and returns
+// its stdout and stderr.
+func clientCmd(t *testing.T, bin string, env []string, stdin string, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// The client commands against a real server: eval and bestmove (streamed, a progress
+// line per depth), analyze and jobs watch, usage as a table; --json gives the API's
+// answer; the server and key come from flags, the environment or the config file.
+func TestClientCommands(t *testing.T) {
+	bin := buildBinary(t)
+	dbURL := pgtest.URL(t)
+	_, su := account(t, dbURL, "cli@example.com", domain.PlanFree)
+	srv := startServer(t, bin, dbURL, freePort(t))
+	env := []string{"CHESSD_SERVER=" + srv.base, "CHESSD_KEY=" + su.Secret, "CHESSD_CONFIG=", "HOME=" + t.TempDir()}
+	const fen = "r1bqkbnr/pppp1ppp/2n5/1B2p3/4P3/5N2/PPPP1PPP/RNBQK2R b KQkq - 3 3"
+
+	t.Run("eval --json", func(t *testing.T) {
+		out, stderr, err := clientCmd(t, bin, env, "", "eval", "--json", "--depth", "10", "--multipv", "2", fen)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		var ev struct {
+			Depth    int    `json:"depth"`
+			Bestmove string `json:"bestmove"`
+			Pvs      []any  `json:"pvs"`
+			Cost     int    `json:"cost_units"`
+		}
+		if err := json.Unmarshal([]byte(out), &ev); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, out)
+		}
+		if ev.Depth != 10 || len(ev.Pvs) != 2 || ev.Cost == 0 {
+			t.Errorf("answer %+v", ev)
+		}
+		legal(t, fen, nil, ev.Bestmove)
+		// stderr is no terminal here: one progress line per depth, in order
+		for _, d := range []string{"depth 1 ", "depth 5 ", "depth 10 "} {
+			if !strings.Contains(stderr, d) {
+				t.Errorf("progress lacks %q:\n%s", d, stderr)
+			}
+		}
+	})
+
+	t.Run("eval as text", func(t *testing.T) {
+		out, stderr, err := clientCmd(t, bin, env, "", "eval", "--depth", "9", "--wdl", fen)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		// the board (rank 8 with Black's pieces), the score, a numbered SAN line, the cost
+		for _, re := range []string{`(?m)^8♜ - ♝ ♛ ♚ ♝ ♞ ♜`, `(?m)^Eval  [+-]\d+\.\d\d \(White's view\), depth \d+`,
+			`(?m)^ 1\. [+-]\d+\.\d\d +3\.\.\. [A-Za-z]`, `\[W \d+ D \d+ L \d+\]`, `(?m)^Best  \S+ \([a-h][1-8][a-h][1-8]\)`, `(?m)^Cost  \d+ units`} {
+			if !regexp.MustCompile(re).MatchString(out) {
+				t.Errorf("output lacks %s:\n%s", re, out)
+			}
+		}
+	})
+
+	t.Run("bestmove --json", func(t *testing.T) {
+		out, stderr, err := clientCmd(t, bin, env, "", "bestmove", "--json", "--depth", "8", fen)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		var bm struct {
+			Bestmove    string `json:"bestmove"`
+			BestmoveSAN string `json:"bestmove_san"`
+		}
+		if err := json.Unmarshal([]byte(out), &bm); err != nil || bm.BestmoveSAN == "" {
+			t.Fatalf("answer %q: %v", out, err)
+		}
+		legal(t, fen, nil, bm.Bestmove)
+	})
+
+	var jobID string
+	t.Run("analyze", func(t *testing.T) {
+		pgn := "1. e4 e5 2. Nf3 Nc6 3. Bb5 *"
+		out, stderr, err := clientCmd(t, bin, env, pgn, "analyze", "--pgn", "-", "--depth", "6")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		m := regexp.MustCompile(`(?m)^(job_\S+): succeeded, 5/5 positions`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no summary line:\n%s", out)
+		}
+		jobID = m[1]
+		for _, row := range []string{`(?m)^PLY +PLAYED +EVAL +BEST +DEPTH +LINE`, `(?m)^1 +e4 +[+-]\d+\.\d\d +\S+ +6 +1\. `, `(?m)^5 +Bb5 +`} {
+			if !regexp.MustCompile(row).MatchString(out) {
+				t.Errorf("table lacks %s:\n%s", row, out)
+			}
+		}
+		if !strings.Contains(stderr, "5/5 positions") {
+			t.Errorf("no progress to 5/5 on stderr:\n%s", stderr)
+		}
+	})
+
+	t.Run("jobs watch --json", func(t *testing.T) {
+		if jobID == "" {
+			t.Skip("analyze failed")
+		}
+		out, stderr, err := clientCmd(t, bin, env, "", "jobs", "watch", "--json", jobID)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		var r struct {
+			JobID     string `json:"job_id"`
+			Complete  bool   `json:"complete"`
+			Positions []any  `json:"positions"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || r.JobID != jobID || !r.Complete || len(r.Positions) != 5 {
+			t.Fatalf("result %+v (%v):\n%s", r, err, out)
+		}
+	})
+
+	t.Run("usage", func(t *testing.T) {
+		// the read model follows the charges: wait for the analysis's 5 positions
+		var u struct {
+			Totals struct {
+				Calls int `json:"calls"`
+			} `json:"totals"`
+		}
+		waitFor(t, "usage to count every charge", 30e9, func() bool {
+			out, _, err := clientCmd(t, bin, env, "", "usage", "--json", "--group-by", "endpoint")
+			return err == nil && json.Unmarshal([]byte(out), &u) == nil && u.Totals.Calls >= 8
+		})
+		if u.Totals.Calls != 8 { // eval ×2, bestmove, 5 positions
+			t.Errorf("usage counts %d calls, want 8", u.Totals.Calls)
+		}
+		out, stderr, err := clientCmd(t, bin, env, "", "usage", "--group-by", "endpoint")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		for _, row := range []string{`(?m)^ *ENDPOINT +CALLS +UNITS +USD`, `(?m)^ *eval +2 +\d+ +\d+\.\d{6}`,
+			`(?m)^ *bestmove +1 +\d+`, `(?m)^ *analyze +5 +\d+`, `(?m)^ *TOTAL +8 +\d+`} {
+			if !regexp.MustCompile(row).MatchString(out) {
+				t.Errorf("table lacks %s:\n%s", row, out)
+			}
+		}
+	})
+
+	t.Run("server and key from the config file, flags first", func(t *testing.T) {
+		cfg := filepath.Join(t.TempDir(), "client.json")
+		body, _ := json.Marshal(map[string]string{"server": srv.base, "key": su.Secret})
+		if err := os.WriteFile(cfg, body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		noEnv := []string{"CHESSD_SERVER=", "CHESSD_KEY=", "CHESSD_CONFIG=" + cfg}
+		out, stderr, err := clientCmd(t, bin, noEnv, "", "usage", "--json")
+		if err != nil || !strings.Contains(out, `"totals"`) {
+			t.Fatalf("with the config file: %v\n%s%s", err, out, stderr)
+		}
+		// a flag beats the file: a wrong key is refused by the server
+		_, stderr, err = clientCmd(t, bin, noEnv, "", "usage", "--key", "ce_test_wrong", "--json")
+		if err == nil || !strings.Contains(stderr, "401") {
+			t.Fatalf("--key did not replace the file's key: %v\n%s", err, stderr)
+		}
+	})
+}

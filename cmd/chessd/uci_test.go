@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"chessd/client"
+	"chessd/domain"
+	"chessd/domain/position"
+	"chessd/postgres/pgtest"
+	"chessd/ucibridge"
+)
+
+// uciDriverOut is what testdata/uci_driver.js reports.
+type uciDriverOut struct {
+	ID       map[string]string `json:"id"`
+	Options  map[string]any    `json:"options"`
+	Analysis struct {
+		Bestmove string `json:"bestmove"`
+		Info     []struct {
+			Depth   int    `json:"depth"`
+			MultiPV int    `json:"multipv"`
+			PV      string `json:"pv"`
+			Score   *struct {
+				Unit  string  `json:"unit"`
+				Value float64 `json:"value"`
+			} `json:"score"`
+		} `json:"info"`
+	} `json:"analysis"`
+	Game []struct {
+		Bestmove string `json:"bestmove"`
+		Infos    int    `json:"infos"`
+	} `json:"game"`
+	Infinite struct {
+		Moves    []string `json:"moves"`
+		Depths   []int    `json:"depths"`
+		Bestmove string   `json:"bestmove"`
+	} `json:"infinite"`
+}
+
+// The UCI bridge driven by node-uci, a UCI client written by others (python-chess
+// cannot be installed here): `chessd uci` against a real server with real engines
+// analyses a position with MultiPV 2 to depth 12, plays a short game, and stops an
+// infinite search, which is not charged.
+func TestUCIBridgeDrivenByNodeUCI(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node is needed to drive the bridge with node-uci:", err)
+	}
+	modules, _ := filepath.Abs("../../web/node_modules")
+	if _, err := os.Stat(filepath.Join(modules, "node-uci")); err != nil {
+		t.Fatal("node-uci is not installed: run `make web` (web/package.json pins it)")
+	}
+	bin := buildBinary(t)
+	dbURL := pgtest.URL(t)
+	_, su := account(t, dbURL, "uci@example.com", domain.PlanPro) // pro: an infinite search goes to depth 30
+	srv := startServer(t, bin, dbURL, freePort(t))
+
+	// node-uci starts the engine without arguments: a script that runs `chessd uci`.
+	engine := filepath.Join(t.TempDir(), "chessd-uci")
+	if err := os.WriteFile(engine, []byte("#!/bin/sh\nexec \""+bin+"\" uci\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "testdata/uci_driver.js", engine)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "CHESSD_SERVER="+srv.base, "CHESSD_KEY="+su.Secret)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node-uci driver: %v\nstderr: %s\nstdout: %s", err, stderr.Bytes(), stdout.Bytes())
+	}
+	var out uciDriverOut
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("driver output: %v\n%s", err, stdout.Bytes())
+	}
+
+	if out.ID["name"] == "" {
+		t.Errorf("no engine name: %+v", out.ID)
+	}
+	for _, name := range []string{"MultiPV", "Hash", "UCI_ShowWDL", "UCI_Elo", "Engine", "Key", "Server"} {
+		if _, ok := out.Options[name]; !ok {
+			t.Errorf("option %s not offered: %v", name, out.Options)
+		}
+	}
+
+	// 1. MultiPV 2 to depth 12: both lines at depth 12, and a legal best move.
+	analysed := "r1bqkbnr/pppp1ppp/2n5/1B2p3/4P3/5N2/PPPP1PPP/RNBQK2R b KQkq - 3 3"
+	lines := map[int]bool{}
+	for _, in := range out.Analysis.Info {
+		if in.Depth == 12 && in.PV != "" && in.Score != nil {
+			lines[in.MultiPV] = true
+		}
+	}
+	if !lines[1] || !lines[2] {
+		t.Errorf("depth 12 did not report both lines (got multipv %v): %+v", lines, out.Analysis.Info)
+	}
+	legal(t, analysed, nil, out.Analysis.Bestmove)
+
+	// 2. The game: every move legal where it was played, each search reporting depths.
+	if len(out.Game) != 6 {
+		t.Fatalf("the game has %d plies, want 6", len(out.Game))
+	}
+	var played []string
+	for i, ply := range out.Game {
+		legal(t, "startpos", played, ply.Bestmove)
+		if ply.Infos == 0 {
+			t.Errorf("ply %d: no info line", i+1)
+		}
+		played = append(played, ply.Bestmove)
+	}
+
+	// 3. The infinite search: stopped with a legal move after increasing depths.
+	inf := out.Infinite
+	if len(inf.Depths) < 3 || inf.Depths[0] >= inf.Depths[2] {
+		t.Errorf("infinite search depths %v", inf.Depths)
+	}
+	legal(t, "startpos", inf.Moves, inf.Bestmove)
+
+	// The ledger: the analysis and the 6 plies are charged, the stopped search is not.
+	// A last call after it is the marker: once usage shows it, an infinite search's
+	// charge would show too.
+	api, err := client.NewClientWithResponses(srv.base, client.WithKey(su.Secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	depth := 1
+	res, err := api.EvalWithResponse(ctx, nil, client.EvalRequest{Fen: "8/8/8/4k3/8/8/4P3/4K3 w - - 0 1", Depth: &depth})
+	if err != nil || client.Check(res.HTTPResponse, res.Body) != nil {
+		t.Fatalf("marker call: %v %s", err, res.Body)
+	}
+	calls := usageCalls(t, api, 8)
+	if calls != 8 {
+		t.Errorf("usage shows %d calls, want 8 (1 analysis + 6 plies + the marker; the stopped infinite search is free)", calls)
+	}
+}
+
+// legal fails t unless move is legal after moves from fen ("startpos" for the start).
+func legal(t *testing.T, fen string, moves []string, move string) {
+	t.Helper()
+	if fen == "startpos" {
+		fen = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+	}
+	pos, err := position.Parse(fen, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range moves {
+		if pos, _, err = pos.Play(m); err != nil {
+			t.Fatalf("replaying %v: %v", moves, err)
+		}
+	}
+	if _, _, err := pos.Play(move); err != nil {
+		t.Errorf("bestmove %q after %v is not legal: %v", move, moves, err)
+	}
+}
+
+// usageCalls waits until GET /usage counts at least want calls today (the usage read
+// model follows the charges within moments) and returns the count.
+func usageCalls(t *testing.T, api *client.ClientWithResponses, want int) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := api.GetUsageWithResponse(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := client.Check(res.HTTPResponse, res.Body); err != nil {
+			t.Fatal(err)
+		}
+		if n := res.JSON200.Totals.Calls; n >= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// uciSession is an in-process bridge on pipes, for the cases node-uci does not reach.
+type uciSession struct {
+	t     *testing.T
+	in    *io.PipeWriter
+	lines chan string
+	done  chan error
+}
+
+func newUCISession(t *testing.T, cfg ucibridge.Config) *uciSession {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	s := &uciSession{t: t, in: inW, lines: make(chan string, 1000), done: make(chan error, 1)}
+	go func() {
+		s.done <- ucibridge.New(cfg).Run(context.Background(), inR, outW)
+		outW.Close()
+	}()
+	go func() {
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			s.lines <- sc.Text()
+		}
+		close(s.lines)
+	}()
+	t.Cleanup(func() { inW.Close() })
+	return s
+}
+
+func (s *uciSession) send(cmd string) {
+	s.t.Helper()
+	if _, err := io.WriteString(s.in, cmd+"\n"); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// until returns the lines up to and including the first that match wants, failing the
+// test after a deadline.
+func (s *uciSession) until(match func(string) bool) []string {
+	s.t.Helper()
+	var seen []string
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case l, ok := <-s.lines:
+			if !ok {
+				s.t.Fatalf("the bridge ended; it said:\n%s", strings.Join(seen, "\n"))
+			}
+			seen = append(seen, l)
+			if match(l) {
+				return seen
+			}
+		case <-deadline:
+			s.t.Fatalf("no such line; the bridge said:\n%s", strings.Join(seen, "\n"))
+		}
+	}
+}
+
+func prefix(p string) func(string) bool {
+	return func(l string) bool { return strings.HasPrefix(l, p) }
+}
+
+// The bridge in process against a real server: the keyless caps, a finished game
+// answered without a call, refusals told as info string, isready during a search, and
+// quit in the middle of one.
+func TestUCIBridgeCases(t *testing.T) {
+	bin := buildBinary(t)
+	dbURL := pgtest.URL(t)
+	_, su := account(t, dbURL, "uci-cases@example.com", domain.PlanPro) // before the server: its read models have it
+	srv := startServer(t, bin, dbURL, freePort(t))
+
+	t.Run("keyless: depth within the keyless cap, scores for the side to move", func(t *testing.T) {
+		s := newUCISession(t, ucibridge.Config{Server: srv.base})
+		s.send("uci")
+		s.until(prefix("uciok"))
+		s.send("position startpos moves e2e4")
+		s.send("go depth 25")
+		lines := s.until(prefix("bestmove"))
+		last := lines[len(lines)-2]
+		if !strings.HasPrefix(last, "info depth 12 ") {
+			t.Errorf("the last info is not depth 12 (the keyless cap): %q", last)
+		}
+		// Black to move after 1.e4: White's small edge is a negative score for Black.
+		if !regexp.MustCompile(`score cp -\d+`).MatchString(last) {
+			t.Errorf("score is not Black's view: %q", last)
+		}
+		legal(t, "startpos", []string{"e2e4"}, strings.Fields(lines[len(lines)-1])[1])
+	})
+
+	t.Run("a finished game needs no call", func(t *testing.T) {
+		s := newUCISession(t, ucibridge.Config{Server: "http://127.0.0.1:1/v1"}) // nothing listens there
+		s.send("position fen 6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1 moves d1d8")
+		s.send("go depth 5")
+		lines := s.until(prefix("bestmove"))
+		if got := strings.Join(lines, "|"); got != "info depth 0 score mate 0|bestmove (none)" {
+			t.Errorf("checkmate: %q", got)
+		}
+	})
+
+	t.Run("refusals are told", func(t *testing.T) {
+		s := newUCISession(t, ucibridge.Config{Server: srv.base, Key: "ce_test_not_a_key"})
+		s.send("uci")
+		s.until(prefix("uciok"))
+		s.send("setoption name MultiPV value 99")
+		if l := s.until(prefix("info string")); !strings.Contains(l[len(l)-1], "MultiPV") {
+			t.Errorf("out of range option: %q", l)
+		}
+		s.send("position startpos moves e2e5")
+		if l := s.until(prefix("info string")); !strings.Contains(l[len(l)-1], "e2e5") {
+			t.Errorf("illegal move: %q", l)
+		}
+		s.send("position startpos")
+		s.send("go depth 5")
+		lines := s.until(prefix("bestmove"))
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "info string 401") }) || lines[len(lines)-1] != "bestmove (none)" {
+			t.Errorf("a refused search: %q", lines)
+		}
+	})
+
+	t.Run("isready mid-search, quit stops it", func(t *testing.T) {
+		s := newUCISession(t, ucibridge.Config{Server: srv.base, Key: su.Secret})
+		s.send("uci")
+		s.until(prefix("uciok"))
+		s.send("position startpos")
+		s.send("go infinite")
+		s.until(prefix("info depth 3 "))
+		s.send("isready")
+		if lines := s.until(func(l string) bool { return l == "readyok" || strings.HasPrefix(l, "bestmove") }); lines[len(lines)-1] != "readyok" {
+			t.Fatalf("isready mid-search: %q", lines)
+		}
+		s.send("quit")
+		lines := s.until(prefix("bestmove"))
+		legal(t, "startpos", nil, strings.Fields(lines[len(lines)-1])[1])
+		select {
+		case err := <-s.done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("quit did not end the bridge")
+		}
+	})
+}
