@@ -11,6 +11,27 @@ import (
 func wantsCSV(accept string) bool {
 	qCSV, qJSON := -1.0, -1.0
 	specCSV, specJSON := -1, -1
+	for _, r := range acceptRanges(accept) {
+		if s := specificity(r.mt, "text", "csv"); s > specCSV {
+			specCSV, qCSV = s, r.q
+		}
+		if s := specificity(r.mt, "application", "json"); s > specJSON {
+			specJSON, qJSON = s, r.q
+		}
+	}
+	return qCSV > 0 && qCSV > qJSON
+}
+
+// mediaRange is one media range of an Accept header with its quality.
+type mediaRange struct {
+	mt string
+	q  float64
+}
+
+// acceptRanges reads an Accept header's media ranges, skipping any that do not parse
+// or whose quality is not in [0, 1].
+func acceptRanges(accept string) []mediaRange {
+	var out []mediaRange
 	for _, part := range strings.Split(accept, ",") {
 		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
 		if err != nil {
@@ -22,14 +43,9 @@ func wantsCSV(accept string) bool {
 				continue
 			}
 		}
-		if s := specificity(mt, "text", "csv"); s > specCSV {
-			specCSV, qCSV = s, q
-		}
-		if s := specificity(mt, "application", "json"); s > specJSON {
-			specJSON, qJSON = s, q
-		}
+		out = append(out, mediaRange{mt, q})
 	}
-	return qCSV > 0 && qCSV > qJSON
+	return out
 }
 
 // specificity is how closely media range mt matches typ/sub: 2 exactly, 1 typ/*, 0
@@ -59,25 +75,15 @@ const (
 func streamMedia(accept string) string {
 	qSSE, qNDJSON, qJSON := -1.0, -1.0, -1.0
 	specJSON := -1
-	for _, part := range strings.Split(accept, ",") {
-		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
-		if err != nil {
-			continue
-		}
-		q := 1.0
-		if v, ok := params["q"]; ok {
-			if q, err = strconv.ParseFloat(v, 64); err != nil || q < 0 || q > 1 {
-				continue
-			}
-		}
-		switch mt {
+	for _, r := range acceptRanges(accept) {
+		switch r.mt {
 		case mediaSSE:
-			qSSE = q
+			qSSE = r.q
 		case mediaNDJSON:
-			qNDJSON = q
+			qNDJSON = r.q
 		}
-		if s := specificity(mt, "application", "json"); s > specJSON {
-			specJSON, qJSON = s, q
+		if s := specificity(r.mt, "application", "json"); s > specJSON {
+			specJSON, qJSON = s, r.q
 		}
 	}
 	beats := func(q float64) bool { return q > 0 && (q > qJSON || q == qJSON && specJSON < 2) }
