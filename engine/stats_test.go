@@ -25,6 +25,9 @@ func TestPoolStatsForMetrics(t *testing.T) {
 		t.Errorf("after one batch search: waits %+v", st.QueueWait)
 	}
 
+	// the first search's process back in the pool first: else it may read as busy
+	// before the long search has it, and the next search would get it
+	waitStats(t, pl, func(s PoolStats) bool { return s.Idle == s.Size })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
