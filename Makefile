@@ -64,6 +64,7 @@ run: build engines
 
 vet: web
 	$(GO) vet ./...
+	$(GO) build ./...
 
 # Real PostgreSQL (a private throw-away cluster per test binary unless DATABASE_URL is
 # set) and real engines, every exchange checked against the OpenAPI document; then

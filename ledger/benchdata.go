@@ -114,7 +114,7 @@ func SeedBenchCharges(ctx context.Context, pool *pgxpool.Pool, account string, k
 // charges: vacuumed (autovacuum would otherwise work through fresh rows during the
 // measurements) and analysed. It returns the account's rows in usage_hours.
 func PrepareForReads(ctx context.Context, pool *pgxpool.Pool, account string) (int64, error) {
-	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) charges, credits, usage_hours`); err != nil {
+	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) charges, credits, usage_hours, usage_key_hours`); err != nil {
 		return 0, err
 	}
 	var hours int64

@@ -86,6 +86,16 @@ func queueReadModel(b *pgx.Batch, evs []eventstore.Event, rollup bool) error {
 	return nil
 }
 
+// keyRollup adds rows to usage_key_hours (aliased u), the narrower rollup per key and
+// hour (migration 0025): a SELECT grouped by 1, 2, 3, 4 (account, hour, key, env) and
+// ordered so, then keyConflict.
+const keyRollup = `INSERT INTO usage_key_hours AS u (account_id, hour, key_id, env,
+		calls, units, usd, credits, credited_units, credited_usd) `
+const keyConflict = ` ON CONFLICT (account_id, hour, key_id, env) DO UPDATE SET
+		calls = u.calls + excluded.calls, units = u.units + excluded.units, usd = u.usd + excluded.usd,
+		credits = u.credits + excluded.credits, credited_units = u.credited_units + excluded.credited_units,
+		credited_usd = u.credited_usd + excluded.credited_usd`
+
 // rollupUpsert adds rows to usage_hours (aliased u), each combination once.
 const rollupUpsert = `INSERT INTO usage_hours AS u (account_id, hour, key_id, env, endpoint, engine, cached,
 		calls, units, usd, credits, credited_units, credited_usd) `
@@ -106,10 +116,12 @@ func (c *chargeColumns) queue(b *pgx.Batch, rollup bool) {
 		ON CONFLICT (position) DO NOTHING`
 	if rollup {
 		insert = `WITH ins AS (` + insert + `
-			RETURNING account_id, charged_at, key_id, env, endpoint, engine, cached, units, usd)
-		` + rollupUpsert + `SELECT account_id, date_trunc('hour', charged_at, 'UTC'), key_id, env, endpoint, engine, cached,
+			RETURNING account_id, charged_at, key_id, env, endpoint, engine, cached, units, usd),
+		rolled AS (` + rollupUpsert + `SELECT account_id, date_trunc('hour', charged_at, 'UTC'), key_id, env, endpoint, engine, cached,
 			count(*), sum(units), sum(usd), 0, 0, 0
-		  FROM ins GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 2, 3, 4, 5, 6, 7` + rollupConflict
+		  FROM ins GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 2, 3, 4, 5, 6, 7` + rollupConflict + `)
+		` + keyRollup + `SELECT account_id, date_trunc('hour', charged_at, 'UTC'), key_id, env, count(*), sum(units), sum(usd), 0, 0, 0
+		  FROM ins GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4` + keyConflict
 	}
 	b.Queue(insert, c.pos, c.chargeID, c.requestID, c.accountID, c.keyID, c.env, c.day, c.chargedAt,
 		c.endpoint, c.engine, c.path, c.cached, c.units, c.usd, c.params)
@@ -125,11 +137,13 @@ func (cr *creditColumns) queue(b *pgx.Batch, rollup bool) {
 			ON CONFLICT (position) DO NOTHING`
 	if rollup {
 		insert = `WITH ins AS (` + insert + `
-			RETURNING charge_position, credited_at, units, usd)
-		` + rollupUpsert + `SELECT c.account_id, date_trunc('hour', ins.credited_at, 'UTC'), c.key_id, c.env, c.endpoint,
+			RETURNING charge_position, credited_at, units, usd, account_id, key_id, env),
+		rolled AS (` + rollupUpsert + `SELECT c.account_id, date_trunc('hour', ins.credited_at, 'UTC'), c.key_id, c.env, c.endpoint,
 			c.engine, c.cached, 0, 0, 0, count(*), sum(ins.units), sum(ins.usd)
 		  FROM ins JOIN charges c ON c.position = ins.charge_position
-		 GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 2, 3, 4, 5, 6, 7` + rollupConflict
+		 GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 2, 3, 4, 5, 6, 7` + rollupConflict + `)
+		` + keyRollup + `SELECT account_id, date_trunc('hour', credited_at, 'UTC'), key_id, env, 0, 0, 0, count(*), sum(units), sum(usd)
+		  FROM ins GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4` + keyConflict
 	}
 	b.Queue(insert, cr.pos, cr.creditID, cr.chargeID, cr.chargePos, cr.accountID, cr.keyID, cr.env, cr.day,
 		cr.creditedAt, cr.units, cr.usd, cr.reason, cr.actor, cr.disputeID)

@@ -98,11 +98,17 @@ func exactUsage(lo, hi string) string {
 		 WHERE r.account_id = $1 AND r.credited_at >= ` + lo + ` AND r.credited_at < ` + hi + ` AND ($4 = '' OR r.env = $4)`
 }
 
-// rolledUsage is those rows from usage_hours for its hours in [lo, hi), each at the
-// start of its hour.
-func rolledUsage(lo, hi string) string {
-	return `SELECT key_id, endpoint, engine, env, cached, hour AS at, calls, units, usd, credits, credited_units, credited_usd
-		  FROM usage_hours WHERE account_id = $1 AND hour >= ` + lo + ` AND hour < ` + hi + ` AND ($4 = '' OR env = $4)`
+// rolledUsage is those rows from the rollup for its hours in [lo, hi), each at the
+// start of its hour: from usage_key_hours when groups name nothing it lacks (endpoint,
+// engine, cached read as constants there), usage_hours otherwise.
+func rolledUsage(lo, hi string, groups []string) string {
+	from := `key_id, '' AS endpoint, '' AS engine, env, false AS cached, hour AS at, calls, units, usd, credits,
+			credited_units, credited_usd FROM usage_key_hours`
+	if slices.ContainsFunc(groups, func(g string) bool { return g == "endpoint" || g == "engine" || g == "cached" }) {
+		from = `key_id, endpoint, engine, env, cached, hour AS at, calls, units, usd, credits, credited_units, credited_usd
+		  FROM usage_hours`
+	}
+	return `SELECT ` + from + ` WHERE account_id = $1 AND hour >= ` + lo + ` AND hour < ` + hi + ` AND ($4 = '' OR env = $4)`
 }
 
 // usageSource is the rows Usage sums (a query, its arguments): the rollup for the
@@ -115,7 +121,7 @@ func usageSource(uq UsageQuery, zone string) (src string, args []any, rolled boo
 		return exactUsage("$2", "$3"), args, false
 	}
 	args = append(args, hourFrom, hourTo)
-	return rolledUsage("$5", "$6") + `
+	return rolledUsage("$5", "$6", uq.GroupBy) + `
 		UNION ALL ` + exactUsage("$2", "$5") + `
 		UNION ALL ` + exactUsage("$6", "$3"), args, true
 }
@@ -166,8 +172,13 @@ func statementTotals(ctx context.Context, tx pgx.Tx, sq StatementQuery, args []a
 		hourTo, edges[2], edges[3] = pgtype.Timestamptz{Time: ht, Valid: true}, ht, *hi
 	}
 	const filter = `account_id = $1 AND env = $2 AND ($3 = '' OR key_id = $3) AND ($4 = '' OR endpoint = $4)`
+	rolled := `SELECT calls, units, usd FROM usage_hours WHERE ` + filter
+	if sq.Endpoint == "" { // the rollup per key and hour has every other filter's columns
+		rolled = `SELECT calls, units, usd FROM usage_key_hours WHERE account_id = $1 AND env = $2 AND ($3 = '' OR key_id = $3)
+			AND $4 = ''`
+	}
 	err := tx.QueryRow(ctx, `SELECT coalesce(sum(calls), 0), coalesce(sum(units), 0), coalesce(sum(usd), 0) FROM (
-			SELECT calls, units, usd FROM usage_hours WHERE `+filter+` AND hour >= $5 AND hour < $6
+			`+rolled+` AND hour >= $5 AND hour < $6
 			UNION ALL
 			SELECT 1, units, usd FROM charges WHERE `+filter+`
 				AND ((charged_at >= $7 AND charged_at < $8) OR (charged_at >= $9 AND charged_at < $10))) t`,

@@ -119,9 +119,9 @@ func rows(t *testing.T, q interface {
 	return out
 }
 
-// refreshed is usage_hours as RefreshRollup recomputes it from the charges and credits
-// (rolled back: the table is left as it was).
-func refreshed(t *testing.T, pool *pgxpool.Pool) []string {
+// refreshed is a rollup table (usage_hours, usage_key_hours) as RefreshRollup
+// recomputes it from the charges and credits (rolled back: the table is left as it was).
+func refreshed(t *testing.T, pool *pgxpool.Pool, table string) []string {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -132,7 +132,7 @@ func refreshed(t *testing.T, pool *pgxpool.Pool) []string {
 	if err := ledger.RefreshRollup(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
-	return rows(t, tx, "usage_hours")
+	return rows(t, tx, table)
 }
 
 // report renders a usage report for comparison: decimals at their value, not scale.
@@ -169,18 +169,25 @@ func TestUsageRollupAnswersAsTheCharges(t *testing.T) {
 		}
 		f.credit(t, fmt.Sprintf("req-%d", i*7), ts)
 	}
-	live := rows(t, f.pool, "usage_hours")
-	if len(live) < 30 {
-		t.Fatalf("%d rows in usage_hours, want one per charged hour and combination", len(live))
-	}
-	if want := refreshed(t, f.pool); !reflect.DeepEqual(live, want) {
-		t.Fatalf("usage_hours as the writers left it:\n%s\nas the charges and credits give it:\n%s", strings.Join(live, "\n"), strings.Join(want, "\n"))
+	tables := []string{"usage_hours", "usage_key_hours"}
+	live := map[string][]string{}
+	for _, table := range tables {
+		live[table] = rows(t, f.pool, table)
+		if len(live[table]) < 30 {
+			t.Fatalf("%d rows in %s, want one per charged hour and combination", len(live[table]), table)
+		}
+		if want := refreshed(t, f.pool, table); !reflect.DeepEqual(live[table], want) {
+			t.Fatalf("%s as the writers left it:\n%s\nas the charges and credits give it:\n%s", table,
+				strings.Join(live[table], "\n"), strings.Join(want, "\n"))
+		}
 	}
 	if _, err := projections.Rebuild(ctx, f.pool, projections.Ledger{}); err != nil {
 		t.Fatal(err)
 	}
-	if rebuilt := rows(t, f.pool, "usage_hours"); !reflect.DeepEqual(live, rebuilt) {
-		t.Fatalf("usage_hours after a rebuild:\n%s\nlive:\n%s", strings.Join(rebuilt, "\n"), strings.Join(live, "\n"))
+	for _, table := range tables {
+		if rebuilt := rows(t, f.pool, table); !reflect.DeepEqual(live[table], rebuilt) {
+			t.Fatalf("%s after a rebuild:\n%s\nlive:\n%s", table, strings.Join(rebuilt, "\n"), strings.Join(live[table], "\n"))
+		}
 	}
 
 	ny, _ := time.LoadLocation("America/New_York")

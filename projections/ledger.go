@@ -20,7 +20,7 @@ type Ledger struct{}
 func (Ledger) Name() string  { return "ledger_v1" }
 func (Ledger) Topic() string { return "ledger" }
 func (Ledger) Tables() []string {
-	return []string{"charges", "credits", "ledger_entries", "usage_hours"}
+	return []string{"charges", "credits", "ledger_entries", "usage_hours", "usage_key_hours"}
 }
 
 // A rebuild writes a chunk's charges and credits with the inline writer's set-based
@@ -29,7 +29,7 @@ func (Ledger) rebuilder() rebuilder { return inlineRebuild(ledger.QueueRebuildRo
 
 // usage_hours is left as it is until the end of a rebuild: the appends meanwhile add
 // to its rows, and would wait for the rebuild to commit on any row it had emptied.
-func (Ledger) recomputed() []string { return []string{"usage_hours"} }
+func (Ledger) recomputed() []string { return []string{"usage_hours", "usage_key_hours"} }
 
 // finish recomputes usage_hours from the rebuilt charges and credits, holding the
 // chain's head: appends wait for it, not for the whole rebuild.
