@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +26,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"chessd/console"
+	"chessd/openapi/openapitest"
 	"chessd/postgres/pgtest"
 )
 
@@ -37,7 +41,7 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatal("the console is not built into console/dist: run `make web`")
 	}
 	chromium := chromiumPath(t)
-	base := startServer(t)
+	base := validated(t, startServer(t))
 	key := signup(t, base, "console@example.com")
 	// the console's pages beside the API, whose unknown paths stay problem+json
 	for path, want := range map[string]string{"/keys": "text/html; charset=utf-8", "/v1/keys/nope/x": "application/problem+json", "/nope": "application/problem+json"} {
@@ -244,6 +248,28 @@ func screenshotDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// validated puts a proxy in front of the server at base that runs every exchange the
+// browser makes through the OpenAPI document's validator (paths outside the document,
+// the console's pages and assets, are not checked), and answers the proxy's address.
+func validated(t *testing.T, base string) string {
+	t.Helper()
+	v, err := openapitest.NewValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1 // the live evaluation and job streams pass at once
+	srv := httptest.NewServer(v.Handler(proxy, func(req *http.Request, msg string) {
+		t.Errorf("OpenAPI: %s %s: %s", req.Method, req.URL.Path, msg)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // startServer builds chessd and runs `chessd serve` on a fresh database; it answers

@@ -75,6 +75,11 @@ func NewValidator() (*Validator, error) {
 // mismatch; none when it matches. reqBody and resBody are the whole bodies (resBody
 // is ignored for a streamed answer).
 func (v *Validator) Check(req *http.Request, reqBody []byte, res *http.Response, resBody []byte) []string {
+	if !strings.HasPrefix(req.URL.Path, v.base+"/") {
+		// not the API: the console's pages, /docs, the operator's /metrics (the
+		// validator would otherwise match /keys, a page, to the API's /keys)
+		return nil
+	}
 	req = req.Clone(req.Context())
 	req.Body = io.NopCloser(bytes.NewReader(reqBody))
 	req.ContentLength = int64(len(reqBody))
@@ -83,9 +88,6 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, res *http.Response,
 	}
 	reqOK, reqErrs := v.v.ValidateHttpRequestSync(req)
 	if !reqOK && unrouted(reqErrs) {
-		if !strings.HasPrefix(req.URL.Path, v.base+"/") {
-			return nil // not the API: the operator's endpoints beside it (/metrics)
-		}
 		return v.checkUnrouted(req, res, resBody)
 	}
 	var out []string
