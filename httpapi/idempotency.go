@@ -63,8 +63,13 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, scope string) (st
 	return st, false
 }
 
-// replay answers a repeated Idempotency-Key with the first answer.
+// replay answers a repeated Idempotency-Key with the first answer, and its Location
+// when the first answer made something (a job, a dispute): only the body is stored,
+// and it names what was made.
 func (s *Server) replay(w http.ResponseWriter, first ledger.Stored) {
+	if loc := s.locationOf(first.Status, first.Response); loc != "" {
+		w.Header().Set("Location", loc)
+	}
 	w.Header().Set("Idempotent-Replayed", "true")
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(first.Status)
@@ -156,4 +161,23 @@ func printable(s string) bool {
 		}
 	}
 	return true
+}
+
+// locationOf is the Location of a stored first answer: a job accepted (202 with its
+// job_id) or a dispute opened (201 with its dispute_id); "" for anything else.
+func (s *Server) locationOf(status int, body []byte) string {
+	var made struct {
+		JobID     string `json:"job_id"`
+		DisputeID string `json:"dispute_id"`
+	}
+	if json.Unmarshal(body, &made) != nil {
+		return ""
+	}
+	switch {
+	case status == http.StatusAccepted && made.JobID != "":
+		return s.baseURL + "/jobs/" + made.JobID
+	case status == http.StatusCreated && made.DisputeID != "":
+		return s.baseURL + "/disputes/" + made.DisputeID
+	}
+	return ""
 }

@@ -574,6 +574,11 @@ func TestIdempotentJobSubmission(t *testing.T) {
 	wg.Wait()
 	if r := e.withIdem("/v1/batch", key, "submit-1", body); r.Status == 202 { // after: the first answer
 		ids <- r.Body["job_id"].(string)
+		if want := "http://chessd.test/v1/jobs/" + r.Body["job_id"].(string); r.Header.Get("Location") != want ||
+			r.Header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("the replayed submission: Location %q, Idempotent-Replayed %q; want %q, true",
+				r.Header.Get("Location"), r.Header.Get("Idempotent-Replayed"), want)
+		}
 	} else {
 		t.Fatalf("retry after the submission: %d %s", r.Status, r.Raw)
 	}
