@@ -271,6 +271,9 @@ func TestStatementPagingWhileChargesArrive(t *testing.T) {
 		}
 		return n
 	}
+	// the first five settled (a group commit may still hold the last): else the wait
+	// below could take a late one of them for a charge that arrived meanwhile
+	waitFor(t, "the first charges", func() bool { return count() == 5 })
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	wg.Add(1)
