@@ -198,28 +198,28 @@ func accountBudgetView(env string, b ledger.AccountBudget) map[string]any {
 
 // keyRecord is the JSON form of a key (decisions.md, Keys).
 type keyRecord struct {
-	KeyID       string     `json:"key_id"`
-	Label       string     `json:"label"`
-	Scopes      []string   `json:"scopes"`
-	Env         string     `json:"env"`
-	BudgetUnits *int64     `json:"budget_units"`
-	BudgetUSD   *string    `json:"budget_usd"`
-	SpentUnits  int64      `json:"spent_units"`
-	SpentUSD    string     `json:"spent_usd"`
-	Period      string     `json:"budget_period"`
+	KeyID       string   `json:"key_id"`
+	Label       string   `json:"label"`
+	Scopes      []string `json:"scopes"`
+	Env         string   `json:"env"`
+	BudgetUnits *int64   `json:"budget_units"`
+	BudgetUSD   *string  `json:"budget_usd"`
+	SpentUnits  int64    `json:"spent_units"`
+	SpentUSD    string   `json:"spent_usd"`
+	Period      string   `json:"budget_period"`
 	// the current period: its bounds (null for "total") and what it spent, which the
 	// budgets cap
 	PeriodStart      *time.Time `json:"period_start"`
 	PeriodEnd        *time.Time `json:"period_end"`
 	PeriodSpentUnits int64      `json:"period_spent_units"`
 	PeriodSpentUSD   string     `json:"period_spent_usd"`
-	Status      string     `json:"status"`
-	Prefix      string     `json:"prefix"`
-	CreatedAt   time.Time  `json:"created_at"`
-	LastUsedAt  *time.Time `json:"last_used_at"`
-	RotatedAt   *time.Time `json:"rotated_at"`
-	RevokedAt   *time.Time `json:"revoked_at"`
-	APIKey      string     `json:"api_key,omitempty"` // only when a secret is issued
+	Status           string     `json:"status"`
+	Prefix           string     `json:"prefix"`
+	CreatedAt        time.Time  `json:"created_at"`
+	LastUsedAt       *time.Time `json:"last_used_at"`
+	RotatedAt        *time.Time `json:"rotated_at"`
+	RevokedAt        *time.Time `json:"revoked_at"`
+	APIKey           string     `json:"api_key,omitempty"` // only when a secret is issued
 }
 
 func usd(d decimal.Decimal) string { return d.StringFixed(6) }
