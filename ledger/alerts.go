@@ -10,7 +10,8 @@ import (
 	"chessd/eventstore"
 )
 
-// AlertThresholds are the percentages of a key's units budget whose crossing is told.
+// AlertThresholds are the percentages of a units budget (a key's or an account's)
+// whose crossing is told.
 var AlertThresholds = []int32{50, 80, 100}
 
 // Crossing is a threshold of a key's budget (or, KeyID empty, of its account's budget
@@ -30,61 +31,27 @@ type Crossing struct {
 // budget was raised or removed, a new period began), so they are told again when
 // crossed again.
 func BudgetCrossings(ctx context.Context, q eventstore.Querier) ([]Crossing, error) {
-	if _, err := q.Exec(ctx, `DELETE FROM budget_alerts a USING key_periods b
-		WHERE a.key_id = b.key_id AND (b.budget_units IS NULL OR b.budget_units <> a.budget
+	if _, err := q.Exec(ctx, `DELETE FROM budget_alerts a USING budget_holders b
+		WHERE a.key_id = b.holder AND (b.budget_units IS NULL OR b.budget_units <> a.budget
 			OR b.period_units * 100 < b.budget_units * a.threshold
 			OR a.period_start IS DISTINCT FROM b.period_start)`); err != nil {
 		return nil, fmt.Errorf("budget alerts: %w", err)
 	}
 	rows, err := q.Query(ctx, `WITH crossed AS (
 			INSERT INTO budget_alerts (key_id, threshold, budget, spent, period_start)
-			SELECT b.key_id, t, b.budget_units, b.period_units, b.period_start
-			  FROM key_periods b, unnest($1::int[]) AS t
+			SELECT b.holder, t, b.budget_units, b.period_units, b.period_start
+			  FROM budget_holders b, unnest($1::int[]) AS t
 			 WHERE b.budget_units > 0 AND b.period_units * 100 >= b.budget_units * t
 			ON CONFLICT (key_id, threshold) DO NOTHING
 			RETURNING key_id, threshold, budget, spent, period_start)
-		SELECT c.key_id, b.account_id, b.env, c.threshold, c.budget, c.spent, b.budget_period, c.period_start
-		  FROM crossed c JOIN key_balances b USING (key_id) ORDER BY c.key_id, c.threshold`, AlertThresholds)
+		SELECT coalesce(b.key_id, ''), b.account_id, b.env, c.threshold, c.budget, c.spent, b.budget_period, c.period_start
+		  FROM crossed c JOIN budget_holders b ON b.holder = c.key_id ORDER BY c.key_id, c.threshold`, AlertThresholds)
 	if err != nil {
 		return nil, fmt.Errorf("budget alerts: %w", err)
-	}
-	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Crossing, error) {
-		var c Crossing
-		err := r.Scan(&c.KeyID, &c.AccountID, &c.Env, &c.Threshold, &c.Budget, &c.Spent, &c.Period, &c.PeriodStart)
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("budget alerts: %w", err)
-	}
-	accounts, err := accountCrossings(ctx, q)
-	return append(keys, accounts...), err
-}
-
-// accountCrossings is BudgetCrossings for the accounts' budgets, whose crossings are
-// kept under "account:<account>:<env>" (KeyID empty in the Crossing).
-func accountCrossings(ctx context.Context, q eventstore.Querier) ([]Crossing, error) {
-	const id = `'account:' || b.account_id || ':' || b.env`
-	if _, err := q.Exec(ctx, `DELETE FROM budget_alerts a USING account_periods b
-		WHERE a.key_id = `+id+` AND (b.budget_units IS NULL OR b.budget_units <> a.budget
-			OR b.period_units * 100 < b.budget_units * a.threshold
-			OR a.period_start IS DISTINCT FROM b.period_start)`); err != nil {
-		return nil, fmt.Errorf("account budget alerts: %w", err)
-	}
-	rows, err := q.Query(ctx, `WITH crossed AS (
-			INSERT INTO budget_alerts (key_id, threshold, budget, spent, period_start)
-			SELECT `+id+`, t, b.budget_units, b.period_units, b.period_start
-			  FROM account_periods b, unnest($1::int[]) AS t
-			 WHERE b.budget_units > 0 AND b.period_units * 100 >= b.budget_units * t
-			ON CONFLICT (key_id, threshold) DO NOTHING
-			RETURNING key_id, threshold, budget, spent, period_start)
-		SELECT b.account_id, b.env, c.threshold, c.budget, c.spent, b.budget_period, c.period_start
-		  FROM crossed c JOIN account_budgets b ON c.key_id = `+id+` ORDER BY 1, 2, 3`, AlertThresholds)
-	if err != nil {
-		return nil, fmt.Errorf("account budget alerts: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Crossing, error) {
 		var c Crossing
-		err := r.Scan(&c.AccountID, &c.Env, &c.Threshold, &c.Budget, &c.Spent, &c.Period, &c.PeriodStart)
+		err := r.Scan(&c.KeyID, &c.AccountID, &c.Env, &c.Threshold, &c.Budget, &c.Spent, &c.Period, &c.PeriodStart)
 		return c, err
 	})
 }

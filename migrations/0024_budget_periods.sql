@@ -64,6 +64,18 @@ CREATE FUNCTION meter_roll(p_key text) RETURNS void LANGUAGE sql AS $$
      WHERE key_id = p_key AND period_end <= now()
 $$;
 
+-- charged_since is what an account was charged in env p_env (by key p_key, when given)
+-- since p_since (ever, when null), net of credits: a period's spend counted afresh from
+-- the charges read model, which is written with the charges themselves.
+CREATE FUNCTION charged_since(p_account text, p_env text, p_key text, p_since timestamptz,
+                              OUT units bigint, OUT usd numeric)
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(sum(c.units), 0) - coalesce(sum(r.units), 0), coalesce(sum(c.usd), 0) - coalesce(sum(r.usd), 0)
+      FROM charges c LEFT JOIN credits r ON r.charge_position = c.position
+     WHERE c.account_id = p_account AND c.env = p_env AND (p_key IS NULL OR c.key_id = p_key)
+       AND (p_since IS NULL OR c.charged_at >= p_since)
+$$;
+
 -- meter_set_budget sets key p_key's budgets and period. A new period kind starts with
 -- what the key was charged (less credits) since the start of its current period, from
 -- the charges read model, which is written with the charges themselves.
@@ -85,11 +97,9 @@ BEGIN
     SELECT n.period_start, n.period_end INTO s, e FROM budget_period_bounds(p_period, account_tz(b.account_id), now()) n;
     UPDATE key_balances k
        SET budget_units = p_units, budget_usd = p_usd, budget_period = p_period, period_start = s, period_end = e,
-           period_units = CASE WHEN s IS NULL THEN k.spent_units ELSE coalesce(x.units, 0) END,
-           period_usd = CASE WHEN s IS NULL THEN k.spent_usd ELSE coalesce(x.usd, 0) END
-      FROM (SELECT sum(c.units) - coalesce(sum(r.units), 0) AS units, sum(c.usd) - coalesce(sum(r.usd), 0) AS usd
-              FROM charges c LEFT JOIN credits r ON r.charge_position = c.position
-             WHERE c.key_id = p_key AND c.charged_at >= s) x
+           period_units = CASE WHEN s IS NULL THEN k.spent_units ELSE x.units END,
+           period_usd = CASE WHEN s IS NULL THEN k.spent_usd ELSE x.usd END
+      FROM charged_since(b.account_id, b.env, p_key, s) x
      WHERE k.key_id = p_key;
 END $$;
 
@@ -154,10 +164,8 @@ BEGIN
     SELECT n.period_start, n.period_end INTO s, e FROM budget_period_bounds(p_period, account_tz(p_account), now()) n;
     UPDATE account_budgets t
        SET budget_units = p_units, budget_usd = p_usd, budget_period = p_period, period_start = s, period_end = e,
-           period_units = coalesce(x.units, 0), period_usd = coalesce(x.usd, 0)
-      FROM (SELECT sum(c.units) - coalesce(sum(r.units), 0) AS units, sum(c.usd) - coalesce(sum(r.usd), 0) AS usd
-              FROM charges c LEFT JOIN credits r ON r.charge_position = c.position
-             WHERE c.account_id = p_account AND c.env = p_env AND (s IS NULL OR c.charged_at >= s)) x
+           period_units = x.units, period_usd = x.usd
+      FROM charged_since(p_account, p_env, NULL, s) x
      WHERE t.account_id = p_account AND t.env = p_env;
 END $$;
 
@@ -311,9 +319,16 @@ BEGIN
     RETURN kept;
 END $$;
 
--- Budget alerts are told once per period: a crossing remembers the period it was in. An
--- account's budget crossings are kept under 'account:<account>:<env>'.
+-- Budget alerts are told once per period: a crossing remembers the period it was in.
 ALTER TABLE budget_alerts ADD COLUMN period_start timestamptz;
+
+-- budget_holders is every budget alerts watch, as of now: each key's (held under its
+-- key id) and each account's per env (under 'account:<account>:<env>', key_id null).
+CREATE VIEW budget_holders AS
+SELECT key_id AS holder, key_id, account_id, env, budget_units, period_units, budget_period, period_start FROM key_periods
+UNION ALL
+SELECT 'account:' || account_id || ':' || env, NULL, account_id, env, budget_units, period_units, budget_period, period_start
+  FROM account_periods;
 
 -- The keys read model shows the period (filled by the projection from the events).
 ALTER TABLE api_keys ADD COLUMN budget_period text NOT NULL DEFAULT 'total';
