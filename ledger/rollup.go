@@ -25,14 +25,14 @@ import (
 // whole number of hours, changing only on a UTC hour: UTC, America/New_York across its
 // daylight-saving changes; not Asia/Kolkata, +05:30). Otherwise it sums the charges.
 
-// RefreshRollup recomputes usage_hours from the charges and credits tables
-// (usage_hours_refresh, as the migration backfilled it): the end of a rebuild of the
+// RefreshRollup recomputes usage_hours and usage_key_hours from the charges and credits
+// tables (usage_refresh, as the migrations backfilled them): the end of a rebuild of the
 // ledger's read model, a benchmark's seeding. It takes the chain's head first, which
 // every append holds while it writes its inline rows: appends wait until q's
 // transaction ends.
 func RefreshRollup(ctx context.Context, q eventstore.Querier) error {
-	if _, err := q.Exec(ctx, `SELECT usage_hours_refresh()`); err != nil {
-		return fmt.Errorf("refresh usage_hours: %w", err)
+	if _, err := q.Exec(ctx, `SELECT usage_refresh()`); err != nil {
+		return fmt.Errorf("refresh the usage rollups: %w", err)
 	}
 	return nil
 }

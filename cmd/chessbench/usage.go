@@ -71,7 +71,7 @@ func (b *bench) usageAll(ctx context.Context, charges, credits, calls int) error
 	}
 	fmt.Printf("One account, %d live keys, %d charges over the 30 days from %s to %s (eval, bestmove, analyze and batch positions, "+
 		"two engines, 30%% cached, depths 8 to 20) and %d credits, COPYed into charges and credits as the inline writer stores them "+
-		"in %s; usage_hours recomputed from them (usage_hours_refresh, the migration's backfill and a rebuild's last step) in %s: %d rows; "+
+		"in %s; the rollups recomputed from them (usage_refresh, the migrations' backfill and a rebuild's last step) in %s: %d rows; "+
 		"then VACUUM (ANALYZE). Each request %d times after 3 warm-up requests, one at a time, through the HTTP server (auth included).\n\n",
 		len(keys), charges, from.Format(time.DateOnly), to.AddDate(0, 0, -1).Format(time.DateOnly), credits,
 		seedTook.Round(time.Second), refreshTook.Round(10*time.Millisecond), hours, calls)
