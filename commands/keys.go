@@ -209,47 +209,25 @@ func openBalance(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated) e
 	return err
 }
 
-// SetTimezone moves an account to another IANA zone: budgets by period start again at
-// its midnights from their next period on (the current one keeps its end, so a change
-// of zone never starts a budget over early).
-func (h *Handler) SetTimezone(ctx context.Context, actor Actor, tz string) (*domain.Account, error) {
-	if err := domain.ValidateTimezone(tz); err != nil {
-		return nil, err
-	}
-	var out *domain.Account
-	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		// the database computes the periods: it must know the zone too
-		var known bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $1)`, tz).Scan(&known); err != nil {
-			return err
-		}
-		if !known {
-			return domain.Invalid("timezone", "is not a time zone this service's database knows")
-		}
-		a, err := LoadAccount(ctx, tx, actor.Key.AccountID())
-		if err != nil {
-			return err
-		}
-		out = a
-		e, err := a.SetTimezone(tz, h.now())
-		if err != nil || e == nil {
-			return err
-		}
-		if err := tx.Append(ctx, domain.AccountStream(a.ID()), domain.StreamAccount, a.Version(), actor.meta(), event(e)); err != nil {
-			return err
-		}
-		a.Apply(e)
-		_, err = tx.Exec(ctx, `INSERT INTO account_zones (account_id, tz) VALUES ($1, $2)
-			ON CONFLICT (account_id) DO UPDATE SET tz = excluded.tz`, a.ID(), tz)
-		return err
-	})
-	return out, err
+// AccountChange is a PATCH of the account's settings: nil fields stay as they are.
+type AccountChange struct {
+	// Timezone: the IANA zone whose midnights start budgets by period, from their next
+	// period on (the current one keeps its end, so a change of zone never starts a
+	// budget over early).
+	Timezone *string
+	// Budget: what all the account's keys of the actor's env may spend together.
+	Budget *domain.BudgetChange
 }
 
-// SetAccountBudget sets what all the account's keys of the actor's env may spend
-// together per period. The budget the money path checks moves with the event, in one
-// transaction.
-func (h *Handler) SetAccountBudget(ctx context.Context, actor Actor, c domain.BudgetChange) error {
+// UpdateAccount applies c in one transaction, all or nothing. The zone and the budget
+// the money path checks move with their events.
+func (h *Handler) UpdateAccount(ctx context.Context, actor Actor, c AccountChange) (*domain.Account, error) {
+	if c.Timezone != nil {
+		if err := domain.ValidateTimezone(*c.Timezone); err != nil {
+			return nil, err
+		}
+	}
+	var out *domain.Account
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
 		by, _, err := acting(ctx, tx, actor)
 		if err != nil {
@@ -259,17 +237,55 @@ func (h *Handler) SetAccountBudget(ctx context.Context, actor Actor, c domain.Bu
 		if err != nil {
 			return err
 		}
-		e, err := a.SetBudget(by.Env(), c, by, h.now())
+		out = a
+		appendEvent := func(e domain.Event) error {
+			if err := tx.Append(ctx, domain.AccountStream(a.ID()), domain.StreamAccount, a.Version(), actor.meta(), event(e)); err != nil {
+				return err
+			}
+			a.Apply(e)
+			return nil
+		}
+		if c.Timezone != nil {
+			if err := h.setTimezone(ctx, tx, a, *c.Timezone, appendEvent); err != nil {
+				return err
+			}
+		}
+		if c.Budget == nil {
+			return nil
+		}
+		e, err := a.SetBudget(by.Env(), *c.Budget, by, h.now())
 		if err != nil {
 			return err
 		}
-		if err := tx.Append(ctx, domain.AccountStream(a.ID()), domain.StreamAccount, a.Version(), actor.meta(), event(e)); err != nil {
+		if err := appendEvent(e); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `SELECT meter_set_account_budget($1, $2, $3, $4, $5)`,
 			a.ID(), e.Env, e.BudgetUnits, e.BudgetUSD, string(e.Period))
 		return err
 	})
+	return out, err
+}
+
+// setTimezone moves account a to zone tz inside tx (nothing when it is there already).
+func (h *Handler) setTimezone(ctx context.Context, tx *eventstore.Tx, a *domain.Account, tz string, appendEvent func(domain.Event) error) error {
+	// the database computes the periods: it must know the zone too
+	var known bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $1)`, tz).Scan(&known); err != nil {
+		return err
+	}
+	if !known {
+		return domain.Invalid("timezone", "is not a time zone this service's database knows")
+	}
+	e, err := a.SetTimezone(tz, h.now())
+	if err != nil || e == nil {
+		return err
+	}
+	if err := appendEvent(e); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO account_zones (account_id, tz) VALUES ($1, $2)
+		ON CONFLICT (account_id) DO UPDATE SET tz = excluded.tz`, a.ID(), tz)
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"chessd/commands"
 	"chessd/domain"
 	"chessd/ledger"
 	"chessd/projections"
@@ -133,23 +134,21 @@ func (s *Server) updateMe(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var tz *string
-	var c domain.BudgetChange
-	budget := false
+	var change commands.AccountChange
+	var budget domain.BudgetChange
 	var p domain.Problems
 	for name, v := range raw {
-		isNull := string(v) == "null"
 		switch name {
 		case "timezone":
-			if err := json.Unmarshal(v, &tz); err != nil || isNull {
+			if err := json.Unmarshal(v, &change.Timezone); err != nil || change.Timezone == nil {
 				p.Add("timezone", "must be an IANA time zone name")
 			}
 		default:
-			if !budgetField(&p, name, v, &c) {
+			if !budgetField(&p, name, v, &budget) {
 				p.Add(name, "is not a field that can be changed ("+meFields+")")
 				continue
 			}
-			budget = true
+			change.Budget = &budget
 		}
 	}
 	if len(raw) == 0 {
@@ -159,22 +158,13 @@ func (s *Server) updateMe(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	box, _ := r.Context().Value(ctxPrincipal).(*principalBox)
-	if tz != nil {
-		a, err := s.commands.SetTimezone(r.Context(), s.actor(r), *tz)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		if box != nil {
-			box.account = a // the answer shows the account as it is now
-		}
+	a, err := s.commands.UpdateAccount(r.Context(), s.actor(r), change)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
-	if budget {
-		if err := s.commands.SetAccountBudget(r.Context(), s.actor(r), c); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
+	if box, _ := r.Context().Value(ctxPrincipal).(*principalBox); box != nil {
+		box.account = a // the answer shows the account as it is now
 	}
 	s.me(w, r)
 }

@@ -226,6 +226,13 @@ func TestAccountBudget(t *testing.T) {
 	if r := e.do("PATCH", "/v1/me", capped, map[string]any{"budget_units": nil}); r.Status != 403 {
 		t.Fatalf("a budgeted key lifting the account's budget: %d %s", r.Status, r.Raw)
 	}
+	// all or nothing: a bad budget leaves the zone given with it unchanged
+	if r := e.do("PATCH", "/v1/me", owner, map[string]any{"timezone": "Europe/Paris", "budget_units": -1}); r.Status != 400 {
+		t.Fatalf("PATCH /me with a negative budget: %d %s", r.Status, r.Raw)
+	}
+	if me := e.do("GET", "/v1/me", owner, nil); me.Body["timezone"] != "UTC" {
+		t.Fatalf("a refused PATCH /me changed the zone to %v", me.Body["timezone"])
+	}
 
 	// 20 concurrent calls from two keys against 5 calls' worth
 	results := make(chan int, 20)
