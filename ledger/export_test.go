@@ -12,3 +12,7 @@ func Crash(m *Meter, cancel func()) {
 
 // SetClock makes m read the time from now: call it before m is used.
 func SetClock(m *Meter, now func() time.Time) { m.now = now }
+
+// TopUps says how many lease top-ups m made for calls that found their lease dry, and
+// how many ahead of need.
+func TopUps(m *Meter) (dry, ahead int64) { return m.topUps[0].Load(), m.topUps[1].Load() }

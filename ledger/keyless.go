@@ -21,6 +21,7 @@ type keylessBlock struct {
 	fill     sync.Mutex // one top-up at a time
 	avail    int        // the rest under Meter.mu
 	filling  int        // top-ups in flight: the block is in use
+	ahead    bool       // a top-up ahead of need is in flight
 	lastUsed time.Time
 	released bool
 }
@@ -48,11 +49,19 @@ func (m *Meter) ReserveKeyless(ctx context.Context, addr netip.Addr, perDay int)
 		if b.avail > 0 && !b.released {
 			b.avail--
 			b.lastUsed = time.Now()
+			ahead := !b.ahead && !m.closing && b.avail < keylessWant/2
+			if ahead {
+				b.ahead = true
+				m.aheads.Add(1)
+			}
 			m.mu.Unlock()
+			if ahead {
+				go m.fillKeylessAhead(k, b, perDay)
+			}
 			return m.giveBack(b), nil
 		}
 		m.mu.Unlock()
-		filled, err := m.fillKeyless(ctx, k, b, perDay)
+		filled, err := m.fillKeyless(ctx, k, b, perDay, false)
 		if err != nil {
 			return nil, err
 		}
@@ -62,21 +71,40 @@ func (m *Meter) ReserveKeyless(ctx context.Context, addr netip.Addr, perDay int)
 	}
 }
 
-// fillKeyless tops b up from the database; false when the allowance is used up.
-func (m *Meter) fillKeyless(ctx context.Context, k keylessKey, b *keylessBlock, perDay int) (bool, error) {
+// fillKeylessAhead tops a block that runs low up in the background, so that its
+// address's calls do not wait for the round trip; a refusal is the next dry call's.
+func (m *Meter) fillKeylessAhead(k keylessKey, b *keylessBlock, perDay int) {
+	defer m.aheads.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.LeaseTTL/3)
+	defer cancel()
+	if _, err := m.fillKeyless(ctx, k, b, perDay, true); err != nil {
+		m.logger.Debug("keyless top-up ahead of need", "err", err)
+	}
+	m.mu.Lock()
+	b.ahead = false
+	m.mu.Unlock()
+}
+
+// fillKeyless tops b up from the database, to at most keylessWant calls: when it is
+// empty, or ahead of need when it is half empty. False when the allowance is used up.
+func (m *Meter) fillKeyless(ctx context.Context, k keylessKey, b *keylessBlock, perDay int, ahead bool) (bool, error) {
 	b.fill.Lock()
 	defer b.fill.Unlock()
 	m.mu.Lock()
 	avail, released := b.avail, b.released
-	if avail == 0 && !released {
+	enough := avail > 0
+	if ahead {
+		enough = avail >= keylessWant/2
+	}
+	if !enough && !released {
 		b.filling++ // housekeeping leaves a block being filled alone
 	}
 	m.mu.Unlock()
-	if avail > 0 || released {
+	if enough || released {
 		return true, nil // filled meanwhile, or replaced: try again
 	}
 	var granted int
-	err := m.pool.QueryRow(ctx, `SELECT meter_keyless($1, $2, $3, $4)`, k.addr, k.day, keylessWant, perDay).Scan(&granted)
+	err := m.pool.QueryRow(ctx, `SELECT meter_keyless($1, $2, $3, $4)`, k.addr, k.day, keylessWant-avail, perDay).Scan(&granted)
 	m.mu.Lock()
 	b.filling--
 	b.avail += granted

@@ -55,11 +55,23 @@ type Meter struct {
 	unsettled []time.Time
 	settled   chan struct{}
 	crashed   atomic.Bool // tests: stop as a killed process would
+
+	// aheads counts top-ups started ahead of need; closing (under mu) stops new ones,
+	// so that shutdown gives back what they reserve.
+	aheads  sync.WaitGroup
+	closing bool
+	// topUps counts meter_lease round trips: [0] for calls that found their lease
+	// dry and waited, [1] ahead of need (tests)
+	topUps [2]atomic.Int64
 }
 
 // MeterConfig tunes the meter; zero values take the defaults.
 type MeterConfig struct {
-	// LeaseCalls is how many calls at the current price a lease is topped up for (64).
+	// LeaseCalls is how many calls at the current price a lease is topped up for at
+	// first (64). A lease topped up again within a second asks for twice as much, up
+	// to 64 times this; one idle for longer asks for half as much again. meter_lease
+	// grants at most a quarter of what a budget has left, so a large lease never takes
+	// a budget from the other servers.
 	LeaseCalls int64
 	// LeaseTTL is how long a lease (or an Idempotency-Key claim) outlives its owner's
 	// last renewal (15 s): after it, any server releases it.
@@ -113,6 +125,10 @@ type lease struct {
 	keyID, accountID, env, day string
 	keyVersion, accountVersion int64
 	avail                      int64 // reserved in the database, not handed to a call
+	want                       int64 // what the next top-up asks for (lease sizing)
+	lowWater                   int64 // below it, a top-up starts ahead of need
+	toppedAt                   time.Time
+	ahead                      bool  // a top-up ahead of need is in flight
 	inflight                   int   // reservations neither settled nor cancelled
 	filling                    int   // top-ups in flight: the lease is in use
 	pending                    int64 // settled in memory, not yet committed
@@ -199,9 +215,10 @@ func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
 			continue
 		}
 		if m.take(l, units) {
+			m.maybeTopUpAhead(l, call, units)
 			return &Reservation{m: m, l: l, call: call, price: price, units: units}, nil
 		}
-		if err := m.topUp(ctx, l, call, units); err != nil {
+		if err := m.topUp(ctx, l, call, units, false); err != nil {
 			if errors.Is(err, errLeaseGone) {
 				continue
 			}
@@ -249,22 +266,57 @@ func (m *Meter) take(l *lease, units int64) bool {
 	return true
 }
 
-// topUp reserves more units for the lease: enough for LeaseCalls calls at this price
-// when the budgets have room, at least enough for this one.
-func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64) error {
+// maybeTopUpAhead starts a top-up in the background when a busy lease runs low, so
+// that its calls do not wait for one: a top-up waits for the key's balance row, which
+// the settler's commit holds.
+func (m *Meter) maybeTopUpAhead(l *lease, call Call, units int64) {
+	m.mu.Lock()
+	start := !l.ahead && !l.released && !m.closing && l.avail < l.lowWater
+	if start {
+		l.ahead = true
+		m.aheads.Add(1)
+	}
+	m.mu.Unlock()
+	if !start {
+		return
+	}
+	go func() {
+		defer m.aheads.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.LeaseTTL/3)
+		defer cancel()
+		// a refusal or an error here is the next dry call's to meet and report
+		if err := m.topUp(ctx, l, call, units, true); err != nil {
+			m.logger.Debug("top-up ahead of need", "lease", l.id, "err", err)
+		}
+		m.mu.Lock()
+		l.ahead = false
+		m.mu.Unlock()
+	}()
+}
+
+// topUp reserves more units for the lease (at least enough for this call, as much as
+// the lease's size asks when the budgets have room): for a call that found the lease
+// dry, or ahead of need when the lease runs low.
+func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64, ahead bool) error {
 	l.acquire.Lock()
 	defer l.acquire.Unlock()
 	m.mu.Lock()
 	released, avail := l.released, l.avail
-	if !released && avail < units {
-		l.filling++ // housekeeping leaves a lease being topped up alone
+	enough := avail >= units
+	if ahead {
+		enough = avail >= l.lowWater
+	}
+	var want int64
+	if !released && !enough {
+		l.filling++ // housekeeping and release leave a lease being topped up alone
+		want = m.leaseWant(l, units)
 	}
 	m.mu.Unlock()
 	if released {
 		return errLeaseGone
 	}
-	if avail >= units {
-		return nil // another call topped it up meanwhile
+	if enough {
+		return nil // another top-up came meanwhile
 	}
 	defer func() {
 		m.mu.Lock()
@@ -272,12 +324,20 @@ func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64) err
 		l.lastUsed = time.Now()
 		m.mu.Unlock()
 	}()
-	need := units - avail
+	need := max(units-avail, 1)
+	if ahead {
+		need = units
+	}
+	if ahead {
+		m.topUps[1].Add(1)
+	} else {
+		m.topUps[0].Add(1)
+	}
 	var outcome string
 	var granted int64
 	for attempt := 0; ; attempt++ {
 		err := m.pool.QueryRow(ctx, `SELECT outcome, granted FROM meter_lease($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-			l.id, m.owner, l.keyID, l.accountID, l.env, l.day, need, max(need, units*m.cfg.LeaseCalls),
+			l.id, m.owner, l.keyID, l.accountID, l.env, l.day, need, max(need, want),
 			UnitPriceUSD, call.Account.Plan().Limits().UnitsPerDay, m.cfg.LeaseTTL).Scan(&outcome, &granted)
 		if err == nil {
 			break
@@ -291,8 +351,25 @@ func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64) err
 	}
 	m.mu.Lock()
 	l.avail += granted
+	l.lowWater = granted / 2
+	l.toppedAt = time.Now()
 	m.mu.Unlock()
 	return nil
+}
+
+// leaseWant sizes a lease's next top-up by how fast it was used (under mu): twice the
+// last when the last came less than a second ago, half when more than four.
+func (m *Meter) leaseWant(l *lease, units int64) int64 {
+	base := units * m.cfg.LeaseCalls
+	switch since := time.Since(l.toppedAt); {
+	case l.want < base:
+		l.want = base
+	case since < time.Second:
+		l.want = min(l.want*2, base*64)
+	case since > 4*time.Second:
+		l.want = max(l.want/2, base)
+	}
+	return l.want
 }
 
 // Cancel gives an unanswered call's units back to its lease.

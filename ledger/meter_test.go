@@ -135,6 +135,37 @@ func TestMeterBudgetHoldsAcrossServers(t *testing.T) {
 	}
 }
 
+// A busy lease grows and is topped up before it runs dry: 400 calls in a row take far
+// fewer round trips than leases of a fixed size would (100 here), some of them while
+// calls went on, and every call is charged once.
+func TestMeterLeaseGrowsAndTopsUpAhead(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.meter(t, ledger.MeterConfig{LeaseCalls: 4})
+	ctx := context.Background()
+	const calls = 400
+	for i := range calls {
+		r, err := m.Reserve(ctx, f.evalCall(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Settle(answered()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dry, ahead := ledger.TopUps(m)
+	t.Logf("top-ups: %d for dry calls, %d ahead of need", dry, ahead)
+	if dry+ahead > 20 || ahead == 0 {
+		t.Errorf("%d top-ups for dry calls and %d ahead of need for %d calls of a 4-call lease; want at most 20 in all, some ahead",
+			dry, ahead, calls)
+	}
+	if b := f.balance(t); b.spent != 10*calls || b.events != calls || b.held != b.leases || b.dayHeld != b.leases {
+		t.Fatalf("balance %+v, want %d units spent in %d events, holds equal to the lease", b, 10*calls, calls)
+	}
+}
+
 // A cached answer is charged the cached price, and the rest of the reservation goes
 // back to the lease; a cancelled call is charged nothing.
 func TestMeterChargesWhatWasAnswered(t *testing.T) {

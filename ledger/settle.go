@@ -368,7 +368,7 @@ func (m *Meter) release(ctx context.Context, l *lease) {
 		// calls still holding it settle first; then its units go back
 		for {
 			m.mu.Lock()
-			busy := l.inflight > 0 || l.pending > 0
+			busy := l.inflight > 0 || l.pending > 0 || l.filling > 0
 			m.mu.Unlock()
 			if !busy {
 				break
@@ -408,6 +408,10 @@ queued:
 	if err := m.settle(ctx, batch); err != nil {
 		m.logger.Error("settle at shutdown", "err", err)
 	}
+	m.mu.Lock()
+	m.closing = true
+	m.mu.Unlock()
+	m.aheads.Wait() // their units are in the leases given back below
 	m.mu.Lock()
 	leases := m.leases
 	m.leases = map[leaseKey]*lease{}
