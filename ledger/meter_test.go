@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"chessd/domain"
 	"chessd/eventstore"
 	"chessd/ledger"
+	"chessd/postgres"
 	"chessd/postgres/pgtest"
 )
 
@@ -282,5 +284,58 @@ func TestStoppedMeterRefuses(t *testing.T) {
 	}
 	if b := f.balance(t); b.held != 0 || b.leases != 0 {
 		t.Fatalf("a stopped meter holds %+v", b)
+	}
+}
+
+// meter_settle_all's outcomes, call by call, in one batch over two leases: a call is
+// charged unless its lease is gone or its Idempotency-Key claim is another server's;
+// the strict form settles nothing then and raises a serialization failure, which the
+// settler answers with the checked path.
+func TestMeterSettleAllOutcomes(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	key, acct, day := f.key.ID(), f.key.AccountID(), time.Now().UTC().Format(time.DateOnly)
+	for _, l := range []string{"lease_a", "lease_b"} {
+		var outcome string
+		if err := f.pool.QueryRow(ctx, `SELECT outcome FROM meter_lease($1, 'srv_x', $2, $3, 'live', $4, 100, 100, $5, 1000000, '1 minute')`,
+			l, key, acct, day, ledger.UnitPriceUSD).Scan(&outcome); err != nil || outcome != ledger.OutcomeOK {
+			t.Fatalf("lease %s: %s %v", l, outcome, err)
+		}
+	}
+	for _, c := range []struct{ key, owner string }{{"mine", "srv_x"}, {"theirs", "srv_y"}} {
+		if _, err := f.pool.Exec(ctx, `SELECT meter_claim($1, $2, 'h', $3, '1 minute')`, key, c.key, c.owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mine, theirs, scope := "mine", "theirs", key
+	ok := int32(200)
+	settle := func(strict bool) ([]bool, error) {
+		var kept []bool
+		err := f.pool.QueryRow(ctx, `SELECT meter_settle_all('srv_x', $1, $2, $3, $4, $5, $6, $7, now(), $8)`,
+			[]string{"lease_b", "lease_a", "lease_gone", "lease_a", "lease_b"}, []int64{10, 20, 30, 40, 50},
+			[]*string{nil, &scope, nil, &scope, nil}, []*string{nil, &mine, nil, &theirs, nil},
+			[]*int32{nil, &ok, nil, &ok, nil}, [][]byte{nil, []byte("{}"), nil, []byte("{}"), nil},
+			ledger.UnitPriceUSD, strict).Scan(&kept)
+		return kept, err
+	}
+	if _, err := settle(true); !postgres.IsRetryable(err) {
+		t.Fatalf("strict settle with a lost lease and a claim taken over: %v, want a serialization failure", err)
+	}
+	if b := f.balance(t); b.spent != 0 || b.leases != 200 || b.held != 200 {
+		t.Fatalf("the refused strict settle moved money: %+v", b)
+	}
+	kept, err := settle(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, true, false, false, true}; !slices.Equal(kept, want) {
+		t.Fatalf("kept %v, want %v", kept, want)
+	}
+	if b := f.balance(t); b.spent != 80 || b.dayUnits != 80 || b.leases != 120 || b.held != 120 || b.dayHeld != 120 {
+		t.Fatalf("balance %+v, want 80 spent (10+20+50) and 120 still held by the leases", b)
+	}
+	var state string
+	if err := f.pool.QueryRow(ctx, `SELECT state FROM idempotency WHERE scope = $1 AND idem_key = 'mine'`, key).Scan(&state); err != nil || state != "done" {
+		t.Fatalf("our claim is %q (%v), want done", state, err)
 	}
 }

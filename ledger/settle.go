@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,56 +93,34 @@ func (m *Meter) Flush(ctx context.Context) error {
 	}
 }
 
-// settleGroup is one lease's calls in a batch: one meter_settle.
-type settleGroup struct {
-	l            *lease
-	idx          []int // into the batch, in call order
-	units        []int64
-	scopes, keys []*string
-	statuses     []*int32
-	responses    [][]byte
-}
-
-// settle commits a batch: per lease, one meter_settle of its calls (their units, and
-// the answers of those with an Idempotency-Key); per call charged, its UnitsCharged
-// event and its rows in the ledger's read model. A transient failure is retried (the
-// lease keeps the units meanwhile). A call whose lease is gone, or whose claim a retry
-// took over, is not charged: forgiven, never charged past what was reserved nor twice.
-// A batch refused for what it writes is settled call by call (settleRefused).
+// settle commits a batch: one meter_settle_all of its calls (their units against their
+// leases, and the answers of those with an Idempotency-Key) and, per call charged, its
+// UnitsCharged event and its rows in the ledger's read model. A transient failure is
+// retried (the leases keep the units meanwhile). A call whose lease is gone, or whose
+// claim a retry took over, is not charged: forgiven, never charged past what was
+// reserved nor twice. A batch refused for what it writes is settled call by call
+// (settleRefused).
 func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	if len(batch) == 0 {
 		return nil
 	}
 	ctx = context.WithoutCancel(ctx)
-	var groups []*settleGroup
-	byLease := map[*lease]*settleGroup{}
+	n := len(batch)
+	leases, units := make([]string, n), make([]int64, n)
+	scopes, keys, statuses, responses := make([]*string, n), make([]*string, n), make([]*int32, n), make([][]byte, n)
 	for i, s := range batch {
-		g, ok := byLease[s.lease]
-		if !ok {
-			g = &settleGroup{l: s.lease}
-			byLease[s.lease] = g
-			groups = append(groups, g)
-		}
-		g.idx = append(g.idx, i)
-		g.units = append(g.units, s.event.Units)
+		leases[i], units[i] = s.lease.id, s.event.Units
 		if st := s.idem; st != nil {
 			status := int32(st.Status)
-			g.scopes, g.keys, g.statuses, g.responses = append(g.scopes, &st.Scope), append(g.keys, &st.Key),
-				append(g.statuses, &status), append(g.responses, st.Response)
-		} else {
-			g.scopes, g.keys, g.statuses, g.responses = append(g.scopes, nil), append(g.keys, nil),
-				append(g.statuses, nil), append(g.responses, nil)
+			scopes[i], keys[i], statuses[i], responses[i] = &st.Scope, &st.Key, &status, st.Response
 		}
 	}
-	// every settler locks keys in one order, so two servers' batches cannot deadlock
-	slices.SortFunc(groups, func(a, b *settleGroup) int { return strings.Compare(a.l.keyID+a.l.id, b.l.keyID+b.l.id) })
 	at := batch[len(batch)-1].event.ChargedAt
+	// meter_settle_all takes its locks in one order, whatever the order of the calls
 	queue := func(strict bool) func(*pgx.Batch) {
 		return func(b *pgx.Batch) {
-			for _, g := range groups {
-				b.Queue(`SELECT meter_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, g.l.id, m.owner,
-					g.units, g.scopes, g.keys, g.statuses, g.responses, UnitPriceUSD, at, strict)
-			}
+			b.Queue(`SELECT meter_settle_all($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, m.owner,
+				leases, units, scopes, keys, statuses, responses, UnitPriceUSD, at, strict)
 		}
 	}
 	appends := func(charged func(i int) bool) []eventstore.Appends {
@@ -172,10 +148,10 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	forgiven := make([]bool, len(batch))
 	started := time.Now()
 	defer func() {
-		m.logger.Debug("settled", "calls", len(batch), "leases", len(groups), "ms", float64(time.Since(started).Microseconds())/1000)
+		m.logger.Debug("settled", "calls", len(batch), "ms", float64(time.Since(started).Microseconds())/1000)
 	}()
 	for attempt := 0; ; attempt++ {
-		err := m.settleOnce(ctx, batch, groups, queue, appends, forgiven)
+		err := m.settleOnce(ctx, batch, queue, appends, forgiven)
 		if err == nil {
 			break
 		}
@@ -273,7 +249,7 @@ func countTrue(bs []bool) int {
 // settleOnce is one attempt: the one-round-trip path when every lease holds, every
 // claim is ours and nobody else appended since our last commit, else the checked,
 // pipelined path, which reads which calls are charged (forgiven marks the others).
-func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, groups []*settleGroup, queue func(bool) func(*pgx.Batch),
+func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, queue func(bool) func(*pgx.Batch),
 	appends func(func(int) bool) []eventstore.Appends, forgiven []bool) error {
 	clear(forgiven)
 	_, err := m.store.Fast(ctx, &m.cursor, queue(true), appends(func(int) bool { return true }))
@@ -289,18 +265,15 @@ func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, groups []*s
 		}
 	}
 	read := func(br pgx.BatchResults) ([]eventstore.Appends, error) {
-		clear(forgiven)
-		for _, g := range groups {
-			var kept []bool
-			if err := br.QueryRow().Scan(&kept); err != nil {
-				return nil, fmt.Errorf("settle: %w", err)
-			}
-			if len(kept) != len(g.idx) {
-				return nil, fmt.Errorf("settle: %d outcomes for %d calls", len(kept), len(g.idx))
-			}
-			for j, i := range g.idx {
-				forgiven[i] = !kept[j]
-			}
+		var kept []bool
+		if err := br.QueryRow().Scan(&kept); err != nil {
+			return nil, fmt.Errorf("settle: %w", err)
+		}
+		if len(kept) != len(batch) {
+			return nil, fmt.Errorf("settle: %d outcomes for %d calls", len(kept), len(batch))
+		}
+		for i, k := range kept {
+			forgiven[i] = !k
 		}
 		return appends(func(i int) bool { return !forgiven[i] }), nil
 	}
