@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"chessd/commands"
 	"chessd/domain"
@@ -303,6 +305,61 @@ func TestEvalStreamDisconnect(t *testing.T) {
 				t.Fatalf("next call: %d %s", r.Status, r.Raw)
 			}
 		})
+	}
+}
+
+// A client that leaves a plain call before its answer stops the search, is charged
+// nothing and is recorded as 499 (client closed), not as a server error.
+func TestClientGoneIsNotAServerError(t *testing.T) {
+	var mu sync.Mutex
+	var statuses []int
+	e := newEnv(t, observing(func(route, _ string, status int, _ time.Duration) {
+		if route == "/v1/eval" {
+			mu.Lock()
+			statuses = append(statuses, status)
+			mu.Unlock()
+		}
+	}))
+	key, keyID := e.signupProID("gone@example.com")
+	pool, err := e.svc.Catalog().Pool(context.Background(), "sf-17.1", engine.PathNative)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := func() bool { s := pool.Stats(); return s.Idle == s.Size && s.Live == s.Size }
+	waitFor(t, "an idle pool", idle)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := evalBody("r2q1rk1/ppp2ppp/2np1n2/2b1p3/2B1P1b1/2NP1N2/PPP2PPP/R1BQ1RK1 w - - 0 8", `"depth":30,"movetime_ms":60000`)
+	req, err := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/eval", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	gone := make(chan error, 1)
+	go func() {
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			res.Body.Close()
+		}
+		gone <- err
+	}()
+	waitFor(t, "the search to start", func() bool { return !idle() })
+	cancel()
+	if err := <-gone; err == nil {
+		t.Fatal("the call was answered before its client left")
+	}
+	waitFor(t, "the call to be recorded", func() bool { mu.Lock(); defer mu.Unlock(); return len(statuses) > 0 })
+	waitFor(t, "the search to stop", idle)
+	mu.Lock()
+	got := statuses[0]
+	mu.Unlock()
+	if got != 499 {
+		t.Fatalf("recorded status %d, want 499", got)
+	}
+	if events, rows, spent := e.charged(keyID); events != 0 || rows != 0 || spent != 0 {
+		t.Fatalf("charged %d events, %d rows, %d units; want nothing", events, rows, spent)
 	}
 }
 

@@ -86,6 +86,12 @@ type envConfig struct {
 	rateLimits    bool
 	keyPerMinute  int // httpapi.Config.KeyRequestsPerMinute
 	pool          *pgxpool.Pool
+	observe       func(route, method string, status int, took time.Duration) // Deps.ObserveRequest
+}
+
+// observing tells f of every answered request, as the metrics are told.
+func observing(f func(route, method string, status int, took time.Duration)) envOption {
+	return func(c *envConfig) { c.observe = f }
 }
 
 // withWorkers runs n job executors (default 1).
@@ -124,7 +130,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		KeyRequestsPerMinute: cfg.keyPerMinute}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, testPepper),
 		Auth: auth.NewAuthenticator(pool, testPepper), Analysis: svc,
-		Meter: meter, Logger: logger, Wakeups: eventstore.Listen(meterCtx, pool, logger),
+		Meter: meter, Logger: logger, Wakeups: eventstore.Listen(meterCtx, pool, logger), ObserveRequest: cfg.observe,
 	})
 	if !cfg.noProjections {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -65,6 +66,10 @@ const (
 	codeDatabaseUnavailable domain.Code = "database_unavailable"
 )
 
+// statusClientClosed is what the log and the metrics record for a request whose client
+// left before its answer.
+const statusClientClosed = 499
+
 // databaseRetryAfter is what a client is told to wait when the database is away: about
 // what a restart or a failover takes.
 const databaseRetryAfter = 2 * time.Second
@@ -92,6 +97,13 @@ type retryAfterer interface{ RetryAfter() time.Duration }
 // writeError answers err as problem+json. Unexpected errors are logged with the request
 // id and reported without internals.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		// The client went away: nobody reads an answer, and it is not the server's
+		// failure (no 500 in the metrics, no error in the log). 499, as nginx says.
+		s.logger.DebugContext(r.Context(), "client went away", "request_id", requestID(r.Context()), "err", err)
+		w.WriteHeader(statusClientClosed)
+		return
+	}
 	code := domain.ErrorCode(err)
 	dbDetail, dbAway := "", false
 	if code == domain.CodeInternal {

@@ -178,6 +178,9 @@ func (v *Validator) Handler(next http.Handler, report func(req *http.Request, ms
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 		orig := r.Clone(r.Context())
 		next.ServeHTTP(rec, r)
+		if r.Context().Err() != nil && rec.status == 499 {
+			return // the client left: no answer reached anyone (httpapi's 499, for the logs)
+		}
 		res := &http.Response{StatusCode: rec.status, Header: rec.Header().Clone(), Request: orig}
 		if msgs := v.Check(orig, body, res, rec.body.Bytes()); len(msgs) > 0 {
 			report(orig, fmt.Sprintf("%s %s: %s", r.Method, r.URL.RequestURI(), strings.Join(msgs, "; ")))
