@@ -26,6 +26,9 @@ type Cluster struct {
 	Port int
 	// Fast turns off fsync: for throw-away test clusters only.
 	Fast bool
+	// Settings are more server settings, "name=value" each (the benchmark's
+	// shared_preload_libraries=pg_stat_statements).
+	Settings []string
 
 	bin    string
 	runAs  *user.User // set when running as root: initdb refuses root
@@ -107,6 +110,9 @@ func (c *Cluster) Start(ctx context.Context) (started bool, err error) {
 		return false, nil
 	}
 	opts := fmt.Sprintf("-c listen_addresses='' -k %s -p %d -c max_connections=200", c.Dir, c.Port)
+	for _, kv := range c.Settings {
+		opts += " -c " + kv
+	}
 	if c.Fast {
 		opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	}

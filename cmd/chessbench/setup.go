@@ -68,6 +68,7 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	if err != nil {
 		return b, err
 	}
+	b.cluster.Settings = []string{postgres.StatementsSetting} // where PostgreSQL's time goes, per run
 	if _, err := b.cluster.Start(ctx); err != nil {
 		return b, err
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"chessd/eventstore"
 	"chessd/ledger"
+	"chessd/postgres"
 	"chessd/projections"
 )
 
@@ -133,9 +135,13 @@ func (b *bench) accountsAll(ctx context.Context, d time.Duration) error {
 	fmt.Println("| accounts | requests/s | / trivial | p50 | p99 | non-2xx | charges recorded | charges per commit | CPU µs per call: chessd / PostgreSQL / wrk |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	var lags []string
+	profiles := map[int][]postgres.Statement{}
 	for _, n := range counts {
 		script, err := b.script(fmt.Sprintf("accounts-%d", n), keys[:n])
 		if err != nil {
+			return err
+		}
+		if err := postgres.StartStatements(ctx, b.pool); err != nil {
 			return err
 		}
 		from := b.head()
@@ -144,12 +150,35 @@ func (b *bench) accountsAll(ctx context.Context, d time.Duration) error {
 			return err
 		}
 		charges, commits := b.chargesSince(from)
+		if profiles[n], err = postgres.TopStatements(ctx, b.pool, 10); err != nil {
+			return err
+		}
+		profiles[n] = append(profiles[n], postgres.Statement{Calls: charges}) // the run's charges, last
 		fmt.Printf("| %d | **%.0f** | %.2f | %s | %s | %d | %d | %.1f | %s |\n", n, l.rate, l.rate/base.rate, l.p50, l.p99, l.non2,
 			charges, float64(charges)/float64(max(1, commits)), l.cpuPer)
 		lags = append(lags, fmt.Sprintf("| %d | %d | %s |", n, l.requests, lag))
 	}
 	b.printLags("accounts", lags)
+	for _, n := range []int{counts[0], counts[len(counts)-1]} {
+		printStatements(fmt.Sprintf("%d account(s)", n), profiles[n])
+	}
 	return nil
+}
+
+// printStatements prints where PostgreSQL spent its time during one run, from
+// pg_stat_statements: the statements that took most, per charge (the last entry of
+// top holds the run's charges).
+func printStatements(run string, top []postgres.Statement) {
+	charges := max(1, top[len(top)-1].Calls)
+	fmt.Printf("\nPostgreSQL's time by statement during the run with %s (pg_stat_statements, top 10 by time;\n", run)
+	fmt.Println("a function's statements count in it and on their own lines too; time includes waiting for row locks):")
+	fmt.Println()
+	fmt.Println("| statement | calls | rows | ms | µs per charge |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, st := range top[:len(top)-1] {
+		fmt.Printf("| `%s` | %d | %d | %.0f | %.1f |\n", strings.ReplaceAll(st.Query, "|", "\\|"), st.Calls, st.Rows, st.TotalMS,
+			st.TotalMS*1000/float64(charges))
+	}
 }
 
 func printCPU(rows []string) {

@@ -70,6 +70,7 @@ func server(tb testing.TB) (string, string) {
 			tb.Fatal(err)
 		}
 		c.Fast = true
+		c.Settings = []string{postgres.StatementsSetting} // for postgres.TopStatements' test
 		if _, err := c.Start(ctx); err != nil {
 			tb.Fatalf("start test PostgreSQL: %v", err)
 		}
