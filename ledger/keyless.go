@@ -22,6 +22,7 @@ type keylessBlock struct {
 	avail    int        // the rest under Meter.mu
 	filling  int        // top-ups in flight: the block is in use
 	ahead    bool       // a top-up ahead of need is in flight
+	scarce   bool       // the last top-up got less than it asked: none ahead of need
 	lastUsed time.Time
 	released bool
 }
@@ -49,7 +50,7 @@ func (m *Meter) ReserveKeyless(ctx context.Context, addr netip.Addr, perDay int)
 		if b.avail > 0 && !b.released {
 			b.avail--
 			b.lastUsed = time.Now()
-			ahead := !b.ahead && !m.closing && b.avail < keylessWant/2
+			ahead := !b.ahead && !b.scarce && !m.closing && b.avail < keylessWant/2
 			if ahead {
 				b.ahead = true
 				m.aheads.Add(1)
@@ -108,6 +109,8 @@ func (m *Meter) fillKeyless(ctx context.Context, k keylessKey, b *keylessBlock, 
 	m.mu.Lock()
 	b.filling--
 	b.avail += granted
+	// near the allowance's end, calls taken ahead could sit here while another server refuses
+	b.scarce = err == nil && granted < keylessWant-avail
 	b.lastUsed = time.Now()
 	m.mu.Unlock()
 	if err != nil {

@@ -126,7 +126,7 @@ type lease struct {
 	keyVersion, accountVersion int64
 	avail                      int64 // reserved in the database, not handed to a call
 	want                       int64 // what the next top-up asks for (lease sizing)
-	lowWater                   int64 // below it, a top-up starts ahead of need
+	lowWater                   int64 // below it, a top-up starts ahead of need (0: never)
 	toppedAt                   time.Time
 	ahead                      bool  // a top-up ahead of need is in flight
 	inflight                   int   // reservations neither settled nor cancelled
@@ -214,8 +214,10 @@ func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
 			m.release(ctx, l)
 			continue
 		}
-		if m.take(l, units) {
-			m.maybeTopUpAhead(l, call, units)
+		if ok, ahead := m.take(l, units); ok {
+			if ahead {
+				go m.topUpAhead(l, call, units)
+			}
 			return &Reservation{m: m, l: l, call: call, price: price, units: units}, nil
 		}
 		if err := m.topUp(ctx, l, call, units, false); err != nil {
@@ -224,7 +226,10 @@ func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
 			}
 			return nil, err
 		}
-		if m.take(l, units) {
+		if ok, ahead := m.take(l, units); ok {
+			if ahead {
+				go m.topUpAhead(l, call, units)
+			}
 			return &Reservation{m: m, l: l, call: call, price: price, units: units}, nil
 		}
 	}
@@ -253,45 +258,38 @@ func (m *Meter) leaseFor(k *domain.Key, acct *domain.Account, day string) (*leas
 	return l, true
 }
 
-// take hands units of the lease to a call when it has them.
-func (m *Meter) take(l *lease, units int64) bool {
+// take hands units of the lease to a call when it has them. ahead: the lease runs low
+// and the caller is to start topUpAhead.
+func (m *Meter) take(l *lease, units int64) (ok, ahead bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if l.released || l.avail < units {
-		return false
+		return false, false
 	}
 	l.avail -= units
 	l.inflight++
 	l.lastUsed = time.Now()
-	return true
-}
-
-// maybeTopUpAhead starts a top-up in the background when a busy lease runs low, so
-// that its calls do not wait for one: a top-up waits for the key's balance row, which
-// the settler's commit holds.
-func (m *Meter) maybeTopUpAhead(l *lease, call Call, units int64) {
-	m.mu.Lock()
-	start := !l.ahead && !l.released && !m.closing && l.avail < l.lowWater
-	if start {
+	if !l.ahead && !m.closing && l.avail < l.lowWater {
 		l.ahead = true
 		m.aheads.Add(1)
+		ahead = true
 	}
+	return true, ahead
+}
+
+// topUpAhead tops a busy lease that runs low up in the background, so that its calls
+// do not wait for the round trip: a top-up waits for the key's balance row, which the
+// settler's commit holds. A refusal or an error here is the next dry call's to meet.
+func (m *Meter) topUpAhead(l *lease, call Call, units int64) {
+	defer m.aheads.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.LeaseTTL/3)
+	defer cancel()
+	if err := m.topUp(ctx, l, call, units, true); err != nil {
+		m.logger.Debug("top-up ahead of need", "lease", l.id, "err", err)
+	}
+	m.mu.Lock()
+	l.ahead = false
 	m.mu.Unlock()
-	if !start {
-		return
-	}
-	go func() {
-		defer m.aheads.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.LeaseTTL/3)
-		defer cancel()
-		// a refusal or an error here is the next dry call's to meet and report
-		if err := m.topUp(ctx, l, call, units, true); err != nil {
-			m.logger.Debug("top-up ahead of need", "lease", l.id, "err", err)
-		}
-		m.mu.Lock()
-		l.ahead = false
-		m.mu.Unlock()
-	}()
 }
 
 // topUp reserves more units for the lease (at least enough for this call, as much as
@@ -351,7 +349,13 @@ func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64, ahe
 	}
 	m.mu.Lock()
 	l.avail += granted
-	l.lowWater = granted / 2
+	// Top up ahead only while the budgets grant all that is asked: near a budget's end
+	// (a grant capped at a quarter of what is left) units taken ahead could sit in this
+	// lease while another server's calls are refused.
+	l.lowWater = 0
+	if granted >= want {
+		l.lowWater = granted / 2
+	}
 	l.toppedAt = time.Now()
 	m.mu.Unlock()
 	return nil
