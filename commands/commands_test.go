@@ -396,6 +396,43 @@ func TestJobTakeoverAndCancel(t *testing.T) {
 	wantCode(t, "second cancel", err, domain.CodeConflict)
 }
 
+// Renewing waits for no row lock: a position whose row another transaction holds (its
+// record, deleting it) is neither waited for, nor lost, nor renewed this time, and the
+// others are renewed. Waiting could deadlock with a record that locks the rows in
+// another order (seen in the bench: a second's stall of the whole job).
+func TestRenewWaitsForNoLock(t *testing.T) {
+	f := newFixture(t)
+	j, _ := f.job(2)
+	if got := f.take("w1", 2, time.Minute); len(got) != 2 {
+		t.Fatalf("w1 took %v", got)
+	}
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx) //nolint:errcheck // the test's own lock
+	if _, err := tx.Exec(f.ctx, `SELECT 1 FROM job_queue WHERE job_id = $1 AND idx = 0 FOR UPDATE`, j.ID()); err != nil {
+		t.Fatal(err)
+	}
+	leaseOf := func(idx int) (until time.Time) {
+		if err := f.pool.QueryRow(f.ctx, `SELECT lease_until FROM job_queue WHERE job_id = $1 AND idx = $2`, j.ID(), idx).Scan(&until); err != nil {
+			t.Fatal(err)
+		}
+		return until
+	}
+	before0, before1 := leaseOf(0), leaseOf(1)
+	ctx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
+	defer cancel()
+	slots := []commands.Slot{{JobID: j.ID(), Index: 0}, {JobID: j.ID(), Index: 1}}
+	lost, err := f.h.RenewPositions(ctx, "w1", slots, time.Hour)
+	if err != nil || len(lost) != 0 {
+		t.Fatalf("renew beside a locked position: lost %v (%v), want none and no wait", lost, err)
+	}
+	if leaseOf(0) != before0 || !leaseOf(1).After(before1) {
+		t.Fatalf("leases %v -> %v and %v -> %v: want the locked one unchanged, the other renewed", before0, leaseOf(0), before1, leaseOf(1))
+	}
+}
+
 // Positions are taken fairly between accounts: an account's long batch does not keep
 // another account's later job waiting behind it, and within an account the older job
 // goes first.

@@ -108,7 +108,9 @@ func (h *Handler) TakePositions(ctx context.Context, worker string, n int, lease
 
 // RenewPositions extends worker's leases on held and returns the ones it no longer
 // holds: their job ended (cancelled, failed) or, after a lease ran out, another worker
-// took them.
+// took them. It waits for no lock: a position whose row a transaction holds (its
+// record deleting it) is left for the next renewal, well within the lease, instead
+// of deadlocking with that transaction, which may lock the rows in another order.
 func (h *Handler) RenewPositions(ctx context.Context, worker string, held []Slot, lease time.Duration) ([]Slot, error) {
 	jobs := make([]string, len(held))
 	idx := make([]int32, len(held))
@@ -117,11 +119,15 @@ func (h *Handler) RenewPositions(ctx context.Context, worker string, held []Slot
 	}
 	rows, err := h.store.Pool().Query(ctx, `
 		WITH mine AS (SELECT * FROM unnest($2::text[], $3::int[]) AS m(job_id, idx)),
+		free AS (
+			SELECT q.job_id, q.idx FROM job_queue q JOIN mine USING (job_id, idx)
+			 WHERE q.worker = $1 FOR UPDATE OF q SKIP LOCKED),
 		renewed AS (
 			UPDATE job_queue q SET lease_until = now() + $4::interval
-			  FROM mine WHERE q.job_id = mine.job_id AND q.idx = mine.idx AND q.worker = $1
-			RETURNING q.job_id, q.idx)
-		SELECT job_id, idx FROM mine EXCEPT SELECT job_id, idx FROM renewed`, worker, jobs, idx, lease.String())
+			  FROM free WHERE q.job_id = free.job_id AND q.idx = free.idx)
+		SELECT job_id, idx FROM mine m
+		 WHERE NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.job_id = m.job_id AND q.idx = m.idx AND q.worker = $1)`,
+		worker, jobs, idx, lease.String())
 	if err != nil {
 		return nil, fmt.Errorf("renew positions: %w", err)
 	}
