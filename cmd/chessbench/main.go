@@ -55,6 +55,7 @@ func run() error {
 	conns := flag.String("conns", "4,16,32,64", "wrk connections of the one-server cached runs")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	parts := flag.String("parts", "paired,jobs,stream,cached,replicas,accounts", "which measurements to run (also: rebuild, usage)")
+	warnings := flag.Bool("warnings", false, "log the servers' warnings and errors to stderr (a deadlock, a forgiven call); the end of a run adds the shutdown's")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -64,7 +65,11 @@ func run() error {
 	}
 	ctx := context.Background()
 	// as a server run with LOG_LEVEL=warn: no access log line per request
-	logger := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logTo := io.Discard
+	if *warnings {
+		logTo = os.Stderr
+	}
+	logger := slog.New(slog.NewJSONHandler(logTo, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	b, err := start(ctx, logger)
 	if b != nil {
 		defer b.close()
