@@ -54,8 +54,9 @@ type bench struct {
 // meter, authenticator and analysis service (with its own cache in front of the shared
 // eval_cache table) on its own port; the engine catalog is shared.
 type replica struct {
-	url string
-	svc *analysis.Service
+	url   string
+	svc   *analysis.Service
+	meter *ledger.Meter
 }
 
 func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
@@ -115,11 +116,11 @@ func (b *bench) addReplica(ctx context.Context, logger *slog.Logger) (*replica, 
 		}
 	}
 	store := eventstore.NewStore(pool, logger)
-	r := &replica{svc: analysis.NewService(b.catalog, pool, logger)}
+	r := &replica{svc: analysis.NewService(b.catalog, pool, logger), meter: ledger.NewMeter(ctx, store, logger, ledger.MeterConfig{})}
 	api := httpapi.New(httpapi.Config{BaseURL: "http://127.0.0.1/v1", NoRateLimits: true, KeylessPerDay: 1 << 30}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, pepper),
 		Auth: auth.NewAuthenticator(pool, pepper), Analysis: r.svc,
-		Meter: ledger.NewMeter(ctx, store, logger, ledger.MeterConfig{}), Logger: logger,
+		Meter: r.meter, Logger: logger,
 		Wakeups: eventstore.Listen(ctx, pool, logger), // as `chessd serve`: job event streams wait for commits
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
