@@ -130,6 +130,8 @@ func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), a
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	// before the caller's statements do their work: has anyone appended since?
+	b.Queue(`SELECT chain_at($1)`, cur.head)
 	queue(b)
 	// The guarded move of the head goes first, so that its lock comes before the
 	// streams', as in every other append.

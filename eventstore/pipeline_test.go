@@ -93,6 +93,9 @@ func TestFastAppendGoesStaleWhenAnythingMoved(t *testing.T) {
 			})
 			return err
 		}, nil, "ledger-a"},
+		// chain_at answers first: a batch whose head moved never runs its statements
+		{"another writer appended: the statements do not run", func() error { return appendOne(ctx, s, "other-2", 0, 1) },
+			[]string{`SELECT 1/0`}, "ledger-a"},
 		{"a statement refuses", nil, []string{`DO $$ BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = 'serialization_failure'; END $$`}, "ledger-a"},
 		{"a stream the cursor never read", nil, nil, "ledger-new"},
 	}
