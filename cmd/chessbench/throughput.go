@@ -76,15 +76,23 @@ func (b *bench) replicasAll(ctx context.Context, logger *slog.Logger, d time.Dur
 	fmt.Println("| connections | trivial ×2 req/s | charged req/s | **charged / trivial** | keyless req/s | **keyless / trivial** | p50 charged (each server) | p99 charged (each server) | non-2xx |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	var lags, cpus []string
+	var profile []postgres.Statement
 	for _, conns := range []int{32, 64} {
 		base, err := b.runWrk(trivial, conns, d, charged)
 		if err != nil {
+			return err
+		}
+		if err := postgres.StartStatements(ctx, b.pool); err != nil {
 			return err
 		}
 		ch, lag, err := b.chargedRun(urls, conns, d, charged)
 		if err != nil {
 			return err
 		}
+		if profile, err = postgres.TopStatements(ctx, b.pool, 10); err != nil {
+			return err
+		}
+		profile = append(profile, postgres.Statement{Calls: int64(ch.requests)}) // per answered call
 		kl, err := b.runWrk(urls, conns, d, keyless)
 		if err != nil {
 			return err
@@ -96,6 +104,7 @@ func (b *bench) replicasAll(ctx context.Context, logger *slog.Logger, d time.Dur
 	}
 	b.printLags("connections", lags)
 	printCPU(cpus)
+	printStatements("two servers and 64 connections", profile)
 	return nil
 }
 
