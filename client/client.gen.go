@@ -855,16 +855,26 @@ type ChargeExplained struct {
 	// Charge A line item of the statement.
 	Charge Charge   `json:"charge"`
 	Event  EventRef `json:"event"`
-	Key    struct {
-		BudgetUnits          *int   `json:"budget_units"`
-		BudgetUsd            *USD   `json:"budget_usd"`
-		KeyId                string `json:"key_id"`
-		RemainingUnitsAfter  *int   `json:"remaining_units_after"`
-		RemainingUnitsBefore *int   `json:"remaining_units_before"`
-		RemainingUsdAfter    *USD   `json:"remaining_usd_after"`
-		RemainingUsdBefore   *USD   `json:"remaining_usd_before"`
-		SpentUnitsAfter      int    `json:"spent_units_after"`
-		SpentUnitsBefore     int    `json:"spent_units_before"`
+
+	// Key The key's budgets as they stood when it was charged, and its spend within the budget's period that holds the charge (its whole life for a total budget).
+	Key struct {
+		// BudgetPeriod A budget caps the key's (or account's) whole life (`total`), or each day or month of the account's time zone.
+		BudgetPeriod BudgetPeriod `json:"budget_period"`
+		BudgetUnits  *int         `json:"budget_units"`
+		BudgetUsd    *USD         `json:"budget_usd"`
+		KeyId        string       `json:"key_id"`
+
+		// PeriodEnd End of that period (exclusive); null for a total budget.
+		PeriodEnd *time.Time `json:"period_end"`
+
+		// PeriodStart Start of the period that holds the charge, in the account's time zone; null for a total budget.
+		PeriodStart          *time.Time `json:"period_start"`
+		RemainingUnitsAfter  *int       `json:"remaining_units_after"`
+		RemainingUnitsBefore *int       `json:"remaining_units_before"`
+		RemainingUsdAfter    *USD       `json:"remaining_usd_after"`
+		RemainingUsdBefore   *USD       `json:"remaining_usd_before"`
+		SpentUnitsAfter      int        `json:"spent_units_after"`
+		SpentUnitsBefore     int        `json:"spent_units_before"`
 
 		// SpentUsdAfter US dollars with 6 decimals.
 		//

@@ -295,3 +295,72 @@ func TestAccountBudget(t *testing.T) {
 		t.Fatalf("eval without an account budget: %d %s", r.Status, r.Raw)
 	}
 }
+
+// A charge's explanation counts the key's spend within the budget's period that holds
+// the charge, in the account's zone, as the meter counted it: for a daily budget, not
+// the charges of earlier days.
+func TestExplainChargeInItsPeriod(t *testing.T) {
+	e := newEnv(t)
+	e.svc.DisableCache() // every eval: 10 units
+	owner := e.signupPro("explain-period@example.com")
+	ctx := context.Background()
+	if r := e.do("PATCH", "/v1/me", owner, map[string]any{"timezone": "America/New_York"}); r.Status != 200 {
+		t.Fatalf("PATCH /me: %d %s", r.Status, r.Raw)
+	}
+	secret, keyID := e.createKey(owner, map[string]any{"label": "daily", "scopes": []string{"eval"},
+		"budget_units": 100, "budget_period": "day"})
+	for range 3 {
+		if r := e.do("POST", "/v1/eval", secret, evalBody(cheapFEN, `"depth":8`)); r.Status != 200 {
+			t.Fatalf("eval: %d %s", r.Status, r.Raw)
+		}
+	}
+	e.caughtUp()
+	var ids []string
+	rows, err := e.pool.Query(ctx, `SELECT charge_id FROM charges WHERE key_id = $1 ORDER BY position`, keyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) != 3 {
+		t.Fatalf("%d charges, want 3", len(ids))
+	}
+	// the first charge as if made a day earlier (its row in the read model, which the
+	// explanation sums)
+	if _, err := e.pool.Exec(ctx, `UPDATE charges SET charged_at = charged_at - interval '1 day' WHERE charge_id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().In(ny)
+	midnight := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, ny)
+	for _, tc := range []struct {
+		charge        string
+		before, after float64
+	}{
+		{ids[1], 0, 10}, // the day's first
+		{ids[2], 10, 20},
+	} {
+		r := e.do("GET", "/v1/charges/"+tc.charge, owner, nil)
+		if r.Status != 200 {
+			t.Fatalf("explain %s: %d %s", tc.charge, r.Status, r.Raw)
+		}
+		k := r.Body["key"].(map[string]any)
+		start, _ := time.Parse(time.RFC3339, fmt.Sprint(k["period_start"]))
+		end, _ := time.Parse(time.RFC3339, fmt.Sprint(k["period_end"]))
+		if k["budget_period"] != "day" || !start.Equal(midnight) || !end.Equal(midnight.AddDate(0, 0, 1)) {
+			t.Fatalf("explain %s: period %v from %v to %v, want the day from %v", tc.charge, k["budget_period"], k["period_start"], k["period_end"], midnight)
+		}
+		if k["spent_units_before"] != tc.before || k["spent_units_after"] != tc.after || k["remaining_units_after"] != 100-tc.after {
+			t.Fatalf("explain %s: spent %v -> %v, remaining %v; want %v -> %v of the day's 100", tc.charge,
+				k["spent_units_before"], k["spent_units_after"], k["remaining_units_after"], tc.before, tc.after)
+		}
+	}
+}

@@ -281,11 +281,14 @@ type Explanation struct {
 	Postings []Posting
 	Balanced bool
 	Price    PriceCheck
-	// The key's charges before and after this one, and its budgets as they stood when
-	// it was charged (folded from the key's events before it).
+	// The key's charges before and after this one within its budget's period that holds
+	// the charge (its whole life for a total budget), and its budgets as they stood
+	// when it was charged (folded from the key's and the account's events before it).
 	SpentBefore, SpentAfter Spend
 	BudgetUnits             *int64
 	BudgetUSD               *decimal.Decimal
+	BudgetPeriod            domain.BudgetPeriod
+	PeriodStart, PeriodEnd  *time.Time // nil for a total budget
 	// The account's charges in this env on the charge's day, before and after it, and
 	// the daily allowance of the plan it was on then.
 	Plan                          string
@@ -400,10 +403,35 @@ func relatedEvents(ctx context.Context, tx pgx.Tx, uc *UnitsCharged) ([]EventRef
 // charge.
 func (x *Explanation) balances(ctx context.Context, tx pgx.Tx, accountID string) error {
 	c := x.Charge
-	err := tx.QueryRow(ctx, `SELECT
+	keyEvs, err := eventsBefore(ctx, tx, domain.KeyStream(c.KeyID), c.Position)
+	if err != nil {
+		return err
+	}
+	k := domain.RehydrateKey(keyEvs)
+	x.BudgetUnits, x.BudgetUSD, x.BudgetPeriod = k.BudgetUnits(), k.BudgetUSD(), k.BudgetPeriod()
+	acctEvs, err := eventsBefore(ctx, tx, domain.AccountStream(accountID), c.Position)
+	if err != nil {
+		return err
+	}
+	acct := domain.RehydrateAccount(acctEvs)
+	plan := acct.Plan()
+	x.Plan, x.AllowanceUnits = plan.String(), plan.Limits().UnitsPerDay
+	if x.BudgetPeriod != domain.PeriodTotal {
+		// the period of the account's zone as it stood then that holds the charge, the
+		// bounds the meter keeps (budget_period_bounds); a zone changed within that
+		// period took effect at its end, so the old zone's bounds are off for it alone
+		var start, end time.Time
+		if err := tx.QueryRow(ctx, `SELECT period_start, period_end FROM budget_period_bounds($1, $2, $3)`,
+			string(x.BudgetPeriod), acct.Timezone(), c.ChargedAt).Scan(&start, &end); err != nil {
+			return fmt.Errorf("budget period: %w", err)
+		}
+		x.PeriodStart, x.PeriodEnd = &start, &end
+	}
+	err = tx.QueryRow(ctx, `SELECT
 			coalesce(sum(units) FILTER (WHERE position < $3), 0), coalesce(sum(usd) FILTER (WHERE position < $3), 0),
 			coalesce(sum(units), 0), coalesce(sum(usd), 0)
-		FROM charges WHERE account_id = $1 AND key_id = $2 AND position <= $3`, accountID, c.KeyID, c.Position).
+		FROM charges WHERE account_id = $1 AND key_id = $2 AND position <= $3 AND ($4::timestamptz IS NULL OR charged_at >= $4)`,
+		accountID, c.KeyID, c.Position, x.PeriodStart).
 		Scan(&x.SpentBefore.Units, &x.SpentBefore.USD, &x.SpentAfter.Units, &x.SpentAfter.USD)
 	if err != nil {
 		return fmt.Errorf("key spend: %w", err)
@@ -414,18 +442,6 @@ func (x *Explanation) balances(ctx context.Context, tx pgx.Tx, accountID string)
 	if err != nil {
 		return fmt.Errorf("day use: %w", err)
 	}
-	keyEvs, err := eventsBefore(ctx, tx, domain.KeyStream(c.KeyID), c.Position)
-	if err != nil {
-		return err
-	}
-	k := domain.RehydrateKey(keyEvs)
-	x.BudgetUnits, x.BudgetUSD = k.BudgetUnits(), k.BudgetUSD()
-	acctEvs, err := eventsBefore(ctx, tx, domain.AccountStream(accountID), c.Position)
-	if err != nil {
-		return err
-	}
-	plan := domain.RehydrateAccount(acctEvs).Plan()
-	x.Plan, x.AllowanceUnits = plan.String(), plan.Limits().UnitsPerDay
 	return nil
 }
 
