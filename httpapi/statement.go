@@ -96,7 +96,7 @@ func (row statementRow) record() []string {
 		}
 		switch f.Kind() {
 		case reflect.String:
-			out[i] = f.String()
+			out[i] = csvCell(f.String())
 		case reflect.Int, reflect.Int64:
 			out[i] = strconv.FormatInt(f.Int(), 10)
 		case reflect.Bool:

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -579,5 +580,30 @@ func TestStatementRequests(t *testing.T) {
 		if tc.csv && !strings.HasPrefix(string(raw), "charge_id,charged_at,") {
 			t.Errorf("Accept %q: CSV without its header row: %q", tc.accept, raw)
 		}
+	}
+}
+
+// The statement's CSV never hands a spreadsheet a formula: a request id the client
+// chose that a spreadsheet would read as one is written as text, and the JSON keeps it
+// as it is.
+func TestStatementCSVHoldsNoFormula(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("csv-formula@example.com")
+	req, _ := http.NewRequest("POST", e.srv.URL+"/v1/eval", strings.NewReader(evalBody(cheapFEN, `"depth":6`)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", "-A1")
+	if r := e.send(req); r.Status != 200 {
+		t.Fatalf("eval: %d %s", r.Status, r.Raw)
+	}
+	e.caughtUp()
+	rows, _ := e.stmtAllJSON(key, "")
+	header, recs := e.stmtAllCSV(key, "")
+	col := slices.Index(header, "request_id")
+	if len(rows) != 1 || len(recs) != 1 || col < 0 {
+		t.Fatalf("%d JSON rows, %d CSV rows, request_id column %d", len(rows), len(recs), col)
+	}
+	if rows[0]["request_id"] != "-A1" || recs[0][col] != "'-A1" {
+		t.Fatalf("request id: JSON %v, CSV %q; want -A1 and '-A1", rows[0]["request_id"], recs[0][col])
 	}
 }

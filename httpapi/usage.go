@@ -250,7 +250,7 @@ func writeUsageCSV(w http.ResponseWriter, r *http.Request, dims []string, groups
 	cw := csv.NewWriter(w)
 	cw.Write(append(slices.Clone(dims), "calls", "units", "usd", "credits", "credited_units", "credited_usd", "net_units", "net_usd")) //nolint:errcheck // a failed write shows in Flush
 	for _, g := range groups {
-		cw.Write(append(slices.Clone(g.Values), strconv.FormatInt(g.Calls, 10), strconv.FormatInt(g.Units, 10), usd(g.USD), //nolint:errcheck // as above
+		cw.Write(append(csvCells(g.Values), strconv.FormatInt(g.Calls, 10), strconv.FormatInt(g.Units, 10), usd(g.USD), //nolint:errcheck // as above
 			strconv.FormatInt(g.Credits, 10), strconv.FormatInt(g.CreditedUnits, 10), usd(g.CreditedUSD),
 			strconv.FormatInt(g.Units-g.CreditedUnits, 10), usd(g.USD.Sub(g.CreditedUSD))))
 	}
