@@ -29,6 +29,7 @@ import (
 	"chessd/openapi/openapitest"
 	"chessd/postgres/pgtest"
 	"chessd/projections"
+	"chessd/webhook"
 )
 
 func TestMain(m *testing.M) {
@@ -62,6 +63,16 @@ func testCatalog(t testing.TB) *engine.Catalog {
 }
 
 var testPepper = []byte("test-pepper-0123456789abcdef")
+
+// testWebhookSecrets seals webhook secrets as a server with testPepper does.
+func testWebhookSecrets(t testing.TB) *webhook.Secrets {
+	t.Helper()
+	s, err := webhook.NewSecrets(testPepper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // env is one API server on a fresh database, with its projections running unless the
 // test asked for them to be held back.
@@ -131,6 +142,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		Pool: pool, Commands: commands.New(store, testPepper),
 		Auth: auth.NewAuthenticator(pool, testPepper), Analysis: svc,
 		Meter: meter, Logger: logger, Wakeups: eventstore.Listen(meterCtx, pool, logger), ObserveRequest: cfg.observe,
+		WebhookSecrets: testWebhookSecrets(t),
 	})
 	if !cfg.noProjections {
 		ctx, cancel := context.WithCancel(context.Background())

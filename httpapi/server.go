@@ -25,6 +25,7 @@ import (
 	"chessd/eventstore"
 	"chessd/ledger"
 	"chessd/ratelimit"
+	"chessd/webhook"
 )
 
 // Config is what the HTTP layer needs to know about its deployment.
@@ -63,6 +64,7 @@ type Server struct {
 	logger   *slog.Logger
 	router   *mux.Router
 	observe  func(route, method string, status int, took time.Duration) // Deps.ObserveRequest
+	hooks    *webhook.Secrets
 }
 
 // Deps are the parts the server is built from.
@@ -80,6 +82,9 @@ type Deps struct {
 	// ObserveRequest, when set, is told of every answered request with its route's
 	// template ("/v1/jobs/{id}"; "unmatched" when no route took it): the metrics.
 	ObserveRequest func(route, method string, status int, took time.Duration)
+	// WebhookSecrets seals the signing secrets of the endpoints POST /webhooks
+	// registers (webhook.NewSecrets of the key pepper); nil: registering one fails.
+	WebhookSecrets *webhook.Secrets
 }
 
 // New builds the server and its routes.
@@ -90,7 +95,7 @@ func New(cfg Config, d Deps) *Server {
 	s := &Server{
 		baseURL: strings.TrimRight(cfg.BaseURL, "/"), maxBody: cfg.MaxBodyBytes, cfg: cfg,
 		pool: d.Pool, commands: d.Commands, auth: d.Auth, analysis: d.Analysis, meter: d.Meter, wakeups: d.Wakeups,
-		billing: d.Billing, logger: d.Logger, keyRate: cfg.KeyRequestsPerMinute, observe: d.ObserveRequest,
+		billing: d.Billing, logger: d.Logger, keyRate: cfg.KeyRequestsPerMinute, observe: d.ObserveRequest, hooks: d.WebhookSecrets,
 	}
 	if s.billing == nil {
 		s.billing = billingDisabled{}

@@ -29,7 +29,7 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := principal(r.Context())
-	e, err := webhook.Create(r.Context(), s.pool, key.AccountID(), key.Env().String(), *req.URL, s.cfg.InsecureWebhooks)
+	e, err := webhook.Create(r.Context(), s.pool, s.hooks, key.AccountID(), key.Env().String(), *req.URL, s.cfg.InsecureWebhooks)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,7 +38,8 @@ func TestWebhookTestDeliveryIsSignedAndRetried(t *testing.T) {
 	defer receiver.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	sender := webhook.NewSender(webhook.Config{AllowPrivate: true, RetryBase: 20 * time.Millisecond, Poll: 50 * time.Millisecond},
+	sender := webhook.NewSender(webhook.Config{AllowPrivate: true, RetryBase: 20 * time.Millisecond, Poll: 50 * time.Millisecond,
+		Secrets: testWebhookSecrets(t)},
 		e.pool, slog.New(slog.DiscardHandler))
 	done := make(chan struct{})
 	go func() { sender.Run(ctx); close(done) }()
@@ -49,6 +51,13 @@ func TestWebhookTestDeliveryIsSignedAndRetried(t *testing.T) {
 		t.Fatalf("create: %d %s", created.Status, created.Raw)
 	}
 	id, secret := created.Body["id"].(string), created.Body["secret"].(string)
+	var stored string
+	if err := e.pool.QueryRow(context.Background(), `SELECT secret FROM webhook_endpoints WHERE endpoint_id = $1`, id).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stored, strings.TrimPrefix(secret, "whsec_")) || !strings.HasPrefix(stored, "sealed1:") {
+		t.Fatalf("the database holds the signing secret as %q: want it sealed", stored)
+	}
 	if list := e.do("GET", "/v1/webhooks", key, nil); len(list.Body["webhooks"].([]any)) != 1 || list.Body["webhooks"].([]any)[0].(map[string]any)["secret"] != nil {
 		t.Fatalf("list: %s", list.Raw)
 	}

@@ -25,6 +25,8 @@ type Config struct {
 	// AllowPrivate lets deliveries reach loopback and private addresses (tests and
 	// development); production refuses them.
 	AllowPrivate bool
+	// Secrets opens the endpoints' sealed signing secrets (NewSecrets of the key pepper).
+	Secrets *Secrets
 }
 
 // Sender delivers queued messages. Any number of servers may run one: each delivery
@@ -70,7 +72,7 @@ func (s *Sender) Run(ctx context.Context) {
 }
 
 type due struct {
-	id, url, secret, eventType string
+	id, endpointID, url, secret, eventType string
 	payload                    []byte
 	attempts                   int
 }
@@ -85,7 +87,7 @@ func (s *Sender) SendDue(ctx context.Context) int {
 		      WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()
 		      ORDER BY next_attempt_at LIMIT 10 FOR UPDATE SKIP LOCKED) c, webhook_endpoints e
 		WHERE d.delivery_id = c.delivery_id AND e.endpoint_id = d.endpoint_id
-		RETURNING d.delivery_id, e.url, e.secret, d.event_type, d.payload::text, d.attempts`, (2 * s.cfg.Timeout).String())
+		RETURNING d.delivery_id, e.endpoint_id, e.url, e.secret, d.event_type, d.payload::text, d.attempts`, (2 * s.cfg.Timeout).String())
 	if err != nil {
 		if ctx.Err() == nil {
 			s.logger.Warn("claim webhook deliveries", "err", err)
@@ -95,7 +97,7 @@ func (s *Sender) SendDue(ctx context.Context) int {
 	claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
 		var d due
 		var payload string
-		err := r.Scan(&d.id, &d.url, &d.secret, &d.eventType, &payload, &d.attempts)
+		err := r.Scan(&d.id, &d.endpointID, &d.url, &d.secret, &d.eventType, &payload, &d.attempts)
 		d.payload = []byte(payload)
 		return d, err
 	})
@@ -137,6 +139,10 @@ func (s *Sender) try(ctx context.Context, d due) {
 
 // post sends the delivery's envelope, signed, and returns the answer's status.
 func (s *Sender) post(ctx context.Context, d due) (int, error) {
+	secret, err := s.cfg.Secrets.open(d.secret, d.endpointID)
+	if err != nil {
+		return 0, err // recorded on the delivery, tried again: a server with the right pepper may send it
+	}
 	body := []byte(fmt.Sprintf(`{"id":%q,"type":%q,"attempt":%d,"data":%s}`, d.id, d.eventType, d.attempts, d.payload))
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url, bytes.NewReader(body))
 	if err != nil {
@@ -145,7 +151,7 @@ func (s *Sender) post(ctx context.Context, d due) (int, error) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "chessd-webhooks/1")
 	req.Header.Set("Chessd-Delivery", d.id)
-	req.Header.Set("Chessd-Signature", Sign(d.secret, s.now(), body))
+	req.Header.Set("Chessd-Signature", Sign(secret, s.now(), body))
 	res, err := s.client.Do(req)
 	if err != nil {
 		return 0, err

@@ -59,16 +59,20 @@ func CheckURL(raw string, insecure bool) error {
 	return nil
 }
 
-// Create registers url for accountID's env and returns it with its signing secret.
-func Create(ctx context.Context, q eventstore.Querier, accountID, env, rawURL string, insecure bool) (*Endpoint, error) {
+// Create registers url for accountID's env and returns it with its signing secret,
+// which is stored sealed by secrets.
+func Create(ctx context.Context, q eventstore.Querier, secrets *Secrets, accountID, env, rawURL string, insecure bool) (*Endpoint, error) {
 	if err := CheckURL(rawURL, insecure); err != nil {
 		return nil, err
+	}
+	if secrets == nil {
+		return nil, errors.New("webhook: no Secrets to seal the endpoint's secret with")
 	}
 	e := &Endpoint{ID: newID("whe_"), AccountID: accountID, Env: env, URL: rawURL, Secret: "whsec_" + newID("")}
 	err := q.QueryRow(ctx, `INSERT INTO webhook_endpoints (endpoint_id, account_id, env, url, secret)
 		SELECT $1, $2, $3, $4, $5 WHERE (SELECT count(*) FROM webhook_endpoints
 			WHERE account_id = $2 AND env = $3 AND deleted_at IS NULL) < $6
-		RETURNING created_at`, e.ID, accountID, env, rawURL, e.Secret, MaxEndpoints).Scan(&e.CreatedAt)
+		RETURNING created_at`, e.ID, accountID, env, rawURL, secrets.seal(e.Secret, e.ID), MaxEndpoints).Scan(&e.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, domain.Errorf(domain.CodeConflict, "an account has at most %d webhook endpoints per env", MaxEndpoints)
 	}

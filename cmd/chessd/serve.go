@@ -81,6 +81,10 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	meterCtx, stopMeter := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMeter()
 	meter := ledger.NewMeter(meterCtx, store, logger, cfg.Meter)
+	hooks, err := webhook.NewSecrets(pepper) // endpoints' signing secrets, sealed in the database
+	if err != nil {
+		return err
+	}
 	var exec *executor.Executor
 	if !cfg.NoExecutor {
 		exec = executor.New(cfg.Executor, db.pool, cmds, svc, logger)
@@ -88,18 +92,19 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	mx := metrics.New(metrics.Sources{Engines: c.catalog, DB: db.pool, Executor: exec, Projections: allProjections(), Logger: logger})
 	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL, NoRateLimits: cfg.NoRateLimits, InsecureWebhooks: cfg.InsecureWebhooks}, httpapi.Deps{
 		Pool: db.pool, Commands: cmds, ObserveRequest: mx.ObserveRequest,
-		Auth:     auth.NewAuthenticator(db.pool, pepper),
-		Analysis: svc,
-		Meter:    meter,
-		Logger:   logger,
-		Wakeups:  eventstore.Listen(meterCtx, db.pool, logger), // job event streams wait for commits
+		Auth:           auth.NewAuthenticator(db.pool, pepper),
+		Analysis:       svc,
+		Meter:          meter,
+		Logger:         logger,
+		Wakeups:        eventstore.Listen(meterCtx, db.pool, logger), // job event streams wait for commits
+		WebhookSecrets: hooks,
 	})
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go expireOldRows(ctx, db, logger)
 	go mail.NewSender(cfg.Mail, db.pool, logger).Run(ctx) // the outbox: SMTP when configured, else the log
-	go webhook.NewSender(webhook.Config{AllowPrivate: cfg.InsecureWebhooks}, db.pool, logger).Run(ctx)
+	go webhook.NewSender(webhook.Config{AllowPrivate: cfg.InsecureWebhooks, Secrets: hooks}, db.pool, logger).Run(ctx)
 	go alerts.Run(ctx, db.pool, 5*time.Second, logger) // budget thresholds crossed, told by webhook
 	go projections.PruneLoop(ctx, db.pool, busConsumers(), time.Minute, logger)
 	execDone := make(chan error, 1)
