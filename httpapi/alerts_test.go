@@ -73,18 +73,7 @@ func TestBudgetAlerts(t *testing.T) {
 		t.Fatalf("alerts: %v", msgs)
 	}
 	// a refund of every charge takes the spend back to 0: the 50 % alert is re-armed
-	var ids []string
-	rows, err := e.pool.Query(ctx, `SELECT charge_id FROM charges WHERE key_id = $1`, keyID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
+	ids := e.chargeIDs(keyID)
 	if _, err := commands.New(eventstore.NewStore(e.pool, nil), nil).RefundCharges(ctx, ids, "test refund", "ops:test", "r"); err != nil {
 		t.Fatal(err)
 	}

@@ -315,18 +315,7 @@ func TestExplainChargeInItsPeriod(t *testing.T) {
 		}
 	}
 	e.caughtUp()
-	var ids []string
-	rows, err := e.pool.Query(ctx, `SELECT charge_id FROM charges WHERE key_id = $1 ORDER BY position`, keyID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
+	ids := e.chargeIDs(keyID)
 	if len(ids) != 3 {
 		t.Fatalf("%d charges, want 3", len(ids))
 	}

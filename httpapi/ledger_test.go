@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
 	"chessd/eventstore"
@@ -25,6 +26,20 @@ func (e *env) withIdem(path, key, idem, body string) response {
 	}
 	req.Header.Set("Idempotency-Key", idem)
 	return e.send(req)
+}
+
+// chargeIDs are the ids of keyID's charges, in the order they were charged.
+func (e *env) chargeIDs(keyID string) []string {
+	e.t.Helper()
+	rows, err := e.pool.Query(context.Background(), `SELECT charge_id FROM charges WHERE key_id = $1 ORDER BY position`, keyID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ids
 }
 
 // caughtUp waits until the ledger and jobs projections have applied every event.

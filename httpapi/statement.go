@@ -307,8 +307,8 @@ func (s *Server) explainCharge(w http.ResponseWriter, r *http.Request) {
 		"key_id":             x.Charge.KeyID,
 		"spent_units_before": x.SpentBefore.Units, "spent_usd_before": usd(x.SpentBefore.USD),
 		"spent_units_after": x.SpentAfter.Units, "spent_usd_after": usd(x.SpentAfter.USD),
-		"budget_units": x.BudgetUnits, "budget_usd": nil, "budget_period": x.BudgetPeriod, "period_start": x.PeriodStart,
-		"period_end": x.PeriodEnd,
+		"budget_units": x.BudgetUnits, "budget_usd": nil,
+		"budget_period": x.BudgetPeriod, "period_start": x.PeriodStart, "period_end": x.PeriodEnd,
 		"remaining_units_before": nil, "remaining_units_after": nil, "remaining_usd_before": nil, "remaining_usd_after": nil,
 	}
 	if b := x.BudgetUnits; b != nil {

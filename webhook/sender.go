@@ -73,8 +73,8 @@ func (s *Sender) Run(ctx context.Context) {
 
 type due struct {
 	id, endpointID, url, secret, eventType string
-	payload                    []byte
-	attempts                   int
+	payload                                []byte
+	attempts                               int
 }
 
 // SendDue claims up to ten due deliveries and tries each; it returns how many.
