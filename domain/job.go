@@ -21,6 +21,16 @@ var (
 
 func (s JobState) String() string { return s.name }
 
+// ParseJobState reads a state's name.
+func ParseJobState(name string) (JobState, bool) {
+	for _, s := range []JobState{StateQueued, StateRunning, StateSucceeded, StateFailed, StateCancelled} {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return JobState{}, false
+}
+
 // Terminal states never change.
 func (s JobState) Terminal() bool {
 	return s == StateSucceeded || s == StateFailed || s == StateCancelled

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -223,6 +225,78 @@ func (s *Server) ownJob(r *http.Request) (*domain.Job, error) {
 		return nil, domain.Errorf(domain.CodeNotFound, "no job %q on this account", id)
 	}
 	return j, nil
+}
+
+// Jobs' list: GET /jobs.
+const (
+	defaultJobsLimit = 20
+	maxJobsLimit     = 100
+)
+
+// listJobs answers GET /jobs: the calling key's account's jobs in its env, newest
+// first, a page at a time, optionally in one state.
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var p domain.Problems
+	limit, state := defaultJobsLimit, ""
+	var after *projections.JobCursor
+	for _, name := range slices.Sorted(maps.Keys(q)) { // problems in one order
+		vs := q[name]
+		if len(vs) > 1 {
+			p.Add(name, "is given more than once")
+		}
+		v := vs[0]
+		switch name {
+		case "state":
+			if _, ok := domain.ParseJobState(v); !ok {
+				p.Add("state", "must be queued, running, succeeded, failed or cancelled")
+			}
+			state = v
+		case "limit":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxJobsLimit {
+				p.Add("limit", fmt.Sprintf("must be an integer from 1 to %d", maxJobsLimit))
+			}
+			limit = n
+		case "cursor":
+			c, err := projections.DecodeJobCursor(v)
+			var de *domain.Error
+			if errors.As(err, &de) {
+				p = append(p, de.Fields...)
+			}
+			after = &c
+		default:
+			p.Add(name, "is not a parameter of /jobs (state, limit, cursor)")
+		}
+	}
+	if err := p.Err(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	key := principal(r.Context())
+	jobs, next, err := projections.ListJobs(r.Context(), s.pool, key.AccountID(), key.Env().String(), state, after, limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	type listed struct {
+		projections.JobSummary
+		Links map[string]string `json:"links"`
+	}
+	out := make([]listed, len(jobs))
+	for i, j := range jobs {
+		base := s.baseURL + "/jobs/" + j.ID
+		out[i] = listed{JobSummary: j, Links: map[string]string{"self": base, "result": base + "/result", "events": base + "/events"}}
+	}
+	var nextCursor *string
+	if next != nil {
+		c := next.Encode()
+		nextCursor = &c
+		q.Set("cursor", c)
+		w.Header().Set("Link", fmt.Sprintf(`<%s/jobs?%s>; rel="next"`, s.baseURL, q.Encode()))
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]any{"env": key.Env().String(), "jobs": out, "next_cursor": nextCursor})
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {

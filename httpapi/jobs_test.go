@@ -621,3 +621,94 @@ func TestRefusalIsNotKeptForAnIdempotencyKey(t *testing.T) {
 		t.Fatalf("eval retried after raising the budget: %d %s", r.Status, r.Raw)
 	}
 }
+
+// GET /jobs lists the caller's account's jobs of its env, newest first, page by page,
+// filtered by state; another account's jobs and the other env's never show; bad
+// parameters are 400 naming them.
+func TestListJobs(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("lister@example.com")
+	other := e.signupPro("other-lister@example.com")
+	testKey, _ := e.createKey(key, map[string]any{"env": "test", "scopes": []string{"jobs"}})
+	submit := func(k string) string {
+		t.Helper()
+		r := e.do("POST", "/v1/batch", k, map[string]any{"fens": []string{startFEN}, "depth": 4})
+		if r.Status != 202 {
+			t.Fatalf("batch: %d %s", r.Status, r.Raw)
+		}
+		return r.Body["job_id"].(string)
+	}
+	var mine []string // oldest first
+	for range 5 {
+		mine = append(mine, submit(key))
+	}
+	theirs, testJob := submit(other), submit(testKey)
+	for _, id := range mine {
+		e.waitJob(key, id, finished)
+	}
+	cancelled := submit(key)
+	if r := e.do("DELETE", "/v1/jobs/"+cancelled, key, nil); r.Status != 200 && r.Status != 409 {
+		t.Fatalf("cancel: %d %s", r.Status, r.Raw)
+	}
+	final := e.waitJob(key, cancelled, finished)["state"]
+	mine = append(mine, cancelled)
+	e.caughtUp()
+
+	list := func(k, query string) response {
+		t.Helper()
+		r := e.do("GET", "/v1/jobs?"+query, k, nil)
+		if r.Status != 200 {
+			t.Fatalf("GET /jobs?%s: %d %s", query, r.Status, r.Raw)
+		}
+		return r
+	}
+	ids := func(r response) []string {
+		var out []string
+		for _, j := range r.Body["jobs"].([]any) {
+			out = append(out, j.(map[string]any)["job_id"].(string))
+		}
+		return out
+	}
+	// pages of 4: the six newest first, then nothing more
+	first := list(key, "limit=4")
+	next, _ := first.Body["next_cursor"].(string)
+	if next == "" || !strings.Contains(first.Header.Get("Link"), "cursor="+next) {
+		t.Fatalf("first page: next_cursor %v, Link %q", first.Body["next_cursor"], first.Header.Get("Link"))
+	}
+	second := list(key, "limit=4&cursor="+next)
+	if second.Body["next_cursor"] != nil || second.Header.Get("Link") != "" {
+		t.Fatalf("last page: next_cursor %v, Link %q", second.Body["next_cursor"], second.Header.Get("Link"))
+	}
+	got := append(ids(first), ids(second)...)
+	want := slices.Clone(mine)
+	slices.Reverse(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("listed %v, want newest first %v", got, want)
+	}
+	j := first.Body["jobs"].([]any)[1].(map[string]any)
+	if j["state"] != "succeeded" || j["positions_done"] != float64(1) || j["kind"] != "batch" ||
+		!strings.HasSuffix(j["links"].(map[string]any)["self"].(string), "/jobs/"+j["job_id"].(string)) {
+		t.Fatalf("a listed job: %v", j)
+	}
+	if got := ids(list(key, "state="+final.(string))); !slices.Contains(got, cancelled) || len(got) != 1 && final == "cancelled" {
+		t.Fatalf("state=%s: %v", final, got)
+	}
+	if got := ids(list(key, "state=succeeded")); len(got) < 5 || slices.Contains(got, cancelled) && final == "cancelled" {
+		t.Fatalf("state=succeeded: %v", got)
+	}
+	if got := ids(list(other, "")); !slices.Equal(got, []string{theirs}) {
+		t.Fatalf("the other account lists %v, want only %s", got, theirs)
+	}
+	if got := ids(list(testKey, "")); !slices.Equal(got, []string{testJob}) {
+		t.Fatalf("the test env lists %v, want only %s", got, testJob)
+	}
+	for _, tc := range []struct{ query, field string }{
+		{"limit=0", "limit"}, {"limit=101", "limit"}, {"limit=x", "limit"}, {"state=done", "state"},
+		{"cursor=nope", "cursor"}, {"cursor=" + next + "x", "cursor"}, {"color=red", "color"}, {"limit=1&limit=2", "limit"},
+	} {
+		r := e.do("GET", "/v1/jobs?"+tc.query, key, nil)
+		if r.Status != 400 || !strings.Contains(r.Raw, `"`+tc.field+`"`) {
+			t.Errorf("GET /jobs?%s: %d %s, want 400 naming %s", tc.query, r.Status, r.Raw, tc.field)
+		}
+	}
+}

@@ -175,6 +175,7 @@ func (s *Server) routes() {
 	handle("GET", "/price", s.authed(domain.ScopeEval, s.price))
 	handle("POST", "/batch", s.authed(domain.ScopeJobs, s.batch)) // idempotent inside SubmitJob
 	handle("POST", "/analyze", s.authed(domain.ScopeJobs, s.analyze))
+	handle("GET", "/jobs", s.authed(domain.ScopeJobs, s.listJobs))
 	handle("GET", "/jobs/{id}", s.authed(domain.ScopeJobs, s.getJob))
 	handle("DELETE", "/jobs/{id}", s.authed(domain.ScopeJobs, s.cancelJob))
 	handle("GET", "/jobs/{id}/result", s.authed(domain.ScopeJobs, s.jobResult))

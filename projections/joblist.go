@@ -1,0 +1,96 @@
+package projections
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"chessd/domain"
+	"chessd/eventstore"
+)
+
+// JobSummary is a job as GET /jobs lists it, from the jobs read model: what a list
+// needs; GET /jobs/{id} has the whole job.
+type JobSummary struct {
+	ID             string     `json:"job_id"`
+	KeyID          string     `json:"key_id"`
+	Kind           string     `json:"kind"`
+	State          string     `json:"state"`
+	CreatedAt      time.Time  `json:"created_at"`
+	StartedAt      *time.Time `json:"started_at"`
+	FinishedAt     *time.Time `json:"finished_at"`
+	PositionsTotal int        `json:"positions_total"`
+	PositionsDone  int        `json:"positions_done"`
+	CostUnits      int64      `json:"cost_units"`
+	CostUSD        string     `json:"cost_usd"`
+}
+
+// JobCursor continues a list of jobs after the one it names (newest first).
+type JobCursor struct {
+	CreatedAt time.Time
+	JobID     string
+}
+
+// Encode is the cursor as the client carries it: opaque, URL-safe.
+func (c JobCursor) Encode() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(c.CreatedAt.UTC().Format(time.RFC3339Nano) + " " + c.JobID))
+}
+
+// DecodeJobCursor reads a cursor Encode made; anything else is a 400 naming `cursor`.
+func DecodeJobCursor(s string) (JobCursor, error) {
+	bad := domain.Invalid("cursor", "is not a cursor this service handed out (use next_cursor as given)")
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	if err != nil {
+		return JobCursor{}, bad
+	}
+	at, id, ok := strings.Cut(string(raw), " ")
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if !ok || err != nil || !strings.HasPrefix(id, "job_") || len(id) > 64 {
+		return JobCursor{}, bad
+	}
+	c := JobCursor{CreatedAt: t, JobID: id}
+	if c.Encode() != s { // one spelling per cursor: an edited one is refused, not read otherwise
+		return JobCursor{}, bad
+	}
+	return c, nil
+}
+
+// ListJobs returns up to limit of accountID's jobs in env (those its keys of that env
+// submitted), newest first, after the cursor when given, in state when it is not
+// empty; next is set when more follow. It reads the read model: a job submitted a
+// moment ago appears once the jobs projection has applied it.
+func ListJobs(ctx context.Context, q eventstore.Querier, accountID, env, state string, after *JobCursor, limit int) (jobs []JobSummary, next *JobCursor, err error) {
+	var afterAt *time.Time
+	var afterID string
+	if after != nil {
+		afterAt, afterID = &after.CreatedAt, after.JobID
+	}
+	rows, err := q.Query(ctx, `SELECT j.job_id, j.key_id, j.kind, j.state, j.created_at, j.started_at, j.finished_at,
+			j.positions_total, j.positions_done, j.cost_units, j.cost_usd::text
+		FROM jobs j JOIN api_keys k ON k.key_id = j.key_id
+		WHERE j.account_id = $1 AND k.env = $2 AND ($3 = '' OR j.state = $3)
+		  AND ($4::timestamptz IS NULL OR (j.created_at, j.job_id) < ($4, $5))
+		ORDER BY j.created_at DESC, j.job_id DESC LIMIT $6`, accountID, env, state, afterAt, afterID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list jobs: %w", err)
+	}
+	jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobSummary, error) {
+		var j JobSummary
+		err := r.Scan(&j.ID, &j.KeyID, &j.Kind, &j.State, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
+			&j.PositionsTotal, &j.PositionsDone, &j.CostUnits, &j.CostUSD)
+		return j, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list jobs: %w", err)
+	}
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		last := jobs[limit-1]
+		next = &JobCursor{CreatedAt: last.CreatedAt, JobID: last.ID}
+	}
+	return jobs, next, nil
+}
