@@ -125,6 +125,8 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Errorf("%s positions were shown as they finished, want 10", got)
 	}
 	b.wait(`document.querySelector('[data-testid=eval-graph]')?.dataset.points === '10'`)
+	// the job is listed (GET /jobs) with its final state
+	b.wait(`[...document.querySelectorAll('[data-testid=jobs-list] tr')].some(r => r.querySelector('[data-testid=listed-state]')?.textContent === 'succeeded')`)
 	b.click("[data-testid=step-next]")
 	b.click("[data-testid=step-next]")
 	b.wait(`document.querySelector('[data-testid=review-caption]').textContent.startsWith('Position 3 of 10 (1… e5)')`)

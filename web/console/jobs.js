@@ -1,6 +1,7 @@
 // Jobs: submit a PGN (POST /analyze) or a list of FENs (POST /batch), watch it over
 // GET /jobs/{id}/events (read with fetch(): EventSource cannot send the key), cancel it,
-// then step through the positions with an evaluation graph.
+// then step through the positions with an evaluation graph; the account's jobs
+// (GET /jobs) are listed to open again.
 
 import { api, engines, session, stream } from './api.js';
 import { makeBoard, Chess, arrow } from './board.js';
@@ -45,6 +46,14 @@ export function mount(root) {
   const cancelBtn = h('button', { type: 'button', onclick: cancel, 'data-testid': 'job-cancel' }, 'Cancel job');
   const rows = h('tbody', { 'data-testid': 'job-positions' });
   const review = h('div', { class: 'review', hidden: true, 'data-testid': 'job-review' });
+  const listBody = h('tbody', { 'data-testid': 'jobs-list' });
+  const olderBtn = h('button', { type: 'button', hidden: true, onclick: () => loadJobs(true), 'data-testid': 'jobs-older' }, 'Older jobs');
+  const listEl = h('section', { class: 'card', 'aria-label': 'Your jobs' },
+    h('h2', {}, 'Your jobs'),
+    h('div', { class: 'scroll' }, h('table', {},
+      h('thead', {}, h('tr', {}, ['Submitted', 'Kind', 'State', 'Positions', 'Units', ''].map((c) => h('th', { scope: 'col' }, c)))),
+      listBody)),
+    olderBtn);
 
   replace(root,
     h('h1', {}, 'Jobs'),
@@ -58,7 +67,8 @@ export function mount(root) {
         h('button', { type: 'button', onclick: () => { input.value = SAMPLE; kindPgn.checked = true; changed(); } }, 'Sample game')),
       priceEl,
       submitBtn),
-    jobEl);
+    jobEl,
+    listEl);
   replace(jobEl,
     h('h2', {}, 'Progress'),
     jobHead,
@@ -82,8 +92,34 @@ export function mount(root) {
   let graph = null;
   let viewer = null;
   let quoteSeq = 0; // the latest price asked: older answers are dropped
+  let listCursor = null;
   changed();
+  loadJobs(false);
   if (state.jobId) follow(state.jobId);
+
+  // loadJobs shows the newest jobs, or adds the next older page.
+  async function loadJobs(older) {
+    const query = { limit: 10 };
+    if (older && listCursor) query.cursor = listCursor;
+    try {
+      const page = await api('GET', '/jobs', { query });
+      if (!older) listBody.replaceChildren();
+      for (const j of page.jobs) {
+        listBody.append(h('tr', { 'data-job': j.job_id },
+          h('td', {}, new Date(j.created_at).toLocaleString()),
+          h('td', {}, j.kind),
+          h('td', { 'data-testid': 'listed-state' }, j.state),
+          h('td', {}, `${j.positions_done}/${j.positions_total}`),
+          h('td', {}, j.cost_units),
+          h('td', {}, h('button', { type: 'button', 'aria-label': `Open job ${j.job_id}`, onclick: () => { state.jobId = j.job_id; follow(j.job_id); } }, 'Open'))));
+      }
+      if (!older && !page.jobs.length) listBody.append(h('tr', {}, h('td', { colspan: 6 }, 'No jobs yet.')));
+      listCursor = page.next_cursor;
+      olderBtn.hidden = !listCursor;
+    } catch (err) {
+      showProblem(problems, err);
+    }
+  }
 
   // positionsOf counts what the input would submit (chess.js reads the PGN).
   function positionsOf() {
@@ -133,6 +169,7 @@ export function mount(root) {
     try {
       const j = await api('POST', endpoint, { body });
       state.jobId = j.job_id;
+      loadJobs(false);
       follow(j.job_id);
     } catch (err) {
       showProblem(problems, err);
@@ -175,7 +212,10 @@ export function mount(root) {
         await new Promise((r) => setTimeout(r, Math.min(5000, 500 * 2 ** attempt)));
       }
     }
-    if (!mine.signal.aborted) await showReview(id);
+    if (!mine.signal.aborted) {
+      loadJobs(false); // the list shows the job's final state
+      await showReview(id);
+    }
   }
 
   function onJobEvent(name, data) {
