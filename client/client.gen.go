@@ -271,6 +271,7 @@ func (e HealthStatus) Valid() bool {
 
 // Defines values for HealthCheckStatus.
 const (
+	HealthCheckStatusNewer   HealthCheckStatus = "newer"
 	HealthCheckStatusOk      HealthCheckStatus = "ok"
 	HealthCheckStatusPending HealthCheckStatus = "pending"
 )
@@ -278,6 +279,8 @@ const (
 // Valid indicates whether the value is a known member of the HealthCheckStatus enum.
 func (e HealthCheckStatus) Valid() bool {
 	switch e {
+	case HealthCheckStatusNewer:
+		return true
 	case HealthCheckStatusOk:
 		return true
 	case HealthCheckStatusPending:
@@ -1210,6 +1213,9 @@ type HealthStatus string
 
 // HealthCheck defines model for HealthCheck.
 type HealthCheck struct {
+	// Newer Applied migrations this server does not know: a newer chessd migrated the database; this one is not ready.
+	Newer *[]string `json:"newer,omitempty"`
+
 	// Pending Migrations not applied.
 	Pending *[]string         `json:"pending,omitempty"`
 	Status  HealthCheckStatus `json:"status"`

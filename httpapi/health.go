@@ -15,8 +15,9 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz says whether the server can do its work: PostgreSQL answers and every
-// migration is applied.
+// readyz says whether the server can do its work: PostgreSQL answers, every migration
+// is applied and none is newer than this binary (during a rolling upgrade, the old
+// servers step aside once a new one has migrated).
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -24,10 +25,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ready := true
 	if err := s.pool.Ping(ctx); err != nil {
 		checks["postgres"], ready = "unreachable", false
-	} else if pending, err := postgres.Pending(ctx, s.pool); err != nil {
+	} else if pending, newer, err := postgres.Compare(ctx, s.pool); err != nil {
 		checks["migrations"], ready = "unknown", false
 	} else if len(pending) > 0 {
 		checks["migrations"], ready = "pending", false
+	} else if len(newer) > 0 { // a newer chessd migrated the database: this one steps aside
+		checks["migrations"], ready = "newer", false
 	}
 	if !ready {
 		s.writeError(w, r, domain.Errorf(domain.CodeUnavailable, "not ready: postgres %s, migrations %s", checks["postgres"], checks["migrations"]))
@@ -40,6 +43,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 type healthCheck struct {
 	Status  string   `json:"status"`
 	Pending []string `json:"pending,omitempty"` // migrations not applied
+	Newer   []string `json:"newer,omitempty"`   // applied migrations this binary does not know
 }
 
 // projectionHealth is a projection's line of GET /health.
@@ -65,13 +69,16 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	}
 	status := "ok"
 	migrations := healthCheck{Status: "ok"}
-	pending, err := postgres.Pending(ctx, s.pool)
+	pending, newer, err := postgres.Compare(ctx, s.pool)
 	if err != nil {
 		unavailable("PostgreSQL does not answer", err)
 		return
 	}
-	if len(pending) > 0 {
+	switch {
+	case len(pending) > 0:
 		migrations, status = healthCheck{Status: "pending", Pending: pending}, "degraded"
+	case len(newer) > 0:
+		migrations, status = healthCheck{Status: "newer", Newer: newer}, "degraded"
 	}
 	head, sts, err := projections.Statuses(ctx, s.pool, projections.All())
 	if err != nil {

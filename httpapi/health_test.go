@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,5 +89,26 @@ func TestHealthShowsSetAsideEvents(t *testing.T) {
 	wantProblem(t, r, 503, "retry_after")
 	if r.Header.Get("Retry-After") == "" {
 		t.Fatal("503 without Retry-After")
+	}
+}
+
+// A server whose database a newer chessd migrated steps aside: not ready, and health
+// names the migrations it does not know.
+func TestNewerSchemaIsNotReady(t *testing.T) {
+	e := newEnv(t, withWorkers(0))
+	if r := e.do("GET", "/v1/readyz", "", nil); r.Status != 200 {
+		t.Fatalf("readyz: %d %s", r.Status, r.Raw)
+	}
+	if _, err := e.pool.Exec(context.Background(), `INSERT INTO schema_migrations (name) VALUES ('9999_from_the_future.sql')`); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("GET", "/v1/readyz", "", nil); r.Status != 503 || !strings.Contains(r.Raw, "migrations newer") {
+		t.Fatalf("readyz on a newer schema: %d %s, want 503 naming it", r.Status, r.Raw)
+	}
+	r := e.do("GET", "/v1/health", "", nil)
+	m, _ := r.Body["checks"].(map[string]any)["migrations"].(map[string]any)
+	if r.Status != 200 || r.Body["status"] != "degraded" || m["status"] != "newer" ||
+		!reflect.DeepEqual(m["newer"], []any{"9999_from_the_future.sql"}) {
+		t.Fatalf("health on a newer schema: %d %s", r.Status, r.Raw)
 	}
 }

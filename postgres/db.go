@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -110,35 +111,52 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 		}
 		logger.Info("migration applied", "name", name)
 	}
+	if _, newer, err := Compare(ctx, conn); err != nil {
+		return err
+	} else if len(newer) > 0 {
+		return fmt.Errorf("%w (it has %s)", ErrSchemaNewer, strings.Join(newer, ", "))
+	}
 	return nil
 }
 
-// Pending lists migrations the database has not applied: /readyz is ready only when it
-// is empty.
+// Pending lists migrations the database has not applied.
 func Pending(ctx context.Context, q Querier) ([]string, error) {
+	pending, _, err := Compare(ctx, q)
+	return pending, err
+}
+
+// ErrSchemaNewer says the database has migrations this binary does not know: a newer
+// chessd migrated it. This one would write what the newer schema expects differently
+// (a rollup it does not know of), so it does not run on it.
+var ErrSchemaNewer = errors.New("the database's schema is newer than this chessd: run the newer version")
+
+// Compare tells which embedded migrations the database has not applied (pending) and
+// which applied ones this binary does not know (newer). /readyz is ready only when
+// both are empty.
+func Compare(ctx context.Context, q Querier) (pending, newer []string, err error) {
 	names, err := migrationNames()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rows, err := q.Query(ctx, `SELECT name FROM schema_migrations`)
+	rows, err := q.Query(ctx, `SELECT name FROM schema_migrations ORDER BY name`)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	applied, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	have := make(map[string]bool, len(applied))
-	for _, n := range applied {
-		have[n] = true
-	}
-	var pending []string
 	for _, n := range names {
-		if !have[n] {
+		if !slices.Contains(applied, n) {
 			pending = append(pending, n)
 		}
 	}
-	return pending, nil
+	for _, n := range applied {
+		if !slices.Contains(names, n) {
+			newer = append(newer, n)
+		}
+	}
+	return pending, newer, nil
 }
 
 func migrationNames() ([]string, error) {

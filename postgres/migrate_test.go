@@ -117,6 +117,20 @@ func TestMigrate(t *testing.T) {
 	if pending, err := postgres.Pending(ctx, pool); err != nil || !slices.Equal(pending, []string{last}) {
 		t.Fatalf("pending with %s unrecorded: %v (%v)", last, pending, err)
 	}
+
+	// A newer chessd migrated the database further: this one refuses to run on it.
+	if _, err := pool.Exec(ctx, `INSERT INTO schema_migrations (name) VALUES ($1), ('9999_from_the_future.sql')`, last); err != nil {
+		t.Fatal(err)
+	}
+	if _, newer, err := postgres.Compare(ctx, pool); err != nil || !slices.Equal(newer, []string{"9999_from_the_future.sql"}) {
+		t.Fatalf("newer: %v (%v)", newer, err)
+	}
+	if err := postgres.Migrate(ctx, pool, quiet); !errors.Is(err, postgres.ErrSchemaNewer) || !strings.Contains(err.Error(), "9999_from_the_future.sql") {
+		t.Fatalf("migrating a database a newer chessd migrated: %v, want ErrSchemaNewer naming the migration", err)
+	}
+	if pending, err := postgres.Pending(ctx, pool); err != nil || len(pending) != 0 {
+		t.Fatalf("the older binary still applied what it had: pending %v (%v)", pending, err)
+	}
 }
 
 // The error classes of errors PostgreSQL and the network really produce.
