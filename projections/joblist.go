@@ -16,17 +16,8 @@ import (
 // JobSummary is a job as GET /jobs lists it, from the jobs read model: what a list
 // needs; GET /jobs/{id} has the whole job.
 type JobSummary struct {
-	ID             string     `json:"job_id"`
-	KeyID          string     `json:"key_id"`
-	Kind           string     `json:"kind"`
-	State          string     `json:"state"`
-	CreatedAt      time.Time  `json:"created_at"`
-	StartedAt      *time.Time `json:"started_at"`
-	FinishedAt     *time.Time `json:"finished_at"`
-	PositionsTotal int        `json:"positions_total"`
-	PositionsDone  int        `json:"positions_done"`
-	CostUnits      int64      `json:"cost_units"`
-	CostUSD        string     `json:"cost_usd"`
+	JobHead
+	KeyID string `json:"key_id"` // the key that submitted it
 }
 
 // JobCursor continues a list of jobs after the one it names (newest first).

@@ -27,21 +27,26 @@ func (Jobs) Tables() []string { return []string{"jobs", "job_stream"} }
 // adds to a job's event stream: GET /jobs/{id}/events waits for it instead of polling.
 func JobStreamTopic(jobID string) string { return "job_stream:" + jobID }
 
+// JobHead is what every view of a job starts with: the record and the list.
+type JobHead struct {
+	ID             string     `json:"job_id"`
+	Kind           string     `json:"kind"`
+	State          string     `json:"state"`
+	CreatedAt      time.Time  `json:"created_at"`
+	StartedAt      *time.Time `json:"started_at"`
+	FinishedAt     *time.Time `json:"finished_at"`
+	PositionsTotal int        `json:"positions_total"`
+	PositionsDone  int        `json:"positions_done"`
+	CostUnits      int64      `json:"cost_units"`
+	CostUSD        string     `json:"cost_usd"`
+}
+
 // JobRecord is the job as clients see it (decisions.md, Jobs).
 type JobRecord struct {
-	ID             string         `json:"job_id"`
-	Kind           string         `json:"kind"`
-	State          string         `json:"state"`
-	CreatedAt      time.Time      `json:"created_at"`
-	StartedAt      *time.Time     `json:"started_at"`
-	FinishedAt     *time.Time     `json:"finished_at"`
-	PositionsTotal int            `json:"positions_total"`
-	PositionsDone  int            `json:"positions_done"`
-	CostUnits      int64          `json:"cost_units"`
-	CostUSD        string         `json:"cost_usd"`
-	HoldUnits      int64          `json:"hold_units"`
-	Error          *JobError      `json:"error"`
-	Spec           domain.JobSpec `json:"spec"`
+	JobHead
+	HoldUnits int64          `json:"hold_units"`
+	Error     *JobError      `json:"error"`
+	Spec      domain.JobSpec `json:"spec"`
 }
 
 // JobError is a failed job's problem, in brief.
@@ -53,9 +58,12 @@ type JobError struct {
 // RecordOf renders a job aggregate.
 func RecordOf(j *domain.Job) JobRecord {
 	r := JobRecord{
-		ID: j.ID(), Kind: j.Kind(), State: j.State().String(), CreatedAt: j.SubmittedAt(), StartedAt: j.StartedAt(),
-		FinishedAt: j.FinishedAt(), PositionsTotal: len(j.Positions()), PositionsDone: j.Done(),
-		CostUnits: j.CostUnits(), CostUSD: j.CostUSD().StringFixed(6), HoldUnits: j.HoldUnits(), Spec: j.Spec(),
+		JobHead: JobHead{
+			ID: j.ID(), Kind: j.Kind(), State: j.State().String(), CreatedAt: j.SubmittedAt(), StartedAt: j.StartedAt(),
+			FinishedAt: j.FinishedAt(), PositionsTotal: len(j.Positions()), PositionsDone: j.Done(),
+			CostUnits: j.CostUnits(), CostUSD: j.CostUSD().StringFixed(6),
+		},
+		HoldUnits: j.HoldUnits(), Spec: j.Spec(),
 	}
 	if f := j.Failure(); f != nil {
 		r.Error = &JobError{Code: f.Code, Message: f.Message}
