@@ -704,7 +704,7 @@ func TestListJobs(t *testing.T) {
 	}
 	for _, tc := range []struct{ query, field string }{
 		{"limit=0", "limit"}, {"limit=101", "limit"}, {"limit=x", "limit"}, {"state=done", "state"},
-		{"cursor=nope", "cursor"}, {"cursor=" + next + "x", "cursor"}, {"color=red", "color"}, {"limit=1&limit=2", "limit"},
+		{"cursor=nope", "cursor"}, {"cursor=" + next + "%21", "cursor"}, {"color=red", "color"}, {"limit=1&limit=2", "limit"},
 	} {
 		r := e.do("GET", "/v1/jobs?"+tc.query, key, nil)
 		if r.Status != 400 || !strings.Contains(r.Raw, `"`+tc.field+`"`) {
