@@ -12,10 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"chessd/commands"
-	"chessd/domain"
 	"chessd/engine"
-	"chessd/eventstore"
 )
 
 const (
@@ -89,20 +86,6 @@ func (e *env) stream(path, key, media, body string, header http.Header) (*http.R
 		evs = append(evs, ev)
 	}
 	return res, evs
-}
-
-// signupProID is signupPro that also returns the key's id.
-func (e *env) signupProID(email string) (key, keyID string) {
-	e.t.Helper()
-	r := e.do("POST", "/v1/signup", "", map[string]string{"email": email})
-	if r.Status != 201 {
-		e.t.Fatalf("signup: %d %s", r.Status, r.Raw)
-	}
-	h := commands.New(eventstore.NewStore(e.pool, nil), testPepper)
-	if err := h.ChangePlan(context.Background(), r.Body["account_id"].(string), domain.PlanPro, "test"); err != nil {
-		e.t.Fatal(err)
-	}
-	return r.Body["api_key"].(string), r.Body["key_id"].(string)
 }
 
 // decodeObject unmarshals a JSON object.

@@ -277,9 +277,9 @@ func (e *env) signup(email string) (key, keyID string) {
 	return r.Body["api_key"].(string), r.Body["key_id"].(string)
 }
 
-// signupPro makes an account on the pro plan (whose caps allow everything) and
-// returns its key.
-func (e *env) signupPro(email string) string {
+// signupProID makes an account on the pro plan (whose caps allow everything) and
+// returns its key and the key's id.
+func (e *env) signupProID(email string) (key, keyID string) {
 	e.t.Helper()
 	r := e.do("POST", "/v1/signup", "", map[string]string{"email": email})
 	if r.Status != 201 {
@@ -289,7 +289,14 @@ func (e *env) signupPro(email string) string {
 	if err := h.ChangePlan(context.Background(), r.Body["account_id"].(string), domain.PlanPro, "test"); err != nil {
 		e.t.Fatal(err)
 	}
-	return r.Body["api_key"].(string)
+	return r.Body["api_key"].(string), r.Body["key_id"].(string)
+}
+
+// signupPro is signupProID without the key's id.
+func (e *env) signupPro(email string) string {
+	e.t.Helper()
+	key, _ := e.signupProID(email)
+	return key
 }
 
 // createKey makes a key with the given body using key, expecting success.
