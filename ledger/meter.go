@@ -214,10 +214,7 @@ func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
 			m.release(ctx, l)
 			continue
 		}
-		if ok, ahead := m.take(l, units); ok {
-			if ahead {
-				go m.topUpAhead(l, call, units)
-			}
+		if m.take(l, call, units) {
 			return &Reservation{m: m, l: l, call: call, price: price, units: units}, nil
 		}
 		if err := m.topUp(ctx, l, call, units, false); err != nil {
@@ -226,10 +223,7 @@ func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
 			}
 			return nil, err
 		}
-		if ok, ahead := m.take(l, units); ok {
-			if ahead {
-				go m.topUpAhead(l, call, units)
-			}
+		if m.take(l, call, units) {
 			return &Reservation{m: m, l: l, call: call, price: price, units: units}, nil
 		}
 	}
@@ -258,13 +252,13 @@ func (m *Meter) leaseFor(k *domain.Key, acct *domain.Account, day string) (*leas
 	return l, true
 }
 
-// take hands units of the lease to a call when it has them. ahead: the lease runs low
-// and the caller is to start topUpAhead.
-func (m *Meter) take(l *lease, units int64) (ok, ahead bool) {
+// take hands units of the lease to call when it has them, and starts topUpAhead when
+// the lease runs low.
+func (m *Meter) take(l *lease, call Call, units int64) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if l.released || l.avail < units {
-		return false, false
+		return false
 	}
 	l.avail -= units
 	l.inflight++
@@ -272,9 +266,9 @@ func (m *Meter) take(l *lease, units int64) (ok, ahead bool) {
 	if !l.ahead && !m.closing && l.avail < l.lowWater {
 		l.ahead = true
 		m.aheads.Add(1)
-		ahead = true
+		go m.topUpAhead(l, call, units)
 	}
-	return true, ahead
+	return true
 }
 
 // topUpAhead tops a busy lease that runs low up in the background, so that its calls
@@ -322,15 +316,11 @@ func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64, ahe
 		l.lastUsed = time.Now()
 		m.mu.Unlock()
 	}()
-	need := max(units-avail, 1)
+	need, counted := units-avail, &m.topUps[0]
 	if ahead {
-		need = units
+		need, counted = units, &m.topUps[1]
 	}
-	if ahead {
-		m.topUps[1].Add(1)
-	} else {
-		m.topUps[0].Add(1)
-	}
+	counted.Add(1)
 	var outcome string
 	var granted int64
 	for attempt := 0; ; attempt++ {
