@@ -50,15 +50,12 @@ func (m *Meter) ReserveKeyless(ctx context.Context, addr netip.Addr, perDay int)
 		if b.avail > 0 && !b.released {
 			b.avail--
 			b.lastUsed = time.Now()
-			ahead := !b.ahead && !b.scarce && !m.closing && b.avail < keylessWant/2
-			if ahead {
+			if !b.ahead && !b.scarce && !m.closing && b.avail < keylessWant/2 {
 				b.ahead = true
 				m.aheads.Add(1)
-			}
-			m.mu.Unlock()
-			if ahead {
 				go m.fillKeylessAhead(k, b, perDay)
 			}
+			m.mu.Unlock()
 			return m.giveBack(b), nil
 		}
 		m.mu.Unlock()
