@@ -133,6 +133,34 @@ func TestMigrate(t *testing.T) {
 	}
 }
 
+// Every PL/pgSQL function of the schema plans its statements once per session
+// (migration 0028): a later CREATE OR REPLACE that drops the setting puts planning back
+// on every call of the money path. The two bulk refreshes are left to custom plans.
+func TestFunctionsPlanOnce(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	rows, err := pool.Query(context.Background(), `SELECT p.oid::regprocedure::text
+		  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+		 WHERE l.lanname = 'plpgsql' AND p.pronamespace = current_schema()::regnamespace
+		   AND p.proname NOT IN ('usage_refresh', 'usage_hours_refresh')
+		   AND NOT coalesce('plan_cache_mode=force_generic_plan' = ANY (p.proconfig), false)
+		 ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Fatalf("PL/pgSQL functions without SET plan_cache_mode = force_generic_plan: %v", missing)
+	}
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+		 WHERE l.lanname = 'plpgsql' AND p.pronamespace = current_schema()::regnamespace`).Scan(&n); err != nil || n < 10 {
+		t.Fatalf("PL/pgSQL functions found: %d (%v); the query looks in the wrong place", n, err)
+	}
+}
+
 // The error classes of errors PostgreSQL and the network really produce.
 func TestErrorClassesFromTheServer(t *testing.T) {
 	ctx := context.Background()
