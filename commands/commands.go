@@ -21,12 +21,13 @@ type Handler struct {
 	now    func() time.Time
 	// APIURL is the API's public base (…/v1), named in the mail a signup sends.
 	APIURL string
+	jobs   *jobCache
 }
 
 // New builds a Handler. pepper keys the HMAC under which secrets are stored.
 func New(store *eventstore.Store, pepper []byte) *Handler {
 	return &Handler{store: store, pepper: pepper, now: func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
-		APIURL: "http://localhost:8080/v1"}
+		APIURL: "http://localhost:8080/v1", jobs: &jobCache{jobs: map[string]*domain.Job{}}}
 }
 
 // Actor is who issues a command: the authenticated key and request facts.
@@ -62,7 +63,12 @@ func LoadAccount(ctx context.Context, q eventstore.Querier, accountID string) (*
 }
 
 func loadStream(ctx context.Context, q eventstore.Querier, stream string) ([]domain.Event, error) {
-	stored, err := eventstore.Load(ctx, q, stream)
+	return loadStreamAfter(ctx, q, stream, 0)
+}
+
+// loadStreamAfter is loadStream of the events after version.
+func loadStreamAfter(ctx context.Context, q eventstore.Querier, stream string, version int64) ([]domain.Event, error) {
+	stored, err := eventstore.LoadAfter(ctx, q, stream, version)
 	if err != nil {
 		return nil, err
 	}

@@ -339,6 +339,58 @@ func TestJobQueueTakeRecordFinish(t *testing.T) {
 	}
 }
 
+// A process records a job from the aggregate it kept in memory, read up to date under
+// the job's lock: two workers in two processes recording one job in turns each see the
+// other's positions, so a position sent twice is recorded once, and the job ends
+// exactly when its last position is recorded, whichever process records it.
+func TestRecordingCatchesUpWithOtherProcesses(t *testing.T) {
+	f := newFixture(t)
+	j, key := f.job(4)
+	other := commands.New(eventstore.NewStore(f.pool, nil), pepper)
+	procs := map[string]*commands.Handler{"w1": f.h, "w2": other}
+	for _, w := range []string{"w1", "w2"} {
+		f.take(w, 2, time.Minute)
+		if _, err := procs[w].StartJob(f.ctx, j.ID(), w, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		worker string
+		index  int
+		done   int
+	}{
+		{"w1", 0, 1}, {"w2", 2, 2}, {"w1", 1, 3}, // each process's second record follows the other's first
+		{"w1", 0, 3}, // again: already recorded (w1 knows from its own cache)
+		{"w2", 3, 4}, // the last: ends the job
+	}
+	for _, st := range steps {
+		got, err := procs[st.worker].RecordPositions(f.ctx, key, j.ID(), st.worker, []commands.Position{position(t, j, st.index)})
+		if err != nil {
+			t.Fatalf("%s records %d: %v", st.worker, st.index, err)
+		}
+		loaded, err := commands.LoadJob(f.ctx, f.pool, j.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Done() != st.done || got.Version() != loaded.Version() || got.Done() != loaded.Done() || got.State() != loaded.State() {
+			t.Fatalf("%s after recording %d: done %d at version %d (%s); the stream: done %d at version %d (%s); want done %d",
+				st.worker, st.index, got.Done(), got.Version(), got.State(), loaded.Done(), loaded.Version(), loaded.State(), st.done)
+		}
+	}
+	if n := f.events(j.ID(), "JobPositionAnalysed"); n != 4 {
+		t.Fatalf("%d positions recorded, want 4", n)
+	}
+	if n := f.events(j.ID(), "JobSucceeded"); n != 1 {
+		t.Fatalf("%d JobSucceeded, want 1", n)
+	}
+	// the job ended: neither process records more, whatever it kept
+	for w, h := range procs {
+		if _, err := h.RecordPositions(f.ctx, key, j.ID(), w, []commands.Position{position(t, j, 1)}); !errors.Is(err, commands.ErrNotClaimable) {
+			t.Fatalf("%s records after the end: %v", w, err)
+		}
+	}
+}
+
 // A lease that ran out lets another worker take the position up (JobResumed); the
 // first worker can then neither record it nor renew it, and a cancel takes every
 // position off the queue.

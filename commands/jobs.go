@@ -112,7 +112,7 @@ func publishCommand(ctx context.Context, tx *eventstore.Tx, cmd SubmitJobCommand
 func (h *Handler) CancelJob(ctx context.Context, actor Actor, jobID string) (*domain.Job, error) {
 	var out *domain.Job
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		j, err := loadLockedJob(ctx, tx, jobID)
+		j, err := h.loadLockedJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}
@@ -170,7 +170,7 @@ type Position struct {
 func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, worker string, ps []Position) (*domain.Job, error) {
 	var out *domain.Job
 	committed, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		j, err := loadLockedJob(ctx, tx, jobID)
+		j, err := h.loadLockedJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}
@@ -225,6 +225,7 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 	if err != nil {
 		return nil, err
 	}
+	h.jobs.keep(out.Clone())         // the caller has out
 	ledger.CountCommitted(committed) // the positions' charges, for /metrics
 	return out, nil
 }
@@ -235,7 +236,7 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 func (h *Handler) FailJob(ctx context.Context, jobID, worker string, problem *domain.Error) (*domain.Job, error) {
 	var out *domain.Job
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		j, err := loadLockedJob(ctx, tx, jobID)
+		j, err := h.loadLockedJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}

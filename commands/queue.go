@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,12 +58,59 @@ func release(ctx context.Context, tx *eventstore.Tx, jobID string, index int, wo
 
 // loadLockedJob loads a job inside tx after taking its transaction-scoped lock: the
 // transactions that change one job's stream (recorders on several workers, a cancel,
-// a start, a failure) take turns instead of failing on each other's versions.
-func loadLockedJob(ctx context.Context, tx *eventstore.Tx, jobID string) (*domain.Job, error) {
+// a start, a failure) take turns instead of failing on each other's versions. A job
+// this process recorded last is taken from memory and brought up to date with the
+// events appended since (by other workers), so recording a position reads a few
+// events, not the job's whole stream.
+func (h *Handler) loadLockedJob(ctx context.Context, tx *eventstore.Tx, jobID string) (*domain.Job, error) {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, domain.JobStream(jobID)); err != nil {
 		return nil, fmt.Errorf("lock job %s: %w", jobID, err)
 	}
-	return LoadJob(ctx, tx, jobID)
+	j := h.jobs.take(jobID)
+	if j == nil {
+		return LoadJob(ctx, tx, jobID)
+	}
+	evs, err := loadStreamAfter(ctx, tx, domain.JobStream(jobID), j.Version())
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range evs {
+		j.Apply(e)
+	}
+	return j, nil
+}
+
+// jobCache keeps, per job, the aggregate as this process last committed it. An entry
+// has one user at a time: take removes it, and only a committed transaction puts its
+// own copy back (keep), so a transaction that rolled back leaves nothing ahead of the
+// stream. Any later events (another worker's) are read under the job's lock.
+type jobCache struct {
+	mu   sync.Mutex
+	jobs map[string]*domain.Job
+}
+
+// maxCachedJobs bounds the jobs kept; past it, all are forgotten (and loaded again).
+const maxCachedJobs = 10_000
+
+func (c *jobCache) take(jobID string) *domain.Job {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := c.jobs[jobID]
+	delete(c.jobs, jobID)
+	return j
+}
+
+// keep stores j, which nobody else may hold, as committed; an ended job is forgotten.
+func (c *jobCache) keep(j *domain.Job) {
+	if j.State().Terminal() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.jobs) >= maxCachedJobs {
+		clear(c.jobs)
+	}
+	c.jobs[j.ID()] = j
 }
 
 // TakePositions gives worker up to n positions, each leased for lease: free ones and
@@ -149,7 +197,7 @@ func (h *Handler) RenewPositions(ctx context.Context, worker string, held []Slot
 func (h *Handler) StartJob(ctx context.Context, jobID, worker string, tookOver bool) (*domain.Job, error) {
 	var out *domain.Job
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		j, err := loadLockedJob(ctx, tx, jobID)
+		j, err := h.loadLockedJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}

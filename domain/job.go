@@ -154,6 +154,16 @@ type Job struct {
 	version    int64
 }
 
+// Clone is a copy of j that applying events to leaves j as it is.
+func (j *Job) Clone() *Job {
+	c := *j
+	c.results = make(map[int]*JobPositionAnalysed, len(j.results))
+	for i, r := range j.results { // events are never changed once applied: shared
+		c.results[i] = r
+	}
+	return &c
+}
+
 func (j *Job) ID() string                        { return j.submitted.JobID }
 func (j *Job) AccountID() string                 { return j.submitted.AccountID }
 func (j *Job) KeyID() string                     { return j.submitted.KeyID }

@@ -506,7 +506,13 @@ func scanEvents(rows pgx.Rows) ([]Event, error) {
 
 // Load reads a stream's events in version order.
 func Load(ctx context.Context, q postgres.Querier, streamID string) ([]Event, error) {
-	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE stream_id = $1 ORDER BY version`, streamID)
+	return LoadAfter(ctx, q, streamID, 0)
+}
+
+// LoadAfter reads a stream's events after version, in version order: what an aggregate
+// kept at version misses.
+func LoadAfter(ctx context.Context, q postgres.Querier, streamID string, version int64) ([]Event, error) {
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE stream_id = $1 AND version > $2 ORDER BY version`, streamID, version)
 	if err != nil {
 		return nil, err
 	}
