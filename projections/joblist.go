@@ -3,6 +3,7 @@ package projections
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -84,4 +85,22 @@ func ListJobs(ctx context.Context, q eventstore.Querier, accountID, env, state s
 		next = &JobCursor{CreatedAt: last.CreatedAt, JobID: last.ID}
 	}
 	return jobs, next, nil
+}
+
+// ReadJobHead returns a job's head as the read model has it, nil when the jobs
+// projection has not applied its submission (yet). It reads one row: cheap enough to
+// follow a job on every notification of its stream (JobStreamTopic).
+func ReadJobHead(ctx context.Context, q eventstore.Querier, jobID string) (*JobHead, error) {
+	var j JobHead
+	err := q.QueryRow(ctx, `SELECT job_id, kind, state, created_at, started_at, finished_at,
+			positions_total, positions_done, cost_units, cost_usd::text
+		FROM jobs WHERE job_id = $1`, jobID).Scan(&j.ID, &j.Kind, &j.State, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
+		&j.PositionsTotal, &j.PositionsDone, &j.CostUnits, &j.CostUSD)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", jobID, err)
+	}
+	return &j, nil
 }

@@ -192,6 +192,17 @@ func TestRebuildEqualsLiveInFewRoundTrips(t *testing.T) {
 	if len(live["job_stream"]) == 0 || len(live["charges"]) != 380 || len(live["api_keys"]) != 60 {
 		t.Fatalf("live read models: %d job stream events, %d charges, %d keys", len(live["job_stream"]), len(live["charges"]), len(live["api_keys"]))
 	}
+	for id, want := range map[string]string{"job_00": "succeeded", "job_09": "running", "job_99": ""} {
+		head, err := projections.ReadJobHead(ctx, pool, id)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case want == "" && head != nil:
+			t.Fatalf("%s: read %+v of a job never submitted", id, head)
+		case want != "" && (head == nil || head.State != want || head.PositionsDone != len(fens) || head.CostUnits != 40):
+			t.Fatalf("%s: head %+v, want %s with %d positions done and 40 units", id, head, want, len(fens))
+		}
+	}
 	wantAside := map[string]int64{"accounts_v1": 3, "jobs_v1": 13}
 	for name, n := range wantAside {
 		if got := count(t, pool, `SELECT count(*) FROM set_aside_events WHERE projection = $1`, name); int64(got) != n {

@@ -15,6 +15,8 @@ import (
 	"chessd/domain/position"
 	"chessd/engine"
 	"chessd/executor"
+	"chessd/postgres"
+	"chessd/projections"
 )
 
 // games give 50 distinct positions for the job benchmarks.
@@ -51,9 +53,10 @@ func (b *bench) jobs() error {
 		"a second executor with its own pool of 2 joins it (4 processes). Raw: as many warm processes splitting the positions, ucinewgame before each. "+
 		"Service time: submission until JobSucceeded is recorded. Engine ms and nodes: what the engines reported (info time, nodes). "+
 		"Analysis: the executors' time in analysis per position (acquiring a process, the search, conversion); engines idle: the executors' engine "+
-		"goroutines' time outside analysis while the job ran (processes × job time − analysis), per position.\n\n", len(fens))
-	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw** | engine ms per position, raw / service | nodes per position, raw / service | analysis ms per position | engines idle ms per position |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+		"goroutines' time outside analysis while the job ran (processes × job time − analysis), per position. "+
+		"CPU outside the engines: what this process (the server, its executor and projections, the bench's client) and PostgreSQL used while the job ran, per position.\n\n", len(fens))
+	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw** | engine ms per position, raw / service | nodes per position, raw / service | analysis ms per position | engines idle ms per position | CPU ms per position outside the engines: chessd / PostgreSQL |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	b.svc.DisableCache()
 	defer b.svc.EnableCache()
 	for _, workers := range []int{1, 2} {
@@ -74,8 +77,19 @@ func (b *bench) jobs() error {
 				return err
 			}
 			raw := float64(len(fens)) / took.Seconds()
-			before := statsOf(execs)
+			if err := postgres.StartStatements(context.Background(), b.pool); err != nil {
+				stop()
+				return err
+			}
+			before, cpuBefore := statsOf(execs), b.cpuNow()
 			svcTook, jobID, err := b.runJob(fens, depth)
+			cpu := b.cpuNow()
+			if err == nil && workers == 1 && depth == 14 {
+				top, terr := postgres.TopStatements(context.Background(), b.pool, 12)
+				if terr == nil {
+					defer printStatementsPer("one worker's depth-14 job", "position", append(top, postgres.Statement{Calls: int64(len(fens))}))
+				}
+			}
 			if err != nil {
 				stop()
 				return err
@@ -89,9 +103,11 @@ func (b *bench) jobs() error {
 			svc := float64(len(fens)) / svcTook.Seconds()
 			per := func(d time.Duration) float64 { return ms(d) / float64(max(st.Positions, 1)) }
 			idle := time.Duration(procs)*svcTook - st.Searching // engine goroutines not in analysis while the job ran
-			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f** | %.1f / %.1f | %d / %d | %.1f | %.2f |\n", workers, procs, depth, raw, svc, svc/raw,
-				float64(rawCount.timeMS)/float64(len(fens)), float64(svcCount.timeMS)/float64(len(fens)),
-				rawCount.nodes/int64(len(fens)), svcCount.nodes/int64(len(fens)), per(st.Searching), per(idle))
+			n := float64(len(fens))
+			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f** | %.1f / %.1f | %d / %d | %.1f | %.2f | %.1f / %.1f |\n", workers, procs, depth, raw, svc, svc/raw,
+				float64(rawCount.timeMS)/n, float64(svcCount.timeMS)/n,
+				rawCount.nodes/int64(len(fens)), svcCount.nodes/int64(len(fens)), per(st.Searching), per(idle),
+				ms(cpu.self-cpuBefore.self)/n, ms(cpu.pg-cpuBefore.pg)/n)
 		}
 		stop()
 	}
@@ -217,32 +233,54 @@ func (b *bench) runJobNotify(fens []string, depth int, submitted chan<- string) 
 	if submitted != nil {
 		submitted <- job.ID
 	}
-	for {
-		j, err := commands.LoadJob(context.Background(), b.pool, job.ID)
-		if err != nil {
-			return 0, job.ID, err
-		}
-		switch j.State() {
+	var finished time.Time
+	err := b.waitJobRow(job.ID, func(state string, _ int, at *time.Time) (bool, error) {
+		st, _ := domain.ParseJobState(state)
+		switch st {
 		case domain.StateSucceeded:
-			return j.FinishedAt().Sub(start), job.ID, nil
+			finished = *at
+			return true, nil
 		case domain.StateFailed, domain.StateCancelled:
-			return 0, job.ID, fmt.Errorf("job %s: %s", job.ID, j.State())
+			return false, fmt.Errorf("job %s: %s", job.ID, state)
+		default:
+			return false, nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	})
+	return finished.Sub(start), job.ID, err
 }
 
 // waitAnalysed waits until a job has n positions recorded.
 func (b *bench) waitAnalysed(jobID string, n int) error {
+	return b.waitJobRow(jobID, func(_ string, done int, _ *time.Time) (bool, error) { return done >= n, nil })
+}
+
+// waitJobRow waits until done says the job's row in the jobs read model is as wanted,
+// reading it when the jobs projection announces a change to the job (its NOTIFY), as
+// GET /jobs/{id}/events does: nothing is read while nothing happens, so the bench's
+// watching costs the measured job next to nothing (polling the job's stream did).
+func (b *bench) waitJobRow(jobID string, done func(state string, positionsDone int, finishedAt *time.Time) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	changed, unsubscribe := b.wake.Subscribe(projections.JobStreamTopic(jobID))
+	defer unsubscribe()
 	for {
-		j, err := commands.LoadJob(context.Background(), b.pool, jobID)
+		head, err := projections.ReadJobHead(ctx, b.pool, jobID)
 		if err != nil {
 			return err
 		}
-		if j.Done() >= n {
-			return nil
+		state := "not projected yet"
+		if head != nil {
+			state = head.State
+			if ok, err := done(head.State, head.PositionsDone, head.FinishedAt); ok || err != nil {
+				return err
+			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-time.After(time.Second): // a notification is never lost, but a bench should not hang on one
+		case <-ctx.Done():
+			return fmt.Errorf("job %s: still %s after 5 minutes", jobID, state)
+		}
 	}
 }
 

@@ -46,7 +46,8 @@ type bench struct {
 	exec     *executor.Executor // the first worker, beside the first server
 	logger   *slog.Logger
 	replicas []*replica
-	trivial  []string // base URLs of the trivial handlers (load.go)
+	wake     *eventstore.Wakeups // the bench's own listener (jobs' progress)
+	trivial  []string            // base URLs of the trivial handlers (load.go)
 	closers  []func()
 }
 
@@ -89,6 +90,7 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 		return b, err
 	}
 	b.url, b.svc, b.pool = first.url, first.svc, pool
+	b.wake = eventstore.Listen(ctx, pool, logger)
 	b.cmds = commands.New(eventstore.NewStore(pool, logger), pepper)
 	// one projection runner and one job executor, as with one serve and its database
 	go projections.NewRunner(pool, logger, projections.Accounts{}, projections.Ledger{}, projections.Jobs{}).Run(ctx, nil) //nolint:errcheck // ends with the process

@@ -178,11 +178,16 @@ func (b *bench) accountsAll(ctx context.Context, d time.Duration) error {
 // pg_stat_statements: the statements that took most, per charge (the last entry of
 // top holds the run's charges).
 func printStatements(run string, top []postgres.Statement) {
+	printStatementsPer(run, "charge", top)
+}
+
+// printStatementsPer is printStatements with the times per unit (the count last in top).
+func printStatementsPer(run, unit string, top []postgres.Statement) {
 	charges := max(1, top[len(top)-1].Calls)
 	fmt.Printf("\nPostgreSQL's time by statement during the run with %s (pg_stat_statements, top 10 by time;\n", run)
 	fmt.Println("a function's statements count in it and on their own lines too; time includes waiting for row locks):")
 	fmt.Println()
-	fmt.Println("| statement | calls | rows | ms | µs per charge |")
+	fmt.Printf("| statement | calls | rows | ms | µs per %s |\n", unit)
 	fmt.Println("|---|---|---|---|---|")
 	for _, st := range top[:len(top)-1] {
 		fmt.Printf("| `%s` | %d | %d | %.0f | %.1f |\n", strings.ReplaceAll(st.Query, "|", "\\|"), st.Calls, st.Rows, st.TotalMS,
