@@ -130,6 +130,27 @@ func Pending(ctx context.Context, q Querier) ([]string, error) {
 // (a rollup it does not know of), so it does not run on it.
 var ErrSchemaNewer = errors.New("the database's schema is newer than this chessd: run the newer version")
 
+// WatchNewer checks every interval whether a newer chessd has migrated the database
+// since this one started, and returns an error wrapping ErrSchemaNewer (naming the
+// migrations) when it has; otherwise it returns ctx's error when ctx ends. A check that
+// fails (the database away) is tried again at the next interval. Servers step aside
+// through /readyz; a job executor has no readiness gate, so it watches with this and
+// stops rather than write what the newer schema expects differently.
+func WatchNewer(ctx context.Context, q Querier, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		if _, newer, err := Compare(ctx, q); err == nil && len(newer) > 0 {
+			return fmt.Errorf("%w (it has %s)", ErrSchemaNewer, strings.Join(newer, ", "))
+		}
+	}
+}
+
 // Compare tells which embedded migrations the database has not applied (pending) and
 // which applied ones this binary does not know (newer). /readyz is ready only when
 // both are empty.

@@ -133,6 +133,27 @@ func TestMigrate(t *testing.T) {
 	}
 }
 
+// WatchNewer waits while the schema is this binary's, and tells once a newer chessd
+// has migrated the database.
+func TestWatchNewer(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	quietCtx, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer stop()
+	if err := postgres.WatchNewer(quietCtx, pool, 20*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("on this binary's schema: %v, want the context's end", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- postgres.WatchNewer(ctx, pool, 20*time.Millisecond) }()
+	if _, err := pool.Exec(ctx, `INSERT INTO schema_migrations (name) VALUES ('9999_from_the_future.sql')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, postgres.ErrSchemaNewer) || !strings.Contains(err.Error(), "9999_from_the_future.sql") {
+		t.Fatalf("after a newer migration: %v, want ErrSchemaNewer naming it", err)
+	}
+}
+
 // Every PL/pgSQL function of the schema plans its statements once per session
 // (migration 0028): a later CREATE OR REPLACE that drops the setting puts planning back
 // on every call of the money path. The two bulk refreshes are left to custom plans.

@@ -43,12 +43,16 @@ type config struct {
 	// the API's listener (serve) or none (worker); "off": no metrics.
 	MetricsAddr  string
 	MetricsToken string // when set, a scrape must carry it as a bearer token
+	// SchemaCheck is how often a job executor checks that no newer chessd migrated the
+	// database (CHESSD_SCHEMA_CHECK); it stops when one has.
+	SchemaCheck time.Duration
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
 	c := config{
 		DatabaseURL: getenv("DATABASE_URL"),
 		DataDir:     or(getenv("CHESSD_DATA_DIR"), ".data"),
+		SchemaCheck: 10 * time.Second,
 	}
 	var err error
 	if c.Port, err = portEnv(getenv, "PORT", 8080); err != nil {
@@ -73,6 +77,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		{"CHESSD_LEASE_TTL", &c.Meter.LeaseTTL},
 		{"CHESSD_MAX_SETTLE_BACKLOG", &c.Meter.MaxBacklog},
 		{"CHESSD_JOB_LEASE", &c.Executor.Lease},
+		{"CHESSD_SCHEMA_CHECK", &c.SchemaCheck},
 	} {
 		if v := getenv(d.name); v != "" {
 			if *d.dst, err = time.ParseDuration(v); err != nil {

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"chessd/alerts"
 	"chessd/analysis"
 	"chessd/auth"
@@ -20,6 +22,7 @@ import (
 	"chessd/ledger"
 	"chessd/mail"
 	"chessd/metrics"
+	"chessd/postgres"
 	"chessd/projections"
 	"chessd/ratelimit"
 	"chessd/webhook"
@@ -111,7 +114,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if exec == nil {
 		execDone <- nil
 	} else {
-		go func() { execDone <- exec.Run(ctx) }()
+		// a newer chessd's migrations stop the executor; the API steps aside by /readyz
+		go func() { execDone <- exec.Run(untilNewerSchema(ctx, db.pool, cfg.SchemaCheck, logger)) }()
 	}
 	runner := projections.NewRunner(db.pool, logger, allProjections()...)
 	runnerDone := make(chan error, 1)
@@ -220,7 +224,27 @@ func work(ctx context.Context, cfg config, logger *slog.Logger) error {
 			return err
 		}
 	}
-	return exec.Run(ctx)
+	ctx = untilNewerSchema(ctx, c.db.pool, cfg.SchemaCheck, logger)
+	err = exec.Run(ctx)
+	if cause := context.Cause(ctx); errors.Is(cause, postgres.ErrSchemaNewer) {
+		return cause
+	}
+	return err
+}
+
+// untilNewerSchema is ctx, ended (with cause ErrSchemaNewer) once a newer chessd has
+// migrated the database: a job executor has no readiness gate to step aside by, and an
+// old one would go on writing what the newer schema expects differently.
+func untilNewerSchema(ctx context.Context, pool *pgxpool.Pool, every time.Duration, logger *slog.Logger) context.Context {
+	ctx, stop := context.WithCancelCause(ctx)
+	go func() {
+		err := postgres.WatchNewer(ctx, pool, every)
+		if errors.Is(err, postgres.ErrSchemaNewer) {
+			logger.Error("a newer chessd migrated the database: this job executor stops; run the newer version", "err", err)
+		}
+		stop(err)
+	}()
+	return ctx
 }
 
 // withMetrics serves GET /metrics beside the API (outside /v1, so not counted as an
