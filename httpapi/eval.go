@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"chessd/analysis"
 	"chessd/domain"
@@ -33,12 +35,30 @@ type cost struct {
 }
 
 func newCost(charged bool, units int64) cost {
-	c := cost{PriceUnits: units, PriceUSD: usd(ledger.UnitsUSD(units)), CostUSD: usd(ledger.UnitsUSD(0))}
+	c := cost{PriceUnits: units, PriceUSD: unitsUSDText(units), CostUSD: unitsUSDText(0)}
 	if charged {
 		c.CostUnits, c.CostUSD = units, c.PriceUSD
 	}
 	return c
 }
+
+// unitsUSDText is usd(ledger.UnitsUSD(units)), remembered: a costed call's price takes
+// few values, and formatting a decimal was a measurable part of a cached answer.
+func unitsUSDText(units int64) string {
+	if v, ok := usdTexts.Load(units); ok {
+		return v.(string)
+	}
+	text := usd(ledger.UnitsUSD(units))
+	if usdTextsN.Add(1) <= 4096 { // bounded: past it, formatted each time
+		usdTexts.Store(units, text)
+	}
+	return text
+}
+
+var (
+	usdTexts  sync.Map // int64 units -> string
+	usdTextsN atomic.Int64
+)
 
 // evalAnswer is the body of a 200 from POST /eval.
 type evalAnswer struct {
@@ -165,8 +185,11 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 
 	// The Idempotency-Key's claim is written while the engine searches; a retry of a
 	// finished or running request stops the search and is answered from the claim.
-	ctx, stop := context.WithCancel(r.Context())
-	defer stop()
+	ctx, stop := r.Context(), context.CancelFunc(func() {})
+	if !hit || idem != nil { // something to stop: a search, or a claim that lost to a retry
+		ctx, stop = context.WithCancel(r.Context())
+		defer stop()
+	}
 	claims := make(chan claimResult, 1)
 	if idem != nil {
 		go func() {
