@@ -1395,8 +1395,14 @@ type JobSummary struct {
 	// CostUsd US dollars with 6 decimals.
 	//
 	// Examples: 0.000300
-	CostUsd    USD        `json:"cost_usd"`
-	CreatedAt  time.Time  `json:"created_at"`
+	CostUsd   USD       `json:"cost_usd"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Error Why the job failed; null unless it did.
+	Error *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
 	FinishedAt *time.Time `json:"finished_at"`
 	JobId      string     `json:"job_id"`
 

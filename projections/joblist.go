@@ -18,7 +18,8 @@ import (
 // needs; GET /jobs/{id} has the whole job.
 type JobSummary struct {
 	JobHead
-	KeyID string `json:"key_id"` // the key that submitted it
+	KeyID string    `json:"key_id"` // the key that submitted it
+	Error *JobError `json:"error"`  // why it failed; null unless it did
 }
 
 // JobCursor continues a list of jobs after the one it names (newest first).
@@ -62,7 +63,7 @@ func ListJobs(ctx context.Context, q eventstore.Querier, accountID, env, state s
 		afterAt, afterID = &after.CreatedAt, after.JobID
 	}
 	rows, err := q.Query(ctx, `SELECT j.job_id, j.key_id, j.kind, j.state, j.created_at, j.started_at, j.finished_at,
-			j.positions_total, j.positions_done, j.cost_units, j.cost_usd::text
+			j.positions_total, j.positions_done, j.cost_units, j.cost_usd::text, j.error_code, j.error_message
 		FROM jobs j JOIN api_keys k ON k.key_id = j.key_id
 		WHERE j.account_id = $1 AND k.env = $2 AND ($3 = '' OR j.state = $3)
 		  AND ($4::timestamptz IS NULL OR (j.created_at, j.job_id) < ($4, $5))
@@ -72,8 +73,15 @@ func ListJobs(ctx context.Context, q eventstore.Querier, accountID, env, state s
 	}
 	jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobSummary, error) {
 		var j JobSummary
+		var code, message *string
 		err := r.Scan(&j.ID, &j.KeyID, &j.Kind, &j.State, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
-			&j.PositionsTotal, &j.PositionsDone, &j.CostUnits, &j.CostUSD)
+			&j.PositionsTotal, &j.PositionsDone, &j.CostUnits, &j.CostUSD, &code, &message)
+		if code != nil {
+			j.Error = &JobError{Code: domain.Code(*code)}
+			if message != nil {
+				j.Error.Message = *message
+			}
+		}
 		return j, err
 	})
 	if err != nil {

@@ -97,12 +97,13 @@ func (Jobs) apply(ctx context.Context, tx pgx.Tx, jobID string, e eventstore.Eve
 		return err
 	}
 	b := &pgx.Batch{}
+	code, message := row.errorColumns()
 	b.Queue(`INSERT INTO jobs (job_id, account_id, key_id, kind, state, positions_total, positions_done, cost_units, cost_usd,
-			created_at, started_at, finished_at, version)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::text::numeric, $10, $11, $12, $13)
+			created_at, started_at, finished_at, version, error_code, error_message)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::text::numeric, $10, $11, $12, $13, $14, $15)
 		ON CONFLICT (job_id) DO UPDATE SET `+jobsUpdate,
 		jobID, row.AccountID, row.KeyID, row.Kind, row.State, row.PositionsTotal, row.PositionsDone, row.CostUnits,
-		row.CostUSD, row.CreatedAt, row.StartedAt, row.FinishedAt, row.Version)
+		row.CostUSD, row.CreatedAt, row.StartedAt, row.FinishedAt, row.Version, code, message)
 	for _, s := range emitted {
 		b.Queue(`INSERT INTO job_stream (job_id, seq, version, kind, data)
 			SELECT $1, coalesce(max(seq), 0) + 1, $2, $3, $4 FROM job_stream WHERE job_id = $1`, jobID, e.Version, s.kind, s.data)
@@ -120,7 +121,17 @@ func (Jobs) apply(ctx context.Context, tx pgx.Tx, jobID string, e eventstore.Eve
 // jobsUpdate is how a jobs row moves: the rest of it never changes.
 const jobsUpdate = `state = excluded.state, positions_done = excluded.positions_done,
 	cost_units = excluded.cost_units, cost_usd = excluded.cost_usd, started_at = excluded.started_at,
-	finished_at = excluded.finished_at, version = excluded.version`
+	finished_at = excluded.finished_at, version = excluded.version,
+	error_code = excluded.error_code, error_message = excluded.error_message`
+
+// errorColumns are the row's error_code and error_message: null unless the job failed.
+func (r jobRow) errorColumns() (code, message *string) {
+	if r.Error == nil {
+		return nil, nil
+	}
+	c := string(r.Error.Code)
+	return &c, &r.Error.Message
+}
 
 // jobRow is a jobs row.
 type jobRow struct {
@@ -238,6 +249,7 @@ func (r *jobsRebuild) queue(b *pgx.Batch, ws []any) error {
 		units, version                     []int64
 		created                            []time.Time
 		started, finished                  []*time.Time
+		errCode, errMessage                []*string
 	}
 	var s struct {
 		id, kind, data []string
@@ -258,6 +270,8 @@ func (r *jobsRebuild) queue(b *pgx.Batch, ws []any) error {
 			c.units, c.version = append(c.units, r.CostUnits), append(c.version, r.Version)
 			c.created = append(c.created, r.CreatedAt)
 			c.started, c.finished = append(c.started, r.StartedAt), append(c.finished, r.FinishedAt)
+			code, message := r.errorColumns()
+			c.errCode, c.errMessage = append(c.errCode, code), append(c.errMessage, message)
 		}
 		for _, e := range w.stream {
 			s.id, s.kind, s.data = append(s.id, w.row.ID), append(s.kind, e.kind), append(s.data, string(e.data))
@@ -265,11 +279,12 @@ func (r *jobsRebuild) queue(b *pgx.Batch, ws []any) error {
 		}
 	}
 	b.Queue(`INSERT INTO jobs (job_id, account_id, key_id, kind, state, positions_total, positions_done, cost_units, cost_usd,
-			created_at, started_at, finished_at, version)
+			created_at, started_at, finished_at, version, error_code, error_message)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::bigint[],
-			$9::text[]::numeric[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[], $13::bigint[])
+			$9::text[]::numeric[], $10::timestamptz[], $11::timestamptz[], $12::timestamptz[], $13::bigint[], $14::text[], $15::text[])
 		ON CONFLICT (job_id) DO UPDATE SET `+jobsUpdate,
-		c.id, c.account, c.key, c.kind, c.state, c.total, c.done, c.units, c.usd, c.created, c.started, c.finished, c.version)
+		c.id, c.account, c.key, c.kind, c.state, c.total, c.done, c.units, c.usd, c.created, c.started, c.finished, c.version,
+		c.errCode, c.errMessage)
 	if len(s.id) > 0 {
 		b.Queue(`INSERT INTO job_stream (job_id, seq, version, kind, data)
 			SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[]::jsonb[])`,

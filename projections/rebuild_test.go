@@ -165,7 +165,11 @@ func TestRebuildEqualsLiveInFewRoundTrips(t *testing.T) {
 			version++
 			appendCharge(t, pool, charge(keys[i], fmt.Sprintf("%s-%d", id, p), true))
 		}
-		if i != 9 { // one still running
+		switch i {
+		case 9: // one still running
+		case 10: // one failed
+			appendRaw(t, pool, stream, domain.StreamJob, version, &domain.JobFailed{Code: domain.CodeInvalid, Message: "position 2 cannot be analysed", FinishedAt: now})
+		default:
 			appendRaw(t, pool, stream, domain.StreamJob, version, &domain.JobSucceeded{FinishedAt: now})
 		}
 	}
@@ -191,6 +195,17 @@ func TestRebuildEqualsLiveInFewRoundTrips(t *testing.T) {
 	live, liveAside := snapshot(t, pool, tables), setAsideRows(t, pool)
 	if len(live["job_stream"]) == 0 || len(live["charges"]) != 380 || len(live["api_keys"]) != 60 {
 		t.Fatalf("live read models: %d job stream events, %d charges, %d keys", len(live["job_stream"]), len(live["charges"]), len(live["api_keys"]))
+	}
+	failed, _, err := projections.ListJobs(ctx, pool, "acct_j", "live", "failed", nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failed) != 1 || failed[0].ID != "job_10" || failed[0].Error == nil || failed[0].Error.Code != domain.CodeInvalid ||
+		failed[0].Error.Message != "position 2 cannot be analysed" {
+		t.Fatalf("failed jobs listed: %+v, want job_10 with its problem", failed)
+	}
+	if done, _, err := projections.ListJobs(ctx, pool, "acct_j", "live", "succeeded", nil, 1); err != nil || len(done) != 1 || done[0].Error != nil {
+		t.Fatalf("a succeeded job listed: %+v (%v), want no error", done, err)
 	}
 	for id, want := range map[string]string{"job_00": "succeeded", "job_09": "running", "job_99": ""} {
 		head, err := projections.ReadJobHead(ctx, pool, id)
