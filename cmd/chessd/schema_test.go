@@ -1,13 +1,12 @@
 package main
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,52 +15,53 @@ import (
 	"chessd/postgres/pgtest"
 )
 
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A running `chessd worker` stops once a newer chessd has migrated its database, with
 // an error that says so, rather than go on writing under the newer schema (servers
 // step aside by /readyz; a worker has no readiness gate). Restarted, it refuses to run.
 func TestOldWorkerStopsOnNewerSchema(t *testing.T) {
 	bin := buildBinary(t)
 	dbURL := pgtest.URL(t)
-	var out lockedBuffer
 	w := exec.Command(bin, "worker")
 	w.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "LOG_LEVEL=info", "CHESSD_KEY_PEPPER=crash-test-pepper-0123456789",
 		"CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_WORKER_NAME=old", "CHESSD_DATA_DIR="+t.TempDir(), "CHESSD_SCHEMA_CHECK=100ms")
-	w.Stdout, w.Stderr = &out, &out
+	stderr, err := w.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- w.Wait() }()
 	t.Cleanup(func() { w.Process.Kill() }) //nolint:errcheck // already gone when the test passes
-
+	lines := make(chan string, 1024)
+	go func() { // until the process closes its stderr: it exited
+		for sc := bufio.NewScanner(stderr); sc.Scan(); {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var log []string
 	deadline := time.After(60 * time.Second)
-	for !strings.Contains(out.String(), "worker running") {
-		select {
-		case err := <-exited:
-			t.Fatalf("the worker exited before running: %v\n%s", err, out.String())
-		case <-deadline:
-			t.Fatalf("the worker did not start:\n%s", out.String())
-		case <-time.After(20 * time.Millisecond):
+	waitFor := func(what string, done func(line string, open bool) bool) {
+		t.Helper()
+		for {
+			select {
+			case line, open := <-lines:
+				if open {
+					log = append(log, line)
+				}
+				if done(line, open) {
+					return
+				}
+				if !open {
+					t.Fatalf("the worker exited before %s:\n%s", what, strings.Join(log, "\n"))
+				}
+			case <-deadline:
+				t.Fatalf("no %s within a minute:\n%s", what, strings.Join(log, "\n"))
+			}
 		}
 	}
+	waitFor("its start", func(line string, _ bool) bool { return strings.Contains(line, "worker running") })
+
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
@@ -71,17 +71,13 @@ func TestOldWorkerStopsOnNewerSchema(t *testing.T) {
 	if _, err := conn.Exec(ctx, `INSERT INTO schema_migrations (name) VALUES ('9999_from_the_future.sql')`); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-exited:
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() == 0 {
-			t.Fatalf("the worker ended with %v, want a failure\n%s", err, out.String())
-		}
-	case <-deadline:
-		t.Fatalf("the worker still runs on a newer schema:\n%s", out.String())
+	waitFor("its exit on the newer schema", func(_ string, open bool) bool { return !open })
+	var exit *exec.ExitError
+	if err := w.Wait(); !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("the worker ended with %v, want a failure\n%s", err, strings.Join(log, "\n"))
 	}
-	if got := out.String(); !strings.Contains(got, "newer") || !strings.Contains(got, "9999_from_the_future.sql") {
-		t.Fatalf("the worker's output does not say why it stopped:\n%s", got)
+	if got := strings.Join(log, "\n"); !strings.Contains(got, "newer") || !strings.Contains(got, "9999_from_the_future.sql") {
+		t.Fatalf("the worker's log does not say why it stopped:\n%s", got)
 	}
 
 	again := exec.Command(bin, "worker")
