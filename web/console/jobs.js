@@ -108,7 +108,8 @@ export function mount(root) {
         listBody.append(h('tr', { 'data-job': j.job_id },
           h('td', {}, new Date(j.created_at).toLocaleString()),
           h('td', {}, j.kind),
-          h('td', { 'data-testid': 'listed-state' }, j.state),
+          h('td', { 'data-testid': 'listed-state', title: j.error ? `${j.error.code}: ${j.error.message}` : '' },
+            j.error ? `${j.state}: ${j.error.message}` : j.state),
           h('td', {}, `${j.positions_done}/${j.positions_total}`),
           h('td', {}, j.cost_units),
           h('td', {}, h('button', { type: 'button', 'aria-label': `Open job ${j.job_id}`, onclick: () => { state.jobId = j.job_id; follow(j.job_id); } }, 'Open'))));
