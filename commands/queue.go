@@ -89,8 +89,10 @@ type jobCache struct {
 	jobs map[string]*domain.Job
 }
 
-// maxCachedJobs bounds the jobs kept; past it, all are forgotten (and loaded again).
-const maxCachedJobs = 10_000
+// maxCachedJobs bounds the jobs kept (each holds its results so far); past it, all are
+// forgotten and loaded again. A job leaves when it ends here; one that ended on another
+// worker stays until then.
+const maxCachedJobs = 1_000
 
 func (c *jobCache) take(jobID string) *domain.Job {
 	c.mu.Lock()
