@@ -86,6 +86,24 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	b.click("[data-testid=undo]")
 	b.wait(`document.querySelector('[data-testid=moves]').children.length === 3`)
+	// the same without a pointer: focus the board, walk its cursor from a1 to b8, pick
+	// the knight up, walk to c6, put it down (real key presses)
+	b.eval(`document.querySelector('[data-testid=board]').focus(), ''`)
+	b.wait(`document.querySelector('[data-testid=board-live]').textContent.startsWith('a1, white rook')`)
+	keys := []string{kb.ArrowRight}
+	for range 7 {
+		keys = append(keys, kb.ArrowUp)
+	}
+	keys = append(keys, kb.Enter, kb.ArrowRight, kb.ArrowDown, kb.ArrowDown, kb.Enter)
+	for _, k := range keys {
+		b.do(chromedp.KeyEvent(k))
+	}
+	b.wait(`document.querySelector('[data-testid=moves]').textContent === 'e4e5Nf3Nc6'`)
+	if live := b.eval(`document.querySelector('[data-testid=board-live]').textContent`); !strings.HasPrefix(live, "c6, black knight") {
+		t.Errorf("after the keyboard's move the board announces %q", live)
+	}
+	b.click("[data-testid=undo]")
+	b.wait(`document.querySelector('[data-testid=moves]').children.length === 3`)
 
 	// With a key: the price before, MultiPV 2, and what was charged after.
 	b.setValue("#key-input", key)

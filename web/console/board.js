@@ -37,8 +37,12 @@ export function makeBoard(el, { onMove, orientation = 'white' } = {}) {
     }
   });
   ro.observe(el);
+  const keys = onMove ? keyboard(el, cg) : null;
   return {
     cg,
+    // live is where the keyboard's moves are announced: place it beside the board
+    // (chessground owns the board element's children).
+    live: keys?.live,
     // show puts chess's position on the board; lastMove is [from, to] or undefined.
     show(chess, lastMove, shapes = []) {
       cg.set({
@@ -58,6 +62,62 @@ export function makeBoard(el, { onMove, orientation = 'white' } = {}) {
       cg.destroy();
     },
   };
+}
+
+// keyboard makes a board playable without a pointer: the board takes focus, the arrow
+// keys move a cursor over the squares (as the board is turned), Enter or Space picks
+// the piece under it up and puts it down (chessground's own selection, so a move goes
+// through the same legality and onMove as a click), Escape drops it. What the cursor
+// is on is announced in a polite live region.
+function keyboard(el, cg) {
+  const files = 'abcdefgh';
+  let cursor = cg.state.orientation === 'white' ? 'a1' : 'h8';
+  const live = document.createElement('p');
+  live.className = 'sr-only';
+  live.setAttribute('aria-live', 'polite');
+  live.dataset.testid = 'board-live';
+  el.tabIndex = 0;
+  el.setAttribute('role', 'application');
+  el.setAttribute('aria-label', 'Chess board. Arrow keys move across the squares; Enter or Space picks a piece up and puts it down; Escape drops it.');
+  const mark = (on) => cg.set({ highlight: { custom: new Map(on ? [[cursor, 'kb-cursor']] : []) } });
+  const announce = () => {
+    const piece = cg.state.pieces.get(cursor);
+    const held = cg.state.selected;
+    live.textContent = `${cursor}${piece ? `, ${piece.color} ${piece.role}` : ', empty'}${held ? `; holding the piece from ${held}` : ''}`;
+  };
+  const step = (df, dr) => {
+    const w = cg.state.orientation === 'white' ? 1 : -1;
+    const f = files.indexOf(cursor[0]) + df * w;
+    const r = Number(cursor[1]) + dr * w;
+    if (f < 0 || f > 7 || r < 1 || r > 8) return;
+    cursor = files[f] + r;
+    mark(true);
+    announce();
+  };
+  el.addEventListener('keydown', (e) => {
+    switch (e.key) {
+      case 'ArrowUp': step(0, 1); break;
+      case 'ArrowDown': step(0, -1); break;
+      case 'ArrowLeft': step(-1, 0); break;
+      case 'ArrowRight': step(1, 0); break;
+      case 'Enter':
+      case ' ':
+        cg.selectSquare(cursor);
+        mark(true);
+        announce();
+        break;
+      case 'Escape':
+        cg.selectSquare(null);
+        announce();
+        break;
+      default:
+        return;
+    }
+    e.preventDefault();
+  });
+  el.addEventListener('focus', () => { mark(true); announce(); });
+  el.addEventListener('blur', () => mark(false));
+  return { live };
 }
 
 // arrow is a drawn move (UCI) for setAutoShapes.

@@ -82,7 +82,7 @@ export function mount(root) {
     problems,
     h('div', { class: 'play' },
       h('section', { class: 'board-col', 'aria-label': 'Board' },
-        h('div', { class: 'board-wrap' }, bar, boardEl),
+        h('div', { class: 'board-wrap' }, bar, boardEl, board.live),
         status,
         h('form', { class: 'row', onsubmit: (e) => { e.preventDefault(); typedMove(); } },
           grow(field('Play a move', moveInput, 'SAN or UCI, then Enter')), h('button', { type: 'submit' }, 'Play')),
