@@ -26,6 +26,11 @@ func decode(r *http.Request, v any, optional bool) error {
 	if err != nil {
 		return decodeReadError(err)
 	}
+	return decodeBody(body, v, optional)
+}
+
+// decodeBody is decode of a body already read.
+func decodeBody(body []byte, v any, optional bool) error {
 	if trimmed := bytes.TrimSpace(body); len(trimmed) == 0 || optional && string(trimmed) == "null" {
 		if optional {
 			return nil

@@ -1,9 +1,11 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -101,11 +103,24 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	stream := newEventStream(w, r) // nil: the plain JSON answer
 	fail := func(err error) { s.fail(w, r, stream, err) }
 	timing := newServerTiming()
-	key, err := s.authenticateRemembered(r)
-	if err != nil {
-		fail(err)
-		return
+	// The body is read, checked and looked up in the cache while the key's versions are
+	// read (one round trip): neither needs the other, and nothing of the body's is
+	// answered before the credentials are.
+	var p prepared
+	if _, present, _ := bearer(r); present {
+		prep := make(chan prepared, 1)
+		go func() { prep <- s.prepare(r) }()
+		key, err := s.authenticateRemembered(r)
+		p = <-prep
+		if err != nil {
+			fail(err)
+			return
+		}
+		p.key = key
+	} else {
+		p = s.prepare(r)
 	}
+	key := p.key
 	if key != nil && !key.HasScope(domain.ScopeEval) {
 		fail(domain.Errorf(domain.CodeScope, "this key lacks the scope \"eval\""))
 		return
@@ -118,29 +133,18 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		return
 	}
 	timing.mark("auth")
+	r.Body = io.NopCloser(bytes.NewReader(p.body)) // read again for the Idempotency-Key's hash
 	idem, err := idempotencyRequest(r, scope)
 	if err != nil {
 		fail(err)
 		return
 	}
-	var req analysis.Request
-	if err := decode(r, &req, false); err != nil {
-		fail(err)
+	if p.err != nil {
+		fail(p.err)
 		return
 	}
-	spec, err := analysis.Validate(req, s.analysis.Catalog())
-	if err != nil {
-		fail(err)
-		return
-	}
+	spec, known, hit := p.spec, p.known, p.hit
 	call := domain.Call{Endpoint: ep, Depth: spec.Depth, MultiPV: spec.MultiPV, MoveTimeMS: spec.MoveTimeMS, Positions: 1}
-	// What needs no engine (a cached result, a finished game) is found first, so that
-	// its lower price is what is reserved.
-	known, hit, err := s.analysis.Lookup(r.Context(), spec)
-	if err != nil {
-		fail(err)
-		return
-	}
 	var reservation *ledger.Reservation
 	var keyless func(answered bool)
 	if key == nil {
@@ -275,6 +279,36 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(body) //nolint:errcheck // the client went away
+}
+
+// prepared is what a costed call's request says, before its credentials are known.
+type prepared struct {
+	key   *domain.Key // set by costed once authenticated
+	body  []byte
+	spec  analysis.Spec
+	known *analysis.Result // what needs no engine (a cached result, a finished game),
+	hit   bool             // found first so that its lower price is what is reserved
+	err   error            // the request's problem, answered after the credentials'
+}
+
+// prepare reads, checks and looks up a costed call's body.
+func (s *Server) prepare(r *http.Request) prepared {
+	var p prepared
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		p.err = decodeReadError(err)
+		return p
+	}
+	p.body = body
+	var req analysis.Request
+	if p.err = decodeBody(body, &req, false); p.err != nil {
+		return p
+	}
+	if p.spec, p.err = analysis.Validate(req, s.analysis.Catalog()); p.err != nil {
+		return p
+	}
+	p.known, p.hit, p.err = s.analysis.Lookup(r.Context(), p.spec)
+	return p
 }
 
 type claimResult struct {
