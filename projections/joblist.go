@@ -62,8 +62,7 @@ func ListJobs(ctx context.Context, q eventstore.Querier, accountID, env, state s
 	if after != nil {
 		afterAt, afterID = &after.CreatedAt, after.JobID
 	}
-	rows, err := q.Query(ctx, `SELECT j.job_id, j.key_id, j.kind, j.state, j.created_at, j.started_at, j.finished_at,
-			j.positions_total, j.positions_done, j.cost_units, j.cost_usd::text, j.error_code, j.error_message
+	rows, err := q.Query(ctx, `SELECT `+jobHeadColumns+`, j.key_id, j.error_code, j.error_message
 		FROM jobs j JOIN api_keys k ON k.key_id = j.key_id
 		WHERE j.account_id = $1 AND k.env = $2 AND ($3 = '' OR j.state = $3)
 		  AND ($4::timestamptz IS NULL OR (j.created_at, j.job_id) < ($4, $5))
@@ -74,8 +73,7 @@ func ListJobs(ctx context.Context, q eventstore.Querier, accountID, env, state s
 	jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (JobSummary, error) {
 		var j JobSummary
 		var code, message *string
-		err := r.Scan(&j.ID, &j.KeyID, &j.Kind, &j.State, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
-			&j.PositionsTotal, &j.PositionsDone, &j.CostUnits, &j.CostUSD, &code, &message)
+		err := r.Scan(append(j.JobHead.fields(), &j.KeyID, &code, &message)...)
 		if code != nil {
 			j.Error = &JobError{Code: domain.Code(*code)}
 			if message != nil {
@@ -100,10 +98,7 @@ func ListJobs(ctx context.Context, q eventstore.Querier, accountID, env, state s
 // follow a job on every notification of its stream (JobStreamTopic).
 func ReadJobHead(ctx context.Context, q eventstore.Querier, jobID string) (*JobHead, error) {
 	var j JobHead
-	err := q.QueryRow(ctx, `SELECT job_id, kind, state, created_at, started_at, finished_at,
-			positions_total, positions_done, cost_units, cost_usd::text
-		FROM jobs WHERE job_id = $1`, jobID).Scan(&j.ID, &j.Kind, &j.State, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
-		&j.PositionsTotal, &j.PositionsDone, &j.CostUnits, &j.CostUSD)
+	err := q.QueryRow(ctx, `SELECT `+jobHeadColumns+` FROM jobs j WHERE j.job_id = $1`, jobID).Scan(j.fields()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -111,4 +106,14 @@ func ReadJobHead(ctx context.Context, q eventstore.Querier, jobID string) (*JobH
 		return nil, fmt.Errorf("job %s: %w", jobID, err)
 	}
 	return &j, nil
+}
+
+// jobHeadColumns are a JobHead's columns of the jobs table (as j), in fields' order.
+const jobHeadColumns = `j.job_id, j.kind, j.state, j.created_at, j.started_at, j.finished_at,
+	j.positions_total, j.positions_done, j.cost_units, j.cost_usd::text`
+
+// fields are where a row of jobHeadColumns is scanned.
+func (h *JobHead) fields() []any {
+	return []any{&h.ID, &h.Kind, &h.State, &h.CreatedAt, &h.StartedAt, &h.FinishedAt,
+		&h.PositionsTotal, &h.PositionsDone, &h.CostUnits, &h.CostUSD}
 }

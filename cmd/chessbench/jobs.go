@@ -234,14 +234,14 @@ func (b *bench) runJobNotify(fens []string, depth int, submitted chan<- string) 
 		submitted <- job.ID
 	}
 	var finished time.Time
-	err := b.waitJobRow(job.ID, func(state string, _ int, at *time.Time) (bool, error) {
-		st, _ := domain.ParseJobState(state)
+	err := b.waitJobRow(job.ID, func(head *projections.JobHead) (bool, error) {
+		st, _ := domain.ParseJobState(head.State)
 		switch st {
 		case domain.StateSucceeded:
-			finished = *at
+			finished = *head.FinishedAt
 			return true, nil
 		case domain.StateFailed, domain.StateCancelled:
-			return false, fmt.Errorf("job %s: %s", job.ID, state)
+			return false, fmt.Errorf("job %s: %s", job.ID, head.State)
 		default:
 			return false, nil
 		}
@@ -251,14 +251,14 @@ func (b *bench) runJobNotify(fens []string, depth int, submitted chan<- string) 
 
 // waitAnalysed waits until a job has n positions recorded.
 func (b *bench) waitAnalysed(jobID string, n int) error {
-	return b.waitJobRow(jobID, func(_ string, done int, _ *time.Time) (bool, error) { return done >= n, nil })
+	return b.waitJobRow(jobID, func(head *projections.JobHead) (bool, error) { return head.PositionsDone >= n, nil })
 }
 
 // waitJobRow waits until done says the job's row in the jobs read model is as wanted,
 // reading it when the jobs projection announces a change to the job (its NOTIFY), as
 // GET /jobs/{id}/events does: nothing is read while nothing happens, so the bench's
 // watching costs the measured job next to nothing (polling the job's stream did).
-func (b *bench) waitJobRow(jobID string, done func(state string, positionsDone int, finishedAt *time.Time) (bool, error)) error {
+func (b *bench) waitJobRow(jobID string, done func(*projections.JobHead) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	changed, unsubscribe := b.wake.Subscribe(projections.JobStreamTopic(jobID))
@@ -271,7 +271,7 @@ func (b *bench) waitJobRow(jobID string, done func(state string, positionsDone i
 		state := "not projected yet"
 		if head != nil {
 			state = head.State
-			if ok, err := done(head.State, head.PositionsDone, head.FinishedAt); ok || err != nil {
+			if ok, err := done(head); ok || err != nil {
 				return err
 			}
 		}
