@@ -106,21 +106,21 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	// The body is read, checked and looked up in the cache while the key's versions are
 	// read (one round trip): neither needs the other, and nothing of the body's is
 	// answered before the credentials are.
+	var key *domain.Key
 	var p prepared
 	if _, present, _ := bearer(r); present {
 		prep := make(chan prepared, 1)
 		go func() { prep <- s.prepare(r) }()
-		key, err := s.authenticateRemembered(r)
+		var err error
+		key, err = s.authenticateRemembered(r)
 		p = <-prep
 		if err != nil {
 			fail(err)
 			return
 		}
-		p.key = key
 	} else {
 		p = s.prepare(r)
 	}
-	key := p.key
 	if key != nil && !key.HasScope(domain.ScopeEval) {
 		fail(domain.Errorf(domain.CodeScope, "this key lacks the scope \"eval\""))
 		return
@@ -283,7 +283,6 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 
 // prepared is what a costed call's request says, before its credentials are known.
 type prepared struct {
-	key   *domain.Key // set by costed once authenticated
 	body  []byte
 	spec  analysis.Spec
 	known *analysis.Result // what needs no engine (a cached result, a finished game),

@@ -3,13 +3,13 @@ package webhook
 import (
 	"crypto/aes"
 	"crypto/cipher"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
+
+	"chessd/domain"
 )
 
 // Secrets seals endpoints' signing secrets for the database: AES-256-GCM under a key
@@ -30,9 +30,8 @@ func NewSecrets(pepper []byte) (*Secrets, error) {
 	if len(pepper) == 0 {
 		return nil, errors.New("webhook: no key pepper to seal secrets with")
 	}
-	mac := hmac.New(sha256.New, pepper)
-	mac.Write([]byte("chessd webhook secrets v1"))
-	block, err := aes.NewCipher(mac.Sum(nil))
+	// the key is the label's HMAC under the pepper, as a key's secret is stored
+	block, err := aes.NewCipher(domain.HashSecret(pepper, "chessd webhook secrets v1"))
 	if err != nil {
 		return nil, fmt.Errorf("webhook secrets: %w", err)
 	}
