@@ -412,6 +412,14 @@ func (tx *Tx) lockHead(ctx context.Context, head *int64, prev *[]byte) error {
 // one transaction. An error refuses the events: the transaction writes nothing.
 type InlineFunc func(b *pgx.Batch, evs []Event) error
 
+// TableRows are rows of one table of an inline projection's read model, for COPY into
+// an empty copy of the table (a rebuild).
+type TableRows struct {
+	Table   string
+	Columns []string
+	Rows    pgx.CopyFromSource
+}
+
 // inline holds the inline projections by topic. Registered at init (the package that
 // owns the read model registers it), so every Store of the process, whoever built it,
 // writes the same read models: none can append a topic's events without their rows.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/shopspring/decimal"
 
 	"chessd/domain"
 	"chessd/eventstore"
@@ -38,9 +40,52 @@ func QueueRebuildRows(b *pgx.Batch, evs []eventstore.Event) error {
 }
 
 func queueReadModel(b *pgx.Batch, evs []eventstore.Event, rollup bool) error {
-	var c chargeColumns
-	var cr creditColumns
-	var e entryColumns
+	rm, err := readModelOf(evs)
+	if err != nil {
+		return err
+	}
+	if len(rm.charges.pos) > 0 {
+		rm.charges.queue(b, rollup)
+	}
+	if len(rm.credits.pos) > 0 { // after the charges: a credit's rollup row is its charge's
+		rm.credits.queue(b, rollup)
+	}
+	if len(rm.entries.pos) > 0 {
+		rm.entries.queue(b)
+	}
+	return nil
+}
+
+// RebuildCopy is the read-model rows of evs (charges, credits, ledger_entries; not the
+// rollups, see QueueRebuildRows) for COPY into empty tables: the fast way to rebuild.
+// It refuses what QueueReadModel refuses.
+func RebuildCopy(evs []eventstore.Event) ([]eventstore.TableRows, error) {
+	rm, err := readModelOf(evs)
+	if err != nil {
+		return nil, err
+	}
+	var out []eventstore.TableRows
+	if len(rm.charges.pos) > 0 {
+		out = append(out, rm.charges.copyRows())
+	}
+	if len(rm.credits.pos) > 0 {
+		out = append(out, rm.credits.copyRows())
+	}
+	if len(rm.entries.pos) > 0 {
+		out = append(out, rm.entries.copyRows())
+	}
+	return out, nil
+}
+
+// readModel is the rows of some ledger events, column by column.
+type readModel struct {
+	charges chargeColumns
+	credits creditColumns
+	entries entryColumns
+}
+
+func readModelOf(evs []eventstore.Event) (*readModel, error) {
+	rm := &readModel{}
 	for i := range evs {
 		ev := &evs[i]
 		if ev.Type != "UnitsCharged" && ev.Type != "UnitsCredited" {
@@ -50,40 +95,31 @@ func queueReadModel(b *pgx.Batch, evs []eventstore.Event, rollup bool) error {
 		if v == nil { // read back from the log (a rebuild)
 			d, err := domain.Decode(ev.Type, ev.SchemaVersion, ev.Payload)
 			if err != nil {
-				return fmt.Errorf("position %d: %w", ev.Position, err)
+				return nil, fmt.Errorf("position %d: %w", ev.Position, err)
 			}
 			v = d
 		}
 		var postings []Posting
 		switch x := v.(type) {
 		case *UnitsCharged:
-			if err := c.add(ev.Position, x); err != nil {
-				return err
+			if err := rm.charges.add(ev.Position, x); err != nil {
+				return nil, err
 			}
 			postings = x.Postings
 		case *UnitsCredited:
-			cr.add(ev.Position, x)
+			rm.credits.add(ev.Position, x)
 			postings = x.Postings
 		default:
-			return fmt.Errorf("position %d: %s decodes to %T", ev.Position, ev.Type, v)
+			return nil, fmt.Errorf("position %d: %s decodes to %T", ev.Position, ev.Type, v)
 		}
 		if !Balanced(postings) {
-			return fmt.Errorf("%s at position %d: postings do not balance", ev.Type, ev.Position)
+			return nil, fmt.Errorf("%s at position %d: postings do not balance", ev.Type, ev.Position)
 		}
 		for line, p := range postings {
-			e.add(ev.Position, line, p)
+			rm.entries.add(ev.Position, line, p)
 		}
 	}
-	if len(c.pos) > 0 {
-		c.queue(b, rollup)
-	}
-	if len(cr.pos) > 0 { // after the charges: a credit's rollup row is its charge's
-		cr.queue(b, rollup)
-	}
-	if len(e.pos) > 0 {
-		e.queue(b)
-	}
-	return nil
+	return rm, nil
 }
 
 // keyRollup adds rows to usage_key_hours (aliased u), the narrower rollup per key and
@@ -124,7 +160,7 @@ func (c *chargeColumns) queue(b *pgx.Batch, rollup bool) {
 		  FROM ins GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4` + keyConflict
 	}
 	b.Queue(insert, c.pos, c.chargeID, c.requestID, c.accountID, c.keyID, c.env, c.day, c.chargedAt,
-		c.endpoint, c.engine, c.path, c.cached, c.units, c.usd, c.params)
+		c.endpoint, c.engine, c.path, c.cached, c.units, texts(c.usd), c.params)
 }
 
 // queue adds the credits' insert to b and, with rollup, their hours in usage_hours,
@@ -146,7 +182,7 @@ func (cr *creditColumns) queue(b *pgx.Batch, rollup bool) {
 		  FROM ins GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4` + keyConflict
 	}
 	b.Queue(insert, cr.pos, cr.creditID, cr.chargeID, cr.chargePos, cr.accountID, cr.keyID, cr.env, cr.day,
-		cr.creditedAt, cr.units, cr.usd, cr.reason, cr.actor, cr.disputeID)
+		cr.creditedAt, cr.units, texts(cr.usd), cr.reason, cr.actor, cr.disputeID)
 }
 
 // queue adds the postings' insert to b.
@@ -155,16 +191,17 @@ func (e *entryColumns) queue(b *pgx.Batch) {
 		SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[],
 			$6::text[]::numeric[], $7::text[]::numeric[])
 		ON CONFLICT (position, line) DO NOTHING`,
-		e.pos, e.line, e.book, e.account, e.currency, e.debit, e.credit)
+		e.pos, e.line, e.book, e.account, e.currency, texts(e.debit), texts(e.credit))
 }
 
 // creditColumns are credits rows, column by column.
 type creditColumns struct {
-	pos, chargePos, units                                       []int64
-	creditID, chargeID, accountID, keyID, env, day, usd, reason []string
-	actor                                                       []string
-	disputeID                                                   []*string
-	creditedAt                                                  []time.Time
+	pos, chargePos, units                                  []int64
+	creditID, chargeID, accountID, keyID, env, day, reason []string
+	actor                                                  []string
+	usd                                                    []decimal.Decimal
+	disputeID                                              []*string
+	creditedAt                                             []time.Time
 }
 
 func (c *creditColumns) add(pos int64, cr *UnitsCredited) {
@@ -175,7 +212,7 @@ func (c *creditColumns) add(pos int64, cr *UnitsCredited) {
 	c.pos, c.chargePos, c.units = append(c.pos, pos), append(c.chargePos, cr.ChargePosition), append(c.units, cr.Units)
 	c.creditID, c.chargeID = append(c.creditID, cr.CreditID), append(c.chargeID, cr.ChargeID)
 	c.accountID, c.keyID, c.env, c.day = append(c.accountID, cr.AccountID), append(c.keyID, cr.KeyID), append(c.env, cr.Env), append(c.day, cr.Day)
-	c.usd, c.reason, c.actor = append(c.usd, cr.USD.String()), append(c.reason, cr.Reason), append(c.actor, cr.Actor)
+	c.usd, c.reason, c.actor = append(c.usd, cr.USD), append(c.reason, cr.Reason), append(c.actor, cr.Actor)
 	c.disputeID, c.creditedAt = append(c.disputeID, dispute), append(c.creditedAt, cr.CreditedAt)
 }
 
@@ -183,7 +220,8 @@ func (c *creditColumns) add(pos int64, cr *UnitsCredited) {
 type chargeColumns struct {
 	pos, units                                      []int64
 	chargeID, requestID, accountID, keyID, env, day []string
-	endpoint, engine, path, usd, params             []string
+	endpoint, engine, path, params                  []string
+	usd                                             []decimal.Decimal
 	chargedAt                                       []time.Time
 	cached                                          []bool
 }
@@ -198,20 +236,84 @@ func (c *chargeColumns) add(pos int64, ch *UnitsCharged) error {
 	c.accountID, c.keyID = append(c.accountID, ch.AccountID), append(c.keyID, ch.KeyID)
 	c.env, c.day = append(c.env, ch.Env), append(c.day, ch.Day)
 	c.endpoint, c.engine, c.path = append(c.endpoint, ch.Endpoint), append(c.engine, ch.Engine), append(c.path, ch.Path)
-	c.usd, c.params = append(c.usd, ch.USD.String()), append(c.params, string(params))
+	c.usd, c.params = append(c.usd, ch.USD), append(c.params, string(params))
 	c.chargedAt, c.cached = append(c.chargedAt, ch.ChargedAt), append(c.cached, ch.Cached)
 	return nil
 }
 
 // entryColumns are ledger_entries rows, column by column.
 type entryColumns struct {
-	pos                                    []int64
-	line                                   []int32
-	book, account, currency, debit, credit []string
+	pos                     []int64
+	line                    []int32
+	book, account, currency []string
+	debit, credit           []decimal.Decimal
 }
 
 func (e *entryColumns) add(pos int64, line int, p Posting) {
 	e.pos, e.line = append(e.pos, pos), append(e.line, int32(line))
 	e.book, e.account, e.currency = append(e.book, p.Book), append(e.account, p.Account), append(e.currency, string(p.Currency))
-	e.debit, e.credit = append(e.debit, p.Debit.String()), append(e.credit, p.Credit.String())
+	e.debit, e.credit = append(e.debit, p.Debit), append(e.credit, p.Credit)
+}
+
+// texts are ds as the text of numeric array parameters.
+func texts(ds []decimal.Decimal) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.String()
+	}
+	return out
+}
+
+// numeric is d as COPY sends it, without a detour through text.
+func numeric(d decimal.Decimal) pgtype.Numeric {
+	return pgtype.Numeric{Int: d.Coefficient(), Exp: d.Exponent(), Valid: true}
+}
+
+// date is a UTC day as COPY sends it; a day that is not one is sent as written, for
+// PostgreSQL to refuse.
+func date(day string) any {
+	t, err := time.Parse(time.DateOnly, day)
+	if err != nil {
+		return day
+	}
+	return pgtype.Date{Time: t, Valid: true}
+}
+
+// columnRows are rows for COPY, made one at a time from columns (pgx.CopyFromSource).
+type columnRows struct {
+	n, i int
+	row  []any
+	fill func(i int, row []any)
+}
+
+func (r *columnRows) Next() bool             { r.i++; return r.i <= r.n }
+func (r *columnRows) Values() ([]any, error) { r.fill(r.i-1, r.row); return r.row, nil }
+func (r *columnRows) Err() error             { return nil }
+
+func (c *chargeColumns) copyRows() eventstore.TableRows {
+	cols := []string{"position", "charge_id", "request_id", "account_id", "key_id", "env", "day", "charged_at",
+		"endpoint", "engine", "path", "cached", "units", "usd", "params"}
+	return eventstore.TableRows{Table: "charges", Columns: cols, Rows: &columnRows{n: len(c.pos), row: make([]any, len(cols)),
+		fill: func(i int, r []any) {
+			r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] = c.pos[i], c.chargeID[i], c.requestID[i], c.accountID[i], c.keyID[i], c.env[i], date(c.day[i]), c.chargedAt[i]
+			r[8], r[9], r[10], r[11], r[12], r[13], r[14] = c.endpoint[i], c.engine[i], c.path[i], c.cached[i], c.units[i], numeric(c.usd[i]), c.params[i]
+		}}}
+}
+
+func (c *creditColumns) copyRows() eventstore.TableRows {
+	cols := []string{"position", "credit_id", "charge_id", "charge_position", "account_id", "key_id", "env", "day",
+		"credited_at", "units", "usd", "reason", "actor", "dispute_id"}
+	return eventstore.TableRows{Table: "credits", Columns: cols, Rows: &columnRows{n: len(c.pos), row: make([]any, len(cols)),
+		fill: func(i int, r []any) {
+			r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] = c.pos[i], c.creditID[i], c.chargeID[i], c.chargePos[i], c.accountID[i], c.keyID[i], c.env[i], date(c.day[i])
+			r[8], r[9], r[10], r[11], r[12], r[13] = c.creditedAt[i], c.units[i], numeric(c.usd[i]), c.reason[i], c.actor[i], c.disputeID[i]
+		}}}
+}
+
+func (e *entryColumns) copyRows() eventstore.TableRows {
+	cols := []string{"position", "line", "book", "account", "currency", "debit", "credit"}
+	return eventstore.TableRows{Table: "ledger_entries", Columns: cols, Rows: &columnRows{n: len(e.pos), row: make([]any, len(cols)),
+		fill: func(i int, r []any) {
+			r[0], r[1], r[2], r[3], r[4], r[5], r[6] = e.pos[i], e.line[i], e.book[i], e.account[i], e.currency[i], numeric(e.debit[i]), numeric(e.credit[i])
+		}}}
 }

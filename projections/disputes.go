@@ -18,7 +18,7 @@ func (Disputes) Name() string     { return "disputes_v1" }
 func (Disputes) Topic() string    { return "disputes" }
 func (Disputes) Tables() []string { return []string{"disputes"} }
 
-func (Disputes) rebuilder() rebuilder { return inlineRebuild(ledger.QueueDisputes) }
+func (Disputes) rebuilder() rebuilder { return inlineRebuild{queueRows: ledger.QueueDisputes} }
 
 // Apply writes one event's rows.
 func (Disputes) Apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) error {

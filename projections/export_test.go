@@ -7,3 +7,11 @@ func SetRebuildChunk(n int) (restore func()) {
 	rebuildChunk = n
 	return func() { rebuildChunk = old }
 }
+
+// BeforeSwap has a rebuild call f once its shadow's tables are loaded and indexed,
+// before it stops the appends to swap them in, until the returned function removes it.
+func BeforeSwap(f func()) (restore func()) {
+	old := beforeSwap
+	beforeSwap = f
+	return func() { beforeSwap = old }
+}

@@ -23,9 +23,12 @@ func (Ledger) Tables() []string {
 	return []string{"charges", "credits", "ledger_entries", "usage_hours", "usage_key_hours"}
 }
 
-// A rebuild writes a chunk's charges and credits with the inline writer's set-based
-// statements, all but the hourly rollup, which it recomputes at its end.
-func (Ledger) rebuilder() rebuilder { return inlineRebuild(ledger.QueueRebuildRows) }
+// A rebuild loads a chunk's charges, credits and postings with COPY or, carefully, writes
+// them with the inline writer's set-based statements; either way not the hourly rollups,
+// which it recomputes at its end.
+func (Ledger) rebuilder() rebuilder {
+	return inlineRebuild{queueRows: ledger.QueueRebuildRows, copyRows: ledger.RebuildCopy}
+}
 
 // usage_hours is left as it is until the end of a rebuild: the appends meanwhile add
 // to its rows, and would wait for the rebuild to commit on any row it had emptied.

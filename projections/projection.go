@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -191,6 +193,9 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection) (RebuildRepo
 // rebuildChunk is how many events a rebuild reads, and writes, at a time.
 var rebuildChunk = 2000
 
+// beforeSwap runs between a shadow's loading and its swap (tests: appends in between).
+var beforeSwap = func() {}
+
 // A rebuilder is how Rebuild applies a projection's events many at a time. A rebuild
 // starts from empty tables and hands it every event of the projection's topic in
 // position order, less those held behind a set-aside one, so it reads nothing of the
@@ -208,19 +213,37 @@ type rebuilder interface {
 }
 
 // inlineRebuild rebuilds an inline projection with its writer (eventstore.InlineFunc):
-// its events are independent, and the writer takes many at once.
-type inlineRebuild func(b *pgx.Batch, evs []eventstore.Event) error
+// its events are independent, and the writer takes many at once. With copyRows, a
+// rebuild that expects no refusal loads the rows with COPY instead (see shadow).
+type inlineRebuild struct {
+	queueRows func(b *pgx.Batch, evs []eventstore.Event) error
+	copyRows  func(evs []eventstore.Event) ([]eventstore.TableRows, error)
+}
 
 func (inlineRebuild) fold(_ context.Context, _ eventstore.Querier, e eventstore.Event, _ bool) (any, error) {
 	return e, nil
 }
 
-func (q inlineRebuild) queue(b *pgx.Batch, ws []any) error {
+func (r inlineRebuild) queue(b *pgx.Batch, ws []any) error { return r.queueRows(b, events(ws)) }
+
+func (r inlineRebuild) copier() func(ws []any) ([]eventstore.TableRows, error) {
+	if r.copyRows == nil {
+		return nil
+	}
+	return func(ws []any) ([]eventstore.TableRows, error) { return r.copyRows(events(ws)) }
+}
+
+func events(ws []any) []eventstore.Event {
 	evs := make([]eventstore.Event, len(ws))
 	for i, w := range ws {
 		evs[i] = w.(eventstore.Event)
 	}
-	return q(b, evs)
+	return evs
+}
+
+// A copying rebuilder can make a chunk's rows for COPY into empty tables.
+type copying interface {
+	copier() func(ws []any) ([]eventstore.TableRows, error)
 }
 
 // refusedError is a chunk the database refused in a rebuild without savepoints.
@@ -236,8 +259,14 @@ type rebuilding struct {
 	tx      pgx.Tx
 	inline  bool
 	careful bool     // a savepoint around each chunk
+	shadow  *shadow  // an inline projection's: where its rows go
+	fast    bool     // COPY into the shadow's tables, which have no constraints yet
 	a       *applier // the held streams and the set-aside count, as the live path keeps them
 	rep     RebuildReport
+
+	states   map[int64]string // set-aside events' states by position
+	last     int64            // the position of the last event read
+	resolved []int64          // open set-aside events the rebuild applied
 }
 
 // pending is an event of a chunk: its writes, or why it is set aside.
@@ -250,59 +279,122 @@ type pending struct {
 
 func (rb *rebuilding) run(ctx context.Context) error {
 	p, tx := rb.p, rb.tx
-	empty := `TRUNCATE `
-	if rb.inline {
-		empty = `DELETE FROM `
-	} else {
+	if !rb.inline {
 		offsets := fmt.Sprintf(`watermill_offsets_%s`, p.Topic())
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{offsets}.Sanitize()+` WHERE consumer_group = $1 FOR UPDATE`, p.Name()); err != nil {
 			return err
 		}
 	}
 	fin, finishes := p.(finisher)
+	var tables []string
 	for _, t := range p.Tables() {
-		if finishes && slices.Contains(fin.recomputed(), t) {
-			continue
-		}
-		if _, err := tx.Exec(ctx, empty+pgx.Identifier{t}.Sanitize()); err != nil {
-			return err
+		if !finishes || !slices.Contains(fin.recomputed(), t) {
+			tables = append(tables, t)
 		}
 	}
-	states := map[int64]string{}
+	rb.states = map[int64]string{}
 	rows, err := tx.Query(ctx, `SELECT position, state FROM set_aside_events WHERE projection = $1 AND state <> 'retried'`, p.Name())
 	if err != nil {
 		return fmt.Errorf("read set-aside events: %w", err)
 	}
 	var pos int64
 	var state string
-	if _, err := pgx.ForEachRow(rows, []any{&pos, &state}, func() error { states[pos] = state; return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&pos, &state}, func() error { rb.states[pos] = state; return nil }); err != nil {
 		return fmt.Errorf("read set-aside events: %w", err)
 	}
-	for _, st := range states {
+	for _, st := range rb.states {
 		rb.careful = rb.careful || st == "open" // refusals are to be expected
 	}
-	// Every event whose rows were emptied is at or before the head read now; the loop
-	// below reads on until no event is left, past it when appends go on meanwhile.
+	if rb.inline {
+		c, ok := rb.r.(copying)
+		rb.fast = !rb.careful && ok && c.copier() != nil
+		if rb.shadow, err = openShadow(ctx, tx, p.Name(), tables, rb.fast); err != nil && !errors.Is(err, errNotShadowed) {
+			return err
+		}
+		rb.fast = rb.fast && rb.shadow != nil
+	}
+	if rb.shadow == nil {
+		empty := `TRUNCATE `
+		if rb.inline {
+			empty = `DELETE FROM `
+		}
+		for _, t := range tables {
+			if _, err := tx.Exec(ctx, empty+pgx.Identifier{t}.Sanitize()); err != nil {
+				return err
+			}
+		}
+	}
+	// Every event whose rows were emptied is at or before the head read now; applyAll
+	// reads on until no more had been committed, past it when appends go on meanwhile.
 	head, err := eventstore.Head(ctx, tx)
 	if err != nil {
 		return fmt.Errorf("read head: %w", err)
 	}
-	var resolved []int64
-	last := int64(0)
+	if err := rb.applyAll(ctx); err != nil {
+		return err
+	}
+	if sh := rb.shadow; sh != nil {
+		// the copies get their constraints and indexes while the appends go on; then,
+		// with the appends stopped, what they added since, and the copies take the
+		// tables' place
+		if err := sh.finishCopies(ctx, tx); err != nil {
+			if rb.fast && CannotApply(err) { // a duplicate, say: find it carefully
+				return refusedError{err}
+			}
+			return err
+		}
+		rb.fast = false
+		beforeSwap()
+		if err := sh.lock(ctx, tx); err != nil {
+			return fmt.Errorf("stop the appends for the swap: %w", err)
+		}
+		if err := rb.applyAll(ctx); err != nil {
+			return err
+		}
+		if err := sh.swap(ctx, tx); err != nil {
+			return err
+		}
+	}
+	rb.rep.SetAside = rb.a.setAsideN
+	if finishes {
+		if err := fin.finish(ctx, tx); err != nil {
+			return err
+		}
+	}
+	if len(rb.resolved) > 0 {
+		if _, err := tx.Exec(ctx, `WITH done AS (
+				UPDATE set_aside_events SET state = 'retried' WHERE projection = $1 AND position = ANY($2) RETURNING id)
+			INSERT INTO set_aside_actions (set_aside_id, action, outcome, actor) SELECT id, 'rebuild', 'applied', 'chessd rebuild' FROM done`,
+			p.Name(), rb.resolved); err != nil {
+			return fmt.Errorf("resolve set-aside events: %w", err)
+		}
+	}
+	if rb.inline { // never behind: no checkpoint
+		_, err = tx.Exec(ctx, `DELETE FROM projection_checkpoints WHERE name = $1`, p.Name())
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
+		ON CONFLICT (name) DO UPDATE SET position = excluded.position`, p.Name(), max(head, rb.last))
+	return err
+}
+
+// applyAll applies the events after the last one applied until none is left.
+func (rb *rebuilding) applyAll(ctx context.Context) error {
+	tx := rb.tx
 	// A chunk's writes are made (the payloads decoded) in a goroutine while the
 	// previous chunk's go to the database: on two cores, one costs no time beside the
 	// other.
 	var prev []*pending
 	var prevMade <-chan made
 	for {
-		evs, err := readTopic(ctx, tx, p.Topic(), last, rebuildChunk)
+		evs, err := readTopic(ctx, tx, rb.p.Topic(), rb.last, rebuildChunk)
 		if err != nil {
 			return err
 		}
 		var chunk []*pending
 		for _, e := range evs {
-			last = e.Position
-			if states[e.Position] == "skipped" {
+			rb.last = e.Position
+			if rb.states[e.Position] == "skipped" {
 				rb.rep.Skipped++
 				if !rb.held(&pending{e: e}) {
 					if _, err := rb.r.fold(ctx, tx, e, true); err != nil && !CannotApply(err) {
@@ -328,46 +420,36 @@ func (rb *rebuilding) run(ctx context.Context) error {
 			next = rb.makeAhead(chunk)
 		}
 		if prev != nil {
-			if err := rb.write(ctx, prev, prevMade); err != nil {
+			if err := rb.apply(ctx, prev, prevMade); err != nil {
 				return err
 			}
-			for _, pe := range prev {
-				if pe.cause != nil {
-					rb.a.noted(pe.e, pe.cause, pe.blocker)
-					continue
-				}
-				rb.rep.Applied++
-				if states[pe.e.Position] == "open" {
-					resolved = append(resolved, pe.e.Position)
-				}
-			}
 		}
-		if len(evs) == 0 {
-			break
+		if len(evs) < rebuildChunk { // a short read: no more had been committed
+			if len(chunk) == 0 {
+				return nil
+			}
+			return rb.apply(ctx, chunk, next)
 		}
 		prev, prevMade = chunk, next
 	}
-	rb.rep.SetAside = rb.a.setAsideN
-	if finishes {
-		if err := fin.finish(ctx, tx); err != nil {
-			return err
-		}
-	}
-	if len(resolved) > 0 {
-		if _, err := tx.Exec(ctx, `WITH done AS (
-				UPDATE set_aside_events SET state = 'retried' WHERE projection = $1 AND position = ANY($2) RETURNING id)
-			INSERT INTO set_aside_actions (set_aside_id, action, outcome, actor) SELECT id, 'rebuild', 'applied', 'chessd rebuild' FROM done`,
-			p.Name(), resolved); err != nil {
-			return fmt.Errorf("resolve set-aside events: %w", err)
-		}
-	}
-	if rb.inline { // never behind: no checkpoint
-		_, err = tx.Exec(ctx, `DELETE FROM projection_checkpoints WHERE name = $1`, p.Name())
+}
+
+// apply writes a chunk and counts what it applied and set aside.
+func (rb *rebuilding) apply(ctx context.Context, chunk []*pending, ahead <-chan made) error {
+	if err := rb.write(ctx, chunk, ahead); err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
-		ON CONFLICT (name) DO UPDATE SET position = excluded.position`, p.Name(), max(head, last))
-	return err
+	for _, pe := range chunk {
+		if pe.cause != nil {
+			rb.a.noted(pe.e, pe.cause, pe.blocker)
+			continue
+		}
+		rb.rep.Applied++
+		if rb.states[pe.e.Position] == "open" {
+			rb.resolved = append(rb.resolved, pe.e.Position)
+		}
+	}
+	return nil
 }
 
 // held sets pe aside behind an earlier set-aside event of its stream, if there is one
@@ -402,6 +484,7 @@ func (rb *rebuilding) applicable(chunk []*pending) []*pending {
 type made struct {
 	events []*pending
 	b      *pgx.Batch
+	rows   []eventstore.TableRows // when fast
 	err    error
 }
 
@@ -414,13 +497,17 @@ func (rb *rebuilding) makeAhead(chunk []*pending) <-chan made {
 		ws[i] = pe.w
 	}
 	out := make(chan made, 1)
+	fast := rb.fast
 	go func() {
-		b := &pgx.Batch{}
-		var err error
-		if len(ws) > 0 {
-			err = rb.r.queue(b, ws)
+		m := made{events: events, b: &pgx.Batch{}}
+		switch {
+		case len(ws) == 0:
+		case fast:
+			m.rows, m.err = copyInParts(rb.r.(copying).copier(), ws)
+		default:
+			m.err = rb.r.queue(m.b, ws)
 		}
-		out <- made{events, b, err}
+		out <- m
 	}()
 	return out
 }
@@ -429,6 +516,9 @@ func (rb *rebuilding) makeAhead(chunk []*pending) <-chan made {
 // refuses them, a careful rebuild rolls the chunk back and finds the refused events
 // (bisect); any other rebuild gives up with refusedError, to start again carefully.
 func (rb *rebuilding) write(ctx context.Context, chunk []*pending, ahead <-chan made) error {
+	if rb.fast {
+		return rb.copyChunk(ctx, ahead)
+	}
 	b := &pgx.Batch{}
 	if rb.careful {
 		b.Queue(`SAVEPOINT chunk`)
@@ -462,6 +552,39 @@ func (rb *rebuilding) write(ctx context.Context, chunk []*pending, ahead <-chan 
 		return fmt.Errorf("set aside: %w", err)
 	}
 	return nil
+}
+
+// copyInParts makes the rows of ws in as many parts as there are cores to decode them.
+func copyInParts(rows func(ws []any) ([]eventstore.TableRows, error), ws []any) ([]eventstore.TableRows, error) {
+	n := min(runtime.GOMAXPROCS(0), max(1, len(ws)/100))
+	parts := make([][]eventstore.TableRows, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { parts[i], errs[i] = rows(ws[i*len(ws)/n : (i+1)*len(ws)/n]) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return slices.Concat(parts...), nil
+}
+
+// copyChunk loads a chunk's rows, made ahead, into the shadow's tables. Anything
+// refused starts the rebuild again carefully, which finds the events at fault.
+func (rb *rebuilding) copyChunk(ctx context.Context, ahead <-chan made) error {
+	m := <-ahead
+	err := m.err
+	for _, t := range m.rows {
+		if err != nil {
+			break
+		}
+		_, err = rb.tx.CopyFrom(ctx, pgx.Identifier{rb.shadow.name, t.Table}, t.Columns, t.Rows)
+	}
+	if CannotApply(err) {
+		return refusedError{err}
+	}
+	return err
 }
 
 // queue queues the writes of the events of chunk that are not set aside, those made

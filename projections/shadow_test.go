@@ -1,0 +1,240 @@
+package projections_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/ledger"
+	"chessd/postgres/pgtest"
+	"chessd/projections"
+)
+
+// credit credits c (at position pos) in full, from a dispute or not.
+func credit(c *ledger.UnitsCharged, pos int64, dispute string) *ledger.UnitsCredited {
+	return &ledger.UnitsCredited{CreditID: "crd_" + c.RequestID, ChargeID: c.ChargeID, ChargePosition: pos, AccountID: c.AccountID,
+		KeyID: c.KeyID, Env: c.Env, Day: c.Day, CreditedAt: c.ChargedAt.Add(time.Hour), Units: c.Units, USD: c.USD,
+		Reason: "test", Actor: "ops@test", DisputeID: dispute,
+		Postings: []ledger.Posting{{Book: "units", Account: "revenue", Currency: "units", Debit: decimal.NewFromInt(c.Units)},
+			{Book: "units", Account: "key", Currency: "units", Credit: decimal.NewFromInt(c.Units)}}}
+}
+
+// shape is how the ledger's tables are defined: columns, constraints and indexes.
+func shape(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT c.relname || ' column ' || a.attnum || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull
+		  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+		 WHERE c.relname IN ('charges', 'credits', 'ledger_entries') AND a.attnum > 0 AND NOT a.attisdropped
+		UNION ALL
+		SELECT conrelid::regclass || ' constraint ' || conname || ' ' || pg_get_constraintdef(oid)
+		  FROM pg_constraint WHERE conrelid::regclass::text IN ('charges', 'credits', 'ledger_entries')
+		UNION ALL
+		SELECT 'index ' || indexdef FROM pg_indexes WHERE tablename IN ('charges', 'credits', 'ledger_entries')
+		ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A rebuild of the ledger loads copies of its tables and swaps them in: the rows are
+// those the live writer made, the tables keep every column, constraint and index, and
+// the charges appended meanwhile (while it loads, and between its loading and its swap)
+// are all there, once.
+func TestLedgerRebuildKeepsTheTablesAndWhatIsAppendedMeanwhile(t *testing.T) {
+	defer projections.SetRebuildChunk(50)()
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	var charges []*ledger.UnitsCharged
+	for i := range 400 {
+		c := charge(fmt.Sprintf("key_%d", i%7), fmt.Sprintf("r%d", i), true)
+		c.USD = decimal.New(int64(i+1), -6)
+		charges = append(charges, c)
+	}
+	for k := range 7 {
+		var evs []ledger.UnitsCharged
+		for i := k; i < len(charges); i += 7 {
+			evs = append(evs, *charges[i])
+		}
+		for i := 0; i < len(evs); i += 20 {
+			var batch []domain.Event
+			for j := i; j < min(i+20, len(evs)); j++ {
+				batch = append(batch, &evs[j])
+			}
+			appendRaw(t, pool, ledger.Stream(fmt.Sprintf("key_%d", k)), ledger.StreamLedger, eventstore.AnyVersion, batch...)
+		}
+	}
+	first := count(t, pool, `SELECT min(position) FROM charges WHERE request_id = 'r0'`)
+	second := count(t, pool, `SELECT min(position) FROM charges WHERE request_id = 'r1'`)
+	appendRaw(t, pool, ledger.Stream("key_0"), ledger.StreamLedger, eventstore.AnyVersion, credit(charges[0], int64(first), ""))
+	appendRaw(t, pool, ledger.Stream("key_1"), ledger.StreamLedger, eventstore.AnyVersion, credit(charges[1], int64(second), "dsp_1"))
+	tables := projections.Ledger{}.Tables()
+	live, before := snapshot(t, pool, tables), shape(t, pool)
+	if len(live["charges"]) != 400 || len(live["credits"]) != 2 || len(live["ledger_entries"]) != 804 {
+		t.Fatalf("live read model: %d charges, %d credits, %d postings", len(live["charges"]), len(live["credits"]), len(live["ledger_entries"]))
+	}
+
+	rep, err := projections.Rebuild(ctx, pool, projections.Ledger{})
+	if err != nil || rep.Applied != 402 || rep.SetAside != 0 {
+		t.Fatalf("rebuild: %+v %v", rep, err)
+	}
+	if now := snapshot(t, pool, tables); !reflect.DeepEqual(live, now) {
+		t.Fatalf("the rebuild's rows differ from the live writer's:\nlive %v\nnow  %v", live, now)
+	}
+	if after := shape(t, pool); !reflect.DeepEqual(before, after) {
+		t.Fatalf("the tables changed:\nbefore %v\nafter  %v", before, after)
+	}
+
+	// Charges appended all along, and one between the loading and the swap.
+	stop := make(chan struct{})
+	var appended atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		store := eventstore.NewStore(pool, quiet)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			c := charge("key_live", fmt.Sprintf("live%d", i), true)
+			if _, err := store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+				return tx.Append(ctx, ledger.Stream(c.KeyID), ledger.StreamLedger, eventstore.AnyVersion, eventstore.Metadata{RequestID: "test"},
+					eventstore.New{Type: c.EventType(), SchemaVersion: 1, Payload: c})
+			}); err != nil {
+				done <- err
+				return
+			}
+			appended.Add(1)
+		}
+	}()
+	eventually(t, "an append", func() bool { return appended.Load() > 0 })
+	var between eventstore.Event
+	restore := projections.BeforeSwap(func() {
+		between = appendCharge(t, pool, charge("key_between", "between", true))
+	})
+	start := appended.Load()
+	rep, err = projections.Rebuild(ctx, pool, projections.Ledger{})
+	during := appended.Load() - start
+	restore()
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("an append during the rebuild: %v", err)
+	}
+	if err != nil || rep.SetAside != 0 {
+		t.Fatalf("rebuild under appends: %+v %v", rep, err)
+	}
+	if during == 0 {
+		t.Fatal("no charge was appended while the rebuild ran")
+	}
+	events := count(t, pool, `SELECT count(*) FROM events WHERE event_type = 'UnitsCharged'`)
+	if n := count(t, pool, `SELECT count(*) FROM charges`); n != events || n != 401+int(appended.Load()) {
+		t.Fatalf("%d charges in the read model, %d in the log, %d appended", n, events, 401+appended.Load())
+	}
+	if count(t, pool, `SELECT count(*) FROM charges WHERE position = $1`, between.Position) != 1 {
+		t.Fatal("the charge appended between the loading and the swap is missing")
+	}
+	withAppends := snapshot(t, pool, tables)
+	if _, err := projections.Rebuild(ctx, pool, projections.Ledger{}); err != nil {
+		t.Fatal(err)
+	}
+	if quiet := snapshot(t, pool, tables); !reflect.DeepEqual(withAppends, quiet) {
+		t.Fatalf("the rebuild under appends differs from a quiet one:\nunder appends %v\nquiet         %v", withAppends, quiet)
+	}
+}
+
+// The swap waits for no one who waits for it: a transaction that read the charges and
+// then asks for the chain's head (as a credit does) while the rebuild holds the head and
+// asks for the charges gets the head once the rebuild's short lock wait ends, and both
+// go through, where PostgreSQL would otherwise abort one of them as a deadlock.
+func TestLedgerRebuildSwapsPastAReaderWaitingForTheHead(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	appendCharge(t, pool, charge("key_a", "a1", true))
+	reader, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := reader.Exec(ctx, `SELECT count(*) FROM charges`); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt := make(chan error, 1)
+	go func() {
+		_, err := projections.Rebuild(ctx, pool, projections.Ledger{})
+		rebuilt <- err
+	}()
+	eventually(t, "the rebuild asking for the charges", func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_locks WHERE relation = 'public.charges'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted`) > 0
+	})
+	if _, err := reader.Exec(ctx, `SELECT 1 FROM event_chain FOR UPDATE`); err != nil {
+		t.Fatalf("the reader asking for the head: %v", err)
+	}
+	if err := reader.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-rebuilt; err != nil {
+		t.Fatalf("rebuild: %v", err)
+	}
+	if count(t, pool, `SELECT count(*) FROM charges`) != 1 {
+		t.Fatal("the rebuilt charges are not there")
+	}
+}
+
+// A row the read model now refuses is found however it is refused: a duplicate that
+// only the copy's unique constraint, built after the load, sees makes the rebuild start
+// again carefully, with the constraint in place from the start, and the later charge
+// is set aside. A projection whose table another's foreign key points at is rebuilt in
+// place.
+func TestLedgerRebuildFindsWhatTheLoadedCopyRefuses(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	damaged := appendCharge(t, pool, charge("key_a", "dup", true))
+	c := charge("key_b", "dup", true)
+	c.ChargeID = "chg_other"
+	refused := appendCharge(t, pool, c)
+	// the read model lost the first row; a constraint came in meanwhile
+	if _, err := pool.Exec(ctx, `DELETE FROM charges WHERE position = $1`, damaged.Position); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE charges ADD CONSTRAINT one_request UNIQUE (request_id)`); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := projections.Rebuild(ctx, pool, projections.Ledger{})
+	if err != nil || rep.Applied != 1 || rep.SetAside != 1 {
+		t.Fatalf("rebuild: %+v %v", rep, err)
+	}
+	if count(t, pool, `SELECT count(*) FROM charges WHERE position = $1`, damaged.Position) != 1 ||
+		count(t, pool, `SELECT count(*) FROM set_aside_events WHERE position = $1 AND projection = 'ledger_v1'`, refused.Position) != 1 {
+		t.Fatal("the lost row is not back, or the duplicate was not set aside")
+	}
+	if count(t, pool, `SELECT count(*) FROM pg_constraint WHERE conname = 'one_request' AND conrelid = 'charges'::regclass`) != 1 {
+		t.Fatal("the rebuilt table lost the constraint")
+	}
+
+	if _, err := pool.Exec(ctx, `CREATE TABLE charge_notes (position bigint REFERENCES charges (position))`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM charges`); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = projections.Rebuild(ctx, pool, projections.Ledger{})
+	if err != nil || rep.Applied != 1 || count(t, pool, `SELECT count(*) FROM charges`) != 1 {
+		t.Fatalf("rebuild in place: %+v %v", rep, err)
+	}
+}
