@@ -252,3 +252,38 @@ func deadlock(t *testing.T, pool *pgxpool.Pool) error {
 	}
 	return failed
 }
+
+// Migration 0029 gives the jobs that failed before it their JobFailed event's code and
+// message, and leaves the other jobs without: run again on a database as 0028 left it.
+func TestJobErrorsBackfill(t *testing.T) {
+	ctx := context.Background()
+	pool := emptyDB(t)
+	if err := postgres.Migrate(ctx, pool, quiet); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`ALTER TABLE jobs DROP COLUMN error_code, DROP COLUMN error_message`,
+		`DELETE FROM schema_migrations WHERE name = '0029_job_errors.sql'`,
+		`INSERT INTO jobs (job_id, account_id, key_id, kind, state, positions_total, positions_done, cost_units, cost_usd, created_at, version)
+		 VALUES ('job_failed', 'acct_a', 'key_a', 'batch', 'failed', 2, 1, 1, 0, now(), 4),
+		        ('job_done', 'acct_a', 'key_a', 'batch', 'succeeded', 2, 2, 2, 0, now(), 5)`,
+		`INSERT INTO events (position, stream_id, stream_type, version, event_type, schema_version, payload, metadata, recorded_at, hash)
+		 VALUES (1, 'job-job_failed', 'job', 4, 'JobFailed', 1, '{"code":"engine_failed","message":"the engine stopped","finished_at":"2026-11-24T00:00:00Z"}', '{}', now(), '\x01'),
+		        (2, 'job-job_done', 'job', 5, 'JobSucceeded', 1, '{"finished_at":"2026-11-24T00:00:00Z"}', '{}', now(), '\x02')`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := postgres.Migrate(ctx, pool, quiet); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT job_id || ' ' || coalesce(error_code, '-') || ' ' || coalesce(error_message, '-') FROM jobs ORDER BY job_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if want := []string{"job_done - -", "job_failed engine_failed the engine stopped"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("after the backfill: %q (%v), want %q", got, err, want)
+	}
+}
