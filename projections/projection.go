@@ -190,6 +190,19 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection) (RebuildRepo
 	}
 }
 
+// RebuildAll rebuilds the projections ps side by side, each as Rebuild does, in a
+// transaction of its own: what one waits for (its reads, its indexes, a lock) another
+// uses. Reports and errors are in the order of ps; one that fails leaves the others be.
+func RebuildAll(ctx context.Context, pool *pgxpool.Pool, ps ...Projection) ([]RebuildReport, []error) {
+	reps, errs := make([]RebuildReport, len(ps)), make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { reps[i], errs[i] = Rebuild(ctx, pool, p) })
+	}
+	wg.Wait()
+	return reps, errs
+}
+
 // rebuildChunk is how many events a rebuild reads, and writes, at a time.
 var rebuildChunk = 2000
 

@@ -238,3 +238,24 @@ func TestLedgerRebuildFindsWhatTheLoadedCopyRefuses(t *testing.T) {
 		t.Fatalf("rebuild in place: %+v %v", rep, err)
 	}
 }
+
+// RebuildAll rebuilds projections side by side and reports each in its place: one that
+// fails (its table is gone) leaves the other rebuilt.
+func TestRebuildAllReportsEachProjection(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	appendCharge(t, pool, charge("key_a", "a1", true))
+	appendRaw(t, pool, domain.AccountStream("acct_all"), domain.StreamAccount, 0,
+		&domain.AccountCreated{AccountID: "acct_all", Email: "all@example.com", Name: "All", Plan: "free", CreatedAt: time.Now().UTC()})
+	if _, err := pool.Exec(ctx, `DROP TABLE credits`); err != nil {
+		t.Fatal(err)
+	}
+	reps, errs := projections.RebuildAll(ctx, pool, projections.Accounts{}, projections.Ledger{})
+	if errs[0] != nil || reps[0].Applied != 1 || errs[1] == nil {
+		t.Fatalf("reports %+v, errors %v: want the accounts rebuilt and the ledger failed", reps, errs)
+	}
+	if count(t, pool, `SELECT count(*) FROM accounts WHERE account_id = 'acct_all'`) != 1 ||
+		count(t, pool, `SELECT count(*) FROM charges`) != 1 {
+		t.Fatal("the accounts were not rebuilt, or the failed ledger rebuild changed its tables")
+	}
+}

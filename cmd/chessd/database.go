@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -105,14 +106,17 @@ func verify(ctx context.Context, db *database, out io.Writer) error {
 }
 
 func rebuild(ctx context.Context, db *database, out io.Writer) error {
-	for _, p := range allProjections() {
-		rep, err := projections.Rebuild(ctx, db.pool, p)
-		if err != nil {
-			return fmt.Errorf("rebuild %s: %w", p.Name(), err)
+	ps := allProjections()
+	reps, errs := projections.RebuildAll(ctx, db.pool, ps...)
+	var failed []error
+	for i, p := range ps {
+		if errs[i] != nil {
+			failed = append(failed, fmt.Errorf("rebuild %s: %w", p.Name(), errs[i]))
+			continue
 		}
-		fmt.Fprintf(out, "rebuilt %s from %d events%s\n", p.Name(), rep.Applied, setAsideNote(rep))
+		fmt.Fprintf(out, "rebuilt %s from %d events%s\n", p.Name(), reps[i].Applied, setAsideNote(reps[i]))
 	}
-	return nil
+	return errors.Join(failed...)
 }
 
 func allProjections() []projections.Projection {
