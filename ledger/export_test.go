@@ -16,3 +16,6 @@ func SetClock(m *Meter, now func() time.Time) { m.now = now }
 // TopUps says how many lease top-ups m made for calls that found their lease dry, and
 // how many ahead of need.
 func TopUps(m *Meter) (dry, ahead int64) { return m.topUps[0].Load(), m.topUps[1].Load() }
+
+// ReadOnly is readOnly: one snapshot of the read model, taken after any swap of its tables.
+var ReadOnly = readOnly

@@ -207,7 +207,7 @@ func Usage(ctx context.Context, pool *pgxpool.Pool, uq UsageQuery) (UsageReport,
 		zone = "UTC"
 	}
 	rep := UsageReport{USD: decimal.Zero}
-	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+	err := readOnly(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT set_config('TimeZone', $1, true)`, zone); err != nil {
 			return fmt.Errorf("time zone %q: %w", zone, err)
 		}

@@ -115,9 +115,16 @@ type TxStarter interface {
 }
 
 // readOnly runs fn in one read-only snapshot, so that what it reads is one moment of
-// the ledger (a page and its totals agree).
+// the ledger (a page and its totals agree). It first waits for a rebuild swapping in
+// the read model's tables (projections' shadow), whose rows a snapshot taken before the
+// swap would not see: the lock statement takes no snapshot, the first read does.
 func readOnly(ctx context.Context, db TxStarter, fn func(pgx.Tx) error) error {
-	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `LOCK TABLE charges, credits, ledger_entries IN ACCESS SHARE MODE`); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
 }
 
 // statementFilter is the WHERE clause of a statement, without the cursor; its

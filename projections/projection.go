@@ -203,6 +203,15 @@ func RebuildAll(ctx context.Context, pool *pgxpool.Pool, ps ...Projection) ([]Re
 	return reps, errs
 }
 
+// quoted are table names as SQL identifiers.
+func quoted(tables []string) []string {
+	out := make([]string, len(tables))
+	for i, t := range tables {
+		out[i] = pgx.Identifier{t}.Sanitize()
+	}
+	return out
+}
+
 // rebuildChunk is how many events a rebuild reads, and writes, at a time.
 var rebuildChunk = 2000
 
@@ -293,8 +302,13 @@ type pending struct {
 func (rb *rebuilding) run(ctx context.Context) error {
 	p, tx := rb.p, rb.tx
 	if !rb.inline {
-		offsets := fmt.Sprintf(`watermill_offsets_%s`, p.Topic())
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{offsets}.Sanitize()+` WHERE consumer_group = $1 FOR UPDATE`, p.Name()); err != nil {
+		// The live subscriber locks this row first in each of its transactions, which are
+		// REPEATABLE READ: writing it (not only locking it) makes one that took its
+		// snapshot before the rebuild committed fail there and start again, rather than
+		// apply events to the read model as it stood before the rebuild.
+		offsets := pgx.Identifier{fmt.Sprintf(`watermill_offsets_%s`, p.Topic())}.Sanitize()
+		if _, err := tx.Exec(ctx, `INSERT INTO `+offsets+` AS o (consumer_group, offset_acked, last_processed_transaction_id)
+			VALUES ($1, 0, '0') ON CONFLICT (consumer_group) DO UPDATE SET offset_acked = o.offset_acked`, p.Name()); err != nil {
 			return err
 		}
 	}
@@ -318,18 +332,19 @@ func (rb *rebuilding) run(ctx context.Context) error {
 	for _, st := range rb.states {
 		rb.careful = rb.careful || st == "open" // refusals are to be expected
 	}
-	if rb.inline {
-		c, ok := rb.r.(copying)
-		rb.fast = !rb.careful && ok && c.copier() != nil
-		if rb.shadow, err = openShadow(ctx, tx, p.Name(), tables, rb.fast); err != nil && !errors.Is(err, errNotShadowed) {
-			return err
-		}
-		rb.fast = rb.fast && rb.shadow != nil
+	c, ok := rb.r.(copying)
+	rb.fast = !rb.careful && ok && c.copier() != nil
+	if rb.shadow, err = openShadow(ctx, tx, p.Name(), tables, rb.fast); err != nil && !errors.Is(err, errNotShadowed) {
+		return err
 	}
-	if rb.shadow == nil {
-		empty := `TRUNCATE `
-		if rb.inline {
-			empty = `DELETE FROM `
+	rb.fast = rb.fast && rb.shadow != nil
+	if rb.shadow == nil { // emptied in place
+		empty := `DELETE FROM ` // the appends write an inline projection's tables meanwhile
+		if !rb.inline {
+			empty = `TRUNCATE `
+			if err := lockTables(ctx, tx, quoted(tables), false); err != nil {
+				return err
+			}
 		}
 		for _, t := range tables {
 			if _, err := tx.Exec(ctx, empty+pgx.Identifier{t}.Sanitize()); err != nil {
@@ -348,8 +363,7 @@ func (rb *rebuilding) run(ctx context.Context) error {
 	}
 	if sh := rb.shadow; sh != nil {
 		// the copies get their constraints and indexes while the appends go on; then,
-		// with the appends stopped, what they added since, and the copies take the
-		// tables' place
+		// with the tables held, the copies take their place
 		if err := sh.finishCopies(ctx, tx); err != nil {
 			if rb.fast && CannotApply(err) { // a duplicate, say: find it carefully
 				return refusedError{err}
@@ -358,11 +372,15 @@ func (rb *rebuilding) run(ctx context.Context) error {
 		}
 		rb.fast = false
 		beforeSwap()
-		if err := sh.lock(ctx, tx); err != nil {
-			return fmt.Errorf("stop the appends for the swap: %w", err)
+		if err := sh.lock(ctx, tx, rb.inline); err != nil {
+			return fmt.Errorf("lock the tables for the swap: %w", err)
 		}
-		if err := rb.applyAll(ctx); err != nil {
-			return err
+		// what was appended since the last read: the live subscriber of a projection
+		// that has one applies it once the rebuild lets go of its offset row
+		if rb.inline {
+			if err := rb.applyAll(ctx); err != nil {
+				return err
+			}
 		}
 		if err := sh.swap(ctx, tx); err != nil {
 			return err

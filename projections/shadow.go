@@ -11,18 +11,21 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// A shadow is where the rebuild of an inline projection writes: empty copies of the
-// read model's tables in a schema of their own, which replace the tables when the
-// rebuild is done. The appends meanwhile go on writing the old tables, and a rebuild
-// pays neither for the rows it would have deleted nor for keeping every index up to date
-// row by row: the copies carry only the constraints the writers' ON CONFLICT clauses
-// need, the other indexes are built once, sorted, at the end. The rebuild's statements
-// find the copies first on the search_path, so the projection's writers run unchanged.
+// A shadow is where a rebuild writes: empty copies of the read model's tables in a
+// schema of their own, which replace the tables when the rebuild is done. Meanwhile
+// the old tables stay as they were for their readers (and, for an inline projection,
+// the appends go on writing them), and a rebuild pays neither for the rows it would have
+// deleted nor for keeping every index up to date row by row: the copies carry only what
+// refuses rows (which the writers' ON CONFLICT clauses need too), or nothing at all for
+// COPY, and the other indexes are built once, sorted, at the end. The rebuild's
+// statements find the copies first on the search_path, so the writers run unchanged.
 //
-// Only the swap stops the appends (see lock): from the moment it holds the chain's head
-// and the tables, it applies what was appended since its last read and replaces the
-// tables. What the old tables were granted is not carried over (the service's own role
-// owns them); a table other tables' foreign keys point at is not shadowed (openShadow).
+// Only the swap stops anyone (see lock): holding the old tables (and, for an inline
+// projection, the chain's head, so no append commits), it applies what was appended
+// since its last read and replaces the tables. What the old tables were granted is not
+// carried over (the service's own role owns them). A table that foreign keys point at,
+// that owns a sequence or that a view reads is not shadowed (openShadow): the rebuild
+// empties it in place.
 type shadow struct {
 	name       string // the schema's
 	schema     string // quoted
@@ -40,147 +43,155 @@ type shadowTable struct {
 var errNotShadowed = errors.New("not shadowed")
 
 // openShadow makes the empty copies of tables, in a schema named after the projection,
-// and puts it first on the transaction's search_path.
+// and puts it first on the transaction's search_path: what it reads of the catalog in
+// one round trip, what it makes in another. The copies have the tables' columns,
+// defaults and checks and, unless bare, what refuses rows (primary key, unique
+// constraints and indexes, exclusions), which ON CONFLICT needs too; the statements of
+// the rest (other indexes, foreign keys; with bare, all) wait for finishCopies.
 func openShadow(ctx context.Context, tx pgx.Tx, name string, tables []string, bare bool) (*shadow, error) {
 	s := &shadow{name: "rebuild_" + name}
 	s.schema = pgx.Identifier{s.name}.Sanitize()
-	if err := tx.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&s.searchPath); err != nil {
-		return nil, err
+	read := &pgx.Batch{}
+	read.Queue(`SELECT current_setting('search_path')`).QueryRow(func(row pgx.Row) error { return row.Scan(&s.searchPath) })
+	// what would have to follow the table (a dropped table takes its sequences along,
+	// and a view or a foreign key would stop the drop)
+	var bound []string
+	read.Queue(`SELECT coalesce(array_agg(t), '{}') FROM unnest($1::text[]) t
+		 WHERE EXISTS (SELECT 1 FROM pg_constraint f WHERE f.confrelid = to_regclass(t) AND f.contype = 'f')
+		    OR EXISTS (SELECT 1 FROM pg_depend d JOIN pg_class q ON q.oid = d.objid AND q.relkind = 'S'
+		                WHERE d.classid = 'pg_class'::regclass AND d.refobjid = to_regclass(t) AND d.deptype = 'a')
+		    OR EXISTS (SELECT 1 FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
+		                WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = to_regclass(t) AND r.ev_class <> to_regclass(t))`,
+		tables).QueryRow(func(row pgx.Row) error { return row.Scan(&bound) })
+	// each table with its constraints, then its other indexes (an index of the copy
+	// cannot take the name of a constraint's before the constraint has it)
+	var defs []shadowDef
+	read.Queue(`SELECT t.ord, format('%I', n.nspname), format('%I', c.relname), coalesce(x.kind, ''), coalesce(x.def, ''), coalesce(x.refuses, false)
+		  FROM unnest($1::text[]) WITH ORDINALITY t(name, ord)
+		  JOIN pg_class c ON c.oid = to_regclass(t.name) JOIN pg_namespace n ON n.oid = c.relnamespace
+		  LEFT JOIN LATERAL (
+		      SELECT 'c' AS kind, format('%I ', conname) || pg_get_constraintdef(oid) AS def, contype <> 'f' AS refuses
+		        FROM pg_constraint WHERE conrelid = c.oid AND contype IN ('p', 'u', 'x', 'f')
+		      UNION ALL
+		      SELECT 'i', pg_get_indexdef(i.indexrelid), i.indisunique
+		        FROM pg_index i WHERE i.indrelid = c.oid AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)
+		  ) x ON true
+		 ORDER BY t.ord, x.kind, x.def`, tables).Query(func(rows pgx.Rows) error {
+		var err error
+		defs, err = pgx.CollectRows(rows, pgx.RowToStructByPos[shadowDef])
+		return err
+	})
+	if err := tx.SendBatch(ctx, read).Close(); err != nil {
+		return nil, fmt.Errorf("shadow: read the tables: %w", err)
 	}
-	var referenced []string
-	if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(t), '{}') FROM unnest($1::text[]) t
-		 WHERE EXISTS (SELECT 1 FROM pg_constraint f WHERE f.confrelid = to_regclass(t) AND f.contype = 'f')`, tables).Scan(&referenced); err != nil {
-		return nil, err
+	if len(bound) > 0 {
+		return nil, fmt.Errorf("foreign keys, sequences or views are bound to %s: %w", strings.Join(bound, ", "), errNotShadowed)
 	}
-	if len(referenced) > 0 {
-		return nil, fmt.Errorf("foreign keys point at %s: %w", strings.Join(referenced, ", "), errNotShadowed)
-	}
+	build := &pgx.Batch{}
 	// two rebuilds of one projection: the second waits for the first's schema to go
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('chessd rebuild ' || $1))`, name); err != nil {
-		return nil, err
-	}
-	if _, err := tx.Exec(ctx, `CREATE SCHEMA `+s.schema); err != nil {
-		return nil, fmt.Errorf("shadow schema: %w", err)
-	}
-	for _, t := range tables {
-		st, err := s.copyTable(ctx, tx, t, bare)
-		if err != nil {
-			return nil, fmt.Errorf("shadow %s: %w", t, err)
+	build.Queue(`SELECT pg_advisory_xact_lock(hashtext('chessd rebuild ' || $1))`, name)
+	build.Queue(`CREATE SCHEMA ` + s.schema)
+	for _, d := range defs {
+		if len(s.tables) < d.Table {
+			st := shadowTable{schema: d.Schema, original: d.Schema + "." + d.Rel, copy: s.schema + "." + d.Rel}
+			build.Queue(`CREATE TABLE ` + st.copy + ` (LIKE ` + st.original + ` INCLUDING ALL EXCLUDING INDEXES)`)
+			s.tables = append(s.tables, st)
 		}
-		s.tables = append(s.tables, st)
+		st := &s.tables[len(s.tables)-1]
+		stmt := `ALTER TABLE ` + st.copy + ` ADD CONSTRAINT ` + d.Def
+		switch d.Kind {
+		case "":
+			continue // neither constraints nor indexes
+		case "i":
+			// CREATE [UNIQUE] INDEX name ON [ONLY] schema.table USING ...: the same
+			// index, under the same name, on the copy
+			on := " ON " + st.original + " "
+			if strings.Count(d.Def, on) != 1 {
+				return nil, fmt.Errorf("shadow: cannot read index %q", d.Def)
+			}
+			stmt = strings.Replace(d.Def, on, " ON "+st.copy+" ", 1)
+		}
+		if d.Refuses && !bare {
+			build.Queue(stmt)
+		} else {
+			st.after = append(st.after, stmt)
+		}
 	}
-	if _, err := tx.Exec(ctx, `SELECT set_config('search_path', $1, true)`, s.schema+", "+s.searchPath); err != nil {
-		return nil, err
+	if len(s.tables) != len(tables) {
+		return nil, fmt.Errorf("shadow: of the tables %v, only %d exist", tables, len(s.tables))
+	}
+	build.Queue(`SELECT set_config('search_path', $1, true)`, s.schema+", "+s.searchPath)
+	if err := tx.SendBatch(ctx, build).Close(); err != nil {
+		return nil, fmt.Errorf("shadow: make the copies: %w", err)
 	}
 	return s, nil
 }
 
-// copyTable makes the copy of table t with its columns, defaults and checks and, unless
-// bare, what refuses rows (primary key, unique constraints and indexes, exclusions),
-// which ON CONFLICT needs too. It keeps the statements of the rest (other indexes,
-// foreign keys; with bare, all) for later.
-func (s *shadow) copyTable(ctx context.Context, tx pgx.Tx, t string, bare bool) (shadowTable, error) {
-	var st shadowTable
-	var rel string
-	err := tx.QueryRow(ctx, `SELECT format('%I', n.nspname), format('%I', c.relname)
-		  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, t).Scan(&st.schema, &rel)
-	if err != nil {
-		return st, err
-	}
-	st.original, st.copy = st.schema+"."+rel, s.schema+"."+rel
-	if _, err := tx.Exec(ctx, `CREATE TABLE `+st.copy+` (LIKE `+st.original+` INCLUDING ALL EXCLUDING INDEXES)`); err != nil {
-		return st, err
-	}
-	// constraints first: an index of the copy cannot take the name of a constraint's
-	rows, err := tx.Query(ctx, `
-		SELECT 'c', format('%I ', conname) || pg_get_constraintdef(oid), contype <> 'f'
-		  FROM pg_constraint WHERE conrelid = $1::regclass AND contype IN ('p', 'u', 'x', 'f')
-		UNION ALL
-		SELECT 'i', pg_get_indexdef(i.indexrelid), i.indisunique
-		  FROM pg_index i WHERE i.indrelid = $1::regclass AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
-		ORDER BY 1`, st.original)
-	if err != nil {
-		return st, err
-	}
-	var kind, def string
-	var refuses bool
-	var now []string
-	if _, err := pgx.ForEachRow(rows, []any{&kind, &def, &refuses}, func() error {
-		stmt := `ALTER TABLE ` + st.copy + ` ADD CONSTRAINT ` + def
-		if kind == "i" {
-			// CREATE [UNIQUE] INDEX name ON [ONLY] schema.table USING ...: the same
-			// index, under the same name, on the copy
-			on := " ON " + st.original + " "
-			if strings.Count(def, on) != 1 {
-				return fmt.Errorf("cannot read index %q", def)
-			}
-			stmt = strings.Replace(def, on, " ON "+st.copy+" ", 1)
-		}
-		if refuses && !bare {
-			now = append(now, stmt)
-		} else {
-			st.after = append(st.after, stmt)
-		}
-		return nil
-	}); err != nil {
-		return st, err
-	}
-	for _, stmt := range now {
-		if _, err := tx.Exec(ctx, stmt); err != nil {
-			return st, err
-		}
-	}
-	return st, nil
+// shadowDef is a table of a shadow and one of its constraints or indexes, as the
+// catalog gives them.
+type shadowDef struct {
+	Table       int    // its place in the list, from 1
+	Schema, Rel string // quoted
+	Kind        string // c: constraint, i: index, "": none
+	Def         string
+	Refuses     bool // it refuses rows
 }
 
 // finishCopies builds the copies' other indexes and foreign keys and gathers their
 // statistics, before the swap stops the appends.
 func (s *shadow) finishCopies(ctx context.Context, tx pgx.Tx) error {
+	b := &pgx.Batch{}
 	// sorting a million rows for an index takes more than the default 64 MB
-	if _, err := tx.Exec(ctx, `SET LOCAL maintenance_work_mem = '256MB'`); err != nil {
-		return err
-	}
+	b.Queue(`SET LOCAL maintenance_work_mem = '256MB'`)
 	for _, st := range s.tables {
 		for _, stmt := range st.after {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("shadow of %s: %w", st.original, err)
-			}
+			b.Queue(stmt)
 		}
-		if _, err := tx.Exec(ctx, `ANALYZE `+st.copy); err != nil {
-			return err
-		}
+		b.Queue(`ANALYZE ` + st.copy)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("shadow: constraints and indexes: %w", err)
 	}
 	return nil
 }
 
-// lock holds the chain's head, so no append commits, and the old tables, so no one
-// reads or writes them. An append that read one of them before it waits for the head
-// (a credit reads its charge) would wait on the rebuild while it waits on the append:
-// the tables are asked for with a short lock timeout, and on a timeout the head is let
-// go and both are asked for again.
-func (s *shadow) lock(ctx context.Context, tx pgx.Tx) error {
+// lock holds the old tables, so no one reads or writes them, and with head the chain's
+// head, so no append commits.
+func (s *shadow) lock(ctx context.Context, tx pgx.Tx, head bool) error {
 	names := make([]string, len(s.tables))
 	for i, st := range s.tables {
 		names[i] = st.original
 	}
+	return lockTables(ctx, tx, names, head)
+}
+
+// lockTables takes tables in ACCESS EXCLUSIVE mode and, with head, the chain's head
+// first. A reader that holds one of the tables and waits for another (auth reads
+// key_secrets, then api_keys), or an append that read one before it waits for the head
+// (a credit reads its charge), would wait on the rebuild while the rebuild waits on it:
+// the tables are asked for with a lock timeout shorter than PostgreSQL's deadlock check,
+// and on a timeout everything is let go and asked for again, waiting longer each time.
+func lockTables(ctx context.Context, tx pgx.Tx, tables []string, head bool) error {
 	wait := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		b := &pgx.Batch{}
-		b.Queue(`SAVEPOINT swap`)
-		b.Queue(`SELECT 1 FROM event_chain FOR UPDATE`)
+		b.Queue(`SAVEPOINT lock_tables`)
+		if head {
+			b.Queue(`SELECT 1 FROM event_chain FOR UPDATE`)
+		}
 		b.Queue(fmt.Sprintf(`SET LOCAL lock_timeout = %d`, wait.Milliseconds()))
-		b.Queue(`LOCK TABLE ` + strings.Join(names, ", ") + ` IN ACCESS EXCLUSIVE MODE`)
+		b.Queue(`LOCK TABLE ` + strings.Join(tables, ", ") + ` IN ACCESS EXCLUSIVE MODE`)
 		b.Queue(`SET LOCAL lock_timeout = 0`)
-		b.Queue(`RELEASE SAVEPOINT swap`)
+		b.Queue(`RELEASE SAVEPOINT lock_tables`)
 		err := tx.SendBatch(ctx, b).Close()
 		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55P03" || try == 60 { // lock_not_available: about a minute
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55P03" || try == 100 { // lock_not_available: about a minute
 			return err
 		}
-		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT swap`); err != nil {
+		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT lock_tables`); err != nil {
 			return err
 		}
-		wait = min(2*wait, time.Second)
+		wait = min(2*wait, 600*time.Millisecond) // under deadlock_timeout's default second
 	}
 }
 

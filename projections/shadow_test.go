@@ -2,6 +2,7 @@ package projections_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
@@ -257,5 +259,75 @@ func TestRebuildAllReportsEachProjection(t *testing.T) {
 	if count(t, pool, `SELECT count(*) FROM accounts WHERE account_id = 'acct_all'`) != 1 ||
 		count(t, pool, `SELECT count(*) FROM charges`) != 1 {
 		t.Fatal("the accounts were not rebuilt, or the failed ledger rebuild changed its tables")
+	}
+}
+
+// A rebuild writes its projection's bus offset row, which the live subscriber locks
+// first in each of its REPEATABLE READ transactions: one whose snapshot is older than the
+// rebuild fails there (and starts again) instead of applying events to the read model as
+// it stood before the rebuild, which set aside events the rebuild had applied.
+func TestRebuildFailsASubscriberSnapshotTakenBefore(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	appendRaw(t, pool, domain.AccountStream("acct_old"), domain.StreamAccount, 0,
+		&domain.AccountCreated{AccountID: "acct_old", Email: "old@example.com", Name: "Old", Plan: "free", CreatedAt: time.Now().UTC()})
+	// the subscriber has acknowledged messages before
+	if _, err := pool.Exec(ctx, `INSERT INTO watermill_offsets_accounts (consumer_group, offset_acked, last_processed_transaction_id)
+		VALUES ('accounts_v1', 0, '0')`); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Rollback(ctx)                              //nolint:errcheck // failed below
+	if _, err := sub.Exec(ctx, `SELECT 1`); err != nil { // its snapshot
+		t.Fatal(err)
+	}
+	if _, err := projections.Rebuild(ctx, pool, projections.Accounts{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = sub.Exec(ctx, `SELECT offset_acked FROM watermill_offsets_accounts WHERE consumer_group = 'accounts_v1' FOR UPDATE`)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("a subscriber with a snapshot from before the rebuild locked its offset: %v, want a serialization failure", err)
+	}
+}
+
+// Nor does the swap deadlock with a reader that holds one of the tables and then asks
+// for another (authentication reads key_secrets, then api_keys): the rebuild lets go
+// of the tables it holds when it cannot have them all soon, and both go through.
+func TestAccountsRebuildSwapsPastAReaderOfTwoTables(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	appendRaw(t, pool, domain.AccountStream("acct_r"), domain.StreamAccount, 0,
+		&domain.AccountCreated{AccountID: "acct_r", Email: "r@example.com", Name: "R", Plan: "free", CreatedAt: time.Now().UTC()})
+	reader, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := reader.Exec(ctx, `SELECT count(*) FROM key_secrets`); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt := make(chan error, 1)
+	go func() {
+		_, err := projections.Rebuild(ctx, pool, projections.Accounts{})
+		rebuilt <- err
+	}()
+	eventually(t, "the rebuild asking for key_secrets", func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_locks WHERE relation = 'public.key_secrets'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted`) > 0
+	})
+	if _, err := reader.Exec(ctx, `SELECT count(*) FROM api_keys`); err != nil {
+		t.Fatalf("the reader asking for api_keys: %v", err)
+	}
+	if err := reader.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-rebuilt; err != nil {
+		t.Fatalf("rebuild: %v", err)
+	}
+	if count(t, pool, `SELECT count(*) FROM accounts WHERE account_id = 'acct_r'`) != 1 {
+		t.Fatal("the rebuilt account is not there")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/domain"
@@ -315,12 +317,31 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 		t.Fatalf("the job across the outage was charged %d times for %d positions (%v)", jobCharges, len(longFENs), err)
 	}
 
-	// Every eval answered 200 is charged once (charges may be settled after the answer:
-	// wait for them); every other one not at all.
+	load.chargedOnce(t, pool, su.KeyID)
+	waitFor(t, "the projections to catch up with the charges", time.Minute, func() bool { return projectionsCaughtUp(t, pool) })
+	balanced(t, pool)
+	srv.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // stopping it to replay
+	srv.cmd.Wait()                          //nolint:errcheck // stopped
+	if out, err := runCLI(t, dbURL, "replay"); err != nil {
+		t.Fatalf("replay after the restart: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, dbURL, "verify"); err != nil {
+		t.Fatalf("chain after the restart: %v\n%s", err, out)
+	}
+	_, unavail, _ := load.count()
+	t.Logf("%d answers, %d of them 503; %d evals, %d jobs", load.answers, unavail, len(load.evals), len(load.jobs))
+}
+
+// chargedOnce checks that every eval of the load answered 200 is charged once on keyID's
+// ledger stream (charges may be settled after the answer: they are waited for), and
+// every other one not at all.
+func (l *faultLoad) chargedOnce(t *testing.T, pool *pgxpool.Pool, keyID string) {
+	t.Helper()
+	ctx := context.Background()
 	charged := func() map[string]int {
 		perIdem := map[string]int{}
 		rows, err := pool.Query(ctx, `SELECT metadata->>'idempotency_key', count(*) FROM events
-			WHERE stream_id = $1 AND metadata->>'idempotency_key' IS NOT NULL GROUP BY 1`, "ledger-"+su.KeyID)
+			WHERE stream_id = $1 AND metadata->>'idempotency_key' IS NOT NULL GROUP BY 1`, "ledger-"+keyID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,15 +359,18 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 		}
 		return perIdem
 	}
+	l.mu.Lock()
+	evals := maps.Clone(l.evals)
+	l.mu.Unlock()
 	answered := 0
-	for _, status := range load.evals {
+	for _, status := range evals {
 		if status == 200 {
 			answered++
 		}
 	}
 	waitFor(t, "the answered evals' charges", time.Minute, func() bool { return len(charged()) >= answered })
 	perIdem := charged()
-	for idem, status := range load.evals {
+	for idem, status := range evals {
 		want := 0
 		if status == 200 {
 			want = 1
@@ -358,37 +382,25 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	if len(perIdem) != answered {
 		t.Fatalf("%d evals charged, %d answered 200", len(perIdem), answered)
 	}
-	waitFor(t, "the projections to catch up with the charges", time.Minute, func() bool { return projectionsCaughtUp(t, pool) })
+}
 
-	// The books balance.
+// balanced checks that the postings of the ledger's read model sum to zero per currency.
+func balanced(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
 	var entries int
 	var unbalanced []string
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries`).Scan(&entries); err != nil || entries == 0 {
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM ledger_entries`).Scan(&entries); err != nil || entries == 0 {
 		t.Fatalf("%d ledger entries (%v)", entries, err)
 	}
-	rows, err := pool.Query(ctx, `SELECT currency || ' ' || (sum(debit) - sum(credit))::text FROM ledger_entries
+	rows, err := pool.Query(context.Background(), `SELECT currency || ' ' || (sum(debit) - sum(credit))::text FROM ledger_entries
 		GROUP BY currency HAVING sum(debit) <> sum(credit)`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var s string
-		rows.Scan(&s) //nolint:errcheck // reported below
-		unbalanced = append(unbalanced, s)
+	unbalanced, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(unbalanced) > 0 {
+		t.Fatalf("postings do not sum to zero: %v (%v)", unbalanced, err)
 	}
-	if len(unbalanced) > 0 {
-		t.Fatalf("postings do not sum to zero: %v", unbalanced)
-	}
-	srv.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // stopping it to replay
-	srv.cmd.Wait()                          //nolint:errcheck // stopped
-	if out, err := runCLI(t, dbURL, "replay"); err != nil {
-		t.Fatalf("replay after the restart: %v\n%s", err, out)
-	}
-	if out, err := runCLI(t, dbURL, "verify"); err != nil {
-		t.Fatalf("chain after the restart: %v\n%s", err, out)
-	}
-	_, unavail, _ := load.count()
-	t.Logf("%d answers, %d of them 503; %d evals charged, %d jobs", load.answers, unavail, answered, len(load.jobs))
 }
 
 // projectionsCaughtUp says whether every projection has applied the last event of its

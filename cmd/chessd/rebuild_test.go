@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/postgres/pgtest"
+)
+
+// `chessd rebuild`, run twice while a real server answers a load (charged evals with
+// Idempotency-Keys, key and account reads, batch jobs, signups) and its projections and
+// executor run: every answer is one the service may give, every eval answered 200 is
+// charged once, the ledger's read model holds every charge of the log and balances,
+// no event is set aside (a live projection whose snapshot was older than a rebuild
+// started again), and replay and verify find nothing wrong. The ledger's tables are swapped under the
+// server's settles; its prepared statements find the new ones.
+func TestRebuildUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	srv := startServer(t, buildBinary(t), dbURL, freePort(t))
+	pool, su := account(t, dbURL, "rebuild-load@example.com", domain.PlanPro)
+	load := &faultLoad{base: srv.base, key: su.Secret, client: &http.Client{Timeout: 2 * eventstore.SettleWait},
+		evals: map[string]int{}, jobs: map[string]string{}}
+	fens := []string{
+		"r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3",
+		"rnbqkb1r/pp3ppp/4pn2/2pp4/3P4/2P1PN2/PP3PPP/RNBQKB1R w KQkq - 0 5",
+		"rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
+	}
+	for i, fen := range fens { // cache them
+		idem := fmt.Sprintf("warm-%d", i)
+		if status, out := load.do("POST", "/eval", su.Secret, idem, map[string]any{"fen": fen, "depth": 8}); status != 200 {
+			t.Fatalf("warm-up eval: %d %v", status, out)
+		}
+		load.evals[idem] = 200
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range 4 {
+		wg.Go(func() { load.run(c, fens, stop, 100000) })
+	}
+	stopped := false
+	stopLoad := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			wg.Wait()
+		}
+	}
+	t.Cleanup(stopLoad)
+
+	for round := range 2 {
+		before, _, _ := load.count()
+		waitFor(t, "answers before the rebuild", time.Minute, func() bool { n, _, _ := load.count(); return n >= before+100 })
+		out, err := runCLI(t, dbURL, "rebuild")
+		if err != nil || !strings.Contains(out, "rebuilt ledger_v1 from") {
+			t.Fatalf("rebuild %d under load: %v\n%s", round, err, out)
+		}
+	}
+	_, _, okBefore := load.count()
+	waitFor(t, "answers after the rebuilds", time.Minute, func() bool { _, _, ok := load.count(); return ok >= okBefore+100 })
+	stopLoad()
+	if v := load.someViolations(); v != "" {
+		t.Fatalf("answers the service must never give:\n%s", v)
+	}
+	for id, made := range load.jobs {
+		var state string
+		waitFor(t, "job "+id+" ("+made+") to finish", 2*time.Minute, func() bool {
+			_, out := load.do("GET", "/jobs/"+id, su.Secret, "", nil)
+			state, _ = out["state"].(string)
+			return state == "succeeded" || state == "failed" || state == "cancelled"
+		})
+		if state != "succeeded" {
+			t.Fatalf("job %s (%s) %s", id, made, state)
+		}
+	}
+	load.chargedOnce(t, pool, su.KeyID)
+	var events, rows int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM events WHERE event_type = 'UnitsCharged'), (SELECT count(*) FROM charges)`).
+		Scan(&events, &rows); err != nil || events != rows {
+		t.Fatalf("%d charges in the log, %d in the read model (%v)", events, rows, err)
+	}
+	balanced(t, pool)
+	var setAside []string
+	if rows, err := pool.Query(ctx, `SELECT projection || ' ' || position || ' ' || error FROM set_aside_events`); err != nil {
+		t.Fatal(err)
+	} else if setAside, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(setAside) > 0 {
+		t.Fatalf("events set aside while the rebuilds ran: %v (%v)", setAside, err)
+	}
+	srv.stop(t)
+	if out, err := runCLI(t, dbURL, "replay"); err != nil {
+		t.Fatalf("replay after the rebuilds: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, dbURL, "verify"); err != nil {
+		t.Fatalf("chain after the rebuilds: %v\n%s", err, out)
+	}
+	answers, _, _ := load.count()
+	t.Logf("%d answers, %d evals, %d jobs; %d charges", answers, len(load.evals), len(load.jobs), rows)
+}
