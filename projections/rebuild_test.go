@@ -59,8 +59,14 @@ func (*bogus) EventType() string { return "Bogus" }
 // each was seen).
 func setAsideRows(t *testing.T, pool *pgxpool.Pool) []string {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT concat_ws(' ', projection, position, stream_id, event_type, held_by, state, error)
+	return column(t, pool, `SELECT concat_ws(' ', projection, position, stream_id, event_type, held_by, state, error)
 		FROM set_aside_events ORDER BY projection, position`)
+}
+
+// column is the one text column query gives.
+func column(t *testing.T, pool *pgxpool.Pool, query string, args ...any) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,13 +89,7 @@ func snapshot(t *testing.T, pool *pgxpool.Pool, tables []string) map[string][]st
 	t.Helper()
 	out := map[string][]string{}
 	for _, table := range tables {
-		rows, err := pool.Query(context.Background(), `SELECT x::text FROM `+pgx.Identifier{table}.Sanitize()+` x ORDER BY 1`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out[table], err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-			t.Fatal(err)
-		}
+		out[table] = column(t, pool, `SELECT x::text FROM `+pgx.Identifier{table}.Sanitize()+` x ORDER BY 1`)
 	}
 	return out
 }

@@ -33,7 +33,7 @@ func credit(c *ledger.UnitsCharged, pos int64, dispute string) *ledger.UnitsCred
 // shape is how the ledger's tables are defined: columns, constraints and indexes.
 func shape(t *testing.T, pool *pgxpool.Pool) []string {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `
+	return column(t, pool, `
 		SELECT c.relname || ' column ' || a.attnum || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull
 		  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
 		 WHERE c.relname IN ('charges', 'credits', 'ledger_entries') AND a.attnum > 0 AND NOT a.attisdropped
@@ -43,14 +43,6 @@ func shape(t *testing.T, pool *pgxpool.Pool) []string {
 		UNION ALL
 		SELECT 'index ' || indexdef FROM pg_indexes WHERE tablename IN ('charges', 'credits', 'ledger_entries')
 		ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // A rebuild of the ledger loads copies of its tables and swaps them in: the rows are
@@ -160,44 +152,6 @@ func TestLedgerRebuildKeepsTheTablesAndWhatIsAppendedMeanwhile(t *testing.T) {
 	}
 }
 
-// The swap waits for no one who waits for it: a transaction that read the charges and
-// then asks for the chain's head (as a credit does) while the rebuild holds the head and
-// asks for the charges gets the head once the rebuild's short lock wait ends, and both
-// go through, where PostgreSQL would otherwise abort one of them as a deadlock.
-func TestLedgerRebuildSwapsPastAReaderWaitingForTheHead(t *testing.T) {
-	pool := pgtest.NewDB(t)
-	ctx := context.Background()
-	appendCharge(t, pool, charge("key_a", "a1", true))
-	reader, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reader.Rollback(ctx) //nolint:errcheck // committed below
-	if _, err := reader.Exec(ctx, `SELECT count(*) FROM charges`); err != nil {
-		t.Fatal(err)
-	}
-	rebuilt := make(chan error, 1)
-	go func() {
-		_, err := projections.Rebuild(ctx, pool, projections.Ledger{})
-		rebuilt <- err
-	}()
-	eventually(t, "the rebuild asking for the charges", func() bool {
-		return count(t, pool, `SELECT count(*) FROM pg_locks WHERE relation = 'public.charges'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted`) > 0
-	})
-	if _, err := reader.Exec(ctx, `SELECT 1 FROM event_chain FOR UPDATE`); err != nil {
-		t.Fatalf("the reader asking for the head: %v", err)
-	}
-	if err := reader.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-rebuilt; err != nil {
-		t.Fatalf("rebuild: %v", err)
-	}
-	if count(t, pool, `SELECT count(*) FROM charges`) != 1 {
-		t.Fatal("the rebuilt charges are not there")
-	}
-}
-
 // A row the read model now refuses is found however it is refused: a duplicate that
 // only the copy's unique constraint, built after the load, sees makes the rebuild start
 // again carefully, with the constraint in place from the start, and the later charge
@@ -294,40 +248,63 @@ func TestRebuildFailsASubscriberSnapshotTakenBefore(t *testing.T) {
 	}
 }
 
-// Nor does the swap deadlock with a reader that holds one of the tables and then asks
-// for another (authentication reads key_secrets, then api_keys): the rebuild lets go
-// of the tables it holds when it cannot have them all soon, and both go through.
-func TestAccountsRebuildSwapsPastAReaderOfTwoTables(t *testing.T) {
-	pool := pgtest.NewDB(t)
-	ctx := context.Background()
-	appendRaw(t, pool, domain.AccountStream("acct_r"), domain.StreamAccount, 0,
-		&domain.AccountCreated{AccountID: "acct_r", Email: "r@example.com", Name: "R", Plan: "free", CreatedAt: time.Now().UTC()})
-	reader, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+// The swap waits for no one who waits for it. A transaction that holds one of the old
+// tables and then asks for something the rebuild holds already (the chain's head, as a
+// credit does after reading its charge; another table, as authentication reads
+// key_secrets, then api_keys) gets it once the rebuild's short lock wait ends and it lets
+// go, and both go through, where PostgreSQL would otherwise abort one as a deadlock.
+func TestRebuildSwapsPastAReaderThatWaitsForIt(t *testing.T) {
+	tests := []struct {
+		name        string
+		p           projections.Projection
+		log         func(t *testing.T, pool *pgxpool.Pool)
+		held, asked string // what the reader reads first, and then
+		waitsOn     string // the table the rebuild then waits for
+		rebuilt     string // a count of the rebuilt rows: 1
+	}{
+		{"ledger, a credit", projections.Ledger{},
+			func(t *testing.T, pool *pgxpool.Pool) { appendCharge(t, pool, charge("key_a", "a1", true)) },
+			`SELECT count(*) FROM charges`, `SELECT 1 FROM event_chain FOR UPDATE`, "charges", `SELECT count(*) FROM charges`},
+		{"accounts, authentication", projections.Accounts{},
+			func(t *testing.T, pool *pgxpool.Pool) {
+				appendRaw(t, pool, domain.AccountStream("acct_r"), domain.StreamAccount, 0,
+					&domain.AccountCreated{AccountID: "acct_r", Email: "r@example.com", Name: "R", Plan: "free", CreatedAt: time.Now().UTC()})
+			},
+			`SELECT count(*) FROM key_secrets`, `SELECT count(*) FROM api_keys`, "key_secrets", `SELECT count(*) FROM accounts`},
 	}
-	defer reader.Rollback(ctx) //nolint:errcheck // committed below
-	if _, err := reader.Exec(ctx, `SELECT count(*) FROM key_secrets`); err != nil {
-		t.Fatal(err)
-	}
-	rebuilt := make(chan error, 1)
-	go func() {
-		_, err := projections.Rebuild(ctx, pool, projections.Accounts{})
-		rebuilt <- err
-	}()
-	eventually(t, "the rebuild asking for key_secrets", func() bool {
-		return count(t, pool, `SELECT count(*) FROM pg_locks WHERE relation = 'public.key_secrets'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted`) > 0
-	})
-	if _, err := reader.Exec(ctx, `SELECT count(*) FROM api_keys`); err != nil {
-		t.Fatalf("the reader asking for api_keys: %v", err)
-	}
-	if err := reader.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-rebuilt; err != nil {
-		t.Fatalf("rebuild: %v", err)
-	}
-	if count(t, pool, `SELECT count(*) FROM accounts WHERE account_id = 'acct_r'`) != 1 {
-		t.Fatal("the rebuilt account is not there")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool := pgtest.NewDB(t)
+			ctx := context.Background()
+			tt.log(t, pool)
+			reader, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer reader.Rollback(ctx) //nolint:errcheck // committed below
+			if _, err := reader.Exec(ctx, tt.held); err != nil {
+				t.Fatal(err)
+			}
+			rebuilt := make(chan error, 1)
+			go func() {
+				_, err := projections.Rebuild(ctx, pool, tt.p)
+				rebuilt <- err
+			}()
+			eventually(t, "the rebuild asking for "+tt.waitsOn, func() bool {
+				return count(t, pool, `SELECT count(*) FROM pg_locks WHERE relation = to_regclass($1) AND mode = 'AccessExclusiveLock' AND NOT granted`, tt.waitsOn) > 0
+			})
+			if _, err := reader.Exec(ctx, tt.asked); err != nil {
+				t.Fatalf("the reader's second read: %v", err)
+			}
+			if err := reader.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-rebuilt; err != nil {
+				t.Fatalf("rebuild: %v", err)
+			}
+			if count(t, pool, tt.rebuilt) != 1 {
+				t.Fatal("the rebuilt rows are not there")
+			}
+		})
 	}
 }

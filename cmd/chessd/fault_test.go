@@ -137,6 +137,42 @@ func (l *faultLoad) run(client int, fens []string, stop <-chan struct{}, limit i
 	}
 }
 
+// loadFENs are the positions a load's evals ask for (cached by newLoad).
+var loadFENs = []string{
+	"r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3",
+	"rnbqkb1r/pp3ppp/4pn2/2pp4/3P4/2P1PN2/PP3PPP/RNBQKB1R w KQkq - 0 5",
+	"rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
+}
+
+// newLoad is a load on srv with key, loadFENs cached by an eval each (charged).
+func newLoad(t *testing.T, srv *server, key string) *faultLoad {
+	t.Helper()
+	load := &faultLoad{base: srv.base, key: key, client: &http.Client{Timeout: 2 * eventstore.SettleWait},
+		evals: map[string]int{}, jobs: map[string]string{}}
+	for i, fen := range loadFENs {
+		idem := fmt.Sprintf("warm-%d", i)
+		if status, out := load.do("POST", "/eval", key, idem, map[string]any{"fen": fen, "depth": 8}); status != 200 {
+			t.Fatalf("warm-up eval: %d %v", status, out)
+		}
+		load.evals[idem] = 200
+	}
+	return load
+}
+
+// start runs clients clients of at most limit calls each until the returned function
+// (also called when the test ends) stops them and waits for them.
+func (l *faultLoad) start(t *testing.T, clients, limit int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() { l.run(c, loadFENs, done, limit) })
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
+}
+
 // waitFor polls cond until it holds, failing the test at the deadline.
 func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
@@ -182,19 +218,8 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	srv := startServer(t, buildBinary(t), dbURL, freePort(t))
 	pool, su := account(t, dbURL, "fault@example.com", domain.PlanPro)
 
-	load := &faultLoad{base: srv.base, key: su.Secret, client: &http.Client{Timeout: 2 * eventstore.SettleWait},
-		evals: map[string]int{}, jobs: map[string]string{}}
-	fens := []string{
-		"r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3",
-		"rnbqkb1r/pp3ppp/4pn2/2pp4/3P4/2P1PN2/PP3PPP/RNBQKB1R w KQkq - 0 5",
-		"rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
-	}
-	for i, fen := range fens { // cache them
-		if status, out := load.do("POST", "/eval", su.Secret, fmt.Sprintf("warm-%d", i), map[string]any{"fen": fen, "depth": 8}); status != 200 {
-			t.Fatalf("warm-up eval: %d %v", status, out)
-		}
-		load.evals[fmt.Sprintf("warm-%d", i)] = 200
-	}
+	load := newLoad(t, srv, su.Secret)
+	fens := loadFENs
 
 	// A longer job, started first (the executor takes jobs as they come, so queued
 	// behind the load's it could wait long), running when the database stops.
@@ -219,24 +244,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	}
 	waitFor(t, "the long job to record a position", time.Minute, func() bool { return jobDone() > 0 })
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			load.run(c, fens, stop, 5000)
-		}()
-	}
-	stopped := false
-	stopLoad := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
-	t.Cleanup(stopLoad)
+	stopLoad := load.start(t, 4, 5000)
 
 	waitFor(t, "answers with the database up", time.Minute, func() bool { n, _, _ := load.count(); return n >= 40 })
 	if done := jobDone(); done >= len(longFENs) {

@@ -2,17 +2,13 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"chessd/domain"
-	"chessd/eventstore"
 	"chessd/postgres/pgtest"
 )
 
@@ -21,41 +17,15 @@ import (
 // executor run: every answer is one the service may give, every eval answered 200 is
 // charged once, the ledger's read model holds every charge of the log and balances,
 // no event is set aside (a live projection whose snapshot was older than a rebuild
-// started again), and replay and verify find nothing wrong. The ledger's tables are swapped under the
-// server's settles; its prepared statements find the new ones.
+// starts again), and replay and verify find nothing wrong. The tables are swapped
+// under the server's settles and reads; its prepared statements find the new ones.
 func TestRebuildUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
 	srv := startServer(t, buildBinary(t), dbURL, freePort(t))
 	pool, su := account(t, dbURL, "rebuild-load@example.com", domain.PlanPro)
-	load := &faultLoad{base: srv.base, key: su.Secret, client: &http.Client{Timeout: 2 * eventstore.SettleWait},
-		evals: map[string]int{}, jobs: map[string]string{}}
-	fens := []string{
-		"r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3",
-		"rnbqkb1r/pp3ppp/4pn2/2pp4/3P4/2P1PN2/PP3PPP/RNBQKB1R w KQkq - 0 5",
-		"rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
-	}
-	for i, fen := range fens { // cache them
-		idem := fmt.Sprintf("warm-%d", i)
-		if status, out := load.do("POST", "/eval", su.Secret, idem, map[string]any{"fen": fen, "depth": 8}); status != 200 {
-			t.Fatalf("warm-up eval: %d %v", status, out)
-		}
-		load.evals[idem] = 200
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range 4 {
-		wg.Go(func() { load.run(c, fens, stop, 100000) })
-	}
-	stopped := false
-	stopLoad := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
-	t.Cleanup(stopLoad)
+	load := newLoad(t, srv, su.Secret)
+	stopLoad := load.start(t, 4, 100000)
 
 	for round := range 2 {
 		before, _, _ := load.count()
