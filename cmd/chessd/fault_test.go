@@ -299,17 +299,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	load.mu.Lock()
 	load.jobs[out["job_id"].(string)] = "after the restart"
 	load.mu.Unlock()
-	for id, made := range load.jobs { // those accepted mid-outage included: none failed
-		var state string
-		waitFor(t, "job "+id+" ("+made+") to finish", 2*time.Minute, func() bool {
-			_, out := load.do("GET", "/jobs/"+id, su.Secret, "", nil)
-			state, _ = out["state"].(string)
-			return state == "succeeded" || state == "failed" || state == "cancelled"
-		})
-		if state != "succeeded" {
-			t.Fatalf("job %s (%s) %s", id, made, state)
-		}
-	}
+	load.jobsSucceeded(t) // those accepted mid-outage included: none failed
 	waitFor(t, "the projections to catch up", time.Minute, func() bool { return projectionsCaughtUp(t, pool) })
 	var longCharges, longDistinct int
 	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT payload->>'index') FROM events
@@ -338,6 +328,26 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	}
 	_, unavail, _ := load.count()
 	t.Logf("%d answers, %d of them 503; %d evals, %d jobs", load.answers, unavail, len(load.evals), len(load.jobs))
+}
+
+// jobsSucceeded waits for every job the load submitted to end, and checks that it
+// succeeded.
+func (l *faultLoad) jobsSucceeded(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	jobs := maps.Clone(l.jobs)
+	l.mu.Unlock()
+	for id, made := range jobs {
+		var state string
+		waitFor(t, "job "+id+" ("+made+") to finish", 2*time.Minute, func() bool {
+			_, out := l.do("GET", "/jobs/"+id, l.key, "", nil)
+			state, _ = out["state"].(string)
+			return state == "succeeded" || state == "failed" || state == "cancelled"
+		})
+		if state != "succeeded" {
+			t.Fatalf("job %s (%s) %s", id, made, state)
+		}
+	}
 }
 
 // chargedOnce checks that every eval of the load answered 200 is charged once on keyID's

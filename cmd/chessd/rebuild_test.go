@@ -41,17 +41,7 @@ func TestRebuildUnderLoad(t *testing.T) {
 	if v := load.someViolations(); v != "" {
 		t.Fatalf("answers the service must never give:\n%s", v)
 	}
-	for id, made := range load.jobs {
-		var state string
-		waitFor(t, "job "+id+" ("+made+") to finish", 2*time.Minute, func() bool {
-			_, out := load.do("GET", "/jobs/"+id, su.Secret, "", nil)
-			state, _ = out["state"].(string)
-			return state == "succeeded" || state == "failed" || state == "cancelled"
-		})
-		if state != "succeeded" {
-			t.Fatalf("job %s (%s) %s", id, made, state)
-		}
-	}
+	load.jobsSucceeded(t)
 	load.chargedOnce(t, pool, su.KeyID)
 	var events, rows int
 	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM events WHERE event_type = 'UnitsCharged'), (SELECT count(*) FROM charges)`).
