@@ -22,8 +22,10 @@ import (
 //
 // Only the swap stops anyone (see lock): holding the old tables (and, for an inline
 // projection, the chain's head, so no append commits), it applies what was appended
-// since its last read and replaces the tables. What the old tables were granted is not
-// carried over (the service's own role owns them). A table that foreign keys point at,
+// since its last read and replaces the tables. The rebuild holds the old tables in ACCESS
+// SHARE mode from the start (LIKE takes it), so a migration that alters one of them
+// meanwhile waits, and then alters the table swapped in. What the old tables were
+// granted is not carried over (the service's own role owns them). A table that foreign keys point at,
 // that owns a sequence or that a view reads is not shadowed (openShadow): the rebuild
 // empties it in place.
 type shadow struct {

@@ -308,3 +308,33 @@ func TestRebuildSwapsPastAReaderThatWaitsForIt(t *testing.T) {
 		})
 	}
 }
+
+// A migration that alters a table while its rebuild runs waits for the rebuild (which
+// holds the table from the start) and then alters the table swapped in: nothing it
+// adds is lost with the old table.
+func TestMigrationDuringARebuildAltersTheRebuiltTable(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	appendCharge(t, pool, charge("key_a", "a1", true))
+	altered := make(chan error, 1)
+	restore := projections.BeforeSwap(func() {
+		go func() {
+			_, err := pool.Exec(ctx, `ALTER TABLE charges ADD COLUMN note text`)
+			altered <- err
+		}()
+		eventually(t, "the migration waiting for the rebuild", func() bool {
+			return count(t, pool, `SELECT count(*) FROM pg_locks WHERE relation = 'public.charges'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted`) > 0
+		})
+	})
+	defer restore()
+	if _, err := projections.Rebuild(ctx, pool, projections.Ledger{}); err != nil {
+		t.Fatalf("rebuild: %v", err)
+	}
+	if err := <-altered; err != nil {
+		t.Fatalf("the migration: %v", err)
+	}
+	if count(t, pool, `SELECT count(*) FROM information_schema.columns WHERE table_name = 'charges' AND column_name = 'note'`) != 1 ||
+		count(t, pool, `SELECT count(*) FROM charges`) != 1 {
+		t.Fatal("the rebuilt charges lost the migration's column, or their row")
+	}
+}
