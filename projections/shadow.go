@@ -25,9 +25,9 @@ import (
 // since its last read and replaces the tables. The rebuild holds the old tables in ACCESS
 // SHARE mode from the start (LIKE takes it), so a migration that alters one of them
 // meanwhile waits, and then alters the table swapped in. What the old tables were
-// granted is not carried over (the service's own role owns them). A table that foreign keys point at,
-// that owns a sequence or that a view reads is not shadowed (openShadow): the rebuild
-// empties it in place.
+// granted is not carried over (the service's own role owns them). A table that foreign
+// keys point at, that owns a sequence or that a view reads is not shadowed (openShadow):
+// the rebuild empties it in place.
 type shadow struct {
 	name       string // the schema's
 	schema     string // quoted
@@ -41,7 +41,8 @@ type shadowTable struct {
 	after          []string // indexes and foreign keys the copy gets once it is loaded
 }
 
-// errNotShadowed says a table cannot be shadowed: the rebuild empties it in place.
+// errNotShadowed says a projection's tables cannot be shadowed: the rebuild empties
+// them in place.
 var errNotShadowed = errors.New("not shadowed")
 
 // openShadow makes the empty copies of tables, in a schema named after the projection,
