@@ -32,9 +32,9 @@ func init() {
 // inserted.
 func QueueReadModel(b *pgx.Batch, evs []eventstore.Event) error { return queueReadModel(b, evs, true) }
 
-// QueueRebuildRows is QueueReadModel without usage_hours, for a rebuild: its appends
-// would wait on rollup rows a rebuild held from its start, so it recomputes them at
-// its end instead (RefreshRollup).
+// QueueRebuildRows is QueueReadModel without the rollups, for a rebuild, which fills
+// them from the rebuilt charges and credits once they are loaded (FillRollup into its
+// copies, RefreshRollup in place) and adds later charges' with QueueReadModel.
 func QueueRebuildRows(b *pgx.Batch, evs []eventstore.Event) error {
 	return queueReadModel(b, evs, false)
 }

@@ -27,12 +27,22 @@ import (
 
 // RefreshRollup recomputes usage_hours and usage_key_hours from the charges and credits
 // tables (usage_refresh, as the migrations backfilled them): the end of a rebuild of the
-// ledger's read model, a benchmark's seeding. It takes the chain's head first, which
-// every append holds while it writes its inline rows: appends wait until q's
+// ledger's read model in place, a benchmark's seeding. It takes the chain's head first,
+// which every append holds while it writes its inline rows: appends wait until q's
 // transaction ends.
 func RefreshRollup(ctx context.Context, q eventstore.Querier) error {
 	if _, err := q.Exec(ctx, `SELECT usage_refresh()`); err != nil {
 		return fmt.Errorf("refresh the usage rollups: %w", err)
+	}
+	return nil
+}
+
+// FillRollup fills usage_hours and usage_key_hours, both empty, from the charges and
+// credits, taking no lock (usage_fill): a rebuild's copies of the tables, which no append
+// writes.
+func FillRollup(ctx context.Context, q eventstore.Querier) error {
+	if _, err := q.Exec(ctx, `SELECT usage_fill()`); err != nil {
+		return fmt.Errorf("fill the usage rollups: %w", err)
 	}
 	return nil
 }

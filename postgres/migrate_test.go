@@ -162,7 +162,7 @@ func TestFunctionsPlanOnce(t *testing.T) {
 	rows, err := pool.Query(context.Background(), `SELECT p.oid::regprocedure::text
 		  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
 		 WHERE l.lanname = 'plpgsql' AND p.pronamespace = current_schema()::regnamespace
-		   AND p.proname NOT IN ('usage_refresh', 'usage_hours_refresh')
+		   AND p.proname NOT IN ('usage_refresh', 'usage_fill')
 		   AND NOT coalesce('plan_cache_mode=force_generic_plan' = ANY (p.proconfig), false)
 		 ORDER BY 1`)
 	if err != nil {

@@ -30,13 +30,20 @@ func (Ledger) rebuilder() rebuilder {
 	return inlineRebuild{queueRows: ledger.QueueRebuildRows, copyRows: ledger.RebuildCopy}
 }
 
-// usage_hours is left as it is until the end of a rebuild: the appends meanwhile add
-// to its rows, and would wait for the rebuild to commit on any row it had emptied.
+// The rollups are filled from the rebuilt charges and credits once those are loaded:
+// into the shadow's copies while the appends go on, or in place holding the chain's head
+// (the appends would otherwise add to rows the rebuild had emptied).
 func (Ledger) recomputed() []string { return []string{"usage_hours", "usage_key_hours"} }
 
-// finish recomputes usage_hours from the rebuilt charges and credits, holding the
-// chain's head: appends wait for it, not for the whole rebuild.
-func (Ledger) finish(ctx context.Context, tx pgx.Tx) error { return ledger.RefreshRollup(ctx, tx) }
+func (Ledger) fill(ctx context.Context, tx pgx.Tx, fresh bool) error {
+	if fresh {
+		return ledger.FillRollup(ctx, tx)
+	}
+	return ledger.RefreshRollup(ctx, tx)
+}
+
+// What was appended after the fill adds to the rollups as the appends themselves do.
+func (Ledger) tail() rebuilder { return inlineRebuild{queueRows: ledger.QueueReadModel} }
 
 // Apply writes one event's rows (the set-aside tools; what an older version left on
 // the bus).

@@ -43,11 +43,14 @@ type Projection interface {
 }
 
 // A finisher is a projection some of whose tables (recomputed) are derived from its
-// others: a rebuild leaves them alone at its start and has finish recompute them, in
-// its transaction, after its last event.
+// others. A rebuild in a shadow has fill compute them into the copies (fresh) once the
+// others are loaded, and applies what was appended later with tail's rebuilder, which
+// adds to them; a rebuild in place leaves them alone until its last event and has fill
+// recompute them there.
 type finisher interface {
 	recomputed() []string
-	finish(ctx context.Context, tx pgx.Tx) error
+	fill(ctx context.Context, tx pgx.Tx, fresh bool) error
+	tail() rebuilder
 }
 
 // Runner runs projections as Watermill handlers until its context ends.
@@ -313,12 +316,6 @@ func (rb *rebuilding) run(ctx context.Context) error {
 		}
 	}
 	fin, finishes := p.(finisher)
-	var tables []string
-	for _, t := range p.Tables() {
-		if !finishes || !slices.Contains(fin.recomputed(), t) {
-			tables = append(tables, t)
-		}
-	}
 	rb.states = map[int64]string{}
 	rows, err := tx.Query(ctx, `SELECT position, state FROM set_aside_events WHERE projection = $1 AND state <> 'retried'`, p.Name())
 	if err != nil {
@@ -334,11 +331,17 @@ func (rb *rebuilding) run(ctx context.Context) error {
 	}
 	c, ok := rb.r.(copying)
 	rb.fast = !rb.careful && ok && c.copier() != nil
-	if rb.shadow, err = openShadow(ctx, tx, p.Name(), tables, rb.fast); err != nil && !errors.Is(err, errNotShadowed) {
+	if rb.shadow, err = openShadow(ctx, tx, p.Name(), p.Tables(), rb.fast); err != nil && !errors.Is(err, errNotShadowed) {
 		return err
 	}
 	rb.fast = rb.fast && rb.shadow != nil
-	if rb.shadow == nil { // emptied in place
+	if rb.shadow == nil { // emptied in place, but for the recomputed tables: fill does
+		var tables []string
+		for _, t := range p.Tables() {
+			if !finishes || !slices.Contains(fin.recomputed(), t) {
+				tables = append(tables, t)
+			}
+		}
 		empty := `DELETE FROM ` // the appends write an inline projection's tables meanwhile
 		if !rb.inline {
 			empty = `TRUNCATE `
@@ -364,7 +367,11 @@ func (rb *rebuilding) run(ctx context.Context) error {
 	if sh := rb.shadow; sh != nil {
 		// the copies get their constraints and indexes while the appends go on; then,
 		// with the tables held, the copies take their place
-		if err := sh.finishCopies(ctx, tx); err != nil {
+		var fill func() error
+		if finishes {
+			fill = func() error { return fin.fill(ctx, tx, true) }
+		}
+		if err := sh.finishCopies(ctx, tx, fill); err != nil {
 			if rb.fast && CannotApply(err) { // a duplicate, say: find it carefully
 				return refusedError{err}
 			}
@@ -378,6 +385,9 @@ func (rb *rebuilding) run(ctx context.Context) error {
 		// what was appended since the last read: the live subscriber of a projection
 		// that has one applies it once the rebuild lets go of its offset row
 		if rb.inline {
+			if finishes {
+				rb.r = fin.tail()
+			}
 			if err := rb.applyAll(ctx); err != nil {
 				return err
 			}
@@ -385,13 +395,12 @@ func (rb *rebuilding) run(ctx context.Context) error {
 		if err := sh.swap(ctx, tx); err != nil {
 			return err
 		}
-	}
-	rb.rep.SetAside = rb.a.setAsideN
-	if finishes {
-		if err := fin.finish(ctx, tx); err != nil {
+	} else if finishes {
+		if err := fin.fill(ctx, tx, false); err != nil {
 			return err
 		}
 	}
+	rb.rep.SetAside = rb.a.setAsideN
 	if len(rb.resolved) > 0 {
 		if _, err := tx.Exec(ctx, `WITH done AS (
 				UPDATE set_aside_events SET state = 'retried' WHERE projection = $1 AND position = ANY($2) RETURNING id)

@@ -140,9 +140,10 @@ type shadowDef struct {
 	Refuses     bool // it refuses rows
 }
 
-// finishCopies builds the copies' other indexes and foreign keys and gathers their
-// statistics, before the swap stops the appends.
-func (s *shadow) finishCopies(ctx context.Context, tx pgx.Tx) error {
+// finishCopies builds the copies' other constraints, indexes and foreign keys, then
+// runs fill (when given: the tables a projection derives from its others), then gathers
+// the copies' statistics, all before the swap stops anyone.
+func (s *shadow) finishCopies(ctx context.Context, tx pgx.Tx, fill func() error) error {
 	b := &pgx.Batch{}
 	// sorting a million rows for an index takes more than the default 64 MB
 	b.Queue(`SET LOCAL maintenance_work_mem = '256MB'`)
@@ -150,12 +151,20 @@ func (s *shadow) finishCopies(ctx context.Context, tx pgx.Tx) error {
 		for _, stmt := range st.after {
 			b.Queue(stmt)
 		}
-		b.Queue(`ANALYZE ` + st.copy)
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("shadow: constraints and indexes: %w", err)
 	}
-	return nil
+	if fill != nil {
+		if err := fill(); err != nil {
+			return err
+		}
+	}
+	b = &pgx.Batch{}
+	for _, st := range s.tables {
+		b.Queue(`ANALYZE ` + st.copy)
+	}
+	return tx.SendBatch(ctx, b).Close()
 }
 
 // lock holds the old tables, so no one reads or writes them, and with head the chain's
