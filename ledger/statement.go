@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -114,13 +115,20 @@ type TxStarter interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
+// ReadModelTables are the tables of the ledger's read model, the rollups included: what
+// a rebuild replaces (projections.Ledger) and readOnly waits for.
+var ReadModelTables = []string{"charges", "credits", "ledger_entries", "usage_hours", "usage_key_hours"}
+
+// lockReadModel takes every table of the read model in ACCESS SHARE mode.
+var lockReadModel = `LOCK TABLE ` + strings.Join(ReadModelTables, ", ") + ` IN ACCESS SHARE MODE`
+
 // readOnly runs fn in one read-only snapshot, so that what it reads is one moment of
 // the ledger (a page and its totals agree). It first waits for a rebuild swapping in
 // the read model's tables (projections' shadow), whose rows a snapshot taken before the
 // swap would not see: the lock statement takes no snapshot, the first read does.
 func readOnly(ctx context.Context, db TxStarter, fn func(pgx.Tx) error) error {
 	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `LOCK TABLE charges, credits, ledger_entries IN ACCESS SHARE MODE`); err != nil {
+		if _, err := tx.Exec(ctx, lockReadModel); err != nil {
 			return err
 		}
 		return fn(tx)

@@ -188,48 +188,59 @@ func TestStatementPagesEveryChargeOnceWhileChargesArrive(t *testing.T) {
 
 // A reader of the ledger's read model takes its snapshot only once it may read the
 // tables: one that waited for a rebuild swapping in new tables (here, a transaction
-// holding charges exclusively while it adds a row) sees the rows the swap brought.
+// holding one of them exclusively while it adds a row) sees the rows the swap brought,
+// in the charges and in the rollups alike.
 func TestReadOnlySnapshotFollowsASwap(t *testing.T) {
-	pool := pgtest.NewDB(t)
-	ctx := context.Background()
-	swap, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct{ table, insert string }{
+		{"charges", `INSERT INTO charges (position, charge_id, request_id, account_id, key_id, env, day, charged_at,
+				endpoint, engine, path, cached, units, usd, params)
+			VALUES (1, 'chg_1', 'req_1', 'acct_1', 'key_1', 'live', '2026-11-24', now(), 'eval', 'sf-17.1', 'native', false, 1, 0.001, '{}')`},
+		{"usage_hours", `INSERT INTO usage_hours (account_id, hour, key_id, env, endpoint, engine, cached,
+				calls, units, usd, credits, credited_units, credited_usd)
+			VALUES ('acct_1', date_trunc('hour', now()), 'key_1', 'live', 'eval', 'sf-17.1', false, 1, 1, 0.001, 0, 0, 0)`},
 	}
-	defer swap.Rollback(ctx) //nolint:errcheck // committed below
-	if _, err := swap.Exec(ctx, `LOCK TABLE charges IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := swap.Exec(ctx, `INSERT INTO charges (position, charge_id, request_id, account_id, key_id, env, day, charged_at,
-			endpoint, engine, path, cached, units, usd, params)
-		VALUES (1, 'chg_1', 'req_1', 'acct_1', 'key_1', 'live', '2026-11-24', now(), 'eval', 'sf-17.1', 'native', false, 1, 0.001, '{}')`); err != nil {
-		t.Fatal(err)
-	}
-	seen := make(chan int, 1)
-	go func() {
-		n := -1
-		err := ledger.ReadOnly(ctx, pool, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, `SELECT count(*) FROM charges`).Scan(&n)
+	for _, tt := range tests {
+		t.Run(tt.table, func(t *testing.T) {
+			pool := pgtest.NewDB(t)
+			ctx := context.Background()
+			swap, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer swap.Rollback(ctx) //nolint:errcheck // committed below
+			if _, err := swap.Exec(ctx, `LOCK TABLE `+tt.table+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := swap.Exec(ctx, tt.insert); err != nil {
+				t.Fatal(err)
+			}
+			seen := make(chan int, 1)
+			go func() {
+				n := -1
+				err := ledger.ReadOnly(ctx, pool, func(tx pgx.Tx) error {
+					return tx.QueryRow(ctx, `SELECT count(*) FROM `+tt.table).Scan(&n)
+				})
+				if err != nil {
+					t.Error(err)
+				}
+				seen <- n
+			}()
+			deadline := time.Now().Add(20 * time.Second)
+			for waiting := 0; waiting == 0; {
+				if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE relation = to_regclass($1) AND NOT granted`, tt.table).Scan(&waiting); err != nil {
+					t.Fatal(err)
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the reader never waited for the swap")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if err := swap.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := <-seen; n != 1 {
+				t.Fatalf("the reader saw %d rows, want the 1 the swap brought", n)
+			}
 		})
-		if err != nil {
-			t.Error(err)
-		}
-		seen <- n
-	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for waiting := 0; waiting == 0; {
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE relation = 'charges'::regclass AND NOT granted`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the reader never waited for the swap")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := swap.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := <-seen; n != 1 {
-		t.Fatalf("the reader saw %d charges, want the 1 the swap brought", n)
 	}
 }

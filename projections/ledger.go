@@ -2,6 +2,7 @@ package projections
 
 import (
 	"context"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -17,15 +18,13 @@ import (
 // applying an event twice changes nothing.
 type Ledger struct{}
 
-func (Ledger) Name() string  { return "ledger_v1" }
-func (Ledger) Topic() string { return "ledger" }
-func (Ledger) Tables() []string {
-	return []string{"charges", "credits", "ledger_entries", "usage_hours", "usage_key_hours"}
-}
+func (Ledger) Name() string     { return "ledger_v1" }
+func (Ledger) Topic() string    { return "ledger" }
+func (Ledger) Tables() []string { return slices.Clone(ledger.ReadModelTables) }
 
 // A rebuild loads a chunk's charges, credits and postings with COPY or, carefully, writes
 // them with the inline writer's set-based statements; either way not the hourly rollups,
-// which it recomputes at its end.
+// which fill computes from them.
 func (Ledger) rebuilder() rebuilder {
 	return inlineRebuild{queueRows: ledger.QueueRebuildRows, copyRows: ledger.RebuildCopy}
 }

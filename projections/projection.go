@@ -206,15 +206,6 @@ func RebuildAll(ctx context.Context, pool *pgxpool.Pool, ps ...Projection) ([]Re
 	return reps, errs
 }
 
-// quoted are table names as SQL identifiers.
-func quoted(tables []string) []string {
-	out := make([]string, len(tables))
-	for i, t := range tables {
-		out[i] = pgx.Identifier{t}.Sanitize()
-	}
-	return out
-}
-
 // rebuildChunk is how many events a rebuild reads, and writes, at a time.
 var rebuildChunk = 2000
 
@@ -249,26 +240,14 @@ func (inlineRebuild) fold(_ context.Context, _ eventstore.Querier, e eventstore.
 	return e, nil
 }
 
-func (r inlineRebuild) queue(b *pgx.Batch, ws []any) error { return r.queueRows(b, events(ws)) }
+func (r inlineRebuild) queue(b *pgx.Batch, ws []any) error { return r.queueRows(b, asEvents(ws)) }
 
-func (r inlineRebuild) copier() func(ws []any) ([]eventstore.TableRows, error) {
-	if r.copyRows == nil {
-		return nil
-	}
-	return func(ws []any) ([]eventstore.TableRows, error) { return r.copyRows(events(ws)) }
-}
-
-func events(ws []any) []eventstore.Event {
+func asEvents(ws []any) []eventstore.Event {
 	evs := make([]eventstore.Event, len(ws))
 	for i, w := range ws {
 		evs[i] = w.(eventstore.Event)
 	}
 	return evs
-}
-
-// A copying rebuilder can make a chunk's rows for COPY into empty tables.
-type copying interface {
-	copier() func(ws []any) ([]eventstore.TableRows, error)
 }
 
 // refusedError is a chunk the database refused in a rebuild without savepoints.
@@ -284,7 +263,7 @@ type rebuilding struct {
 	tx      pgx.Tx
 	inline  bool
 	careful bool     // a savepoint around each chunk
-	shadow  *shadow  // an inline projection's: where its rows go
+	shadow  *shadow  // where the rows go; nil: the tables are emptied in place
 	fast    bool     // COPY into the shadow's tables, which have no constraints yet
 	a       *applier // the held streams and the set-aside count, as the live path keeps them
 	rep     RebuildReport
@@ -315,7 +294,6 @@ func (rb *rebuilding) run(ctx context.Context) error {
 			return err
 		}
 	}
-	fin, finishes := p.(finisher)
 	rb.states = map[int64]string{}
 	rows, err := tx.Query(ctx, `SELECT position, state FROM set_aside_events WHERE projection = $1 AND state <> 'retried'`, p.Name())
 	if err != nil {
@@ -329,30 +307,15 @@ func (rb *rebuilding) run(ctx context.Context) error {
 	for _, st := range rb.states {
 		rb.careful = rb.careful || st == "open" // refusals are to be expected
 	}
-	c, ok := rb.r.(copying)
-	rb.fast = !rb.careful && ok && c.copier() != nil
+	ir, copies := rb.r.(inlineRebuild)
+	rb.fast = !rb.careful && copies && ir.copyRows != nil
 	if rb.shadow, err = openShadow(ctx, tx, p.Name(), p.Tables(), rb.fast); err != nil && !errors.Is(err, errNotShadowed) {
 		return err
 	}
 	rb.fast = rb.fast && rb.shadow != nil
-	if rb.shadow == nil { // emptied in place, but for the recomputed tables: fill does
-		var tables []string
-		for _, t := range p.Tables() {
-			if !finishes || !slices.Contains(fin.recomputed(), t) {
-				tables = append(tables, t)
-			}
-		}
-		empty := `DELETE FROM ` // the appends write an inline projection's tables meanwhile
-		if !rb.inline {
-			empty = `TRUNCATE `
-			if err := lockTables(ctx, tx, quoted(tables), false); err != nil {
-				return err
-			}
-		}
-		for _, t := range tables {
-			if _, err := tx.Exec(ctx, empty+pgx.Identifier{t}.Sanitize()); err != nil {
-				return err
-			}
+	if rb.shadow == nil {
+		if err := rb.emptyInPlace(ctx); err != nil {
+			return err
 		}
 	}
 	// Every event whose rows were emptied is at or before the head read now; applyAll
@@ -364,38 +327,11 @@ func (rb *rebuilding) run(ctx context.Context) error {
 	if err := rb.applyAll(ctx); err != nil {
 		return err
 	}
-	if sh := rb.shadow; sh != nil {
-		// the copies get their constraints and indexes while the appends go on; then,
-		// with the tables held, the copies take their place
-		var fill func() error
-		if finishes {
-			fill = func() error { return fin.fill(ctx, tx, true) }
-		}
-		if err := sh.finishCopies(ctx, tx, fill); err != nil {
-			if rb.fast && CannotApply(err) { // a duplicate, say: find it carefully
-				return refusedError{err}
-			}
+	if rb.shadow != nil {
+		if err := rb.swapIn(ctx); err != nil {
 			return err
 		}
-		rb.fast = false
-		beforeSwap()
-		if err := sh.lock(ctx, tx, rb.inline); err != nil {
-			return fmt.Errorf("lock the tables for the swap: %w", err)
-		}
-		// what was appended since the last read: the live subscriber of a projection
-		// that has one applies it once the rebuild lets go of its offset row
-		if rb.inline {
-			if finishes {
-				rb.r = fin.tail()
-			}
-			if err := rb.applyAll(ctx); err != nil {
-				return err
-			}
-		}
-		if err := sh.swap(ctx, tx); err != nil {
-			return err
-		}
-	} else if finishes {
+	} else if fin, ok := p.(finisher); ok {
 		if err := fin.fill(ctx, tx, false); err != nil {
 			return err
 		}
@@ -416,6 +352,64 @@ func (rb *rebuilding) run(ctx context.Context) error {
 	_, err = tx.Exec(ctx, `INSERT INTO projection_checkpoints (name, position) VALUES ($1, $2)
 		ON CONFLICT (name) DO UPDATE SET position = excluded.position`, p.Name(), max(head, rb.last))
 	return err
+}
+
+// emptyInPlace empties the tables of a projection that cannot be shadowed, but for the
+// recomputed ones (its finisher's fill recomputes them at the end).
+func (rb *rebuilding) emptyInPlace(ctx context.Context) error {
+	fin, finishes := rb.p.(finisher)
+	var tables []string
+	for _, t := range rb.p.Tables() {
+		if !finishes || !slices.Contains(fin.recomputed(), t) {
+			tables = append(tables, pgx.Identifier{t}.Sanitize())
+		}
+	}
+	empty := `DELETE FROM ` // the appends write an inline projection's tables meanwhile
+	if !rb.inline {
+		empty = `TRUNCATE `
+		if err := lockTables(ctx, rb.tx, tables, false); err != nil {
+			return err
+		}
+	}
+	for _, t := range tables {
+		if _, err := rb.tx.Exec(ctx, empty+t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// swapIn finishes the shadow's copies (constraints, indexes, the derived tables, while
+// the appends go on), then holds the old tables, applies what an inline projection's
+// appends added since the last read (a subscriber applies the rest of its own once the
+// rebuild lets go of its offset row) and puts the copies in their place.
+func (rb *rebuilding) swapIn(ctx context.Context) error {
+	sh, tx := rb.shadow, rb.tx
+	fin, finishes := rb.p.(finisher)
+	var fill func() error
+	if finishes {
+		fill = func() error { return fin.fill(ctx, tx, true) }
+	}
+	if err := sh.finishCopies(ctx, tx, fill); err != nil {
+		if rb.fast && CannotApply(err) { // a duplicate, say: find it carefully
+			return refusedError{err}
+		}
+		return err
+	}
+	rb.fast = false
+	beforeSwap()
+	if err := sh.lock(ctx, tx, rb.inline); err != nil {
+		return fmt.Errorf("lock the tables for the swap: %w", err)
+	}
+	if rb.inline {
+		if finishes {
+			rb.r = fin.tail()
+		}
+		if err := rb.applyAll(ctx); err != nil {
+			return err
+		}
+	}
+	return sh.swap(ctx, tx)
 }
 
 // applyAll applies the events after the last one applied until none is left.
@@ -543,7 +537,7 @@ func (rb *rebuilding) makeAhead(chunk []*pending) <-chan made {
 		switch {
 		case len(ws) == 0:
 		case fast:
-			m.rows, m.err = copyInParts(rb.r.(copying).copier(), ws)
+			m.rows, m.err = copyInParts(rb.r.(inlineRebuild).copyRows, asEvents(ws))
 		default:
 			m.err = rb.r.queue(m.b, ws)
 		}
@@ -594,14 +588,14 @@ func (rb *rebuilding) write(ctx context.Context, chunk []*pending, ahead <-chan 
 	return nil
 }
 
-// copyInParts makes the rows of ws in as many parts as there are cores to decode them.
-func copyInParts(rows func(ws []any) ([]eventstore.TableRows, error), ws []any) ([]eventstore.TableRows, error) {
-	n := min(runtime.GOMAXPROCS(0), max(1, len(ws)/100))
+// copyInParts makes the rows of evs in as many parts as there are cores to decode them.
+func copyInParts(rows func(evs []eventstore.Event) ([]eventstore.TableRows, error), evs []eventstore.Event) ([]eventstore.TableRows, error) {
+	n := min(runtime.GOMAXPROCS(0), max(1, len(evs)/100))
 	parts := make([][]eventstore.TableRows, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { parts[i], errs[i] = rows(ws[i*len(ws)/n : (i+1)*len(ws)/n]) })
+		wg.Go(func() { parts[i], errs[i] = rows(evs[i*len(evs)/n : (i+1)*len(evs)/n]) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
