@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +19,15 @@ import (
 
 	"chessd/commands"
 	"chessd/domain"
+	"chessd/eventstore"
 )
+
+// Keys and accounts are what a server keeps in memory to authenticate: every append to
+// their streams is announced to watchers, and waits for them (eventstore.Watcher).
+func init() {
+	eventstore.RegisterWatched(domain.StreamKey)
+	eventstore.RegisterWatched(domain.StreamAccount)
+}
 
 // Authenticator turns a bearer secret into the key it opens, consistent with every
 // committed event whatever the projection's lag:
@@ -37,24 +46,29 @@ type Authenticator struct {
 	remembered  sync.Map // secret hash -> remembered
 	rememberedN atomic.Int64
 	versions    *versionReader
+	watcher     *eventstore.Watcher // nil: versions are read on every call
 }
 
 // remembered is what a secret opened when it was last checked in the database.
 type remembered struct {
 	key     *domain.Key
 	account *domain.Account
+	mark    int64 // the watcher's mark taken before that check
 }
 
 // maxRemembered bounds the secrets kept in memory; past it, all are forgotten.
 const maxRemembered = 100_000
 
 // Remembered is Authenticate for the hot path of costed calls: the key and account a
-// secret opened last time are kept in memory, and one primary-key lookup of their
-// streams' versions tells whether either has changed since (a revocation, rotation,
-// PATCH or plan change on any server). Unchanged, they are answered from memory;
-// changed, they are loaded afresh. So the next call after any change sees it, on every
-// server, before any engine starts. A change that lands during the search applies from
-// the next call: the call was authorised when it started.
+// secret opened last time are kept in memory. With a watcher (Watch), they are answered
+// from memory while the watcher has heard of no change to either since they were
+// checked: every change to a key or an account, on any server, returns to its caller
+// only once every watching server has heard of it. Without one, or when the watcher
+// cannot vouch (it lost its connection or its lease), one primary-key lookup of their
+// streams' versions tells whether either has changed. Either way the next call after
+// any change (a revocation, rotation, PATCH or plan change) sees it, on every server,
+// before any engine starts. A change that lands during the search applies from the
+// next call: the call was authorised when it started.
 func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.Key, *domain.Account, error) {
 	if !WellFormedSecret(secret) {
 		return a.Authenticate(ctx, secret)
@@ -62,18 +76,23 @@ func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.
 	hash := domain.HashSecret(a.pepper, secret)
 	if v, ok := a.remembered.Load(string(hash)); ok {
 		r := v.(remembered)
-		vs, err := a.versions.read(ctx, domain.KeyStream(r.key.ID()), domain.AccountStream(r.key.AccountID()))
+		keyStream, accountStream := domain.KeyStream(r.key.ID()), domain.AccountStream(r.key.AccountID())
+		if a.watcher != nil && a.watcher.Unchanged(r.mark, keyStream, accountStream) {
+			return a.checked(r, hash)
+		}
+		mark := a.mark()
+		vs, err := a.versions.read(ctx, keyStream, accountStream)
 		if err != nil {
 			return nil, nil, err
 		}
 		if vs[0] == r.key.Version() && vs[1] == r.account.Version() {
-			if err := r.key.Authenticate(hash, a.now()); err != nil { // a rotated-out secret's grace ends by the clock
-				return nil, nil, err
-			}
-			return r.key, r.account, nil
+			r.mark = mark
+			a.remembered.Store(string(hash), r)
+			return a.checked(r, hash)
 		}
 		a.remembered.Delete(string(hash))
 	}
+	mark := a.mark()
 	k, acct, err := a.Authenticate(ctx, secret)
 	if err != nil {
 		return nil, nil, err
@@ -82,8 +101,32 @@ func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.
 		a.remembered.Clear()
 		a.rememberedN.Store(0)
 	}
-	a.remembered.Store(string(hash), remembered{key: k, account: acct})
+	a.remembered.Store(string(hash), remembered{key: k, account: acct, mark: mark})
 	return k, acct, nil
+}
+
+// checked is r once its secret passes the key's own checks at this moment (a
+// rotated-out secret's grace ends by the clock).
+func (a *Authenticator) checked(r remembered, hash []byte) (*domain.Key, *domain.Account, error) {
+	if err := r.key.Authenticate(hash, a.now()); err != nil {
+		return nil, nil, err
+	}
+	return r.key, r.account, nil
+}
+
+// mark is taken before a check in the database, so that the watcher can later tell
+// whether anything changed after it.
+func (a *Authenticator) mark() int64 {
+	if a.watcher == nil {
+		return 0
+	}
+	return a.watcher.Mark()
+}
+
+// Watch makes Remembered answer from memory what the watcher vouches for, until ctx
+// ends. Call it once, before serving.
+func (a *Authenticator) Watch(ctx context.Context, logger *slog.Logger) {
+	a.watcher = eventstore.Watch(ctx, a.pool, logger)
 }
 
 // NewAuthenticator builds an Authenticator with the server's pepper.

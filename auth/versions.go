@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +20,7 @@ type versionReader struct {
 	mu      sync.Mutex
 	waiting []*versionAsk
 	running bool
+	queries atomic.Int64 // round trips made, for tests
 }
 
 type versionAsk struct {
@@ -93,6 +95,7 @@ func (v *versionReader) answer(batch []*versionAsk) {
 }
 
 func (v *versionReader) query(batch []*versionAsk) (map[string]int64, error) {
+	v.queries.Add(1)
 	// shared by many requests: none of their contexts may cancel it
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -167,6 +167,7 @@ func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), a
 		versions[id] = moves.to[i]
 	}
 	cur.remember(last.Position, last.Hash, versions)
+	s.awaitWatchers(ctx, evs)
 	return evs, nil
 }
 
@@ -189,7 +190,11 @@ func (s *Store) Fast(ctx context.Context, cur *Cursor, queue func(*pgx.Batch), a
 // connection fails during the second round trip (which carries COMMIT), Pipelined
 // returns an *UncertainCommitError, which the caller settles (Settle) when it can.
 func (s *Store) Pipelined(ctx context.Context, cur *Cursor, streams []string, queue func(*pgx.Batch), read func(pgx.BatchResults) ([]Appends, error)) ([]Event, error) {
-	return retry(ctx, func() ([]Event, error) { return s.pipelinedOnce(ctx, cur, streams, queue, read) })
+	evs, err := retry(ctx, func() ([]Event, error) { return s.pipelinedOnce(ctx, cur, streams, queue, read) })
+	if err == nil {
+		s.awaitWatchers(ctx, evs)
+	}
+	return evs, err
 }
 
 func (s *Store) pipelinedOnce(ctx context.Context, cur *Cursor, streams []string, queue func(*pgx.Batch), read func(pgx.BatchResults) ([]Appends, error)) (evs []Event, err error) {

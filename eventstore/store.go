@@ -146,7 +146,11 @@ type Tx struct {
 // stream moved on meanwhile (or PostgreSQL reports a serialization failure) fn runs again
 // on fresh state, up to a few times; the final error is returned otherwise.
 func (s *Store) Transact(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) ([]Event, error) {
-	return retry(ctx, func() ([]Event, error) { return s.transactOnce(ctx, fn) })
+	evs, err := retry(ctx, func() ([]Event, error) { return s.transactOnce(ctx, fn) })
+	if err == nil {
+		s.awaitWatchers(ctx, evs)
+	}
+	return evs, err
 }
 
 // retry runs once a few times while it fails because a stream moved on or PostgreSQL
@@ -354,6 +358,7 @@ func queueInsert(batch *pgx.Batch, evs []Event) {
 		cols.at = append(cols.at, e.RecordedAt)
 		cols.hash = append(cols.hash, e.Hash)
 	}
+	queueAnnounce(batch, evs)
 	batch.Queue(`INSERT INTO events (position, stream_id, stream_type, version, event_type,
 			schema_version, payload, metadata, recorded_at, hash)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[],

@@ -137,10 +137,12 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Cleanup(stopMeter)
 	// idle leases go back quickly, so that tests can set balances between calls
 	meter := ledger.NewMeter(meterCtx, store, logger, ledger.MeterConfig{LeaseIdle: 200 * time.Millisecond, Housekeeping: 50 * time.Millisecond})
+	authn := auth.NewAuthenticator(pool, testPepper)
+	authn.Watch(meterCtx, logger) // as `chessd serve`: keys and accounts answered from memory
 	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10, NoRateLimits: !cfg.rateLimits, InsecureWebhooks: true,
 		KeyRequestsPerMinute: cfg.keyPerMinute}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, testPepper),
-		Auth: auth.NewAuthenticator(pool, testPepper), Analysis: svc,
+		Auth: authn, Analysis: svc,
 		Meter: meter, Logger: logger, Wakeups: eventstore.Listen(meterCtx, pool, logger), ObserveRequest: cfg.observe,
 		WebhookSecrets: testWebhookSecrets(t),
 	})

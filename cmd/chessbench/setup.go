@@ -119,9 +119,11 @@ func (b *bench) addReplica(ctx context.Context, logger *slog.Logger) (*replica, 
 	}
 	store := eventstore.NewStore(pool, logger)
 	r := &replica{svc: analysis.NewService(b.catalog, pool, logger), meter: ledger.NewMeter(ctx, store, logger, ledger.MeterConfig{})}
+	authn := auth.NewAuthenticator(pool, pepper)
+	authn.Watch(ctx, logger) // as `chessd serve`
 	api := httpapi.New(httpapi.Config{BaseURL: "http://127.0.0.1/v1", NoRateLimits: true, KeylessPerDay: 1 << 30}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, pepper),
-		Auth: auth.NewAuthenticator(pool, pepper), Analysis: r.svc,
+		Auth: authn, Analysis: r.svc,
 		Meter: r.meter, Logger: logger,
 		Wakeups: eventstore.Listen(ctx, pool, logger), // as `chessd serve`: job event streams wait for commits
 	})

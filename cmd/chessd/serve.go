@@ -92,10 +92,12 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if !cfg.NoExecutor {
 		exec = executor.New(cfg.Executor, db.pool, cmds, svc, logger)
 	}
+	authn := auth.NewAuthenticator(db.pool, pepper)
+	authn.Watch(meterCtx, logger) // keys and accounts answered from memory while no server changes them
 	mx := metrics.New(metrics.Sources{Engines: c.catalog, DB: db.pool, Executor: exec, Projections: allProjections(), Logger: logger})
 	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL, NoRateLimits: cfg.NoRateLimits, InsecureWebhooks: cfg.InsecureWebhooks}, httpapi.Deps{
 		Pool: db.pool, Commands: cmds, ObserveRequest: mx.ObserveRequest,
-		Auth:           auth.NewAuthenticator(db.pool, pepper),
+		Auth:           authn,
 		Analysis:       svc,
 		Meter:          meter,
 		Logger:         logger,

@@ -1,0 +1,102 @@
+package auth
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+var testPepper = []byte("auth-test-pepper-0123456789abcdef")
+
+// vouching waits until a's watcher vouches for what is read from now on.
+func vouching(t *testing.T, a *Authenticator) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if m := a.watcher.Mark(); a.watcher.Unchanged(m) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher never began to vouch")
+		}
+	}
+}
+
+// Remembered answers from memory while its watcher vouches for it, and still sees every
+// change on the next call; without a watcher it reads the versions on every call.
+func TestRememberedReadsOnlyWhatChanged(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool := pgtest.NewDB(t)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	// the changes come from another handler, as from another server
+	cmds := commands.New(eventstore.NewStore(pool, logger), testPepper)
+	signup, err := cmds.Signup(ctx, domain.Signup{Email: "remembered@example.com"}, "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _, err := NewAuthenticator(pool, testPepper).Authenticate(ctx, signup.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name  string
+		watch bool
+	}{{"watching", true}, {"reading versions", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := NewAuthenticator(pool, testPepper)
+			if tt.watch {
+				a.Watch(ctx, logger)
+				vouching(t, a)
+			}
+			key, secret, err := cmds.CreateKey(ctx, commands.Actor{Key: admin, RequestID: "req-2"},
+				domain.KeySettings{Label: tt.name, Scopes: []domain.Scope{domain.ScopeEval}, Env: domain.EnvLive})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := a.Remembered(ctx, secret); err != nil {
+				t.Fatal(err)
+			}
+			before := a.versions.queries.Load()
+			const calls = 10
+			for range calls {
+				if _, _, err := a.Remembered(ctx, secret); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reads := a.versions.queries.Load() - before
+			if want := map[bool]int64{true: 0, false: calls}[tt.watch]; reads != want {
+				t.Fatalf("%d calls with nothing changed read the versions %d times, want %d", calls, reads, want)
+			}
+
+			plan := domain.PlanPro
+			if tt.watch {
+				plan = domain.PlanHobby
+			}
+			if err := cmds.ChangePlan(ctx, signup.AccountID, plan, "test"); err != nil {
+				t.Fatal(err)
+			}
+			_, acct, err := a.Remembered(ctx, secret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if acct.Plan() != plan {
+				t.Fatalf("the next call after a plan change sees plan %v, want %v", acct.Plan(), plan)
+			}
+			if _, err := cmds.RevokeKey(ctx, commands.Actor{Key: admin, RequestID: "req-3"}, key.ID()); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := a.Remembered(ctx, secret); domain.ErrorCode(err) != domain.CodeBadCredential {
+				t.Fatalf("the next call after a revocation: %v, want it refused", err)
+			}
+		})
+	}
+}

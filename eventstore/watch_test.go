@@ -1,0 +1,150 @@
+package eventstore
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+)
+
+func init() { RegisterWatched("watched") } // this package's tests' stand-in for keys and accounts
+
+func appendWatched(ctx context.Context, s *Store, stream string) error {
+	_, err := s.Transact(ctx, func(ctx context.Context, tx *Tx) error {
+		return tx.Append(ctx, stream, "watched", AnyVersion, Metadata{RequestID: "req"}, New{Type: "Changed", Payload: payload{1}})
+	})
+	return err
+}
+
+// trusted waits until w vouches for what is read from now on, and returns the mark.
+func trusted(t *testing.T, w *Watcher) int64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m := w.Mark(); w.Unchanged(m) {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher never began to vouch")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func watchLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+func TestACommitReturnsOnceEveryWatcherHasSeenIt(t *testing.T) {
+	s := newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	servers := []*Watcher{Watch(ctx, s.pool, watchLogger()), Watch(ctx, s.pool, watchLogger())}
+	marks := make([]int64, len(servers))
+	for i, w := range servers {
+		marks[i] = trusted(t, w)
+	}
+	for i := range 20 {
+		stream := fmt.Sprintf("watched-%d", i)
+		if err := appendWatched(ctx, s, stream); err != nil {
+			t.Fatal(err)
+		}
+		for j, w := range servers {
+			if w.Unchanged(marks[j], stream) {
+				t.Fatalf("append %d returned before watcher %d had seen it", i, j)
+			}
+		}
+	}
+	// an unwatched stream type is not announced: a mark taken now still holds after it
+	m := trusted(t, servers[0])
+	if err := appendOne(ctx, s, "unwatched-1", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendWatched(ctx, s, "watched-other"); err != nil {
+		t.Fatal(err)
+	}
+	if !servers[0].Unchanged(m, "watched-0", "unwatched-1") {
+		t.Fatal("a change to one stream made the watcher distrust others")
+	}
+}
+
+func TestACommitWaitsOutAWatcherThatDoesNotAnswer(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	// a server that registered and then stopped answering (paused, cut off)
+	if _, err := s.pool.Exec(ctx, `INSERT INTO stream_watchers VALUES ('silent', 0, now() + interval '30 seconds')`); err != nil {
+		t.Fatal(err)
+	}
+	expired := func() bool {
+		var done bool
+		if err := s.pool.QueryRow(ctx, `SELECT valid_until <= now() FROM stream_watchers WHERE watcher = 'silent'`).Scan(&done); err != nil {
+			t.Fatal(err)
+		}
+		return done
+	}
+	if err := appendOne(ctx, s, "unwatched-1", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if expired() {
+		t.Fatal("an append to an unwatched stream waited for a watcher")
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE stream_watchers SET valid_until = now() + interval '300 milliseconds'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendWatched(ctx, s, "watched-1"); err != nil {
+		t.Fatal(err)
+	}
+	if !expired() {
+		t.Fatal("an append to a watched stream returned while a watcher that had not seen it could still vouch for its memory")
+	}
+}
+
+func TestAWatcherThatLostItsConnectionVouchesForNothingReadBefore(t *testing.T) {
+	s := newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := Watch(ctx, s.pool, watchLogger())
+	m := trusted(t, w)
+	var killed int
+	if err := s.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query = 'LISTEN '||$1`, WatchChannel).Scan(&killed); err != nil || killed != 1 {
+		t.Fatalf("terminate the watcher's connection: %d, %v", killed, err)
+	}
+	// the change lands while the watcher may be down: it waits for it or for its lease
+	if err := appendWatched(ctx, s, "watched-1"); err != nil {
+		t.Fatal(err)
+	}
+	if w.Unchanged(m, "watched-1") {
+		t.Fatal("the watcher vouches for a read older than a change it may have missed")
+	}
+	trusted(t, w) // it listens again
+	if w.Unchanged(m, "watched-1") {
+		t.Fatal("back, the watcher vouches for a read older than a change")
+	}
+}
+
+func TestParseAnnouncement(t *testing.T) {
+	tests := []struct {
+		in     string
+		pos    int64
+		stream string
+		ok     bool
+	}{
+		{"42 key-abc", 42, "key-abc", true},
+		{"1 account-x y", 1, "account-x y", true},
+		{"42", 0, "", false},
+		{"42 ", 0, "", false},
+		{"x key-abc", 0, "", false},
+		{"0 key-abc", 0, "", false},
+		{"-3 key-abc", 0, "", false},
+		{"", 0, "", false},
+	}
+	for _, tt := range tests {
+		pos, stream, ok := parseAnnouncement(tt.in)
+		if ok != tt.ok || (ok && (pos != tt.pos || stream != tt.stream)) {
+			t.Errorf("parseAnnouncement(%q) = %d, %q, %v; want %d, %q, %v", tt.in, pos, stream, ok, tt.pos, tt.stream, tt.ok)
+		}
+	}
+}
