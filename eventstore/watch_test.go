@@ -148,3 +148,26 @@ func TestParseAnnouncement(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseAnnouncement: an announcement is read back as written, and anything else is
+// refused, never misread or a panic.
+func FuzzParseAnnouncement(f *testing.F) {
+	f.Add("42 key-abc")
+	f.Add("1 account-acct_0123")
+	f.Add(" 42 key")
+	f.Add("9223372036854775808 key-x")
+	f.Fuzz(func(t *testing.T, s string) {
+		pos, stream, ok := parseAnnouncement(s)
+		if !ok {
+			return
+		}
+		if pos <= 0 || stream == "" {
+			t.Fatalf("%q read as %d, %q", s, pos, stream)
+		}
+		if again := fmt.Sprintf("%d %s", pos, stream); again != s {
+			if p2, s2, ok2 := parseAnnouncement(again); !ok2 || p2 != pos || s2 != stream {
+				t.Fatalf("%q read as %d %q, which reads back as %d %q %v", s, pos, stream, p2, s2, ok2)
+			}
+		}
+	})
+}
