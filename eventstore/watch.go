@@ -130,20 +130,24 @@ type Watcher struct {
 
 	mu        sync.RWMutex
 	listening bool
-	session   uint64           // counts the connections listened on: a renewal spans one
+	session   uint64           // counts the times trust was lost: a renewal that spans one is void
 	seen      int64            // the last position applied (or the head when trust began)
 	floor     int64            // marks below it are not trusted
 	changed   map[string]int64 // stream -> position of its last announced event
 	until     time.Time        // trust ends, by this process's clock
 }
 
-// Watch starts a watcher until ctx ends; then its row is deleted (lapse), so that no
-// commit waits for it.
+// Watch starts a watcher on pool's listener (Listen) until ctx ends; then its row is
+// deleted, so that no commit waits for it.
 func Watch(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) *Watcher {
 	b := make([]byte, 12)
 	rand.Read(b) //nolint:errcheck // never fails (crypto/rand)
 	w := &Watcher{id: hex.EncodeToString(b), pool: pool, logger: logger, acks: make(chan struct{}, 1), changed: map[string]int64{}}
-	go w.listenLoop(ctx)
+	remove := acquireListener(ctx, pool, logger).addWatcher(w)
+	context.AfterFunc(ctx, func() {
+		remove()
+		w.lapse(ctx)
+	})
 	go w.renewLoop(ctx)
 	return w
 }
@@ -172,48 +176,24 @@ func (w *Watcher) Unchanged(mark int64, streams ...string) bool {
 	return true
 }
 
-func (w *Watcher) listenLoop(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := w.listen(ctx)
-		w.lapse(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		w.logger.Warn("stream announcements lost; keys and accounts are read on every call until they are back", "err", err, "retry_in", backoff)
-		sleep(ctx, backoff)
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-// listen applies announcements over a connection of its own until it fails.
-func (w *Watcher) listen(ctx context.Context) error {
-	pc, err := w.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	conn := pc.Hijack() // LISTEN belongs to the session: it never goes back to the pool
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+WatchChannel); err != nil {
-		return err
-	}
+// begin is called once the listener listens: trust begins with the next renewal, which
+// reads the head after LISTEN.
+func (w *Watcher) begin() {
 	w.mu.Lock()
 	w.listening = true
 	w.session++
+	w.until = time.Time{}
 	w.mu.Unlock()
-	w.ack() // trust begins with the next renewal, which reads the head after LISTEN
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		pos, stream, ok := parseAnnouncement(n.Payload)
-		if !ok {
-			return fmt.Errorf("unreadable announcement %q", n.Payload)
-		}
-		w.apply(pos, stream)
-		w.ack()
-	}
+	w.ack()
+}
+
+// distrust makes the next renewal begin again from the head, as after a lapse, while
+// listening goes on (an announcement could not be read).
+func (w *Watcher) distrust() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.session++ // a renewal in flight must not restore trust
+	w.until = time.Time{}
 }
 
 func parseAnnouncement(s string) (int64, string, bool) {
@@ -236,8 +216,9 @@ func (w *Watcher) apply(pos int64, stream string) {
 	w.seen = max(w.seen, pos)
 }
 
-// lapse ends trust until the watcher listens and renews again, and deletes its row
-// (best effort: otherwise it expires), so that commits stop waiting for it.
+// lapse ends trust until the listener listens and the watcher renews again, and
+// deletes its row (best effort: otherwise it expires), so that commits stop waiting for
+// it.
 func (w *Watcher) lapse(ctx context.Context) {
 	w.mu.Lock()
 	w.listening = false

@@ -63,7 +63,7 @@ func waitQuiet(t *testing.T, pool *pgxpool.Pool) {
 	for {
 		var quiet bool
 		err := pool.QueryRow(context.Background(), `SELECT
-			EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN ' || $1)
+			EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND position('LISTEN ' || $1 IN query) > 0)
 			AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
 				AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND state <> 'idle')`, eventstore.NotifyChannel).Scan(&quiet)
 		if err != nil {

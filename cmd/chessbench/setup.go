@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -105,6 +106,9 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	return b, nil
 }
 
+var rateLimits = flag.Bool("ratelimits", false, "serve with the rate limits on, as `chessd serve` does (the bench's keys are on the pro plan: 3,000 calls a minute, "+
+	"taken from the shared bucket in leases); for the paired and jobs parts: the throughput parts would be refused past the plan's rate")
+
 // addReplica starts one more server on the bench's database (migrating it first when it
 // is the first) and returns it with its connection pool.
 func (b *bench) addReplica(ctx context.Context, logger *slog.Logger) (*replica, *pgxpool.Pool, error) {
@@ -121,7 +125,7 @@ func (b *bench) addReplica(ctx context.Context, logger *slog.Logger) (*replica, 
 	r := &replica{svc: analysis.NewService(b.catalog, pool, logger), meter: ledger.NewMeter(ctx, store, logger, ledger.MeterConfig{})}
 	authn := auth.NewAuthenticator(pool, pepper)
 	authn.Watch(ctx, logger) // as `chessd serve`
-	api := httpapi.New(httpapi.Config{BaseURL: "http://127.0.0.1/v1", NoRateLimits: true, KeylessPerDay: 1 << 30}, httpapi.Deps{
+	api := httpapi.New(httpapi.Config{BaseURL: "http://127.0.0.1/v1", NoRateLimits: !*rateLimits, KeylessPerDay: 1 << 30}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, pepper),
 		Auth: authn, Analysis: r.svc,
 		Meter: r.meter, Logger: logger,
