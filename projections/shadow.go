@@ -84,6 +84,25 @@ func openShadow(ctx context.Context, tx pgx.Tx, name string, tables []string, ba
 		defs, err = pgx.CollectRows(rows, pgx.RowToStructByPos[shadowDef])
 		return err
 	})
+	// what the tables' owner granted to others, on the tables and on their columns: a
+	// copy has none of it until given
+	var grants []shadowGrant
+	read.Queue(`SELECT t.ord, g.privilege, g.col, CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE format('%I', pg_get_userbyid(g.grantee)) END, g.grantable
+		  FROM unnest($1::text[]) WITH ORDINALITY t(name, ord)
+		  JOIN pg_class c ON c.oid = to_regclass(t.name)
+		  CROSS JOIN LATERAL (
+		      SELECT a.privilege_type AS privilege, '' AS col, a.grantee, a.is_grantable AS grantable
+		        FROM aclexplode(c.relacl) a WHERE a.grantee <> c.relowner
+		      UNION ALL
+		      SELECT a.privilege_type, format('%I', att.attname), a.grantee, a.is_grantable
+		        FROM pg_attribute att, aclexplode(att.attacl) a
+		       WHERE att.attrelid = c.oid AND att.attacl IS NOT NULL AND a.grantee <> c.relowner
+		  ) g
+		 ORDER BY 1, 2, 3, 4`, tables).Query(func(rows pgx.Rows) error {
+		var err error
+		grants, err = pgx.CollectRows(rows, pgx.RowToStructByPos[shadowGrant])
+		return err
+	})
 	if err := tx.SendBatch(ctx, read).Close(); err != nil {
 		return nil, fmt.Errorf("shadow: read the tables: %w", err)
 	}
@@ -123,6 +142,9 @@ func openShadow(ctx context.Context, tx pgx.Tx, name string, tables []string, ba
 	if len(s.tables) != len(tables) {
 		return nil, fmt.Errorf("shadow: of the tables %v, only %d exist", tables, len(s.tables))
 	}
+	for _, g := range grants {
+		build.Queue(g.statement(s.tables[g.Table-1].copy))
+	}
 	build.Queue(`SELECT set_config('search_path', $1, true)`, s.schema+", "+s.searchPath)
 	if err := tx.SendBatch(ctx, build).Close(); err != nil {
 		return nil, fmt.Errorf("shadow: make the copies: %w", err)
@@ -138,6 +160,28 @@ type shadowDef struct {
 	Kind        string // c: constraint, i: index, "": none
 	Def         string
 	Refuses     bool // it refuses rows
+}
+
+// shadowGrant is a privilege the owner of a shadow's table granted to another role.
+type shadowGrant struct {
+	Table     int    // its place in the list, from 1
+	Privilege string // SELECT, INSERT, UPDATE...
+	Column    string // quoted; "" for the whole table
+	Grantee   string // quoted, or PUBLIC
+	Grantable bool
+}
+
+// statement grants the same on table (quoted).
+func (g shadowGrant) statement(table string) string {
+	stmt := "GRANT " + g.Privilege
+	if g.Column != "" {
+		stmt += " (" + g.Column + ")"
+	}
+	stmt += " ON " + table + " TO " + g.Grantee
+	if g.Grantable {
+		stmt += " WITH GRANT OPTION"
+	}
+	return stmt
 }
 
 // finishCopies builds the copies' other constraints, indexes and foreign keys, then

@@ -42,7 +42,42 @@ func shape(t *testing.T, pool *pgxpool.Pool) []string {
 		  FROM pg_constraint WHERE conrelid::regclass::text IN ('charges', 'credits', 'ledger_entries')
 		UNION ALL
 		SELECT 'index ' || indexdef FROM pg_indexes WHERE tablename IN ('charges', 'credits', 'ledger_entries')
+		UNION ALL
+		SELECT c.relname || ' grant ' || a.privilege_type || ' to ' || pg_get_userbyid(a.grantee) || ' ' || a.is_grantable
+		  FROM pg_class c, aclexplode(c.relacl) a
+		 WHERE c.relname IN ('charges', 'credits', 'ledger_entries') AND c.relkind = 'r' AND a.grantee <> c.relowner
+		UNION ALL
+		SELECT c.relname || ' grant ' || a.privilege_type || ' (' || att.attname || ') to ' || pg_get_userbyid(a.grantee)
+		  FROM pg_class c JOIN pg_attribute att ON att.attrelid = c.oid, aclexplode(att.attacl) a
+		 WHERE c.relname IN ('charges', 'credits', 'ledger_entries') AND c.relkind = 'r' AND a.grantee <> c.relowner
 		ORDER BY 1`)
+}
+
+// grantToAReader makes a role (of this database's name: roles belong to the cluster)
+// and grants it what a reporting role would have on the ledger's tables.
+func grantToAReader(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	var role string
+	if err := pool.QueryRow(ctx, `SELECT 'reader_' || current_database()`).Scan(&role); err != nil {
+		t.Fatal(err)
+	}
+	r := pgx.Identifier{role}.Sanitize()
+	for _, stmt := range []string{
+		`CREATE ROLE ` + r + ` NOLOGIN`,
+		`GRANT SELECT ON charges, credits TO ` + r,
+		`GRANT SELECT ON ledger_entries TO ` + r + ` WITH GRANT OPTION`,
+		`GRANT SELECT (account, debit, credit), UPDATE (book) ON ledger_entries TO ` + r,
+		`GRANT SELECT ON charges TO PUBLIC`,
+	} {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	t.Cleanup(func() {
+		pool.Exec(ctx, `REVOKE SELECT ON charges FROM PUBLIC`) //nolint:errcheck // the database goes anyway
+		pool.Exec(ctx, `DROP OWNED BY `+r+`; DROP ROLE `+r)    //nolint:errcheck // as above
+	})
 }
 
 // A rebuild of the ledger loads copies of its tables and swaps them in: the rows are
@@ -77,6 +112,7 @@ func TestLedgerRebuildKeepsTheTablesAndWhatIsAppendedMeanwhile(t *testing.T) {
 	appendRaw(t, pool, ledger.Stream("key_0"), ledger.StreamLedger, eventstore.AnyVersion, credit(charges[0], int64(first), ""))
 	appendRaw(t, pool, ledger.Stream("key_1"), ledger.StreamLedger, eventstore.AnyVersion, credit(charges[1], int64(second), "dsp_1"))
 	tables := projections.Ledger{}.Tables()
+	grantToAReader(t, pool)
 	live, before := snapshot(t, pool, tables), shape(t, pool)
 	if len(live["charges"]) != 400 || len(live["credits"]) != 2 || len(live["ledger_entries"]) != 804 {
 		t.Fatalf("live read model: %d charges, %d credits, %d postings", len(live["charges"]), len(live["credits"]), len(live["ledger_entries"]))
