@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 )
@@ -170,4 +171,76 @@ func FuzzParseAnnouncement(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Under concurrent changes, and with the watcher's connection cut now and then, it
+// never vouches for a read that a change returned after: every change that had
+// returned before a check began has a position the read saw.
+func TestAWatcherNeverVouchesForAReadAChangeOutdated(t *testing.T) {
+	s := newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := Watch(ctx, s.pool, watchLogger())
+	trusted(t, w)
+	const streams = 4
+	var mu sync.Mutex
+	returned := map[string]int64{} // stream -> position of the last change that returned
+	stop := make(chan struct{})
+	var writers sync.WaitGroup
+	for i := range 3 {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				stream := fmt.Sprintf("watched-%d", (i+n)%streams)
+				evs, err := s.Transact(ctx, func(ctx context.Context, tx *Tx) error {
+					return tx.Append(ctx, stream, "watched", AnyVersion, Metadata{RequestID: "req"}, New{Type: "Changed", Payload: payload{n}})
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				returned[stream] = max(returned[stream], evs[0].Position)
+				mu.Unlock()
+			}
+		}()
+	}
+	cuts := 0
+	vouched, checks := 0, 0
+	for start := time.Now(); time.Since(start) < 4*time.Second; {
+		stream := fmt.Sprintf("watched-%d", checks%streams)
+		mark := w.Mark()
+		var read int64 // what a reader of the stream's state saw
+		if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM events WHERE stream_id = $1`, stream).Scan(&read); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(checks%3) * time.Millisecond)
+		mu.Lock()
+		before := returned[stream] // changes that returned before the check
+		mu.Unlock()
+		if w.Unchanged(mark, stream) {
+			vouched++
+			if before > read {
+				t.Fatalf("check %d: the watcher vouched for a read of %s at position %d after a change at %d had returned", checks, stream, read, before)
+			}
+		}
+		checks++
+		if checks%500 == 0 && cuts < 3 {
+			cuts++
+			s.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE datname = current_database() AND position('LISTEN '||$1 IN query) > 0`, WatchChannel) //nolint:errcheck // checked by what follows
+		}
+	}
+	close(stop)
+	writers.Wait()
+	if vouched == 0 || vouched == checks {
+		t.Fatalf("the watcher vouched for %d of %d reads: the test proves nothing", vouched, checks)
+	}
+	t.Logf("%d checks, %d vouched for, %d connections cut", checks, vouched, cuts)
 }
