@@ -63,12 +63,13 @@ func Drain(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, topic s
 // 35 µs of the database's CPU).
 type Wakeups struct {
 	l    *listener
+	ctx  context.Context // the user's: its waiters go when it ends
 	done <-chan struct{}
 }
 
 // Listen returns a Wakeups of pool's listener, started if it is not, until ctx ends.
 func Listen(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) *Wakeups {
-	return &Wakeups{l: acquireListener(ctx, pool, logger), done: ctx.Done()}
+	return &Wakeups{l: acquireListener(ctx, pool, logger), ctx: ctx, done: ctx.Done()}
 }
 
 // listener is a pool's one listening connection: bus topics (NotifyChannel) wake their
@@ -285,7 +286,8 @@ type Waiting struct {
 // the previous wait ended. A wake-up that came while the subscriber was querying is
 // kept, so none is lost. Errors are handled as Watermill's default manager does.
 func (w *Wakeups) Backoff(topic string, how Waiting) wmsql.BackoffManager {
-	ch, _ := w.Subscribe(topic) // for the subscriber's life: it ends with the listener
+	ch, cancel := w.Subscribe(topic)
+	context.AfterFunc(w.ctx, cancel) // the listener may outlive this subscriber
 	return &wakeBackoff{w: w, ch: ch, how: how, errors: wmsql.NewDefaultBackoffManager(how.Poll, how.Retry)}
 }
 
