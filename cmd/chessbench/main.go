@@ -176,7 +176,7 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Println("engine − raw: the pool's search (hand-over, options, position, go ... bestmove, parsing) against the raw process;")
 	fmt.Println("own time: the service's time outside the engine by its Server-Timing header (total − engine: what issue 12's 1 ms is about);")
 	fmt.Println("outside the engine: the client's whole time minus the pool's search; of it, HTTP (client time minus handler time),")
-	fmt.Println("auth (key from memory, stream versions, scope), request (decode, validate, caps, lookup, reserve from the lease),")
+	fmt.Println("auth (key from memory, vouched for by the watcher, scope), request (decode, validate, caps, lookup, reserve from the lease),")
 	fmt.Println("conversion (SAN, White's view, JSON), after the answer (hand the line item to the settler: in memory, nothing durable).")
 	fmt.Println()
 	fmt.Println("| depth | concurrency | engine − raw | **own time** | outside the engine, client-side | HTTP | auth | request | conversion | after the answer |")
