@@ -22,16 +22,9 @@ func appendWatched(ctx context.Context, s *Store, stream string) error {
 // trusted waits until w vouches for what is read from now on, and returns the mark.
 func trusted(t *testing.T, w *Watcher) int64 {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if m := w.Mark(); w.Unchanged(m) {
-			return m
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher never began to vouch")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var m int64
+	waitUntil(t, "the watcher vouches", func() bool { m = w.Mark(); return w.Unchanged(m) })
+	return m
 }
 
 func watchLogger() *slog.Logger {
