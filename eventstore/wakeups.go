@@ -62,14 +62,13 @@ func Drain(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, topic s
 // listening connection costs every notifying commit of every server a wake-up (about
 // 35 µs of the database's CPU).
 type Wakeups struct {
-	l    *listener
-	ctx  context.Context // the user's: its waiters go when it ends
-	done <-chan struct{}
+	l   *listener
+	ctx context.Context // the user's: its waiters go when it ends
 }
 
 // Listen returns a Wakeups of pool's listener, started if it is not, until ctx ends.
 func Listen(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) *Wakeups {
-	return &Wakeups{l: acquireListener(ctx, pool, logger), ctx: ctx, done: ctx.Done()}
+	return &Wakeups{l: acquireListener(ctx, pool, logger), ctx: ctx}
 }
 
 // listener is a pool's one listening connection: bus topics (NotifyChannel) wake their
@@ -302,7 +301,7 @@ type wakeBackoff struct {
 func (b *wakeBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
 	if err != nil {
 		select {
-		case <-b.w.done:
+		case <-b.w.ctx.Done():
 			return 0 // shutting down: the subscriber is about to stop
 		default:
 		}
@@ -320,13 +319,13 @@ func (b *wakeBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, er
 	select {
 	case <-b.ch:
 	case <-t.C:
-	case <-b.w.done:
+	case <-b.w.ctx.Done():
 		return 0
 	}
 	if rest := b.how.Gather - time.Since(b.last); rest > 0 {
 		select {
 		case <-time.After(rest):
-		case <-b.w.done:
+		case <-b.w.ctx.Done():
 		}
 	}
 	b.last = time.Now()
