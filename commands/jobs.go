@@ -178,29 +178,39 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 			return ErrNotClaimable
 		}
 		expected := j.Version()
-		var evs []eventstore.New
+		indexes := make([]int32, len(ps))
+		for i, p := range ps {
+			indexes[i] = int32(p.Index)
+		}
+		held, err := release(ctx, tx, jobID, indexes, worker)
+		if err != nil {
+			return err
+		}
+		var record []Position
+		var charges []ledger.Charge
 		for _, p := range ps {
-			held, err := release(ctx, tx, jobID, p.Index, worker)
-			if err != nil {
-				return err
-			}
-			if !held || j.Result(p.Index) != nil {
+			if !held[p.Index] || j.Result(p.Index) != nil {
 				continue // taken over by another worker, or recorded before: once only
 			}
-			charge := ledger.Charge{RequestID: "job:" + jobID, Key: key, Endpoint: domain.Endpoint(j.Kind()),
-				Params: p.Params, Engine: p.Engine, Path: p.Path, Cached: p.Cached, Units: p.Units, USD: p.USD}
-			uc, err := ledger.ChargeHeld(ctx, tx, jobID, j.SubmittedAt().UTC().Format(time.DateOnly), charge, h.now())
-			if err != nil {
-				return err
-			}
+			delete(held, p.Index) // and once within ps
+			record = append(record, p)
+			charges = append(charges, ledger.Charge{RequestID: "job:" + jobID, Key: key, Endpoint: domain.Endpoint(j.Kind()),
+				Params: p.Params, Engine: p.Engine, Path: p.Path, Cached: p.Cached, Units: p.Units, USD: p.USD})
+		}
+		ucs, err := ledger.ChargeHeld(ctx, tx, jobID, j.SubmittedAt().UTC().Format(time.DateOnly), charges, h.now())
+		if err != nil {
+			return err
+		}
+		var evs []eventstore.New
+		for i, p := range record {
 			e, err := j.Analysed(domain.JobPositionAnalysed{Index: p.Index, Result: p.Result, Cached: p.Cached,
-				Units: p.Units, USD: p.USD, ChargeID: uc.ChargeID, Worker: worker, At: h.now()})
+				Units: p.Units, USD: p.USD, ChargeID: ucs[i].ChargeID, Worker: worker, At: h.now()})
 			if err != nil {
 				return err
 			}
 			j.Apply(e)
 			ev := event(e)
-			ev.Meta = &eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: uc.ChargeID}
+			ev.Meta = &eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: ucs[i].ChargeID}
 			evs = append(evs, ev)
 		}
 		if j.Done() == len(j.Positions()) {

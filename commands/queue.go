@@ -46,14 +46,25 @@ func enqueue(ctx context.Context, tx *eventstore.Tx, s *domain.JobSubmitted) err
 	return nil
 }
 
-// release takes a recorded position off the queue if worker still holds it (its lease
-// may have run out, as long as nobody took it since).
-func release(ctx context.Context, tx *eventstore.Tx, jobID string, index int, worker string) (bool, error) {
-	tag, err := tx.Exec(ctx, `DELETE FROM job_queue WHERE job_id = $1 AND idx = $2 AND worker = $3`, jobID, index, worker)
+// release takes recorded positions off the queue where worker still holds them (a
+// lease may have run out, as long as nobody took the position since) and returns the
+// indexes it took off.
+func release(ctx context.Context, tx *eventstore.Tx, jobID string, indexes []int32, worker string) (map[int]bool, error) {
+	rows, err := tx.Query(ctx, `DELETE FROM job_queue WHERE job_id = $1 AND idx = ANY ($2) AND worker = $3 RETURNING idx`,
+		jobID, indexes, worker)
 	if err != nil {
-		return false, fmt.Errorf("release position %d of job %s: %w", index, jobID, err)
+		return nil, fmt.Errorf("release positions of job %s: %w", jobID, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	held := map[int]bool{}
+	var idx int32
+	_, err = pgx.ForEachRow(rows, []any{&idx}, func() error {
+		held[int(idx)] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("release positions of job %s: %w", jobID, err)
+	}
+	return held, nil
 }
 
 // loadLockedJob loads a job inside tx after taking its transaction-scoped lock: the

@@ -48,30 +48,58 @@ func ReleaseHold(ctx context.Context, tx *eventstore.Tx, jobID string) error {
 	return nil
 }
 
-// ChargeHeld charges one analysed position of a job against the job's hold, drawn on
-// day, and appends its UnitsCharged event: one line item, as for any call, whose rows
-// in the ledger's read model are written when tx commits (QueueReadModel).
-func ChargeHeld(ctx context.Context, tx *eventstore.Tx, jobID, day string, ch Charge, now time.Time) (*UnitsCharged, error) {
+// ChargeHeld charges analysed positions of a job against the job's hold, drawn on day,
+// in one settle, and appends their UnitsCharged events: one line item each, as for any
+// call, whose rows in the ledger's read model are written when tx commits
+// (QueueReadModel). The events come back in the order of chs.
+func ChargeHeld(ctx context.Context, tx *eventstore.Tx, jobID, day string, chs []Charge, now time.Time) ([]*UnitsCharged, error) {
+	if len(chs) == 0 {
+		return nil, nil
+	}
 	now = now.UTC().Truncate(time.Microsecond)
+	units := make([]int64, len(chs))
+	for i, ch := range chs {
+		units[i] = ch.Units
+	}
+	none := make([]*string, len(chs)) // no Idempotency-Key: the job's own claim covers it
 	var kept []bool
 	if err := tx.QueryRow(ctx, `SELECT meter_settle($1, $2, $3, $4, $4, $5, $6, $7, $8, false)`,
-		holdLease(jobID), holdOwner(jobID), []int64{ch.Units}, []*string{nil}, []*int32{nil}, [][]byte{nil},
+		holdLease(jobID), holdOwner(jobID), units, none, make([]*int32, len(chs)), make([][]byte, len(chs)),
 		UnitPriceUSD, now).Scan(&kept); err != nil {
 		return nil, fmt.Errorf("charge held: %w", err)
 	}
-	if len(kept) != 1 || !kept[0] {
-		// the hold covers the whole job at the fresh price: this cannot happen unless
-		// the job charged more than it held
-		return nil, fmt.Errorf("charge held: the hold of job %s does not cover %d units", jobID, ch.Units)
+	for _, k := range kept {
+		if !k {
+			// the hold covers the whole job at the fresh price: this cannot happen
+			// unless the job charged more than it held
+			return nil, fmt.Errorf("charge held: the hold of job %s does not cover %d units", jobID, sum(units))
+		}
 	}
-	e, err := chargeEvent(ch, now, day)
-	if err != nil {
+	if len(kept) != len(chs) {
+		return nil, fmt.Errorf("charge held: %d of %d positions settled", len(kept), len(chs))
+	}
+	out := make([]*UnitsCharged, len(chs))
+	evs := make([]eventstore.New, len(chs))
+	for i, ch := range chs {
+		e, err := chargeEvent(ch, now, day)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = e
+		evs[i] = eventstore.New{Type: e.EventType(), SchemaVersion: 1, Payload: e,
+			Meta: &eventstore.Metadata{RequestID: ch.RequestID, AccountID: e.AccountID, KeyID: e.KeyID}}
+	}
+	// one key's job: one ledger stream
+	if err := tx.Append(ctx, Stream(out[0].KeyID), StreamLedger, eventstore.AnyVersion, eventstore.Metadata{}, evs...); err != nil {
 		return nil, err
 	}
-	md := eventstore.Metadata{RequestID: ch.RequestID, AccountID: e.AccountID, KeyID: e.KeyID}
-	if err := tx.Append(ctx, Stream(e.KeyID), StreamLedger, eventstore.AnyVersion, md,
-		eventstore.New{Type: e.EventType(), SchemaVersion: 1, Payload: e}); err != nil {
-		return nil, err
+	return out, nil
+}
+
+func sum(xs []int64) int64 {
+	var t int64
+	for _, x := range xs {
+		t += x
 	}
-	return e, nil
+	return t
 }

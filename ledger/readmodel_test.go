@@ -89,6 +89,7 @@ func TestChargesAreInTheReadModelOnCommit(t *testing.T) {
 		if err := ledger.HoldJob(ctx, tx, "job_inline", f.key, 1_000_000, day, 20); err != nil {
 			return err
 		}
+		var chs []ledger.Charge // two positions recorded together: one settle
 		for i := range 2 {
 			ch := ledger.Charge{RequestID: "job:job_inline", Key: f.key, Endpoint: domain.EndpointEval,
 				Params: ledger.Params{Depth: 8, MultiPV: 1, Positions: 1, JobID: "job_inline"}, Engine: "sf-17.1", Path: "native",
@@ -96,9 +97,10 @@ func TestChargesAreInTheReadModelOnCommit(t *testing.T) {
 			if i == 1 {
 				ch.Params.FEN = "8/8/8/8/8/8/8/K6k w - - 0 1"
 			}
-			if _, err := ledger.ChargeHeld(ctx, tx, "job_inline", day, ch, time.Now()); err != nil {
-				return err
-			}
+			chs = append(chs, ch)
+		}
+		if _, err := ledger.ChargeHeld(ctx, tx, "job_inline", day, chs, time.Now()); err != nil {
+			return err
 		}
 		return ledger.ReleaseHold(ctx, tx, "job_inline")
 	})
