@@ -49,9 +49,17 @@ type Config struct {
 	// engine pool's size).
 	Parallel int
 	// Ahead is how many positions are taken beyond those being searched, so that an
-	// engine that finishes starts the next one without waiting for the queue;
-	// default Parallel.
+	// engine that finishes starts the next one without waiting for the queue; they are
+	// taken Ahead at a time, once the engines have started the previous ones; default
+	// Parallel.
 	Ahead int
+	// RecordEvery is how long an analysed position may wait for others of its job to be
+	// recorded with it, in one transaction (one settle, one append, one message for
+	// the projections): a job's positions cost the database per batch, not each. A
+	// position is recorded at once when no other of its job is searching here (the
+	// job's last ones are never held back). Default 100 ms; a worker that dies loses
+	// at most that much analysis, which another worker redoes (never charged twice).
+	RecordEvery time.Duration
 }
 
 // Executor runs jobs' positions.
@@ -84,8 +92,9 @@ type task struct {
 // jobRun is what a worker knows of a job whose positions it holds.
 type jobRun struct {
 	job   *domain.Job
-	key   *domain.Key
-	tasks int // held positions of this job
+	key       *domain.Key
+	tasks     int // held positions of this job
+	searching int // held and not yet analysed
 }
 
 // New builds an Executor.
@@ -105,6 +114,9 @@ func New(cfg Config, pool *pgxpool.Pool, cmds *commands.Handler, svc *analysis.S
 	}
 	if cfg.Ahead <= 0 {
 		cfg.Ahead = cfg.Parallel
+	}
+	if cfg.RecordEvery <= 0 {
+		cfg.RecordEvery = 100 * time.Millisecond
 	}
 	return &Executor{cfg: cfg, pool: pool, cmds: cmds, analysis: svc, logger: logger.With("worker", cfg.Worker),
 		held: map[commands.Slot]*task{}, jobs: map[string]*jobRun{}, poke: make(chan struct{}, 1)}
@@ -207,8 +219,8 @@ func (x *Executor) nudge() {
 	}
 }
 
-// dispatch keeps the engines supplied: it takes positions from the queue while fewer
-// than Parallel+Ahead are waiting or searching here, and waits for a nudge (a
+// dispatch keeps the engines supplied: it takes Ahead positions from the queue whenever
+// no more than Parallel are waiting or searching here, and waits for a nudge (a
 // submission, a position analysed or dropped) or the scan interval otherwise.
 func (x *Executor) dispatch(ctx context.Context, ready chan<- *task, submitted <-chan struct{}) {
 	scan := time.NewTicker(x.cfg.Scan)
@@ -218,7 +230,9 @@ func (x *Executor) dispatch(ctx context.Context, ready chan<- *task, submitted <
 		want := x.cfg.Parallel + x.cfg.Ahead - x.pending
 		x.mu.Unlock()
 		got := 0
-		if want > 0 {
+		// Ahead at a time, once the engines have taken up the ones ahead: one query per
+		// Ahead positions, while every engine still has a search to finish first.
+		if want >= x.cfg.Ahead {
 			got = x.take(ctx, want, ready)
 		}
 		if got > 0 && got == want {
@@ -234,6 +248,8 @@ func (x *Executor) dispatch(ctx context.Context, ready chan<- *task, submitted <
 }
 
 // take takes up to n positions and hands them to the engines; it returns how many.
+// They count as searching before the first reaches an engine, so that a record
+// waiting for the rest of a job (record) knows of all of them.
 func (x *Executor) take(ctx context.Context, n int, ready chan<- *task) int {
 	taken, err := x.cmds.TakePositions(ctx, x.cfg.Worker, n, x.cfg.Lease)
 	if err != nil {
@@ -242,6 +258,7 @@ func (x *Executor) take(ctx context.Context, n int, ready chan<- *task) int {
 		}
 		return 0
 	}
+	tasks := make([]*task, 0, len(taken))
 	for _, t := range taken {
 		run, err := x.jobOf(ctx, t)
 		if err != nil {
@@ -251,12 +268,23 @@ func (x *Executor) take(ctx context.Context, n int, ready chan<- *task) int {
 			continue
 		}
 		tctx, cancel := context.WithCancel(ctx)
-		tk := &task{slot: t.Slot, job: run, ctx: tctx, cancel: cancel, pos: run.job.Positions()[t.Index]}
-		x.mu.Lock()
-		x.held[t.Slot] = tk
+		tasks = append(tasks, &task{slot: t.Slot, job: run, ctx: tctx, cancel: cancel, pos: run.job.Positions()[t.Index]})
+	}
+	x.mu.Lock()
+	for _, tk := range tasks {
+		// the job's last held position may have ended since jobOf: one run per job
+		if run := x.jobs[tk.slot.JobID]; run == nil {
+			x.jobs[tk.slot.JobID] = tk.job
+		} else {
+			tk.job = run
+		}
+		x.held[tk.slot] = tk
 		x.pending++
-		run.tasks++
-		x.mu.Unlock()
+		tk.job.tasks++
+		tk.job.searching++
+	}
+	x.mu.Unlock()
+	for _, tk := range tasks {
 		ready <- tk // never blocks: ready holds Parallel+Ahead and so many are pending at most
 	}
 	return len(taken)
@@ -304,6 +332,7 @@ func (x *Executor) search(ready <-chan *task, analysed chan<- *task) {
 		x.stats.add(time.Since(start))
 		x.mu.Lock()
 		x.pending--
+		t.job.searching--
 		x.mu.Unlock()
 		x.nudge()
 		switch {
@@ -320,11 +349,30 @@ func (x *Executor) search(ready <-chan *task, analysed chan<- *task) {
 }
 
 // record writes and charges analysed positions until analysed is closed: each round
-// takes every position waiting, one transaction per job.
+// gathers positions for up to RecordEvery, or until none of their jobs has a position
+// still searching here, then records them, one transaction per job.
 func (x *Executor) record(ctx context.Context, analysed <-chan *task) {
+	wait := time.NewTimer(x.cfg.RecordEvery)
+	wait.Stop()
 	for first := range analysed {
 		batch := map[string][]*task{first.slot.JobID: {first}}
-	more:
+		wait.Reset(x.cfg.RecordEvery)
+	gather:
+		for x.searching(batch) {
+			select {
+			case t, ok := <-analysed:
+				if !ok {
+					break gather
+				}
+				batch[t.slot.JobID] = append(batch[t.slot.JobID], t)
+			case <-wait.C:
+				break gather
+			case <-ctx.Done():
+				break gather
+			}
+		}
+		wait.Stop() // no stale tick after Reset (Go 1.23 timers)
+	more: // and whatever else is waiting
 		for {
 			select {
 			case t, ok := <-analysed:
@@ -340,6 +388,19 @@ func (x *Executor) record(ctx context.Context, analysed <-chan *task) {
 			x.recordJob(ctx, jobID, ts)
 		}
 	}
+}
+
+// searching reports whether a job of batch has positions still searching here, whose
+// results could join its record.
+func (x *Executor) searching(batch map[string][]*task) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, ts := range batch {
+		if ts[0].job.searching > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (x *Executor) recordJob(ctx context.Context, jobID string, ts []*task) {

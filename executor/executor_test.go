@@ -61,32 +61,11 @@ func TestExecutorRunsJobs(t *testing.T) {
 		})
 	}
 
-	res, err := cmds.Signup(ctx, domain.Signup{Email: "jobs@example.com"}, "r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := commands.LoadKey(ctx, pool, res.KeyID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := signup(t, pool, cmds)
 	fens := [][]string{{fenWhiteMateIn1, fenStart, fenBlackMateIn1}, {fenBlackMateIn1, fenWhiteMateIn1}}
 	var jobs []*domain.Job
 	for _, fs := range fens {
-		var ps []domain.JobPosition
-		for i, fen := range fs {
-			ps = append(ps, domain.JobPosition{Index: i, FEN: fen})
-		}
-		price, err := ledger.Quote(domain.Call{Endpoint: domain.EndpointBatch, Depth: 6, MultiPV: 1, Positions: len(ps)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		j, err := cmds.SubmitJob(ctx, commands.Actor{Key: key, RequestID: "r"}, domain.PlanFree.Limits().UnitsPerDay, domain.JobSubmitted{
-			Kind: "batch", Spec: domain.JobSpec{Depth: 6, MultiPV: 1, Engine: "sf-17.1", Path: string(engine.PathNative)},
-			Positions: ps, HoldUnits: price.Units, HoldUSD: price.USD}, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		jobs = append(jobs, j)
+		jobs = append(jobs, submit(t, cmds, key, fs))
 	}
 
 	var spent int64
@@ -139,6 +118,87 @@ func TestExecutorRunsJobs(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT payload->>'worker') FROM events WHERE event_type = 'JobPositionAnalysed'`).Scan(&workers); err != nil || workers != 2 {
 		t.Fatalf("positions analysed by %d workers, want both (%v)", workers, err)
 	}
+}
+
+// An executor records the positions of a job that finish together in one
+// transaction: with RecordEvery far longer than the job, the four positions it took at
+// once are recorded and charged in a single transaction as soon as the last is
+// analysed (the job's last positions are never held back for RecordEvery).
+func TestExecutorRecordsAJobsPositionsTogether(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	openCtx, cancelOpen := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancelOpen()
+	catalog, err := engine.Open(openCtx, engine.Config{PoolSize: 2, QueueWait: 20 * time.Second, Logger: logger})
+	if err != nil {
+		t.Fatalf("engines: %v (run `make engines`)", err)
+	}
+	t.Cleanup(func() { catalog.Close() }) //nolint:errcheck // closing
+	cmds := commands.New(eventstore.NewStore(pool, logger), []byte("pepper-for-the-executor-test"))
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	x := executor.New(executor.Config{Worker: "w", Parallel: 2, RecordEvery: time.Hour}, pool, cmds,
+		analysis.NewService(catalog, pool, logger), logger)
+	go func() { done <- x.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("executor: %v", err)
+		}
+	})
+
+	key := signup(t, pool, cmds)
+	j := submit(t, cmds, key, []string{fenWhiteMateIn1, fenStart, fenBlackMateIn1, fenStart})
+	if got := waitDone(t, pool, j.ID()); got.State() != domain.StateSucceeded || got.Done() != 4 {
+		t.Fatalf("job ended %s with %d done", got.State(), got.Done())
+	}
+	var txs, positions, charges int
+	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text), count(*) FILTER (WHERE event_type = 'JobPositionAnalysed'),
+			count(*) FILTER (WHERE event_type = 'UnitsCharged')
+		  FROM events WHERE (stream_id = $1 AND event_type = 'JobPositionAnalysed')
+		     OR (stream_id = $2 AND event_type = 'UnitsCharged' AND payload->'params'->>'job_id' = $3)`,
+		domain.JobStream(j.ID()), ledger.Stream(key.ID()), j.ID()).Scan(&txs, &positions, &charges); err != nil {
+		t.Fatal(err)
+	}
+	if txs != 1 || positions != 4 || charges != 4 {
+		t.Fatalf("%d positions and %d charges recorded in %d transactions; want 4 and 4 in one", positions, charges, txs)
+	}
+}
+
+// signup makes an account and returns its first key.
+func signup(t *testing.T, pool *pgxpool.Pool, cmds *commands.Handler) *domain.Key {
+	t.Helper()
+	ctx := context.Background()
+	res, err := cmds.Signup(ctx, domain.Signup{Email: "jobs@example.com"}, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := commands.LoadKey(ctx, pool, res.KeyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// submit queues a depth-6 batch of fens for key.
+func submit(t *testing.T, cmds *commands.Handler, key *domain.Key, fens []string) *domain.Job {
+	t.Helper()
+	var ps []domain.JobPosition
+	for i, fen := range fens {
+		ps = append(ps, domain.JobPosition{Index: i, FEN: fen})
+	}
+	price, err := ledger.Quote(domain.Call{Endpoint: domain.EndpointBatch, Depth: 6, MultiPV: 1, Positions: len(ps)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := cmds.SubmitJob(context.Background(), commands.Actor{Key: key, RequestID: "r"}, domain.PlanFree.Limits().UnitsPerDay, domain.JobSubmitted{
+		Kind: "batch", Spec: domain.JobSpec{Depth: 6, MultiPV: 1, Engine: "sf-17.1", Path: string(engine.PathNative)},
+		Positions: ps, HoldUnits: price.Units, HoldUSD: price.USD}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }
 
 // waitDone waits for the job to reach a final state.
