@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,8 +57,8 @@ func (b *bench) jobs() error {
 		"Analysis: the executors' time in analysis per position (acquiring a process, the search, conversion); engines idle: the executors' engine "+
 		"goroutines' time outside analysis while the job ran (processes × job time − analysis), per position. "+
 		"CPU outside the engines: what this process (the server, its executor and projections, the bench's client) and PostgreSQL used while the job ran, per position.\n\n", len(fens))
-	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw** | engine ms per position, raw / service | nodes per position, raw / service | analysis ms per position | engines idle ms per position | CPU ms per position outside the engines: chessd / PostgreSQL |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw, median pair** | pairs | engine ms per position, raw / service | nodes per position, raw / service | analysis ms per position | engines idle ms per position | CPU ms per position outside the engines: chessd / PostgreSQL |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	b.svc.DisableCache()
 	defer b.svc.EnableCache()
 	for _, workers := range []int{1, 2} {
@@ -70,44 +72,10 @@ func (b *bench) jobs() error {
 			stop, execs = halt, append(execs, x)
 		}
 		for _, depth := range []int{10, 14} {
-			procs := 2 * workers
-			took, rawCount, err := runRawAll(b.binary, depth, procs, fens)
-			if err != nil {
+			if err := b.jobRow(workers, depth, execs, fens); err != nil {
 				stop()
 				return err
 			}
-			raw := float64(len(fens)) / took.Seconds()
-			if err := postgres.StartStatements(context.Background(), b.pool); err != nil {
-				stop()
-				return err
-			}
-			before, cpuBefore := statsOf(execs), b.cpuNow()
-			svcTook, jobID, err := b.runJob(fens, depth)
-			cpu := b.cpuNow()
-			if err == nil && workers == 1 && depth == 14 {
-				top, terr := postgres.TopStatements(context.Background(), b.pool, 12)
-				if terr == nil {
-					defer printStatementsPer("one worker's depth-14 job", "position", append(top, postgres.Statement{Calls: int64(len(fens))}))
-				}
-			}
-			if err != nil {
-				stop()
-				return err
-			}
-			svcCount, err := b.jobEngineCount(jobID)
-			if err != nil {
-				stop()
-				return err
-			}
-			st := statsOf(execs).minus(before)
-			svc := float64(len(fens)) / svcTook.Seconds()
-			per := func(d time.Duration) float64 { return ms(d) / float64(max(st.Positions, 1)) }
-			idle := time.Duration(procs)*svcTook - st.Searching // engine goroutines not in analysis while the job ran
-			n := float64(len(fens))
-			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f** | %.1f / %.1f | %d / %d | %.1f | %.2f | %.1f / %.1f |\n", workers, procs, depth, raw, svc, svc/raw,
-				float64(rawCount.timeMS)/n, float64(svcCount.timeMS)/n,
-				rawCount.nodes/int64(len(fens)), svcCount.nodes/int64(len(fens)), per(st.Searching), per(idle),
-				ms(cpu.self-cpuBefore.self)/n, ms(cpu.pg-cpuBefore.pg)/n)
 		}
 		stop()
 	}
@@ -173,6 +141,69 @@ func (b *bench) jobs() error {
 			ms(sorted[len(sorted)*99/100]), ms(sorted[len(sorted)-1]))
 	}
 	fmt.Printf("\nThe batch was still running when the last eval answered: %v; batch searches preempted by the %d evals: %d.\n", stillRunning, n, preempted)
+	return nil
+}
+
+// jobRounds is how many raw and service runs of the batch each row alternates: a
+// depth-10 batch takes half a second, and one pair moves by ±15 % between runs here.
+var jobRounds = flag.Int("job-rounds", 3, "jobs part: raw and service runs of the batch each row alternates (the row gives the median pair's ratio)")
+
+// jobRow measures one row of the jobs table: jobRounds pairs of a raw run and a
+// service job on the same positions with as many processes, raw first.
+func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []string) error {
+	procs := 2 * workers
+	var ratios []float64
+	var rawTook, svcTook time.Duration
+	var rawCount, svcCount engineCount
+	var st execStats
+	var cpu cpuTime
+	for round := range max(*jobRounds, 1) {
+		took, rc, err := runRawAll(b.binary, depth, procs, fens)
+		if err != nil {
+			return err
+		}
+		statements := round == 0 && workers == 1 && depth == 14
+		if statements {
+			if err := postgres.StartStatements(context.Background(), b.pool); err != nil {
+				return err
+			}
+		}
+		before, cpuBefore := statsOf(execs), b.cpuNow()
+		jobTook, jobID, err := b.runJob(fens, depth)
+		cpuAfter := b.cpuNow()
+		if err != nil {
+			return err
+		}
+		if statements {
+			top, err := postgres.TopStatements(context.Background(), b.pool, 12)
+			if err != nil {
+				return err
+			}
+			defer printStatementsPer("one worker's depth-14 job", "position", append(top, postgres.Statement{Calls: int64(len(fens))}))
+		}
+		sc, err := b.jobEngineCount(jobID)
+		if err != nil {
+			return err
+		}
+		d := statsOf(execs).minus(before)
+		ratios = append(ratios, took.Seconds()/jobTook.Seconds())
+		rawTook, svcTook = rawTook+took, svcTook+jobTook
+		rawCount.add(rc)
+		svcCount.add(sc)
+		st.Positions, st.Searching = st.Positions+d.Positions, st.Searching+d.Searching
+		cpu.self, cpu.pg = cpu.self+cpuAfter.self-cpuBefore.self, cpu.pg+cpuAfter.pg-cpuBefore.pg
+	}
+	n := float64(len(fens) * len(ratios))
+	per := func(d time.Duration) float64 { return ms(d) / float64(max(st.Positions, 1)) }
+	idle := time.Duration(procs)*svcTook - st.Searching // engine goroutines not in analysis while the jobs ran
+	pairs := make([]string, len(ratios))
+	for i, r := range ratios {
+		pairs[i] = fmt.Sprintf("%.2f", r)
+	}
+	fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f** | %s | %.1f / %.1f | %d / %d | %.1f | %.2f | %.1f / %.1f |\n", workers, procs, depth,
+		n/rawTook.Seconds(), n/svcTook.Seconds(), medianFloat(ratios), strings.Join(pairs, ", "),
+		float64(rawCount.timeMS)/n, float64(svcCount.timeMS)/n, rawCount.nodes/int64(n), svcCount.nodes/int64(n),
+		per(st.Searching), per(idle), ms(cpu.self)/n, ms(cpu.pg)/n)
 	return nil
 }
 
@@ -286,6 +317,8 @@ func (b *bench) waitJobRow(jobID string, done func(*projections.JobHead) (bool, 
 
 // engineCount is what engines reported of their searches: nodes and time.
 type engineCount struct{ nodes, timeMS int64 }
+
+func (c *engineCount) add(o engineCount) { c.nodes, c.timeMS = c.nodes+o.nodes, c.timeMS+o.timeMS }
 
 // runRawAll runs fens on conc raw processes, splitting them, and returns the time
 // they took and what the engines reported. The processes are started and ready

@@ -385,4 +385,11 @@ func medianRatio(svc, raw []time.Duration) float64 {
 	return r[len(r)/2]
 }
 
+// medianFloat is the median of xs (taken as median does).
+func medianFloat(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
