@@ -168,6 +168,48 @@ func TestMeterLeaseGrowsAndTopsUpAhead(t *testing.T) {
 	}
 }
 
+// Flush waits for every call answered before it, however many batches the backlog
+// takes: with the settler held on the event chain's lock, 2,000 answered calls queue
+// behind its first batch, and once the lock goes Flush returns only after all of them
+// are committed (it returned after one batch of 512 before). The lease is large enough
+// for all of them: no top-up waits on the rows the held settle has locked.
+func TestMeterFlushWaitsOutTheBacklog(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.meter(t, ledger.MeterConfig{MaxBacklog: time.Hour, LeaseCalls: 10_000})
+	ctx := context.Background()
+	block, err := f.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer block.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := block.Exec(ctx, `SELECT 1 FROM event_chain FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	const calls = 2000
+	a := answered()
+	a.Cached = true // one unit each: well within the free plan's day
+	for i := range calls {
+		r, err := m.Reserve(ctx, f.evalCall(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Settle(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- m.Flush(ctx) }()
+	if err := block.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if b := f.balance(t); b.spent != calls || b.events != calls {
+		t.Fatalf("after Flush: %d units spent in %d events, want %d in %d", b.spent, b.events, calls, calls)
+	}
+}
+
 // A cached answer is charged the cached price, and the rest of the reservation goes
 // back to the lease; a cancelled call is charged nothing.
 func TestMeterChargesWhatWasAnswered(t *testing.T) {

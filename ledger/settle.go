@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,14 +32,19 @@ func (m *Meter) loop(ctx context.Context) {
 	defer m.cursor.Close()
 	tick := time.NewTicker(m.cfg.Housekeeping)
 	defer tick.Stop()
-	var waiting []chan error // Flush calls served by the next commit
+	var waiting []*flushWait
 	for {
 		var batch []*settlement
 		select {
 		case s := <-m.queue:
 			batch = append(batch, s)
 		case done := <-m.flushReq:
-			waiting = append(waiting, done)
+			// every call answered before, queued or on its way to the queue (first in,
+			// first out, as unsettled is)
+			m.mu.Lock()
+			left := len(m.unsettled)
+			m.mu.Unlock()
+			waiting = append(waiting, &flushWait{done: done, left: left})
 		case <-tick.C:
 			m.housekeeping(ctx)
 			continue
@@ -53,11 +59,30 @@ func (m *Meter) loop(ctx context.Context) {
 		if err != nil {
 			m.logger.Error("settle", "calls", len(batch), "err", err)
 		}
-		for _, done := range waiting {
-			done <- err
-		}
-		waiting = nil
+		waiting = slices.DeleteFunc(waiting, func(w *flushWait) bool { return w.settled(len(batch), err) })
 	}
+}
+
+// flushWait is a Flush waiting for the calls answered before it (left of them not yet
+// settled); a backlog can take several batches.
+type flushWait struct {
+	done chan error
+	left int
+	err  error // the first failed settle of those
+}
+
+// settled counts a committed batch of n settlements and answers the Flush once its own
+// are all in.
+func (w *flushWait) settled(n int, err error) bool {
+	w.left -= n
+	if w.err == nil {
+		w.err = err
+	}
+	if w.left > 0 {
+		return false
+	}
+	w.done <- w.err
+	return true
 }
 
 // drain adds whatever else is queued, up to a batch.
@@ -73,7 +98,8 @@ func (m *Meter) drain(batch []*settlement) []*settlement {
 	return batch
 }
 
-// Flush waits until every call settled before it is committed (tests, shutdown).
+// Flush waits until every call settled before it is committed (tests, shutdown, the
+// bench's count of charges), however many batches the backlog takes.
 func (m *Meter) Flush(ctx context.Context) error {
 	done := make(chan error, 1)
 	select {
