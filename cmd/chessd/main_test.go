@@ -210,6 +210,15 @@ func TestAuditAndReplay(t *testing.T) {
 		t.Fatalf("audit of an empty range: %v\n%s", err, out)
 	}
 
+	// /usage reads the inline ledger model; the accounts model is the runner's, which
+	// may still be applying the signup on a loaded machine: replay compares both
+	waitFor(t, "the accounts projection to apply the signup", 10*time.Second, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM accounts WHERE account_id = $1)
+			+ (SELECT count(*) FROM api_keys WHERE key_id = $2) + (SELECT count(*) FROM key_secrets WHERE key_id = $2)`,
+			key.AccountID(), key.ID()).Scan(&n)
+		return err == nil && n == 3
+	})
 	out, err = runCLI(t, url, "replay")
 	if err != nil || !strings.Contains(out, "equal   charges: 7 rows") || !strings.Contains(out, "equal   key_balances.spent") {
 		t.Fatalf("replay on a consistent database: %v\n%s", err, out)
