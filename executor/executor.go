@@ -348,59 +348,65 @@ func (x *Executor) search(ready <-chan *task, analysed chan<- *task) {
 	}
 }
 
-// record writes and charges analysed positions until analysed is closed: each round
-// gathers positions for up to RecordEvery, or until none of their jobs has a position
-// still searching here, then records them, one transaction per job.
+// record writes and charges analysed positions until analysed is closed, one
+// transaction per job: a job's positions wait up to RecordEvery (from the first of the
+// round) for more of the same job, and are recorded at once when none of the job's
+// positions is still searching here. A job never waits for another job's positions.
 func (x *Executor) record(ctx context.Context, analysed <-chan *task) {
 	wait := time.NewTimer(x.cfg.RecordEvery)
 	wait.Stop()
-	for first := range analysed {
-		batch := map[string][]*task{first.slot.JobID: {first}}
-		wait.Reset(x.cfg.RecordEvery)
-	gather:
-		for x.searching(batch) {
+	batch := map[string][]*task{}
+	for {
+		x.recordFinished(ctx, batch)
+		var t *task
+		var ok bool
+		if len(batch) == 0 {
+			if t, ok = <-analysed; !ok {
+				return
+			}
+			wait.Reset(x.cfg.RecordEvery)
+		} else {
 			select {
-			case t, ok := <-analysed:
+			case t, ok = <-analysed:
 				if !ok {
-					break gather
+					x.recordAll(ctx, batch)
+					return
 				}
-				batch[t.slot.JobID] = append(batch[t.slot.JobID], t)
 			case <-wait.C:
-				break gather
+				x.recordAll(ctx, batch)
+				continue
 			case <-ctx.Done():
-				break gather
+				x.recordAll(ctx, batch) // never recorded: see recordJob
+				continue
 			}
 		}
-		wait.Stop() // no stale tick after Reset (Go 1.23 timers)
-	more: // and whatever else is waiting
-		for {
-			select {
-			case t, ok := <-analysed:
-				if !ok {
-					break more
-				}
-				batch[t.slot.JobID] = append(batch[t.slot.JobID], t)
-			default:
-				break more
-			}
-		}
-		for jobID, ts := range batch {
-			x.recordJob(ctx, jobID, ts)
-		}
+		batch[t.slot.JobID] = append(batch[t.slot.JobID], t)
 	}
 }
 
-// searching reports whether a job of batch has positions still searching here, whose
-// results could join its record.
-func (x *Executor) searching(batch map[string][]*task) bool {
+// recordFinished records the jobs of batch that have no position still searching here
+// and takes them out of it.
+func (x *Executor) recordFinished(ctx context.Context, batch map[string][]*task) {
+	var finished []string
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	for _, ts := range batch {
-		if ts[0].job.searching > 0 {
-			return true
+	for jobID, ts := range batch {
+		if ts[0].job.searching == 0 {
+			finished = append(finished, jobID)
 		}
 	}
-	return false
+	x.mu.Unlock()
+	for _, jobID := range finished {
+		x.recordJob(ctx, jobID, batch[jobID])
+		delete(batch, jobID)
+	}
+}
+
+// recordAll records every job of batch and empties it.
+func (x *Executor) recordAll(ctx context.Context, batch map[string][]*task) {
+	for jobID, ts := range batch {
+		x.recordJob(ctx, jobID, ts)
+	}
+	clear(batch)
 }
 
 func (x *Executor) recordJob(ctx context.Context, jobID string, ts []*task) {

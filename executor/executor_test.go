@@ -28,6 +28,7 @@ const (
 	fenWhiteMateIn1 = "r1bqkb1r/pppp1ppp/2n2n2/4p2Q/2B1P3/8/PPPP1PPP/RNB1K1NR w KQkq - 4 4"
 	fenBlackMateIn1 = "rnbqkbnr/pppp1ppp/8/4p3/6P1/5P2/PPPPP2P/RNBQKBNR b KQkq g3 0 2"
 	fenStart        = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+	fenWhiteIsMated = "rnb1kbnr/pppp1ppp/8/4p3/6Pq/5P2/PPPPP2P/RNBQKBNR w KQkq - 1 3" // the game is over
 )
 
 // Two executors with real engines share one database and two jobs: each job starts
@@ -166,6 +167,47 @@ func TestExecutorRecordsAJobsPositionsTogether(t *testing.T) {
 	}
 }
 
+// A job is recorded once its own positions are done, not held back for another job's:
+// with RecordEvery far longer than the test, job B's first position (a finished game,
+// answered without an engine) waits for B's second (a deep search), while job A's only
+// position, done meanwhile, is recorded at once and A succeeds with B still running.
+func TestExecutorRecordsAJobWithoutWaitingForAnother(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	openCtx, cancelOpen := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancelOpen()
+	catalog, err := engine.Open(openCtx, engine.Config{PoolSize: 2, QueueWait: 20 * time.Second, Logger: logger})
+	if err != nil {
+		t.Fatalf("engines: %v (run `make engines`)", err)
+	}
+	t.Cleanup(func() { catalog.Close() }) //nolint:errcheck // closing
+	cmds := commands.New(eventstore.NewStore(pool, logger), []byte("pepper-for-the-executor-test"))
+	key := signup(t, pool, cmds)
+	// both on the queue before the executor starts: it takes all three positions at once
+	b := submitAt(t, cmds, key, 30, []string{fenWhiteIsMated, fenStart})
+	a := submitAt(t, cmds, key, 30, []string{fenWhiteIsMated})
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	x := executor.New(executor.Config{Worker: "w", Parallel: 2, RecordEvery: time.Hour}, pool, cmds,
+		analysis.NewService(catalog, pool, logger), logger)
+	go func() { done <- x.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("executor: %v", err)
+		}
+	})
+	if got := waitDone(t, pool, a.ID()); got.State() != domain.StateSucceeded {
+		t.Fatalf("job A ended %s", got.State())
+	}
+	if got, err := commands.LoadJob(ctx, pool, b.ID()); err != nil || got.State() != domain.StateRunning || got.Done() != 0 {
+		t.Fatalf("job B when A succeeded: %v, %d done (%v); want running with its deep position still searching and its first one unrecorded",
+			got.State(), got.Done(), err)
+	}
+}
+
 // signup makes an account and returns its first key.
 func signup(t *testing.T, pool *pgxpool.Pool, cmds *commands.Handler) *domain.Key {
 	t.Helper()
@@ -184,16 +226,22 @@ func signup(t *testing.T, pool *pgxpool.Pool, cmds *commands.Handler) *domain.Ke
 // submit queues a depth-6 batch of fens for key.
 func submit(t *testing.T, cmds *commands.Handler, key *domain.Key, fens []string) *domain.Job {
 	t.Helper()
+	return submitAt(t, cmds, key, 6, fens)
+}
+
+// submitAt queues a batch of fens at depth for key.
+func submitAt(t *testing.T, cmds *commands.Handler, key *domain.Key, depth int, fens []string) *domain.Job {
+	t.Helper()
 	var ps []domain.JobPosition
 	for i, fen := range fens {
 		ps = append(ps, domain.JobPosition{Index: i, FEN: fen})
 	}
-	price, err := ledger.Quote(domain.Call{Endpoint: domain.EndpointBatch, Depth: 6, MultiPV: 1, Positions: len(ps)})
+	price, err := ledger.Quote(domain.Call{Endpoint: domain.EndpointBatch, Depth: depth, MultiPV: 1, Positions: len(ps)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	j, err := cmds.SubmitJob(context.Background(), commands.Actor{Key: key, RequestID: "r"}, domain.PlanFree.Limits().UnitsPerDay, domain.JobSubmitted{
-		Kind: "batch", Spec: domain.JobSpec{Depth: 6, MultiPV: 1, Engine: "sf-17.1", Path: string(engine.PathNative)},
+		Kind: "batch", Spec: domain.JobSpec{Depth: depth, MultiPV: 1, Engine: "sf-17.1", Path: string(engine.PathNative)},
 		Positions: ps, HoldUnits: price.Units, HoldUSD: price.USD}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
