@@ -91,7 +91,7 @@ type task struct {
 
 // jobRun is what a worker knows of a job whose positions it holds.
 type jobRun struct {
-	job   *domain.Job
+	job       *domain.Job
 	key       *domain.Key
 	tasks     int // held positions of this job
 	searching int // held and not yet analysed

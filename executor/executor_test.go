@@ -36,30 +36,10 @@ const (
 // analysed (the mates found), recorded and charged exactly once, and the hold is given
 // back at the end.
 func TestExecutorRunsJobs(t *testing.T) {
-	pool := pgtest.NewDB(t)
-	ctx := context.Background()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	openCtx, cancelOpen := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancelOpen()
-	catalog, err := engine.Open(openCtx, engine.Config{PoolSize: 1, QueueWait: 20 * time.Second, Logger: logger})
-	if err != nil {
-		t.Fatalf("engines: %v (run `make engines`)", err)
-	}
-	t.Cleanup(func() { catalog.Close() }) //nolint:errcheck // closing
-	cmds := commands.New(eventstore.NewStore(pool, logger), []byte("pepper-for-the-executor-test"))
-	svc := analysis.NewService(catalog, pool, logger)
+	e := newEnv(t, 1)
+	pool, cmds, ctx := e.pool, e.cmds, context.Background()
 	for i := range 2 {
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		x := executor.New(executor.Config{Worker: fmt.Sprintf("w%d", i), Lease: 5 * time.Second, Scan: 200 * time.Millisecond, Parallel: 1},
-			pool, cmds, svc, logger)
-		go func() { done <- x.Run(runCtx) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("executor %d: %v", i, err)
-			}
-		})
+		e.run(t, executor.Config{Worker: fmt.Sprintf("w%d", i), Lease: 5 * time.Second, Scan: 200 * time.Millisecond, Parallel: 1})
 	}
 
 	key := signup(t, pool, cmds)
@@ -126,28 +106,9 @@ func TestExecutorRunsJobs(t *testing.T) {
 // once are recorded and charged in a single transaction as soon as the last is
 // analysed (the job's last positions are never held back for RecordEvery).
 func TestExecutorRecordsAJobsPositionsTogether(t *testing.T) {
-	pool := pgtest.NewDB(t)
-	ctx := context.Background()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	openCtx, cancelOpen := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancelOpen()
-	catalog, err := engine.Open(openCtx, engine.Config{PoolSize: 2, QueueWait: 20 * time.Second, Logger: logger})
-	if err != nil {
-		t.Fatalf("engines: %v (run `make engines`)", err)
-	}
-	t.Cleanup(func() { catalog.Close() }) //nolint:errcheck // closing
-	cmds := commands.New(eventstore.NewStore(pool, logger), []byte("pepper-for-the-executor-test"))
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	x := executor.New(executor.Config{Worker: "w", Parallel: 2, RecordEvery: time.Hour}, pool, cmds,
-		analysis.NewService(catalog, pool, logger), logger)
-	go func() { done <- x.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("executor: %v", err)
-		}
-	})
+	e := newEnv(t, 2)
+	pool, cmds, ctx := e.pool, e.cmds, context.Background()
+	e.run(t, executor.Config{Worker: "w", Parallel: 2, RecordEvery: time.Hour})
 
 	key := signup(t, pool, cmds)
 	j := submit(t, cmds, key, []string{fenWhiteMateIn1, fenStart, fenBlackMateIn1, fenStart})
@@ -172,33 +133,13 @@ func TestExecutorRecordsAJobsPositionsTogether(t *testing.T) {
 // answered without an engine) waits for B's second (a deep search), while job A's only
 // position, done meanwhile, is recorded at once and A succeeds with B still running.
 func TestExecutorRecordsAJobWithoutWaitingForAnother(t *testing.T) {
-	pool := pgtest.NewDB(t)
-	ctx := context.Background()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	openCtx, cancelOpen := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancelOpen()
-	catalog, err := engine.Open(openCtx, engine.Config{PoolSize: 2, QueueWait: 20 * time.Second, Logger: logger})
-	if err != nil {
-		t.Fatalf("engines: %v (run `make engines`)", err)
-	}
-	t.Cleanup(func() { catalog.Close() }) //nolint:errcheck // closing
-	cmds := commands.New(eventstore.NewStore(pool, logger), []byte("pepper-for-the-executor-test"))
+	e := newEnv(t, 2)
+	pool, cmds, ctx := e.pool, e.cmds, context.Background()
 	key := signup(t, pool, cmds)
 	// both on the queue before the executor starts: it takes all three positions at once
 	b := submitAt(t, cmds, key, 30, []string{fenWhiteIsMated, fenStart})
 	a := submitAt(t, cmds, key, 30, []string{fenWhiteIsMated})
-
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	x := executor.New(executor.Config{Worker: "w", Parallel: 2, RecordEvery: time.Hour}, pool, cmds,
-		analysis.NewService(catalog, pool, logger), logger)
-	go func() { done <- x.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("executor: %v", err)
-		}
-	})
+	e.run(t, executor.Config{Worker: "w", Parallel: 2, RecordEvery: time.Hour})
 	if got := waitDone(t, pool, a.ID()); got.State() != domain.StateSucceeded {
 		t.Fatalf("job A ended %s", got.State())
 	}
@@ -206,6 +147,44 @@ func TestExecutorRecordsAJobWithoutWaitingForAnother(t *testing.T) {
 		t.Fatalf("job B when A succeeded: %v, %d done (%v); want running with its deep position still searching and its first one unrecorded",
 			got.State(), got.Done(), err)
 	}
+}
+
+// env is a test's database, command handler and engines (a pool of its own size).
+type env struct {
+	pool   *pgxpool.Pool
+	cmds   *commands.Handler
+	svc    *analysis.Service
+	logger *slog.Logger
+}
+
+func newEnv(t *testing.T, engines int) *env {
+	t.Helper()
+	pool := pgtest.NewDB(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	openCtx, cancelOpen := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancelOpen()
+	catalog, err := engine.Open(openCtx, engine.Config{PoolSize: engines, QueueWait: 20 * time.Second, Logger: logger})
+	if err != nil {
+		t.Fatalf("engines: %v (run `make engines`)", err)
+	}
+	t.Cleanup(func() { catalog.Close() }) //nolint:errcheck // closing
+	return &env{pool: pool, cmds: commands.New(eventstore.NewStore(pool, logger), []byte("pepper-for-the-executor-test")),
+		svc: analysis.NewService(catalog, pool, logger), logger: logger}
+}
+
+// run starts an executor that runs until the test ends.
+func (e *env) run(t *testing.T, cfg executor.Config) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	x := executor.New(cfg, e.pool, e.cmds, e.svc, e.logger)
+	go func() { done <- x.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("executor %s: %v", cfg.Worker, err)
+		}
+	})
 }
 
 // signup makes an account and returns its first key.
