@@ -11,7 +11,7 @@ FUZZTIME ?= 20s
 # exceeded" when a duration ends while a worker is busy (golang/go#75804, fixed in 1.27).
 TEST_FUZZTIME ?= 3000x
 
-.PHONY: all build run test engines chromium web lint-openapi vet bench fuzz clean generate
+.PHONY: all build run test engines chromium web lint-openapi vet bench fuzz clean generate screenshots
 
 all: build
 
@@ -72,6 +72,11 @@ vet: web
 test: engines chromium web vet lint-openapi
 	$(GO) test -count=1 -timeout 30m ./...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+# Retakes docs/screenshots with the console's browser test (make test takes them into
+# a temporary directory).
+screenshots: engines chromium web
+	CHESSD_SCREENSHOTS=1 $(GO) test -count=1 -run TestConsole ./console/
 
 # Runs each fuzz target for FUZZTIME (one package's targets one after another: go test
 # fuzzes one target at a time). Inputs that fail are kept in testdata/fuzz.

@@ -35,7 +35,8 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // The console in a real Chromium against a real chessd (its own binary, PostgreSQL and
 // Stockfish): the playground's live evaluation, a job to its end, keys created and
 // revoked, usage showing what was just done; on every page no console error, no failed
-// request, and every control reachable with Tab. Screenshots go to docs/screenshots.
+// request, and every control reachable with Tab. Screenshots are taken every run; they
+// go to docs/screenshots with CHESSD_SCREENSHOTS set (`make screenshots`).
 func TestConsoleInChromium(t *testing.T) {
 	if !console.New().Built() {
 		t.Fatal("the console is not built into console/dist: run `make web`")
@@ -258,8 +259,14 @@ func chromiumPath(t *testing.T) string {
 	return p
 }
 
+// screenshotDir is where the screenshots go: docs/screenshots with CHESSD_SCREENSHOTS
+// set (`make screenshots`), else the test's own directory, so that `make test` leaves
+// the checkout as it found it.
 func screenshotDir(t *testing.T) string {
 	t.Helper()
+	if os.Getenv("CHESSD_SCREENSHOTS") == "" {
+		return t.TempDir()
+	}
 	dir, err := filepath.Abs(filepath.Join("..", "docs", "screenshots"))
 	if err != nil {
 		t.Fatal(err)
