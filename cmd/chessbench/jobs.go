@@ -72,9 +72,13 @@ func (b *bench) jobs() error {
 			stop, execs = halt, append(execs, x)
 		}
 		for _, depth := range []int{10, 14} {
-			if err := b.jobRow(workers, depth, execs, fens); err != nil {
+			top, err := b.jobRow(workers, depth, execs, fens)
+			if err != nil {
 				stop()
 				return err
+			}
+			if top != nil { // printed after the table
+				defer printStatementsPer("one worker's depth-14 job", "position", top)
 			}
 		}
 		stop()
@@ -149,41 +153,43 @@ func (b *bench) jobs() error {
 var jobRounds = flag.Int("job-rounds", 5, "jobs part: raw and service runs of the batch each row alternates (the row gives the median pair's ratio)")
 
 // jobRow measures one row of the jobs table: jobRounds pairs of a raw run and a
-// service job on the same positions with as many processes, raw first.
-func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []string) error {
+// service job on the same positions with as many processes, raw first. For one
+// worker's depth-14 row it returns PostgreSQL's top statements during its first job,
+// the job's positions last (printStatementsPer).
+func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []string) ([]postgres.Statement, error) {
 	procs := 2 * workers
 	var ratios []float64
 	var rawTook, svcTook time.Duration
 	var rawCount, svcCount engineCount
 	var st execStats
 	var cpu cpuTime
+	var top []postgres.Statement
 	for round := range max(*jobRounds, 1) {
 		took, rc, err := runRawAll(b.binary, depth, procs, fens)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		statements := round == 0 && workers == 1 && depth == 14
 		if statements {
 			if err := postgres.StartStatements(context.Background(), b.pool); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		before, cpuBefore := statsOf(execs), b.cpuNow()
 		jobTook, jobID, err := b.runJob(fens, depth)
 		cpuAfter := b.cpuNow()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if statements {
-			top, err := postgres.TopStatements(context.Background(), b.pool, 12)
-			if err != nil {
-				return err
+			if top, err = postgres.TopStatements(context.Background(), b.pool, 12); err != nil {
+				return nil, err
 			}
-			defer printStatementsPer("one worker's depth-14 job", "position", append(top, postgres.Statement{Calls: int64(len(fens))}))
+			top = append(top, postgres.Statement{Calls: int64(len(fens))})
 		}
 		sc, err := b.jobEngineCount(jobID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		d := statsOf(execs).minus(before)
 		ratios = append(ratios, took.Seconds()/jobTook.Seconds())
@@ -204,7 +210,7 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 		n/rawTook.Seconds(), n/svcTook.Seconds(), medianFloat(ratios), strings.Join(pairs, ", "),
 		float64(rawCount.timeMS)/n, float64(svcCount.timeMS)/n, rawCount.nodes/int64(n), svcCount.nodes/int64(n),
 		per(st.Searching), per(idle), ms(cpu.self)/n, ms(cpu.pg)/n)
-	return nil
+	return top, nil
 }
 
 // secondWorker starts another executor with its own pool of two processes and analysis
