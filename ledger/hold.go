@@ -68,15 +68,15 @@ func ChargeHeld(ctx context.Context, tx *eventstore.Tx, jobID, day string, chs [
 		UnitPriceUSD, now).Scan(&kept); err != nil {
 		return nil, fmt.Errorf("charge held: %w", err)
 	}
+	if len(kept) != len(chs) {
+		return nil, fmt.Errorf("charge held: %d outcomes for %d positions", len(kept), len(chs))
+	}
 	for _, k := range kept {
 		if !k {
 			// the hold covers the whole job at the fresh price: this cannot happen
 			// unless the job charged more than it held
 			return nil, fmt.Errorf("charge held: the hold of job %s does not cover %d units", jobID, sum(units))
 		}
-	}
-	if len(kept) != len(chs) {
-		return nil, fmt.Errorf("charge held: %d of %d positions settled", len(kept), len(chs))
 	}
 	out := make([]*UnitsCharged, len(chs))
 	evs := make([]eventstore.New, len(chs))

@@ -177,14 +177,7 @@ func TestMeterFlushWaitsOutTheBacklog(t *testing.T) {
 	f := newFixture(t, nil)
 	m := f.meter(t, ledger.MeterConfig{MaxBacklog: time.Hour, LeaseCalls: 10_000})
 	ctx := context.Background()
-	block, err := f.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer block.Rollback(ctx) //nolint:errcheck // committed below
-	if _, err := block.Exec(ctx, `SELECT 1 FROM event_chain FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := holdChain(t, f.pool)
 	const calls = 2000
 	a := answered()
 	a.Cached = true // one unit each: well within the free plan's day
@@ -199,9 +192,7 @@ func TestMeterFlushWaitsOutTheBacklog(t *testing.T) {
 	}
 	flushed := make(chan error, 1)
 	go func() { flushed <- m.Flush(ctx) }()
-	if err := block.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if err := <-flushed; err != nil {
 		t.Fatal(err)
 	}
@@ -379,5 +370,25 @@ func TestMeterSettleAllOutcomes(t *testing.T) {
 	var state string
 	if err := f.pool.QueryRow(ctx, `SELECT state FROM idempotency WHERE scope = $1 AND idem_key = 'mine'`, key).Scan(&state); err != nil || state != "done" {
 		t.Fatalf("our claim is %q (%v), want done", state, err)
+	}
+}
+
+// holdChain takes the event chain's head in a transaction of its own, so that every
+// append (a settle) waits, until release commits it (or the test ends).
+func holdChain(t *testing.T, pool *pgxpool.Pool) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) }) //nolint:errcheck // committed by release, or the test failed
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM event_chain FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -156,14 +156,7 @@ func TestUnbalancedChargeIsForgivenNotCharged(t *testing.T) {
 	}
 	// Hold the chain's head so that the first call's settle waits, and the next three
 	// make up one group commit.
-	lock, err := f.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Rollback(ctx) //nolint:errcheck // released below
-	if _, err := lock.Exec(ctx, `SELECT 1 FROM event_chain FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	release := holdChain(t, f.pool)
 	if _, err := rs[0].Settle(answered()); err != nil {
 		t.Fatal(err)
 	}
@@ -185,9 +178,7 @@ func TestUnbalancedChargeIsForgivenNotCharged(t *testing.T) {
 		}
 	}
 	restore()
-	if err := lock.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	m.Flush(ctx) //nolint:errcheck // the refused charge's error; what counts is below
 	if b := f.balance(t); b.events != 3 || b.spent != 30 || b.dayUnits != 30 {
 		t.Fatalf("%d charges for %d units (allowance used %d); want 3 for 30: the refused call is forgiven", b.events, b.spent, b.dayUnits)
