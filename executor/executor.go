@@ -177,7 +177,12 @@ func (x *Executor) Run(ctx context.Context) error {
 	close(analysed)
 	bookkeeping.Wait()
 	x.giveBack()
-	return <-routed
+	// dispatch returns only once ctx has ended: a router that failed because of that (a
+	// stop while it was still subscribing) stopped as asked
+	if err := <-routed; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }
 
 // commandRouter consumes SubmitJob commands: each is a nudge to look at the queue.

@@ -149,6 +149,22 @@ func TestExecutorRecordsAJobWithoutWaitingForAnother(t *testing.T) {
 	}
 }
 
+// An executor stopped at once, while its command subscriber is still starting, stops
+// cleanly: Run returns nil (a `chessd worker` told to stop must not exit with an error).
+func TestExecutorStoppedWhileStarting(t *testing.T) {
+	e := newEnv(t, 1)
+	for i := range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		x := executor.New(executor.Config{Worker: fmt.Sprintf("w%d", i)}, e.pool, e.cmds, e.svc, e.logger)
+		done := make(chan error, 1)
+		go func() { done <- x.Run(ctx) }()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("run %d: Run returned %v after a stop", i, err)
+		}
+	}
+}
+
 // env is a test's database, command handler and engines (a pool of its own size).
 type env struct {
 	pool   *pgxpool.Pool
