@@ -73,6 +73,7 @@ type Service struct {
 	cache    *Cache
 	cacheOff atomic.Bool
 	logger   *slog.Logger
+	flights  flights
 	parsed   sync.Map // FEN -> *position.Position
 	parsedN  atomic.Int64
 }
@@ -103,6 +104,8 @@ func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 }
 
 // analyse is Analyse, telling progress (when not nil) of each depth a search completes.
+// A request that may use the cache waits for a search of the same position already
+// running here rather than starting its own, and is answered as a cache hit.
 func (s *Service) analyse(ctx context.Context, spec Spec, prio engine.Priority, useCache bool, progress func(*Progress)) (*Result, error) {
 	pos, err := s.parse(spec.FEN, spec.Chess960)
 	if err != nil {
@@ -116,9 +119,32 @@ func (s *Service) analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 		return s.terminal(pos, spec), nil
 	}
 	key := cacheKey(pos, spec)
+	var fl *flight
+	if useCache && progress == nil && s.cacheable(spec) {
+		var lead bool
+		if fl, lead = s.flights.join(key, spec.Depth, spec.MultiPV); !lead {
+			if res, ok := fl.wait(ctx, spec.Depth, spec.MultiPV); ok {
+				return trim(res, pos, spec, true), nil
+			}
+			fl = nil // it failed: this request searches on its own
+		}
+	}
+	res, cached, err := s.answer(ctx, pos, key, spec, prio, useCache, progress)
+	if fl != nil {
+		s.flights.land(key, fl, res, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return trim(res, pos, spec, cached), nil
+}
+
+// answer finds spec's result in the cache (when useCache) or has an engine search it,
+// storing what it found. The result is whole, as stored: the caller trims it.
+func (s *Service) answer(ctx context.Context, pos *position.Position, key string, spec Spec, prio engine.Priority, useCache bool, progress func(*Progress)) (res *Result, cached bool, err error) {
 	if useCache {
-		if res, ok := s.lookup(ctx, pos, key, spec); ok {
-			return res, nil
+		if hit, ok := s.stored(ctx, key, spec); ok {
+			return hit, true, nil
 		}
 	}
 	search := engine.Search{FEN: pos.FEN(), Depth: spec.Depth, MultiPV: spec.MultiPV, Options: map[string]string{}}
@@ -143,18 +169,18 @@ func (s *Service) analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 	started := time.Now()
 	raw, err := s.catalog.Search(ctx, spec.Engine, spec.Path, prio, search)
 	if err != nil {
-		return nil, engineError(err)
+		return nil, false, engineError(err)
 	}
 	searched := time.Since(started)
-	res, err := convert(pos, raw, info.Name)
+	res, err = convert(pos, raw, info.Name)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	res.Search = searched
-	if !spec.LimitStrength && !s.cacheOff.Load() {
+	if s.cacheable(spec) {
 		s.cache.Put(key, spec.MultiPV, res)
 	}
-	return trim(res, pos, spec, false), nil
+	return res, false, nil
 }
 
 // Lookup answers spec without an engine when it can: a finished game, or a cached
@@ -177,14 +203,23 @@ func (s *Service) Lookup(ctx context.Context, spec Spec) (res *Result, ok bool, 
 }
 
 func (s *Service) lookup(ctx context.Context, pos *position.Position, key string, spec Spec) (*Result, bool) {
-	if spec.LimitStrength || s.cacheOff.Load() {
-		return nil, false
-	}
-	hit, ok := s.cache.Get(ctx, key, spec.Depth, spec.MultiPV)
+	hit, ok := s.stored(ctx, key, spec)
 	if !ok {
 		return nil, false
 	}
 	return trim(hit, pos, spec, true), true
+}
+
+// cacheable says whether spec's results are kept and shared: not those of a weakened
+// engine, nor any while the cache is off.
+func (s *Service) cacheable(spec Spec) bool { return !spec.LimitStrength && !s.cacheOff.Load() }
+
+// stored finds a cached result that answers spec, whole.
+func (s *Service) stored(ctx context.Context, key string, spec Spec) (*Result, bool) {
+	if !s.cacheable(spec) {
+		return nil, false
+	}
+	return s.cache.Get(ctx, key, spec.Depth, spec.MultiPV)
 }
 
 // parse reads a FEN, remembering recent ones: positions are immutable and safe to

@@ -96,3 +96,66 @@ func TestWhiteScore(t *testing.T) {
 		}
 	}
 }
+
+// A request that may use the cache waits for a running search of the same position
+// (other move counters) instead of starting its own, and is answered as a cache hit;
+// one that asks for more, or whose leader gives up, searches on its own.
+func TestRepeatsWaitForTheRunningSearch(t *testing.T) {
+	fen := "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
+	again := "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 0 9"
+	cases := []struct {
+		name           string
+		depth, multipv int // the repeat's
+		leaderGivesUp  bool
+		wantCached     bool
+	}{
+		{"same request", 16, 1, false, true},
+		{"shallower, fewer lines", 12, 1, false, true},
+		{"deeper", 17, 1, false, false},
+		{"more lines", 16, 2, false, false},
+		{"leader gives up", 16, 1, true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			svc := NewService(catalog, pgtest.NewDB(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+			leadCtx, giveUp := context.WithCancel(context.Background())
+			defer giveUp()
+			led := make(chan error, 1)
+			go func() {
+				_, err := svc.Analyse(leadCtx, spec(t, Request{FEN: &fen, Depth: ptr(16)}), engine.Batch, true)
+				led <- err
+			}()
+			for deadline := time.Now().Add(10 * time.Second); svc.running() == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the first search never showed as running")
+				}
+			}
+			repeat := make(chan *Result, 1)
+			go func() {
+				res, err := svc.Analyse(context.Background(), spec(t, Request{FEN: &again, Depth: ptr(c.depth), MultiPV: ptr(c.multipv)}), engine.Batch, true)
+				if err != nil {
+					t.Error(err)
+				}
+				repeat <- res
+			}()
+			if c.leaderGivesUp {
+				giveUp()
+			}
+			if err := <-led; (err != nil) != c.leaderGivesUp {
+				t.Fatalf("leader: %v", err)
+			}
+			res := <-repeat
+			if res == nil {
+				return
+			}
+			if res.Cached != c.wantCached || res.Depth < c.depth || len(res.PVs) != c.multipv || res.FEN != again {
+				t.Fatalf("repeat: cached %v depth %d lines %d fen %s; want cached %v", res.Cached, res.Depth, len(res.PVs), res.FEN, c.wantCached)
+			}
+			if svc.running() != 0 {
+				t.Fatalf("%d searches still listed as running", svc.running())
+			}
+		})
+	}
+}
+
+func (s *Service) running() int { return s.flights.count() }
