@@ -50,6 +50,7 @@ type Config struct {
 	StartTimeout time.Duration // default 30 s
 	MaxHashMB    int           // default 256
 	MaxThreads   int           // default 1
+	Boost        int           // nice levels ahead of the server (PoolConfig.Boost); default 5, <0: none
 	// Eager starts every pool at Open instead of only the default one (latest, auto).
 	Eager  bool
 	Logger *slog.Logger
@@ -355,7 +356,7 @@ func (c *Catalog) poolConfig(k poolKey) PoolConfig {
 		Path: exe, Size: c.cfg.PoolSize,
 		QueueWait: c.cfg.QueueWait, StopGrace: c.cfg.StopGrace,
 		HangTimeout: c.cfg.HangTimeout, StartTimeout: c.cfg.StartTimeout,
-		MaxHashMB: c.cfg.MaxHashMB, MaxThreads: c.cfg.MaxThreads,
+		MaxHashMB: c.cfg.MaxHashMB, MaxThreads: c.cfg.MaxThreads, Boost: c.cfg.Boost,
 		Logger: c.log.With("engine_id", k.id, "engine_path", string(k.path)),
 	}
 }

@@ -803,3 +803,48 @@ func TestLazyPools(t *testing.T) {
 		t.Errorf("sf-15.1 pool runs %q", got)
 	}
 }
+
+// The engines run Boost nice levels ahead of the server, every thread of them (the
+// tests run as root, as `make test` does on a fresh machine: raising a priority needs it).
+func TestEnginesRunAheadOfTheServer(t *testing.T) {
+	t.Parallel()
+	own := niceOf(t, fmt.Sprintf("/proc/%d/stat", os.Getpid()))
+	for _, c := range []struct {
+		boost, want int
+	}{{3, own - 3}, {-1, own}} {
+		pl := newPool(t, "sf-17.1", PathNative, func(cfg *PoolConfig) { cfg.Boost = c.boost })
+		if _, err := pl.Search(context.Background(), Interactive, Search{Depth: 5}); err != nil {
+			t.Fatal(err)
+		}
+		pl.mu.Lock()
+		var pid int
+		for p := range pl.all {
+			pid = p.pid
+		}
+		pl.mu.Unlock()
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil || len(tasks) < 2 {
+			t.Fatalf("threads of the engine: %v, %v", tasks, err)
+		}
+		for _, task := range tasks {
+			if got := niceOf(t, fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name())); got != c.want {
+				t.Errorf("boost %d: thread %s runs at nice %d, want %d (the server's is %d)", c.boost, task.Name(), got, c.want, own)
+			}
+		}
+	}
+}
+
+// niceOf reads the nice value (field 19) of a /proc stat file.
+func niceOf(t *testing.T, stat string) int {
+	t.Helper()
+	b, err := os.ReadFile(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	n, err := strconv.Atoi(f[16])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

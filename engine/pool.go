@@ -48,6 +48,13 @@ type PoolConfig struct {
 	BatchMaxWait time.Duration // longest a Batch search yields to interactive ones; default 1 s
 	NoPreempt    bool          // never stop a running Batch search for an interactive one
 
+	// Boost is how many nice levels the processes run ahead of the server, so that
+	// bookkeeping (recording, charging, projecting, the database on the same machine)
+	// takes the CPU the engines leave rather than slowing their searches; it needs root
+	// or CAP_SYS_NICE, else the engines run at the server's level (said once). Default
+	// 5; <0: none.
+	Boost int
+
 	MaxHashMB  int               // cap on a request's Hash (MiB); default 256, <0: engine max
 	MaxThreads int               // cap on a request's Threads; default 1, <0: engine max
 	Options    map[string]string // set on every process after the handshake; they are
@@ -74,6 +81,9 @@ func (c *PoolConfig) withDefaults() {
 	}
 	if c.BatchMaxWait <= 0 {
 		c.BatchMaxWait = time.Second
+	}
+	if c.Boost == 0 {
+		c.Boost = 5
 	}
 	if c.MaxHashMB == 0 {
 		c.MaxHashMB = 256
@@ -147,7 +157,7 @@ func NewPool(ctx context.Context, cfg PoolConfig) (*Pool, error) {
 	pl.pcfg = procConfig{
 		path: cfg.Path, args: cfg.Args,
 		startTimeout: cfg.StartTimeout, stopGrace: cfg.StopGrace, hangTimeout: cfg.HangTimeout,
-		log: pl.log,
+		boost: cfg.Boost, log: pl.log,
 	}
 
 	// The first process tells us the option list, which the base options are checked

@@ -3,7 +3,10 @@
 package engine
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 )
 
@@ -22,4 +25,33 @@ func killProcess(cmd *exec.Cmd) {
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		_ = cmd.Process.Kill()
 	}
+}
+
+// raisePriority runs every thread of process pid boost nice levels ahead of this
+// process (threads it starts later inherit its main thread's level). Raising a
+// priority needs root or CAP_SYS_NICE; without, it fails and the engine runs at the
+// server's level.
+func raisePriority(pid, boost int) error {
+	raw, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
+	if err != nil {
+		return fmt.Errorf("read own priority: %w", err)
+	}
+	nice := max(20-raw-boost, -20) // the system call answers 20 - nice
+	tids := []string{strconv.Itoa(pid)}
+	if tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid)); err == nil {
+		tids = tids[:0]
+		for _, t := range tasks {
+			tids = append(tids, t.Name())
+		}
+	}
+	for _, t := range tids {
+		tid, err := strconv.Atoi(t)
+		if err != nil {
+			continue
+		}
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice); err != nil {
+			return fmt.Errorf("set nice %d on thread %d: %w", nice, tid, err)
+		}
+	}
+	return nil
 }

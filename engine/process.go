@@ -51,7 +51,10 @@ type procConfig struct {
 	stopGrace    time.Duration // from "stop" to "bestmove" before the process is killed
 	hangTimeout  time.Duration // longest silence of a searching engine
 	baseOptions  []optionValue // set after the handshake; they are this pool's defaults
+	boost        int           // nice levels the process runs ahead of the server (PoolConfig.Boost)
 	log          *slog.Logger
+
+	boostRefused atomic.Bool // said once: the system refused the boost
 }
 
 // optionValue is a validated, normalised option setting.
@@ -147,6 +150,11 @@ func startProcess(ctx context.Context, cfg *procConfig) (*process, error) {
 		p.kill()
 		<-p.exited
 		return nil, err
+	}
+	if cfg.boost > 0 {
+		if err := raisePriority(p.pid, cfg.boost); err != nil && !cfg.boostRefused.Swap(true) {
+			cfg.log.Warn("engines run at the server's priority: the system refused to raise it (needs root or CAP_SYS_NICE)", "err", err)
+		}
 	}
 	return p, nil
 }

@@ -96,6 +96,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	c.Engines.Eager = getenv("CHESSD_ENGINE_EAGER") == "true"
+	if v := getenv("CHESSD_ENGINE_BOOST"); v != "" {
+		// 0 would mean the default: -1 is none
+		if c.Engines.Boost, err = strconv.Atoi(v); err != nil || c.Engines.Boost < -1 || c.Engines.Boost > 19 || c.Engines.Boost == 0 {
+			return c, fmt.Errorf("CHESSD_ENGINE_BOOST must be -1 (none) or from 1 to 19, got %q", v)
+		}
+	}
 	if v := getenv("CHESSD_ENGINE_POOL_SIZE"); v != "" {
 		if c.Engines.PoolSize, err = strconv.Atoi(v); err != nil || c.Engines.PoolSize < 1 || c.Engines.PoolSize > 64 {
 			return c, fmt.Errorf("CHESSD_ENGINE_POOL_SIZE must be from 1 to 64, got %q", v)

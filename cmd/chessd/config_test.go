@@ -13,10 +13,10 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
 	c, err = loadConfig(env(map[string]string{"PORT": "9000", "CHESSD_ENGINE_POOL_SIZE": "3", "CHESSD_ENGINE_QUEUE_WAIT": "5s",
-		"CHESSD_ENGINE_MAX_HASH_MB": "64", "CHESSD_RATE_LIMITS": "off", "CHESSD_WORKER_JOBS": "0", "LOG_LEVEL": "warn",
+		"CHESSD_ENGINE_MAX_HASH_MB": "64", "CHESSD_ENGINE_BOOST": "-1", "CHESSD_RATE_LIMITS": "off", "CHESSD_WORKER_JOBS": "0", "LOG_LEVEL": "warn",
 		"CHESSD_KEY_PEPPER": "0123456789abcdef0123"}))
 	if err != nil || c.Port != 9000 || c.Engines.PoolSize != 3 || c.Engines.QueueWait != 5*time.Second || c.Engines.MaxHashMB != 64 ||
-		!c.NoRateLimits || !c.NoExecutor || c.Executor.Parallel != 3 || string(c.KeyPepper) != "0123456789abcdef0123" {
+		c.Engines.Boost != -1 || !c.NoRateLimits || !c.NoExecutor || c.Executor.Parallel != 3 || string(c.KeyPepper) != "0123456789abcdef0123" {
 		t.Fatalf("set: %+v %v", c, err)
 	}
 	for name, kv := range map[string]map[string]string{
@@ -29,6 +29,8 @@ func TestLoadConfig(t *testing.T) {
 		"rate limits": {"CHESSD_RATE_LIMITS": "maybe"},
 		"worker jobs": {"CHESSD_WORKER_JOBS": "-1"},
 		"hash":        {"CHESSD_ENGINE_MAX_HASH_MB": "0"},
+		"boost 0":     {"CHESSD_ENGINE_BOOST": "0"},
+		"boost range": {"CHESSD_ENGINE_BOOST": "20"},
 	} {
 		if _, err := loadConfig(env(kv)); err == nil {
 			t.Errorf("%s: %v accepted", name, kv)
