@@ -12,6 +12,8 @@ require (
 	github.com/shopspring/decimal v1.6.0
 )
 
+require github.com/goccy/go-json v0.10.5
+
 require (
 	github.com/apapsch/go-jsonmerge/v2 v2.0.0 // indirect
 	github.com/bahlo/generic-list-go v0.2.0 // indirect

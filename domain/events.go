@@ -1,8 +1,9 @@
 package domain
 
 import (
-	"encoding/json"
 	"fmt"
+
+	gojson "github.com/goccy/go-json"
 )
 
 // Event is a past-tense fact. Its type name and schema version are part of the stored
@@ -47,7 +48,9 @@ func Decode(eventType string, schemaVersion int, payload []byte) (Event, error) 
 		return nil, fmt.Errorf("%s: no upcaster for schema version %d", eventType, schemaVersion)
 	}
 	e := mk()
-	if err := json.Unmarshal(payload, e); err != nil {
+	// goccy/go-json reads what encoding/json wrote, three to four times faster: a
+	// rebuild, an audit and every projection decode each event they apply
+	if err := gojson.Unmarshal(payload, e); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", eventType, err)
 	}
 	return e, nil
