@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"maps"
 
 	gojson "github.com/goccy/go-json"
 )
@@ -37,6 +38,10 @@ var decoders = map[string]func() Event{
 // RegisterEvent adds an event type to the decoder table (for the packages of later
 // capabilities that keep their events beside their aggregates).
 func RegisterEvent(name string, make func() Event) { decoders[name] = make }
+
+// Registered lists every event type Decode knows, each with a constructor of its
+// empty value (the tests hold Decode to encoding/json on each).
+func Registered() map[string]func() Event { return maps.Clone(decoders) }
 
 // Decode turns a stored payload back into its event.
 func Decode(eventType string, schemaVersion int, payload []byte) (Event, error) {
