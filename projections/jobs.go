@@ -73,12 +73,72 @@ func RecordOf(j *domain.Job) JobRecord {
 
 func (p Jobs) Apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) error {
 	jobID := strings.TrimPrefix(e.StreamID, "job-")
+	if applied, err := applyNext(ctx, tx, jobID, e); applied || err != nil {
+		return err
+	}
 	var current int64
 	err := tx.QueryRow(ctx, `SELECT version FROM jobs WHERE job_id = $1 FOR UPDATE`, jobID).Scan(&current)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return err
 	}
 	return applyInStreamOrder(ctx, tx, e, current, func(e eventstore.Event) error { return p.apply(ctx, tx, jobID, e) })
+}
+
+// applyNext applies e in one statement when this process's projection left its job at
+// e's predecessor (folds) and the row still stands there: the common case, a job's
+// events applied one after another. It reports false, having written nothing, when the
+// row stands elsewhere (another runner moved it, or the transaction that moved it
+// rolled back): the caller then reads the row's version and goes the careful way.
+func applyNext(ctx context.Context, tx pgx.Tx, jobID string, e eventstore.Event) (bool, error) {
+	j := folds.take(e.StreamID, e.Version-1)
+	if j == nil {
+		return false, nil
+	}
+	last, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
+	if err != nil {
+		return false, err
+	}
+	j.Apply(last)
+	row, emitted, err := jobRowAfter(j, last, e.Version)
+	if err != nil {
+		return false, err
+	}
+	kinds, data := emitted.columns()
+	code, message := row.errorColumns()
+	rows, err := tx.Query(ctx, `WITH moved AS (
+			UPDATE jobs SET state = $3, positions_done = $4, cost_units = $5, cost_usd = $6::text::numeric,
+				started_at = $7, finished_at = $8, version = $2, error_code = $9, error_message = $10
+			WHERE job_id = $1 AND version = $2 - 1 RETURNING job_id),
+		streamed AS (`+jobStreamInsert("(SELECT job_id FROM moved)", "$2", "$11", "$12")+`)
+		SELECT pg_notify($13, $14) FROM moved`,
+		jobID, e.Version, row.State, row.PositionsDone, row.CostUnits, row.CostUSD, row.StartedAt, row.FinishedAt, code, message,
+		kinds, data, eventstore.NotifyChannel, JobStreamTopic(jobID))
+	if err != nil {
+		return false, err
+	}
+	moved := 0
+	for rows.Next() {
+		moved++
+	}
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	if moved == 0 {
+		return false, nil
+	}
+	folds.keep(e.StreamID, j, last)
+	return true, nil
+}
+
+// jobStreamInsert appends the SSE events kinds and data (text arrays, in order) of the
+// job whose id the SQL expression job gives, numbered after its last one, for the job
+// event at version.
+func jobStreamInsert(job, version, kinds, data string) string {
+	return `INSERT INTO job_stream (job_id, seq, version, kind, data)
+		SELECT j.job_id, j.seq + s.n, ` + version + `, s.kind, s.data::jsonb
+		FROM (SELECT ` + job + ` AS job_id, (SELECT coalesce(max(seq), 0) FROM job_stream WHERE job_id = ` + job + `) AS seq) j,
+			unnest(` + kinds + `::text[], ` + data + `::text[]) WITH ORDINALITY AS s(kind, data, n)
+		WHERE j.job_id IS NOT NULL`
 }
 
 // apply moves the jobs row and appends the SSE events, from the job as it stands after
@@ -104,11 +164,10 @@ func (Jobs) apply(ctx context.Context, tx pgx.Tx, jobID string, e eventstore.Eve
 		ON CONFLICT (job_id) DO UPDATE SET `+jobsUpdate,
 		jobID, row.AccountID, row.KeyID, row.Kind, row.State, row.PositionsTotal, row.PositionsDone, row.CostUnits,
 		row.CostUSD, row.CreatedAt, row.StartedAt, row.FinishedAt, row.Version, code, message)
-	for _, s := range emitted {
-		b.Queue(`INSERT INTO job_stream (job_id, seq, version, kind, data)
-			SELECT $1, coalesce(max(seq), 0) + 1, $2, $3, $4 FROM job_stream WHERE job_id = $1`, jobID, e.Version, s.kind, s.data)
-		// the job's open event streams wake at this transaction's commit (PostgreSQL
-		// folds a transaction's equal notifications into one)
+	if len(emitted) > 0 {
+		kinds, data := emitted.columns()
+		b.Queue(jobStreamInsert("$1::text", "$2::bigint", "$3", "$4"), jobID, e.Version, kinds, data)
+		// the job's open event streams wake at this transaction's commit
 		eventstore.QueueNotify(b, JobStreamTopic(jobID))
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -146,11 +205,22 @@ type emittedEvent struct {
 	data []byte
 }
 
+// emittedEvents are what one job event adds to the job's SSE stream, in order.
+type emittedEvents []emittedEvent
+
+// columns are the events' kinds and data, as the text arrays jobStreamInsert takes.
+func (es emittedEvents) columns() (kinds, data []string) {
+	for _, e := range es {
+		kinds, data = append(kinds, e.kind), append(data, string(e.data))
+	}
+	return kinds, data
+}
+
 // jobRowAfter is the jobs row of j, just moved by its event last (at version), and what
 // that event adds to the job's SSE stream.
-func jobRowAfter(j *domain.Job, last domain.Event, version int64) (jobRow, []emittedEvent, error) {
+func jobRowAfter(j *domain.Job, last domain.Event, version int64) (jobRow, emittedEvents, error) {
 	row := jobRow{JobRecord: RecordOf(j), AccountID: j.AccountID(), KeyID: j.KeyID(), Version: version}
-	var out []emittedEvent
+	var out emittedEvents
 	emit := func(kind string, data any) error {
 		body, err := json.Marshal(data)
 		out = append(out, emittedEvent{kind, body})
