@@ -12,12 +12,25 @@ import (
 // cpuTime is CPU time (user + system) used so far by this process (the servers, the
 // trivial handlers, the projections, the bench itself) and by the bench's PostgreSQL
 // (the postmaster, its live children and those it reaped).
-type cpuTime struct{ self, pg time.Duration }
+type cpuTime struct {
+	self, pg time.Duration
+	selfEnd  time.Duration // self when the reading ended: scanning /proc costs this process about 10 ms
+}
 
-func (b *bench) cpuNow() cpuTime {
+// since is the CPU used from reading before to reading t, leaving out the readings' own.
+func (t cpuTime) since(before cpuTime) cpuTime {
+	return cpuTime{self: t.self - before.selfEnd, pg: t.pg - before.pg}
+}
+
+func rusageSelf() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru) //nolint:errcheck // reported as 0
-	t := cpuTime{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func (b *bench) cpuNow() (t cpuTime) {
+	t.self = rusageSelf()
+	defer func() { t.selfEnd = rusageSelf() }()
 	raw, err := os.ReadFile(filepath.Join(b.cluster.Dir, "postmaster.pid"))
 	if err != nil {
 		return t
@@ -54,5 +67,6 @@ func (b *bench) cpuNow() cpuTime {
 func perCall(before, after cpuTime, l load) string {
 	n := float64(max(1, l.requests))
 	us := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/n, 'f', 0, 64) }
-	return us(after.self-before.self) + " / " + us(after.pg-before.pg) + " / " + us(l.cpu)
+	used := after.since(before)
+	return us(used.self) + " / " + us(used.pg) + " / " + us(l.cpu)
 }

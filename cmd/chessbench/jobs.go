@@ -197,7 +197,8 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 		rawCount.add(rc)
 		svcCount.add(sc)
 		st.Positions, st.Searching = st.Positions+d.Positions, st.Searching+d.Searching
-		cpu.self, cpu.pg = cpu.self+cpuAfter.self-cpuBefore.self, cpu.pg+cpuAfter.pg-cpuBefore.pg
+		used := cpuAfter.since(cpuBefore)
+		cpu.self, cpu.pg = cpu.self+used.self, cpu.pg+used.pg
 	}
 	n := float64(len(fens) * len(ratios))
 	per := func(d time.Duration) float64 { return ms(d) / float64(max(st.Positions, 1)) }
