@@ -50,9 +50,9 @@ type PoolConfig struct {
 
 	// Boost is how many nice levels the processes run ahead of the server, so that
 	// bookkeeping (recording, charging, projecting, the database on the same machine)
-	// takes the CPU the engines leave rather than slowing their searches; it needs root
-	// or CAP_SYS_NICE, else the engines run at the server's level (said once). Default
-	// 5; <0: none.
+	// runs rather between searches than in the middle of them; it needs root or
+	// CAP_SYS_NICE, else the engines run at the server's level (said once). Default 5;
+	// <0: none.
 	Boost int
 
 	MaxHashMB  int               // cap on a request's Hash (MiB); default 256, <0: engine max
