@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -55,4 +56,17 @@ func TopStatements(ctx context.Context, pool *pgxpool.Pool, n int) ([]Statement,
 		return nil, fmt.Errorf("pg_stat_statements: %w", err)
 	}
 	return out, nil
+}
+
+// Settle leaves pool's database as a long-running one would be before a measurement:
+// table vacuumed and analysed (autovacuum would otherwise work on freshly written rows
+// during it) and no dirty buffers left (a checkpoint).
+func Settle(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	// VACUUM runs alone, outside a transaction: two statements, not one string
+	for _, sql := range []string{`VACUUM (ANALYZE) ` + pgx.Identifier{table}.Sanitize(), `CHECKPOINT`} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("settle: %w", err)
+		}
+	}
+	return nil
 }

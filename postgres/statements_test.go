@@ -45,3 +45,20 @@ func TestTopStatements(t *testing.T) {
 		}
 	}
 }
+
+// Settle vacuums and analyses the table it is given (and checkpoints).
+func TestSettle(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE "settle me" (n int); INSERT INTO "settle me" SELECT generate_series(1, 1000)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.Settle(ctx, pool, "settle me"); err != nil {
+		t.Fatal(err)
+	}
+	var vacuumed, analysed bool
+	if err := pool.QueryRow(ctx, `SELECT last_vacuum IS NOT NULL, last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'settle me'`).
+		Scan(&vacuumed, &analysed); err != nil || !vacuumed || !analysed {
+		t.Fatalf("vacuumed %v, analysed %v (%v)", vacuumed, analysed, err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"chessd/domain"
 	"chessd/eventstore"
 	"chessd/ledger"
+	"chessd/postgres"
 	"chessd/projections"
 )
 
@@ -39,16 +40,8 @@ func (b *bench) rebuildAll(ctx context.Context, accounts, charges, jobs int) err
 	}
 	head := b.head()
 	// Each rebuild starts on a settled database, as one in production would: the log
-	// vacuumed and analysed (autovacuum would otherwise work on the fresh rows during
-	// the first rebuild) and no dirty buffers left from the writes before it.
-	settle := func() error {
-		for _, sql := range []string{`VACUUM (ANALYZE) events`, `CHECKPOINT`} { // VACUUM: alone, outside a transaction
-			if _, err := b.pool.Exec(ctx, sql); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	// vacuumed and analysed and no dirty buffers left from the writes before it.
+	settle := func() error { return postgres.Settle(ctx, b.pool, "events") }
 	fmt.Printf("The log: %d accounts (signup, pro plan, a second key; half the keys updated, a quarter rotated, an eighth revoked), "+
 		"%d charges of cached evals through the meter over their %d keys, %d batch jobs of %d cached positions: %d events, made in %s.\n",
 		accounts, charges, len(keys), jobs, len(positions), head, time.Since(made).Round(time.Second))

@@ -10,6 +10,7 @@ import (
 
 	"chessd/domain"
 	"chessd/postgres/pgtest"
+	"chessd/projections"
 )
 
 // `chessd rebuild`, run twice while a real server answers a load (charged evals with
@@ -55,6 +56,17 @@ func TestRebuildUnderLoad(t *testing.T) {
 	} else if setAside, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(setAside) > 0 {
 		t.Fatalf("events set aside while the rebuilds ran: %v (%v)", setAside, err)
 	}
+	// the jobs read model follows the events (GET /jobs/{id} folds them): replay compares
+	// it once the projections have applied everything the load made
+	waitFor(t, "the projections to catch up", time.Minute, func() bool {
+		_, statuses, err := projections.Statuses(ctx, pool, projections.All())
+		for _, st := range statuses {
+			if st.Lag > 0 {
+				return false
+			}
+		}
+		return err == nil
+	})
 	srv.stop(t)
 	if out, err := runCLI(t, dbURL, "replay"); err != nil {
 		t.Fatalf("replay after the rebuilds: %v\n%s", err, out)
