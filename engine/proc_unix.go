@@ -3,6 +3,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -49,7 +50,11 @@ func raisePriority(pid, boost int) error {
 		if err != nil {
 			continue
 		}
-		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice); err != nil {
+		err = syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice)
+		if errors.Is(err, syscall.ESRCH) {
+			continue // the thread ended since the listing
+		}
+		if err != nil {
 			return fmt.Errorf("set nice %d on thread %d: %w", nice, tid, err)
 		}
 	}
