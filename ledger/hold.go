@@ -75,7 +75,7 @@ func ChargeHeld(ctx context.Context, tx *eventstore.Tx, jobID, day string, chs [
 		if !k {
 			// the hold covers the whole job at the fresh price: this cannot happen
 			// unless the job charged more than it held
-			return nil, fmt.Errorf("charge held: the hold of job %s does not cover %d units", jobID, sum(units))
+			return nil, fmt.Errorf("charge held: the hold of job %s does not cover %d positions' units %v", jobID, len(units), units)
 		}
 	}
 	out := make([]*UnitsCharged, len(chs))
@@ -94,12 +94,4 @@ func ChargeHeld(ctx context.Context, tx *eventstore.Tx, jobID, day string, chs [
 		return nil, err
 	}
 	return out, nil
-}
-
-func sum(xs []int64) int64 {
-	var t int64
-	for _, x := range xs {
-		t += x
-	}
-	return t
 }

@@ -3,6 +3,7 @@ package projections_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"testing"
@@ -56,13 +57,13 @@ func applyJobs(t *testing.T, pool *pgxpool.Pool, trips *roundTrips, commit bool,
 		}
 		return nil
 	})
-	if err != nil && err != errRollBack {
+	if err != nil && !errors.Is(err, errRollBack) {
 		t.Fatal(err)
 	}
 	return each
 }
 
-var errRollBack = fmt.Errorf("rolled back on purpose")
+var errRollBack = errors.New("rolled back on purpose")
 
 // jobStream is a job's SSE events as the projection left them: seq, version and kind.
 func jobStream(t *testing.T, pool *pgxpool.Pool, id string) []string {
