@@ -14,9 +14,11 @@ import (
 )
 
 // The ledger's read model, what GET /usage, GET /me and the set-aside tools read:
-// charges (one row per charge), credits (one per credited charge) and ledger_entries
-// (their double-entry postings), keyed by the event's position, and usage_hours, their
-// hourly rollup (rollup.go). It is an inline projection: the transaction
+// charges (one row per charge) and credits (one per credited charge), keyed by the
+// event's position, and usage_hours, their hourly rollup (rollup.go). Their
+// double-entry postings stay in the events alone: ledger_entries is a view of them
+// (migration 0032), so the books are checked against the log, and a charge costs one
+// row rather than five. It is an inline projection: the transaction
 // that appends a charge writes its rows too (the settler's group commit, a job's
 // position), so it is never behind the log and the charge costs no bus message.
 // projections.Ledger rebuilds it from the events with the same code.
@@ -50,14 +52,11 @@ func queueReadModel(b *pgx.Batch, evs []eventstore.Event, rollup bool) error {
 	if len(rm.credits.pos) > 0 { // after the charges: a credit's rollup row is its charge's
 		rm.credits.queue(b, rollup)
 	}
-	if len(rm.entries.pos) > 0 {
-		rm.entries.queue(b)
-	}
 	return nil
 }
 
-// RebuildCopy is the read-model rows of evs (charges, credits, ledger_entries; not the
-// rollups, see QueueRebuildRows) for COPY into empty tables: the fast way to rebuild.
+// RebuildCopy is the read-model rows of evs (charges and credits; not the rollups, see
+// QueueRebuildRows) for COPY into empty tables: the fast way to rebuild.
 // It refuses what QueueReadModel refuses.
 func RebuildCopy(evs []eventstore.Event) ([]eventstore.TableRows, error) {
 	rm, err := readModelOf(evs)
@@ -71,9 +70,6 @@ func RebuildCopy(evs []eventstore.Event) ([]eventstore.TableRows, error) {
 	if len(rm.credits.pos) > 0 {
 		out = append(out, rm.credits.copyRows())
 	}
-	if len(rm.entries.pos) > 0 {
-		out = append(out, rm.entries.copyRows())
-	}
 	return out, nil
 }
 
@@ -81,7 +77,6 @@ func RebuildCopy(evs []eventstore.Event) ([]eventstore.TableRows, error) {
 type readModel struct {
 	charges chargeColumns
 	credits creditColumns
-	entries entryColumns
 }
 
 func readModelOf(evs []eventstore.Event) (*readModel, error) {
@@ -114,9 +109,6 @@ func readModelOf(evs []eventstore.Event) (*readModel, error) {
 		}
 		if !Balanced(postings) {
 			return nil, fmt.Errorf("%s at position %d: postings do not balance", ev.Type, ev.Position)
-		}
-		for line, p := range postings {
-			rm.entries.add(ev.Position, line, p)
 		}
 	}
 	return rm, nil
@@ -185,15 +177,6 @@ func (cr *creditColumns) queue(b *pgx.Batch, rollup bool) {
 		cr.creditedAt, cr.units, texts(cr.usd), cr.reason, cr.actor, cr.disputeID)
 }
 
-// queue adds the postings' insert to b.
-func (e *entryColumns) queue(b *pgx.Batch) {
-	b.Queue(`INSERT INTO ledger_entries (position, line, book, account, currency, debit, credit)
-		SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[],
-			$6::text[]::numeric[], $7::text[]::numeric[])
-		ON CONFLICT (position, line) DO NOTHING`,
-		e.pos, e.line, e.book, e.account, e.currency, texts(e.debit), texts(e.credit))
-}
-
 // creditColumns are credits rows, column by column.
 type creditColumns struct {
 	pos, chargePos, units                                  []int64
@@ -239,20 +222,6 @@ func (c *chargeColumns) add(pos int64, ch *UnitsCharged) error {
 	c.usd, c.params = append(c.usd, ch.USD), append(c.params, string(params))
 	c.chargedAt, c.cached = append(c.chargedAt, ch.ChargedAt), append(c.cached, ch.Cached)
 	return nil
-}
-
-// entryColumns are ledger_entries rows, column by column.
-type entryColumns struct {
-	pos                     []int64
-	line                    []int32
-	book, account, currency []string
-	debit, credit           []decimal.Decimal
-}
-
-func (e *entryColumns) add(pos int64, line int, p Posting) {
-	e.pos, e.line = append(e.pos, pos), append(e.line, int32(line))
-	e.book, e.account, e.currency = append(e.book, p.Book), append(e.account, p.Account), append(e.currency, string(p.Currency))
-	e.debit, e.credit = append(e.debit, p.Debit), append(e.credit, p.Credit)
 }
 
 // texts are ds as the text of numeric array parameters.
@@ -307,13 +276,5 @@ func (c *creditColumns) copyRows() eventstore.TableRows {
 		fill: func(i int, r []any) {
 			r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] = c.pos[i], c.creditID[i], c.chargeID[i], c.chargePos[i], c.accountID[i], c.keyID[i], c.env[i], date(c.day[i])
 			r[8], r[9], r[10], r[11], r[12], r[13] = c.creditedAt[i], c.units[i], numeric(c.usd[i]), c.reason[i], c.actor[i], c.disputeID[i]
-		}}}
-}
-
-func (e *entryColumns) copyRows() eventstore.TableRows {
-	cols := []string{"position", "line", "book", "account", "currency", "debit", "credit"}
-	return eventstore.TableRows{Table: "ledger_entries", Columns: cols, Rows: &columnRows{n: len(e.pos), row: make([]any, len(cols)),
-		fill: func(i int, r []any) {
-			r[0], r[1], r[2], r[3], r[4], r[5], r[6] = e.pos[i], e.line[i], e.book[i], e.account[i], e.currency[i], numeric(e.debit[i]), numeric(e.credit[i])
 		}}}
 }

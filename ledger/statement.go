@@ -116,8 +116,9 @@ type TxStarter interface {
 }
 
 // ReadModelTables are the tables of the ledger's read model, the rollups included: what
-// a rebuild replaces (projections.Ledger) and readOnly waits for.
-var ReadModelTables = []string{"charges", "credits", "ledger_entries", "usage_hours", "usage_key_hours"}
+// a rebuild replaces (projections.Ledger) and readOnly waits for. (ledger_entries, the
+// postings, is a view of the events: nothing to rebuild.)
+var ReadModelTables = []string{"charges", "credits", "usage_hours", "usage_key_hours"}
 
 // lockReadModel takes every table of the read model in ACCESS SHARE mode.
 var lockReadModel = `LOCK TABLE ` + strings.Join(ReadModelTables, ", ") + ` IN ACCESS SHARE MODE`

@@ -10,8 +10,8 @@ import (
 	"chessd/ledger"
 )
 
-// Ledger is the charges and ledger_entries read model: one row per charge, and its
-// double-entry postings. It is an inline projection (ledger.QueueReadModel): the
+// Ledger is the charges and credits read model: one row per charge and per credit (their
+// double-entry postings stay in the events: ledger_entries is a view of them). It is an inline projection (ledger.QueueReadModel): the
 // transaction that appends a charge writes its rows, so no subscriber runs for it and
 // it is never behind. This type serves what works from the events table alone: the
 // rebuild, replay and the set-aside tools. Rows are keyed by the event's position, so
@@ -22,7 +22,7 @@ func (Ledger) Name() string     { return "ledger_v1" }
 func (Ledger) Topic() string    { return "ledger" }
 func (Ledger) Tables() []string { return slices.Clone(ledger.ReadModelTables) }
 
-// A rebuild loads a chunk's charges, credits and postings with COPY or, carefully, writes
+// A rebuild loads a chunk's charges and credits with COPY or, carefully, writes
 // them with the inline writer's set-based statements; either way not the hourly rollups,
 // which fill computes from them.
 func (Ledger) rebuilder() rebuilder {

@@ -249,7 +249,7 @@ func (b *bench) chargedRun(urls []string, conns int, d time.Duration, script str
 
 func (b *bench) printLags(first string, rows []string) {
 	fmt.Println()
-	fmt.Println("Usage projection lag during the charged runs, sampled every 50 ms: how far the ledger projection (charges, ledger_entries,")
+	fmt.Println("Usage projection lag during the charged runs, sampled every 50 ms: how far the ledger projection (charges, credits,")
 	fmt.Println("what GET /usage reads) is behind the event log's head, in events and as the age of the oldest event it has not applied.")
 	fmt.Println("Charges recorded exceed wrk's count by the calls still in flight when wrk stopped counting.")
 	fmt.Println()
