@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/eventstore"
+	"chessd/ledger"
 )
 
 // Projection turns events into rows of a read model.
@@ -732,9 +733,13 @@ func readTopic(ctx context.Context, q eventstore.Querier, topic string, after in
 		}
 	}
 	// stream types Topics does not name go to TopicDefault
-	rows, err := q.Query(ctx, `SELECT position, stream_id, stream_type, version, event_type, schema_version, payload::text
-		FROM events WHERE position > $1 AND (stream_type = ANY($2) OR ($3 AND stream_type <> ALL($4)))
-		ORDER BY position LIMIT $5`, after, types, topic == eventstore.TopicDefault, known, limit)
+	query := `SELECT position, stream_id, stream_type, version, event_type, schema_version, payload::text
+		FROM events WHERE position > $1 AND (stream_type = ANY($2) OR ($3 AND stream_type <> ALL($4)))`
+	if topic != eventstore.TopicOf(ledger.StreamLedger) {
+		// the index of the events that are not charges (migration 0033) holds them all
+		query += ` AND stream_type <> 'ledger'`
+	}
+	rows, err := q.Query(ctx, query+` ORDER BY position LIMIT $5`, after, types, topic == eventstore.TopicDefault, known, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read events: %w", err)
 	}
