@@ -41,8 +41,9 @@ func readModel(t *testing.T, pool *pgxpool.Pool) map[string][]string {
 	return out
 }
 
-// checkReadModel: every charge in the log, and nothing else, has its row and its
-// postings in the read model, as the events say.
+// checkReadModel: every charge in the log, and nothing else, has its row in the read
+// model, as the events say, and its postings in ledger_entries (a view of the events),
+// each charge's balanced.
 func checkReadModel(t *testing.T, pool *pgxpool.Pool, charges int64) {
 	t.Helper()
 	if n := count(t, pool, `SELECT count(*) FROM events WHERE stream_type = 'ledger'`); n != charges {
@@ -57,6 +58,10 @@ func checkReadModel(t *testing.T, pool *pgxpool.Pool, charges int64) {
 	if n, want := count(t, pool, `SELECT count(*) FROM ledger_entries`),
 		count(t, pool, `SELECT coalesce(sum(json_array_length(payload->'postings')), 0) FROM events WHERE stream_type = 'ledger'`); n != want || n == 0 {
 		t.Fatalf("%d postings in the read model, %d in the events", n, want)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM (SELECT position, currency FROM ledger_entries
+			GROUP BY 1, 2 HAVING sum(debit) <> sum(credit)) unbalanced`); n != 0 {
+		t.Fatalf("%d charges' postings do not balance in a currency", n)
 	}
 }
 
