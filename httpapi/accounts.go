@@ -55,6 +55,10 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 		wait, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if projections.WaitForAccount(wait, s.pool, key.AccountID(), 1) == nil {
 			acct, err = projections.GetAccount(ctx, s.pool, key.AccountID())
+		} else if ctx.Err() == nil {
+			// still behind (the projections start over after a database restart): the
+			// account exists, so not 404 but 503, to be retried
+			err = errReadModelBehind
 		}
 		cancel()
 	}

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,4 +112,19 @@ func TestMeRightAfterSignupByCommand(t *testing.T) {
 			t.Fatalf("GET /me right after the account was committed: %d %s", r.Status, r.Raw)
 		}
 	}
+}
+
+// GET /me of an account the read model has not caught up with (its projections start
+// over after a database restart) answers 503 with Retry-After, not 404: the account
+// exists, its key works. Once the read model has it, 200.
+func TestMeOfAnAccountTheReadModelLacksIsRetried(t *testing.T) {
+	stalled := newEnv(t, withoutProjections(), withWorkers(0))
+	key, _ := stalled.signup("me-behind@example.com")
+	r := stalled.do("GET", "/v1/me", key, nil)
+	wantProblem(t, r, 503, "retry_after")
+	if r.Header.Get("Retry-After") == "" || !strings.Contains(r.Body["detail"].(string), "catching up") {
+		t.Fatalf("503 without Retry-After or a detail that says why: %v %s", r.Header, r.Raw)
+	}
+	newEnv(t, onPool(stalled.pool), withWorkers(0)) // its projections catch up
+	waitFor(t, "GET /me to answer 200", func() bool { return stalled.do("GET", "/v1/me", key, nil).Status == 200 })
 }

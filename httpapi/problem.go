@@ -58,7 +58,7 @@ var problemKinds = map[domain.Code]problemKind{
 	codeNotImplemented:             {"not-implemented", "Not implemented", 501, "fix_request", "The request uses an HTTP feature this server does not implement (a Transfer-Encoding other than chunked)."},
 	codeHTTPVersion:                {"http-version-not-supported", "HTTP version not supported", 505, "fix_request", "Use HTTP/1.0 or HTTP/1.1."},
 	codeExpectation:                {"expectation-failed", "Expectation failed", 417, "fix_request", "The only Expect this server meets is 100-continue."},
-	codeDatabaseUnavailable:        {"service-unavailable", "Service unavailable", 503, "retry_after", "The database is out of reach for a moment; retry after Retry-After seconds. A costed call answered so was not charged, unless the detail says its charge's outcome is not known yet."},
+	codeDatabaseUnavailable:        {"service-unavailable", "Service unavailable", 503, "retry_after", "The database is out of reach for a moment (or just back, and the read models still catching up); retry after Retry-After seconds. A costed call answered so was not charged, unless the detail says its charge's outcome is not known yet."},
 }
 
 const (
@@ -87,9 +87,15 @@ func databaseProblem(err error) (detail string, ok bool) {
 		return "the database connection failed while this request was being committed; it was not committed (nothing was done or charged), retry", true
 	case postgres.IsUnavailable(err):
 		return "the database is out of reach for a moment; retry", true
+	case errors.Is(err, errReadModelBehind):
+		return "this account's read model is still catching up with its events (after a database restart, say); retry", true
 	}
 	return "", false
 }
+
+// errReadModelBehind: what a request reads of its own account is not in the read model
+// yet, though its key works (authentication reads the events).
+var errReadModelBehind = errors.New("the read model is behind")
 
 // retryAfterer is an error that knows when to try again.
 type retryAfterer interface{ RetryAfter() time.Duration }
