@@ -14,7 +14,7 @@ import (
 	"chessd/eventstore"
 )
 
-// GET /me subtracts from a key's budgets and the day's allowance what running jobs hold,
+// GET /me subtracts from a key's budgets, the account's and the day's allowance what running jobs hold,
 // and not what servers hold in leases for the key's own next calls: those units are the
 // key's to spend, and a lease taken by one call must not make a budget look a quarter
 // used. Leases are written here as another server and a job would hold them.
@@ -35,6 +35,9 @@ func TestMeRemainingCountsJobHoldsNotLeases(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			owner, _ := e.signup("me-held-" + string(rune('a'+i)) + "@example.com")
 			key, keyID := e.createKey(owner, map[string]any{"label": "budgeted", "budget_units": 1000, "budget_usd": "0.01"})
+			if r := e.do("PATCH", "/v1/me", owner, map[string]any{"budget_units": 2000}); r.Status != 200 { // the account's own
+				t.Fatalf("account budget: %d %s", r.Status, r.Raw)
+			}
 			if r := e.do("POST", "/v1/eval", key, evalBody(jobFENs(len(cases))[i], `"depth":8`)); r.Status != 200 { // fresh: 10 units
 				t.Fatalf("eval: %d %s", r.Status, r.Raw)
 			}
@@ -68,6 +71,10 @@ func TestMeRemainingCountsJobHoldsNotLeases(t *testing.T) {
 				acct, day, total); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := e.pool.Exec(ctx, `UPDATE account_budgets SET held_units = $2 WHERE account_id = $1 AND env = 'live'`,
+				acct, total); err != nil {
+				t.Fatal(err)
+			}
 
 			me = e.do("GET", "/v1/me", key, nil)
 			if me.Status != 200 {
@@ -92,6 +99,10 @@ func TestMeRemainingCountsJobHoldsNotLeases(t *testing.T) {
 			if today["units"] != float64(10) || today["held_units"] != float64(tc.wantHeld) ||
 				today["remaining_units"] != allowance-10-float64(tc.wantHeld) {
 				t.Errorf("today: %v, want units 10, held %d", today, tc.wantHeld)
+			}
+			budget := me.Body["budget"].(map[string]any)
+			if budget["held_units"] != float64(tc.wantHeld) || budget["remaining_units"] != float64(2000-10-tc.wantHeld) {
+				t.Errorf("account budget: %v, want held %d, remaining %d", budget, tc.wantHeld, 2000-10-tc.wantHeld)
 			}
 		})
 	}
