@@ -1563,8 +1563,10 @@ type Me struct {
 		BudgetUnits  *int         `json:"budget_units"`
 		BudgetUsd    *USD         `json:"budget_usd"`
 		Env          Env          `json:"env"`
-		HeldUnits    int          `json:"held_units"`
-		PeriodEnd    *time.Time   `json:"period_end"`
+
+		// HeldUnits What running jobs hold of the budget (a server's lease for the next calls is not counted).
+		HeldUnits int        `json:"held_units"`
+		PeriodEnd *time.Time `json:"period_end"`
 
 		// PeriodSpentUnits null without a budget.
 		PeriodSpentUnits *int       `json:"period_spent_units"`
