@@ -10,6 +10,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -158,8 +159,9 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.3f** | **%.3f** | %.2f | %.2f | %.3f | %+.2f |\n", depth, conc, len(raw),
 				ms(median(raw)), ms(median(svc)), float64(median(svc))/float64(median(raw)), medianRatio(svc, raw),
 				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(), ms(medianDiff(svc, raw)))
-			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %+.2f | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f |", depth, conc,
+			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %+.2f | %+.1f | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f |", depth, conc,
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["engine"] - p.raw })),
+				ms(pairs.median(func(p pair) time.Duration { return p.svcOwn - p.rawOwn })),
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["total"] - p.phase["engine"] })),
 				ms(pairs.median(func(p pair) time.Duration { return p.svc - p.phase["engine"] })),
 				ms(pairs.median(func(p pair) time.Duration { return p.svc - p.phase["total"] })),
@@ -174,13 +176,14 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Println()
 	fmt.Println("Where the service's time goes, from its Server-Timing header (medians over the same pairs, ms):")
 	fmt.Println("engine − raw: the pool's search (hand-over, options, position, go ... bestmove, parsing) against the raw process;")
+	fmt.Println("of it, search − raw search: the search's own time as the engines report it (info time, whole ms: the pool's process against the raw one);")
 	fmt.Println("own time: the service's time outside the engine by its Server-Timing header (total − engine: what issue 12's 1 ms is about);")
 	fmt.Println("outside the engine: the client's whole time minus the pool's search; of it, HTTP (client time minus handler time),")
 	fmt.Println("auth (key from memory, vouched for by the watcher, scope), request (decode, validate, caps, lookup, reserve from the lease),")
 	fmt.Println("conversion (SAN, White's view, JSON), after the answer (hand the line item to the settler: in memory, nothing durable).")
 	fmt.Println()
-	fmt.Println("| depth | concurrency | engine − raw | **own time** | outside the engine, client-side | HTTP | auth | request | conversion | after the answer |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| depth | concurrency | engine − raw | search − raw search | **own time** | outside the engine, client-side | HTTP | auth | request | conversion | after the answer |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, l := range breakdown {
 		fmt.Println(l)
 	}
@@ -188,10 +191,11 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 }
 
 // pair is one position run raw and through the service, with the service's
-// Server-Timing phases.
+// Server-Timing phases and each side's search time as its engine reported it.
 type pair struct {
-	raw, svc time.Duration
-	phase    map[string]time.Duration
+	raw, svc       time.Duration
+	rawOwn, svcOwn time.Duration
+	phase          map[string]time.Duration
 }
 
 type pairs []pair
@@ -237,8 +241,9 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 				var err error
 				runSvc := func() {
 					t0 := time.Now()
-					p.phase, err = b.timedPost("/eval", fmt.Sprintf(`{"fen":%q,"depth":%d,"engine":%q,"path":"native"}`, work[i], depth, b.engineID), b.key)
-					p.svc = time.Since(t0)
+					var reported int64
+					p.phase, reported, err = b.timedPost("/eval", fmt.Sprintf(`{"fen":%q,"depth":%d,"engine":%q,"path":"native"}`, work[i], depth, b.engineID), b.key)
+					p.svc, p.svcOwn = time.Since(t0), time.Duration(reported)*time.Millisecond
 				}
 				if i%2 == 0 {
 					p.raw = eng.search(work[i], depth)
@@ -247,6 +252,7 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 					runSvc()
 					p.raw = eng.search(work[i], depth)
 				}
+				p.rawOwn = time.Duration(eng.timeMS) * time.Millisecond
 				if err != nil {
 					errs <- err
 					return
@@ -262,18 +268,19 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 	return out, <-errs
 }
 
-// timedPost posts body and returns the answer's Server-Timing phases.
-func (b *bench) timedPost(path, body, key string) (map[string]time.Duration, error) {
+// timedPost posts body and returns the answer's Server-Timing phases and its time_ms
+// (the engine's own count of the search).
+func (b *bench) timedPost(path, body, key string) (map[string]time.Duration, int64, error) {
 	req, _ := http.NewRequest("POST", b.url+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	res, err := b.client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	if res.StatusCode >= 300 {
-		return nil, fmt.Errorf("%s: %d %s", path, res.StatusCode, raw)
+		return nil, 0, fmt.Errorf("%s: %d %s", path, res.StatusCode, raw)
 	}
 	phases := map[string]time.Duration{}
 	for _, m := range strings.Split(res.Header.Get("Server-Timing"), ",") {
@@ -283,7 +290,13 @@ func (b *bench) timedPost(path, body, key string) (map[string]time.Duration, err
 			phases[name] = time.Duration(v * float64(time.Millisecond))
 		}
 	}
-	return phases, nil
+	var answer struct {
+		TimeMS int64 `json:"time_ms"`
+	}
+	if err := json.Unmarshal(raw, &answer); err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return phases, answer.TimeMS, nil
 }
 
 // rawEngine is Stockfish driven directly over UCI, as a client without our service
