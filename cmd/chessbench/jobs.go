@@ -52,7 +52,7 @@ func (b *bench) jobs() error {
 	fens := jobPositions()
 	fmt.Printf("\n## Jobs: 50-position batches against raw Stockfish (cache off)\n\n")
 	fmt.Printf("%d distinct positions from two games. One worker: the server's own executor on its pool of 2 processes; two workers: "+
-		"a second executor with its own pool of 2 joins it (4 processes). Raw: as many warm processes splitting the positions, ucinewgame before each. "+
+		"a second executor with its own pool of 2 joins it (4 processes). Raw: as many warm processes splitting the positions, ucinewgame after each. "+
 		"Service time: submission until JobSucceeded is recorded. Engine ms and nodes: what the engines reported (info time, nodes). "+
 		"Analysis: the executors' time in analysis per position (acquiring a process, the search, conversion); engines idle: the executors' engine "+
 		"goroutines' time outside analysis while the job ran (processes × job time − analysis), per position. "+

@@ -136,7 +136,7 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Printf("## Raw Stockfish vs POST /eval (cache off)\n\n")
 	fmt.Printf("Engine: %s native (%s), 1 thread, 16 MB hash; the service runs 2 processes.\n", b.engineID, b.binary)
 	fmt.Println("Paired: each worker runs each position on its own raw process and through the service, alternating which goes first;")
-	fmt.Println("every pair is a distinct position (cache off; both sides send ucinewgame before each search).")
+	fmt.Println("every pair is a distinct position (cache off; both sides reset with ucinewgame after each search, untimed).")
 	fmt.Println("ratio of medians = median service time / median raw time; median pair ratio = median over pairs of service / raw (the same position")
 	fmt.Println("on both sides: positions that take long and short do not mix into it); ratio of totals = total service / total raw; added = median over pairs of (service − raw).")
 	fmt.Println()
@@ -300,8 +300,11 @@ func (b *bench) timedPost(path, body, key string) (map[string]time.Duration, int
 }
 
 // rawEngine is Stockfish driven directly over UCI, as a client without our service
-// would: ucinewgame between positions (untimed, as the service's pool resets between
-// requests), then position + go until bestmove, timed.
+// would: position + go until bestmove, timed, then ucinewgame and isready, untimed,
+// ready for the next position. The reset comes after the search, as the service's pool
+// resets a process after each request: a reset right before the timed search left the
+// raw side's hash and histories warm in the caches (just cleared) and the pool's cold,
+// about 1 ms of a 100 ms depth-14 search at concurrency 1 (docs/BENCHMARKS.md, session 13).
 type rawEngine struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser
@@ -333,9 +336,11 @@ func (e *rawEngine) until(prefix string) {
 }
 
 func (e *rawEngine) search(fen string, depth int) time.Duration {
-	fmt.Fprintln(e.in, "ucinewgame")
-	fmt.Fprintln(e.in, "isready")
-	e.until("readyok")
+	defer func() {
+		fmt.Fprintln(e.in, "ucinewgame")
+		fmt.Fprintln(e.in, "isready")
+		e.until("readyok")
+	}()
 	start := time.Now()
 	fmt.Fprintf(e.in, "position fen %s\ngo depth %d\n", fen, depth)
 	for e.out.Scan() {
