@@ -189,8 +189,12 @@ func (g shadowGrant) statement(table string) string {
 // the copies' statistics, all before the swap stops anyone.
 func (s *shadow) finishCopies(ctx context.Context, tx pgx.Tx, fill func() error) error {
 	b := &pgx.Batch{}
-	// sorting a million rows for an index takes more than the default 64 MB
+	// sorting a million rows for an index takes more than the default 64 MB; and a
+	// fill that groups every row of a table (the ledger's rollups) sorts them on disk
+	// under the default 4 MB of work_mem, where it would hash them in memory (200,000
+	// charges: 0.83 s against 0.37)
 	b.Queue(`SET LOCAL maintenance_work_mem = '256MB'`)
+	b.Queue(`SET LOCAL work_mem = '64MB'`)
 	for _, st := range s.tables {
 		for _, stmt := range st.after {
 			b.Queue(stmt)
