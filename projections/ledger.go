@@ -10,12 +10,13 @@ import (
 	"chessd/ledger"
 )
 
-// Ledger is the charges and credits read model: one row per charge and per credit (their
-// double-entry postings stay in the events: ledger_entries is a view of them). It is an inline projection (ledger.QueueReadModel): the
-// transaction that appends a charge writes its rows, so no subscriber runs for it and
-// it is never behind. This type serves what works from the events table alone: the
-// rebuild, replay and the set-aside tools. Rows are keyed by the event's position, so
-// applying an event twice changes nothing.
+// Ledger is the charges and credits read model: one row per charge and per credit
+// (their double-entry postings stay in the events: ledger_entries is a view of them).
+// It is an inline projection (ledger.QueueReadModel): the transaction that appends a
+// charge writes its rows, so no subscriber runs for it and it is never behind. This
+// type serves what works from the events table alone: the rebuild, replay and the
+// set-aside tools. Rows are keyed by the event's position, so applying an event twice
+// changes nothing.
 type Ledger struct{}
 
 func (Ledger) Name() string     { return "ledger_v1" }
