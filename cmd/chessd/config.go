@@ -77,6 +77,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		{"CHESSD_LEASE_TTL", &c.Meter.LeaseTTL},
 		{"CHESSD_MAX_SETTLE_BACKLOG", &c.Meter.MaxBacklog},
 		{"CHESSD_JOB_LEASE", &c.Executor.Lease},
+		{"CHESSD_JOB_RECORD_EVERY", &c.Executor.RecordEvery},
 		{"CHESSD_SCHEMA_CHECK", &c.SchemaCheck},
 	} {
 		if v := getenv(d.name); v != "" {

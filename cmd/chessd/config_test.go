@@ -14,23 +14,25 @@ func TestLoadConfig(t *testing.T) {
 	}
 	c, err = loadConfig(env(map[string]string{"PORT": "9000", "CHESSD_ENGINE_POOL_SIZE": "3", "CHESSD_ENGINE_QUEUE_WAIT": "5s",
 		"CHESSD_ENGINE_MAX_HASH_MB": "64", "CHESSD_ENGINE_BOOST": "-1", "CHESSD_RATE_LIMITS": "off", "CHESSD_WORKER_JOBS": "0", "LOG_LEVEL": "warn",
-		"CHESSD_KEY_PEPPER": "0123456789abcdef0123"}))
+		"CHESSD_JOB_RECORD_EVERY": "400ms",
+		"CHESSD_KEY_PEPPER":       "0123456789abcdef0123"}))
 	if err != nil || c.Port != 9000 || c.Engines.PoolSize != 3 || c.Engines.QueueWait != 5*time.Second || c.Engines.MaxHashMB != 64 ||
-		c.Engines.Boost != -1 || !c.NoRateLimits || !c.NoExecutor || c.Executor.Parallel != 3 || string(c.KeyPepper) != "0123456789abcdef0123" {
+		c.Engines.Boost != -1 || !c.NoRateLimits || !c.NoExecutor || c.Executor.Parallel != 3 || c.Executor.RecordEvery != 400*time.Millisecond || string(c.KeyPepper) != "0123456789abcdef0123" {
 		t.Fatalf("set: %+v %v", c, err)
 	}
 	for name, kv := range map[string]map[string]string{
-		"port":        {"PORT": "http"},
-		"port range":  {"PORT": "70000"},
-		"log level":   {"LOG_LEVEL": "loud"},
-		"pepper":      {"CHESSD_KEY_PEPPER": "short"},
-		"pool size":   {"CHESSD_ENGINE_POOL_SIZE": "0"},
-		"duration":    {"CHESSD_ENGINE_HANG_TIMEOUT": "soon"},
-		"rate limits": {"CHESSD_RATE_LIMITS": "maybe"},
-		"worker jobs": {"CHESSD_WORKER_JOBS": "-1"},
-		"hash":        {"CHESSD_ENGINE_MAX_HASH_MB": "0"},
-		"boost 0":     {"CHESSD_ENGINE_BOOST": "0"},
-		"boost range": {"CHESSD_ENGINE_BOOST": "20"},
+		"port":         {"PORT": "http"},
+		"port range":   {"PORT": "70000"},
+		"log level":    {"LOG_LEVEL": "loud"},
+		"pepper":       {"CHESSD_KEY_PEPPER": "short"},
+		"pool size":    {"CHESSD_ENGINE_POOL_SIZE": "0"},
+		"duration":     {"CHESSD_ENGINE_HANG_TIMEOUT": "soon"},
+		"record every": {"CHESSD_JOB_RECORD_EVERY": "often"},
+		"rate limits":  {"CHESSD_RATE_LIMITS": "maybe"},
+		"worker jobs":  {"CHESSD_WORKER_JOBS": "-1"},
+		"hash":         {"CHESSD_ENGINE_MAX_HASH_MB": "0"},
+		"boost 0":      {"CHESSD_ENGINE_BOOST": "0"},
+		"boost range":  {"CHESSD_ENGINE_BOOST": "20"},
 	} {
 		if _, err := loadConfig(env(kv)); err == nil {
 			t.Errorf("%s: %v accepted", name, kv)
