@@ -5,6 +5,7 @@ package ledger
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/shopspring/decimal"
 )
@@ -78,12 +79,44 @@ func (t Transaction) Postings() []Posting { return append([]Posting(nil), t.post
 
 // Balanced reports whether debits equal credits in every currency: true for anything
 // NewTransaction made; used to check postings read back from storage.
+// A rebuild checks every charge it reads: for the few postings of a charge or a
+// credit, the first posting of each currency sums its currency's, without a map.
 func Balanced(ps []Posting) bool {
-	sum := map[Currency]decimal.Decimal{}
 	for _, p := range ps {
 		if p.Debit.IsNegative() || p.Credit.IsNegative() || (!p.Debit.IsZero() && !p.Credit.IsZero()) {
 			return false
 		}
+	}
+	if len(ps) > 8 {
+		return balancedByMap(ps)
+	}
+	for i, p := range ps {
+		if slices.ContainsFunc(ps[:i], func(q Posting) bool { return q.Currency == p.Currency }) {
+			continue // summed with the first of its currency
+		}
+		var debit, credit decimal.Decimal
+		for _, q := range ps[i:] {
+			if q.Currency != p.Currency {
+				continue
+			}
+			if !q.Debit.IsZero() {
+				debit = debit.Add(q.Debit)
+			}
+			if !q.Credit.IsZero() {
+				credit = credit.Add(q.Credit)
+			}
+		}
+		if !debit.Equal(credit) {
+			return false
+		}
+	}
+	return true
+}
+
+// balancedByMap sums each currency once, however many postings there are.
+func balancedByMap(ps []Posting) bool {
+	sum := map[Currency]decimal.Decimal{}
+	for _, p := range ps {
 		sum[p.Currency] = sum[p.Currency].Add(p.Debit).Sub(p.Credit)
 	}
 	for _, v := range sum {

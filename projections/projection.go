@@ -745,9 +745,8 @@ func readTopic(ctx context.Context, q eventstore.Querier, topic string, after in
 	}
 	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (eventstore.Event, error) {
 		var e eventstore.Event
-		var payload string
-		err := r.Scan(&e.Position, &e.StreamID, &e.StreamType, &e.Version, &e.Type, &e.SchemaVersion, &payload)
-		e.Payload = json.RawMessage(payload)
+		// into the payload's own bytes: a string first would copy each payload twice
+		err := r.Scan(&e.Position, &e.StreamID, &e.StreamType, &e.Version, &e.Type, &e.SchemaVersion, (*[]byte)(&e.Payload))
 		return e, err
 	})
 	if err != nil {
