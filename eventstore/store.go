@@ -422,7 +422,8 @@ type InlineFunc func(b *pgx.Batch, evs []Event) error
 type TableRows struct {
 	Table   string
 	Columns []string
-	Rows    pgx.CopyFromSource
+	Rows    []byte // in COPY's binary format (postgres.CopyRows), its columns in Columns' order
+	N       int    // how many rows
 }
 
 // inline holds the inline projections by topic. Registered at init (the package that

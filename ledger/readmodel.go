@@ -6,11 +6,11 @@ import (
 
 	gojson "github.com/goccy/go-json"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 
 	"chessd/domain"
 	"chessd/eventstore"
+	"chessd/postgres"
 )
 
 // The ledger's read model, what GET /usage, GET /me and the set-aside tools read:
@@ -65,10 +65,18 @@ func RebuildCopy(evs []eventstore.Event) ([]eventstore.TableRows, error) {
 	}
 	var out []eventstore.TableRows
 	if len(rm.charges.pos) > 0 {
-		out = append(out, rm.charges.copyRows())
+		rows, err := rm.charges.copyRows()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows)
 	}
 	if len(rm.credits.pos) > 0 {
-		out = append(out, rm.credits.copyRows())
+		rows, err := rm.credits.copyRows()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows)
 	}
 	return out, nil
 }
@@ -235,48 +243,75 @@ func texts(ds []decimal.Decimal) []string {
 	return out
 }
 
-// numeric is d as COPY sends it, without a detour through text.
-func numeric(d decimal.Decimal) pgtype.Numeric {
-	return pgtype.Numeric{Int: d.Coefficient(), Exp: d.Exponent(), Valid: true}
-}
-
-// date is a UTC day as COPY sends it; a day that is not one is sent as written, for
-// PostgreSQL to refuse.
-func date(day string) any {
-	t, err := time.Parse(time.DateOnly, day)
+// day is a UTC day as COPY reads it; a day that is not one refuses the rows (the
+// rebuild then finds the event at fault the careful way).
+func day(pos int64, text string) (time.Time, error) {
+	t, err := time.Parse(time.DateOnly, text)
 	if err != nil {
-		return day
+		return time.Time{}, fmt.Errorf("position %d: day %q is not a date", pos, text)
 	}
-	return pgtype.Date{Time: t, Valid: true}
+	return t, nil
 }
 
-// columnRows are rows for COPY, made one at a time from columns (pgx.CopyFromSource).
-type columnRows struct {
-	n, i int
-	row  []any
-	fill func(i int, row []any)
-}
-
-func (r *columnRows) Next() bool             { r.i++; return r.i <= r.n }
-func (r *columnRows) Values() ([]any, error) { r.fill(r.i-1, r.row); return r.row, nil }
-func (r *columnRows) Err() error             { return nil }
-
-func (c *chargeColumns) copyRows() eventstore.TableRows {
+// copyRows are the charges in COPY's binary format, their columns in the table's order.
+func (c *chargeColumns) copyRows() (eventstore.TableRows, error) {
 	cols := []string{"position", "charge_id", "request_id", "account_id", "key_id", "env", "day", "charged_at",
 		"endpoint", "engine", "path", "cached", "units", "usd", "params"}
-	return eventstore.TableRows{Table: "charges", Columns: cols, Rows: &columnRows{n: len(c.pos), row: make([]any, len(cols)),
-		fill: func(i int, r []any) {
-			r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] = c.pos[i], c.chargeID[i], c.requestID[i], c.accountID[i], c.keyID[i], c.env[i], date(c.day[i]), c.chargedAt[i]
-			r[8], r[9], r[10], r[11], r[12], r[13], r[14] = c.endpoint[i], c.engine[i], c.path[i], c.cached[i], c.units[i], numeric(c.usd[i]), c.params[i]
-		}}}
+	w := postgres.NewCopyRows(len(c.pos) * 400)
+	for i, pos := range c.pos {
+		d, err := day(pos, c.day[i])
+		if err != nil {
+			return eventstore.TableRows{}, err
+		}
+		w.Row(len(cols))
+		w.Int8(pos)
+		w.Text(c.chargeID[i])
+		w.Text(c.requestID[i])
+		w.Text(c.accountID[i])
+		w.Text(c.keyID[i])
+		w.Text(c.env[i])
+		w.Date(d)
+		w.Timestamptz(c.chargedAt[i])
+		w.Text(c.endpoint[i])
+		w.Text(c.engine[i])
+		w.Text(c.path[i])
+		w.Bool(c.cached[i])
+		w.Int8(c.units[i])
+		w.Numeric(c.usd[i])
+		w.Text(c.params[i])
+	}
+	return eventstore.TableRows{Table: "charges", Columns: cols, Rows: w.Bytes(), N: w.Rows()}, nil
 }
 
-func (c *creditColumns) copyRows() eventstore.TableRows {
+// copyRows are the credits in COPY's binary format, their columns in the table's order.
+func (c *creditColumns) copyRows() (eventstore.TableRows, error) {
 	cols := []string{"position", "credit_id", "charge_id", "charge_position", "account_id", "key_id", "env", "day",
 		"credited_at", "units", "usd", "reason", "actor", "dispute_id"}
-	return eventstore.TableRows{Table: "credits", Columns: cols, Rows: &columnRows{n: len(c.pos), row: make([]any, len(cols)),
-		fill: func(i int, r []any) {
-			r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] = c.pos[i], c.creditID[i], c.chargeID[i], c.chargePos[i], c.accountID[i], c.keyID[i], c.env[i], date(c.day[i])
-			r[8], r[9], r[10], r[11], r[12], r[13] = c.creditedAt[i], c.units[i], numeric(c.usd[i]), c.reason[i], c.actor[i], c.disputeID[i]
-		}}}
+	w := postgres.NewCopyRows(len(c.pos) * 250)
+	for i, pos := range c.pos {
+		d, err := day(pos, c.day[i])
+		if err != nil {
+			return eventstore.TableRows{}, err
+		}
+		w.Row(len(cols))
+		w.Int8(pos)
+		w.Text(c.creditID[i])
+		w.Text(c.chargeID[i])
+		w.Int8(c.chargePos[i])
+		w.Text(c.accountID[i])
+		w.Text(c.keyID[i])
+		w.Text(c.env[i])
+		w.Date(d)
+		w.Timestamptz(c.creditedAt[i])
+		w.Int8(c.units[i])
+		w.Numeric(c.usd[i])
+		w.Text(c.reason[i])
+		w.Text(c.actor[i])
+		if c.disputeID[i] == nil {
+			w.Null()
+		} else {
+			w.Text(*c.disputeID[i])
+		}
+	}
+	return eventstore.TableRows{Table: "credits", Columns: cols, Rows: w.Bytes(), N: w.Rows()}, nil
 }

@@ -25,6 +25,7 @@ import (
 
 	"chessd/eventstore"
 	"chessd/ledger"
+	"chessd/postgres"
 )
 
 // Projection turns events into rows of a read model.
@@ -614,7 +615,11 @@ func (rb *rebuilding) copyChunk(ctx context.Context, ahead <-chan made) error {
 		if err != nil {
 			break
 		}
-		_, err = rb.tx.CopyFrom(ctx, pgx.Identifier{rb.shadow.name, t.Table}, t.Columns, t.Rows)
+		var n int64
+		n, err = postgres.Copy(ctx, rb.tx.Conn().PgConn(), pgx.Identifier{rb.shadow.name, t.Table}, t.Columns, t.Rows)
+		if err == nil && n != int64(t.N) {
+			err = fmt.Errorf("copy into %s: %d rows taken of %d", t.Table, n, t.N)
+		}
 	}
 	if CannotApply(err) {
 		return refusedError{err}
