@@ -195,6 +195,12 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection) (RebuildRepo
 	}
 }
 
+// RebuildGCPercent is the garbage collector's target a process that runs a rebuild
+// and nothing else sets (`chessd rebuild` when GOGC is not set): a rebuild decodes every
+// event once, and collecting its garbage a quarter as often, for a heap of tens of MB,
+// cut the rebuild's CPU in the process by about 15 % (docs/BENCHMARKS.md, session 15).
+const RebuildGCPercent = 400
+
 // RebuildAll rebuilds the projections ps side by side, each as Rebuild does, in a
 // transaction of its own: what one waits for (its reads, its indexes, a lock) another
 // uses. Reports and errors are in the order of ps; one that fails leaves the others be.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -41,6 +43,9 @@ func (b *bench) rebuildAll(ctx context.Context, accounts, charges, jobs int) err
 		return err
 	}
 	head := b.head()
+	if os.Getenv("GOGC") == "" { // as `chessd rebuild` runs them
+		defer debug.SetGCPercent(debug.SetGCPercent(projections.RebuildGCPercent))
+	}
 	// Each rebuild starts on a settled database, as one in production would: the log
 	// vacuumed and analysed and no dirty buffers left from the writes before it.
 	settle := func() error { return postgres.Settle(ctx, b.pool, "events") }
