@@ -257,14 +257,12 @@ func day(pos int64, text string) (time.Time, error) {
 func (c *chargeColumns) copyRows() (eventstore.TableRows, error) {
 	cols := []string{"position", "charge_id", "request_id", "account_id", "key_id", "env", "day", "charged_at",
 		"endpoint", "engine", "path", "cached", "units", "usd", "params"}
-	w := postgres.NewCopyRows(len(c.pos) * 400)
-	for i, pos := range c.pos {
-		d, err := day(pos, c.day[i])
+	return copyTable("charges", cols, len(c.pos), 400, func(w *postgres.CopyRows, i int) error {
+		d, err := day(c.pos[i], c.day[i])
 		if err != nil {
-			return eventstore.TableRows{}, err
+			return err
 		}
-		w.Row(len(cols))
-		w.Int8(pos)
+		w.Int8(c.pos[i])
 		w.Text(c.chargeID[i])
 		w.Text(c.requestID[i])
 		w.Text(c.accountID[i])
@@ -279,22 +277,20 @@ func (c *chargeColumns) copyRows() (eventstore.TableRows, error) {
 		w.Int8(c.units[i])
 		w.Numeric(c.usd[i])
 		w.Text(c.params[i])
-	}
-	return eventstore.TableRows{Table: "charges", Columns: cols, Rows: w.Bytes(), N: w.Rows()}, nil
+		return nil
+	})
 }
 
 // copyRows are the credits in COPY's binary format, their columns in the table's order.
 func (c *creditColumns) copyRows() (eventstore.TableRows, error) {
 	cols := []string{"position", "credit_id", "charge_id", "charge_position", "account_id", "key_id", "env", "day",
 		"credited_at", "units", "usd", "reason", "actor", "dispute_id"}
-	w := postgres.NewCopyRows(len(c.pos) * 250)
-	for i, pos := range c.pos {
-		d, err := day(pos, c.day[i])
+	return copyTable("credits", cols, len(c.pos), 250, func(w *postgres.CopyRows, i int) error {
+		d, err := day(c.pos[i], c.day[i])
 		if err != nil {
-			return eventstore.TableRows{}, err
+			return err
 		}
-		w.Row(len(cols))
-		w.Int8(pos)
+		w.Int8(c.pos[i])
 		w.Text(c.creditID[i])
 		w.Text(c.chargeID[i])
 		w.Int8(c.chargePos[i])
@@ -312,6 +308,19 @@ func (c *creditColumns) copyRows() (eventstore.TableRows, error) {
 		} else {
 			w.Text(*c.disputeID[i])
 		}
+		return nil
+	})
+}
+
+// copyTable writes n rows of cols with row, which writes row i's fields in cols'
+// order; size guesses a row's bytes.
+func copyTable(table string, cols []string, n, size int, row func(w *postgres.CopyRows, i int) error) (eventstore.TableRows, error) {
+	w := postgres.NewCopyRows(n * size)
+	for i := range n {
+		w.Row(len(cols))
+		if err := row(w, i); err != nil {
+			return eventstore.TableRows{}, err
+		}
 	}
-	return eventstore.TableRows{Table: "credits", Columns: cols, Rows: w.Bytes(), N: w.Rows()}, nil
+	return eventstore.TableRows{Table: table, Columns: cols, Rows: w.Bytes(), N: w.Rows()}, nil
 }
