@@ -1,0 +1,138 @@
+package commands_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"chessd/commands"
+	"chessd/eventstore"
+	"chessd/postgres/pgtest"
+)
+
+// takeSpec is the order TakePositions must follow, written the plain way: number every
+// free position of the queue per account (after the account's positions in flight,
+// oldest job first, input order within a job) and take the n lowest. TakePositions
+// reads only the first few of each account; on any queue, it takes the same.
+const takeSpec = `
+	WITH busy AS (
+		SELECT account_id, count(*) AS n FROM job_queue
+		 WHERE worker IS NOT NULL AND lease_until >= now() GROUP BY account_id
+	), free AS (
+		SELECT q.job_id, q.idx, q.submitted_at,
+		       coalesce(b.n, 0) + row_number() OVER (PARTITION BY q.account_id ORDER BY q.submitted_at, q.job_id, q.idx) AS turn
+		  FROM job_queue q LEFT JOIN busy b USING (account_id)
+		 WHERE q.worker IS NULL OR q.lease_until < now()
+	)
+	SELECT job_id, idx FROM free ORDER BY turn, submitted_at, job_id, idx LIMIT $1`
+
+func TestTakePositionsFollowsTheSpec(t *testing.T) {
+	f := newFixture(t)
+	rng := rand.New(rand.NewPCG(7, 15))
+	for round := range 150 {
+		if _, err := f.pool.Exec(f.ctx, `DELETE FROM job_queue`); err != nil {
+			t.Fatal(err)
+		}
+		// up to 4 accounts of up to 3 jobs of up to 6 positions; some positions held by
+		// another worker, some of those with their lease run out
+		b := &pgx.Batch{}
+		for a := range 1 + rng.IntN(4) {
+			for j := range rng.IntN(4) {
+				job, at := fmt.Sprintf("job-%d-%d-%d", round, a, j), time.Duration(rng.IntN(100))*time.Second
+				for i := range 1 + rng.IntN(6) {
+					var worker *string
+					lease := time.Minute
+					switch r := rng.IntN(10); {
+					case r < 3:
+						w := "other"
+						worker = &w
+					case r < 4:
+						w := "other"
+						worker, lease = &w, -time.Minute
+					}
+					b.Queue(`INSERT INTO job_queue (job_id, idx, account_id, submitted_at, worker, lease_until)
+						VALUES ($1, $2, $3, now() - $4::interval, $5, CASE WHEN $5::text IS NULL THEN NULL ELSE now() + $6::interval END)`,
+						job, i, fmt.Sprintf("acct-%d", a), at.String(), worker, lease.String())
+				}
+			}
+		}
+		if err := f.pool.SendBatch(f.ctx, b).Close(); err != nil {
+			t.Fatal(err)
+		}
+		n := 1 + rng.IntN(4)
+		rows, _ := f.pool.Query(f.ctx, takeSpec, n)
+		want, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+			var job string
+			var idx int
+			err := r.Scan(&job, &idx)
+			return fmt.Sprintf("%s/%d", job, idx), err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tookOver []string
+		if err := f.pool.QueryRow(f.ctx, `SELECT coalesce(array_agg(job_id || '/' || idx), '{}') FROM job_queue
+			WHERE worker = 'other' AND lease_until < now()`).Scan(&tookOver); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, tk := range f.take("w", n, time.Minute) {
+			name := fmt.Sprintf("%s/%d", tk.JobID, tk.Index)
+			if tk.TookOver != slices.Contains(tookOver, name) {
+				t.Errorf("round %d: %s taken over %v", round, name, tk.TookOver)
+			}
+			got = append(got, name)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d, n = %d: took %v, the spec takes %v", round, n, got, want)
+		}
+	}
+}
+
+// BenchmarkTakePositions takes two positions at a time from queues of many lengths
+// (ten accounts' 50-position jobs, none held): a take's cost should not follow the
+// queue's length.
+func BenchmarkTakePositions(b *testing.B) {
+	pool := pgtest.NewDB(b)
+	h := commands.New(eventstore.NewStore(pool, nil), nil)
+	ctx := context.Background()
+	for _, queued := range []int{50, 5_000, 20_000} {
+		b.Run(fmt.Sprintf("queued=%d", queued), func(b *testing.B) {
+			fill := func() {
+				if _, err := pool.Exec(ctx, `TRUNCATE job_queue`); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := pool.Exec(ctx, `INSERT INTO job_queue (job_id, idx, account_id, submitted_at)
+					SELECT 'job' || (i / 50), i % 50, 'acct' || ((i / 50) % 10), now() - make_interval(secs => i / 50)
+					  FROM generate_series(0, $1 - 1) i`, queued); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := pool.Exec(ctx, `ANALYZE job_queue`); err != nil {
+					b.Fatal(err)
+				}
+			}
+			fill()
+			taken := 0
+			for b.Loop() {
+				if taken+2 > queued { // all held: start again
+					b.StopTimer()
+					fill()
+					taken = 0
+					b.StartTimer()
+				}
+				got, err := h.TakePositions(ctx, "w", 2, time.Minute)
+				if err != nil || len(got) != 2 {
+					b.Fatalf("took %d: %v", len(got), err)
+				}
+				taken += 2
+			}
+		})
+	}
+}
