@@ -275,7 +275,9 @@ func (c *chargeColumns) copyRows() (eventstore.TableRows, error) {
 		w.Text(c.path[i])
 		w.Bool(c.cached[i])
 		w.Int8(c.units[i])
-		w.Numeric(c.usd[i])
+		if err := w.Numeric(c.usd[i]); err != nil {
+			return fmt.Errorf("position %d: %w", c.pos[i], err)
+		}
 		w.Text(c.params[i])
 		return nil
 	})
@@ -300,7 +302,9 @@ func (c *creditColumns) copyRows() (eventstore.TableRows, error) {
 		w.Date(d)
 		w.Timestamptz(c.creditedAt[i])
 		w.Int8(c.units[i])
-		w.Numeric(c.usd[i])
+		if err := w.Numeric(c.usd[i]); err != nil {
+			return fmt.Errorf("position %d: %w", c.pos[i], err)
+		}
 		w.Text(c.reason[i])
 		w.Text(c.actor[i])
 		if c.disputeID[i] == nil {

@@ -90,8 +90,10 @@ func (c *CopyRows) Timestamptz(t time.Time) {
 }
 
 // Numeric writes d exactly, with as many digits after the point as d has (the
-// column's type modifier rounds it, or refuses it, as it does any other value).
-func (c *CopyRows) Numeric(d decimal.Decimal) {
+// column's type modifier rounds it, or refuses it, as it does any other value). A
+// value past what PostgreSQL's numeric holds (131,072 digits before the point, 16,383
+// after) is refused here, before its digits are spelt out.
+func (c *CopyRows) Numeric(d decimal.Decimal) error {
 	var digits [64]byte
 	coef, exp := d.Coefficient(), d.Exponent()
 	sign := uint16(0)
@@ -105,10 +107,14 @@ func (c *CopyRows) Numeric(d decimal.Decimal) {
 	} else {
 		s = coef.Append(digits[:0], 10)
 	}
-	groups, weight := numericGroups(s, exp)
-	dscale := max(0, -int(exp))
-	if len(groups) == 0 {
-		sign, weight = 0, 0
+	dscale := max(0, -int64(exp))
+	if coef.Sign() != 0 && int64(len(s))+int64(exp) > 131_072 || dscale > 16_383 {
+		return fmt.Errorf("a numeric of %d digits times 10^%d is past PostgreSQL's range", len(s), exp)
+	}
+	var groups []uint16
+	weight := 0
+	if coef.Sign() != 0 {
+		groups, weight = numericGroups(s, exp)
 	}
 	c.field(8 + 2*len(groups))
 	for _, v := range []uint16{uint16(len(groups)), uint16(int16(weight)), sign, uint16(dscale)} {
@@ -117,6 +123,7 @@ func (c *CopyRows) Numeric(d decimal.Decimal) {
 	for _, g := range groups {
 		c.buf = binary.BigEndian.AppendUint16(c.buf, g)
 	}
+	return nil
 }
 
 // numericGroups turns the decimal digits s times 10^exp into base-10,000 digits

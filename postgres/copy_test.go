@@ -47,11 +47,13 @@ func TestCopyRows(t *testing.T) {
 		w.Date(at.AddDate(0, 0, -k*400))
 		w.Timestamptz(at.Add(time.Duration(k) * time.Hour))
 		w.Bool(k%2 == 0)
-		w.Numeric(decimal.RequireFromString(c.in))
+		if err := w.Numeric(decimal.RequireFromString(c.in)); err != nil {
+			t.Fatal(err)
+		}
 		if c.n6 == "" {
 			w.Null()
-		} else {
-			w.Numeric(decimal.RequireFromString(c.in))
+		} else if err := w.Numeric(decimal.RequireFromString(c.in)); err != nil {
+			t.Fatal(err)
 		}
 		w.Text(`{"k": ` + fmt.Sprint(k) + `}`)
 		w.Null()
@@ -95,6 +97,24 @@ func TestCopyRows(t *testing.T) {
 	}
 }
 
+// Values past what numeric holds are refused before their digits are spelt out (an
+// exponent of a billion is a gigabyte of zeros); zero is zero at any exponent.
+func TestCopyRowsNumericRange(t *testing.T) {
+	w := postgres.NewCopyRows(0)
+	for _, d := range []decimal.Decimal{decimal.New(1, 1_000_000_000), decimal.New(1, 131_072), decimal.New(-7, -16_384), decimal.New(0, -16_384)} {
+		w.Row(1)
+		if err := w.Numeric(d); err == nil {
+			t.Errorf("%d × 10^%d taken", d.Coefficient(), d.Exponent())
+		}
+	}
+	for _, d := range []decimal.Decimal{decimal.New(0, 1_000_000_000), decimal.New(1, 131_071), decimal.New(-7, -16_383)} {
+		w.Row(1)
+		if err := w.Numeric(d); err != nil {
+			t.Errorf("%d × 10^%d: %v", d.Coefficient(), d.Exponent(), err)
+		}
+	}
+}
+
 // A value past the column's type modifier is refused, as any other value would be.
 func TestCopyRowsRefused(t *testing.T) {
 	ctx := context.Background()
@@ -104,7 +124,9 @@ func TestCopyRowsRefused(t *testing.T) {
 	}
 	w := postgres.NewCopyRows(0)
 	w.Row(1)
-	w.Numeric(decimal.RequireFromString("12345678901234567890123.45"))
+	if err := w.Numeric(decimal.RequireFromString("12345678901234567890123.45")); err != nil {
+		t.Fatal(err)
+	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
