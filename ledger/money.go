@@ -79,6 +79,7 @@ func (t Transaction) Postings() []Posting { return append([]Posting(nil), t.post
 
 // Balanced reports whether debits equal credits in every currency: true for anything
 // NewTransaction made; used to check postings read back from storage.
+//
 // A rebuild checks every charge it reads: for the few postings of a charge or a
 // credit, the first posting of each currency sums its currency's, without a map.
 func Balanced(ps []Posting) bool {
