@@ -82,7 +82,19 @@ func (h *Handler) SubmitJob(ctx context.Context, actor Actor, allowance int64, s
 	if err != nil {
 		return nil, err
 	}
-	return domain.RehydrateJob([]domain.Event{e}), nil
+	j := domain.RehydrateJob([]domain.Event{e})
+	h.jobs.keep(j.Clone()) // the worker that starts it is often this process: its start reads no stream
+	return j, nil
+}
+
+// Job returns a job for its positions and spec, which never change once submitted:
+// this process's copy when it has one (it submitted or worked on the job), else the
+// job's stream folded. Its state may be behind the log's.
+func (h *Handler) Job(ctx context.Context, jobID string) (*domain.Job, error) {
+	if j := h.jobs.peek(jobID); j != nil {
+		return j, nil
+	}
+	return LoadJob(ctx, h.store.Pool(), jobID)
 }
 
 // publishCommand puts a command on the Watermill command bus inside tx: it is

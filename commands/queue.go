@@ -113,6 +113,16 @@ func (c *jobCache) take(jobID string) *domain.Job {
 	return j
 }
 
+// peek returns a copy of jobID's entry, or nil, leaving the entry in place.
+func (c *jobCache) peek(jobID string) *domain.Job {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if j := c.jobs[jobID]; j != nil {
+		return j.Clone()
+	}
+	return nil
+}
+
 // keep stores j, which nobody else may hold, as committed; an ended job is forgotten.
 func (c *jobCache) keep(j *domain.Job) {
 	if j.State().Terminal() {
@@ -260,7 +270,11 @@ func (h *Handler) StartJob(ctx context.Context, jobID, worker string, tookOver b
 		out = j
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	h.jobs.keep(out.Clone()) // the caller has out; the job's first record reads no stream
+	return out, nil
 }
 
 // QueueDepth counts the job positions on the queue (every server's and worker's): those

@@ -95,10 +95,26 @@ type task struct {
 
 // jobRun is what a worker knows of a job whose positions it holds.
 type jobRun struct {
-	job       *domain.Job
+	job *domain.Job // its positions and spec
+	// started is closed once the job's start (JobStarted or JobResumed, committed) and
+	// its key are known, or startErr says why not: searches begin before that commit,
+	// records and failures wait for it.
+	started   chan struct{}
+	startErr  error
 	key       *domain.Key
 	tasks     int // held positions of this job
 	searching int // held and not yet analysed
+}
+
+// ready waits until the job's start is known and returns its error; ctx's when ctx
+// ends first.
+func (r *jobRun) ready(ctx context.Context) error {
+	select {
+	case <-r.started:
+		return r.startErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // New builds an Executor.
@@ -299,27 +315,37 @@ func (x *Executor) take(ctx context.Context, n int, ready chan<- *task) int {
 	return len(taken)
 }
 
-// jobOf returns what this worker knows of a taken position's job, loading it (and
-// starting it, or saying it was resumed) the first time.
+// jobOf returns what this worker knows of a taken position's job. The first time, it
+// reads the job (its positions and spec, fixed at submission) and starts it beside
+// the first searches (start): the engines do not wait for JobStarted's commit.
+// A position taken over from a stopped worker of a job this worker runs says so
+// (JobResumed) before its search.
 func (x *Executor) jobOf(ctx context.Context, t commands.Taken) (*jobRun, error) {
 	x.mu.Lock()
 	run := x.jobs[t.JobID]
 	x.mu.Unlock()
-	if run != nil && !t.TookOver {
+	if run != nil {
+		if t.TookOver {
+			err := persist(ctx, x.logger.With("job_id", t.JobID), "resume job", func() error {
+				_, err := x.cmds.StartJob(ctx, t.JobID, x.cfg.Worker, true)
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
 		return run, nil
 	}
-	log := x.logger.With("job_id", t.JobID)
 	var job *domain.Job
-	var key *domain.Key
-	err := persist(ctx, log, "start job", func() (err error) {
-		if job, err = x.cmds.StartJob(ctx, t.JobID, x.cfg.Worker, t.TookOver); err != nil {
-			return err
-		}
-		key, err = commands.LoadKey(ctx, x.pool, job.KeyID())
+	err := persist(ctx, x.logger.With("job_id", t.JobID), "read job", func() (err error) {
+		job, err = x.cmds.Job(ctx, t.JobID)
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if job.State().Terminal() {
+		return nil, commands.ErrNotClaimable
 	}
 	if t.Index >= len(job.Positions()) {
 		return nil, fmt.Errorf("job %s has no position %d", t.JobID, t.Index)
@@ -327,10 +353,35 @@ func (x *Executor) jobOf(ctx context.Context, t commands.Taken) (*jobRun, error)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if run = x.jobs[t.JobID]; run == nil {
-		run = &jobRun{job: job, key: key}
+		run = &jobRun{job: job, started: make(chan struct{})}
 		x.jobs[t.JobID] = run
+		go x.start(ctx, run, t.TookOver)
 	}
 	return run, nil
+}
+
+// start starts run's job (or resumes it, after a takeover) and reads its key, then
+// closes run.started. A job that cannot start (it ended, or its start kept failing)
+// has its searches stopped: nothing of it is recorded or charged here, and positions
+// of a job that did not end are taken again once their leases run out.
+func (x *Executor) start(ctx context.Context, run *jobRun, tookOver bool) {
+	jobID := run.job.ID()
+	log := x.logger.With("job_id", jobID)
+	run.startErr = persist(ctx, log, "start job", func() error {
+		if _, err := x.cmds.StartJob(ctx, jobID, x.cfg.Worker, tookOver); err != nil {
+			return err
+		}
+		key, err := commands.LoadKey(ctx, x.pool, run.job.KeyID())
+		run.key = key
+		return err
+	})
+	close(run.started)
+	if run.startErr != nil {
+		if !errors.Is(run.startErr, commands.ErrNotClaimable) && ctx.Err() == nil {
+			log.Warn("start job", "err", run.startErr) // its positions are taken again once their leases run out
+		}
+		x.dropJob(jobID)
+	}
 }
 
 // search runs positions from ready on the engines until ready is closed.
@@ -427,6 +478,10 @@ func (x *Executor) recordJob(ctx context.Context, jobID string, ts []*task) {
 	if ctx.Err() != nil {
 		return // shutting down: what is left is never recorded nor charged (another worker redoes it)
 	}
+	run := ts[0].job
+	if run.ready(ctx) != nil {
+		return // it did not start: start stopped its searches
+	}
 	ps := make([]commands.Position, 0, len(ts))
 	for _, t := range ts {
 		ps = append(ps, t.result)
@@ -434,7 +489,7 @@ func (x *Executor) recordJob(ctx context.Context, jobID string, ts []*task) {
 	log := x.logger.With("job_id", jobID)
 	// A retry after a commit of unknown outcome skips what that commit recorded.
 	err := persist(ctx, log, "record positions", func() error {
-		_, err := x.cmds.RecordPositions(ctx, ts[0].job.key, jobID, x.cfg.Worker, ps)
+		_, err := x.cmds.RecordPositions(ctx, run.key, jobID, x.cfg.Worker, ps)
 		return err
 	})
 	switch {
@@ -609,6 +664,9 @@ func (x *Executor) analyse(ctx context.Context, spec domain.JobSpec, p domain.Jo
 // fail ends a job whose position cannot be analysed.
 func (x *Executor) fail(t *task, cause error) {
 	log := x.logger.With("job_id", t.slot.JobID)
+	if t.job.ready(t.ctx) != nil {
+		return // it did not start, or the position is dropped: not this worker's to fail
+	}
 	var de *domain.Error
 	if !errors.As(cause, &de) {
 		log.Error("job failed", "err", cause)

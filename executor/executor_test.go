@@ -149,6 +149,30 @@ func TestExecutorRecordsAJobWithoutWaitingForAnother(t *testing.T) {
 	}
 }
 
+// A job's searches begin before its start commits, and its records wait for that
+// commit: a job of one finished game, answered at once without an engine, is recorded
+// as soon as it is started, never before (its record would be refused, and the
+// position searched again once its lease ran out).
+func TestExecutorRecordsOnlyAStartedJob(t *testing.T) {
+	e := newEnv(t, 1)
+	pool, cmds := e.pool, e.cmds
+	x := e.run(t, executor.Config{Worker: "w", Parallel: 1, Lease: 3 * time.Second, RecordEvery: time.Hour})
+	key := signup(t, pool, cmds)
+	for n := range 10 {
+		j := submit(t, cmds, key, []string{fenWhiteIsMated})
+		if got := waitDone(t, pool, j.ID()); got.State() != domain.StateSucceeded || got.Done() != 1 {
+			t.Fatalf("job %d ended %s with %d done", n, got.State(), got.Done())
+		}
+		if s, r, a := count(t, pool, j.ID(), "JobStarted"), count(t, pool, j.ID(), "JobResumed"),
+			count(t, pool, j.ID(), "JobPositionAnalysed"); s != 1 || r != 0 || a != 1 {
+			t.Fatalf("job %d: started %d times, resumed %d, %d positions recorded; want 1, 0, 1", n, s, r, a)
+		}
+		if got := x.Stats().Positions; got != int64(n+1) {
+			t.Fatalf("after job %d: %d positions searched, want %d (each once)", n, got, n+1)
+		}
+	}
+}
+
 // An executor stopped at once, while its command subscriber is still starting, stops
 // cleanly: Run returns nil (a `chessd worker` told to stop must not exit with an error).
 func TestExecutorStoppedWhileStarting(t *testing.T) {
@@ -189,7 +213,7 @@ func newEnv(t *testing.T, engines int) *env {
 }
 
 // run starts an executor that runs until the test ends.
-func (e *env) run(t *testing.T, cfg executor.Config) {
+func (e *env) run(t *testing.T, cfg executor.Config) *executor.Executor {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -201,6 +225,7 @@ func (e *env) run(t *testing.T, cfg executor.Config) {
 			t.Errorf("executor %s: %v", cfg.Worker, err)
 		}
 	})
+	return x
 }
 
 // signup makes an account and returns its first key.
