@@ -148,12 +148,22 @@ func (b *bench) jobs() error {
 	return nil
 }
 
-// jobRounds is how many raw and service runs of the batch each row alternates: a
-// depth-10 batch takes under a second, and one pair moves by ±15 % between runs here
-// (seven pairs since session 16: five left the median at the mercy of one pair).
-var jobRounds = flag.Int("job-rounds", 7, "jobs part: raw and service runs of the batch each row alternates (the row gives the median pair's ratio)")
+// jobRounds is how many raw and service runs of the batch each row alternates. This
+// machine's speed moves by a quarter from one second to the next (Stockfish's own
+// bench, alone: 455,000 to 766,000 nodes/s in six runs in a row), and one pair with
+// it: the row gives the median pair's ratio, over seven pairs, and over fifteen at
+// depth 10, where a batch takes under a second.
+var jobRounds = flag.Int("job-rounds", 7, "jobs part: raw and service runs of the batch each row alternates (twice as many plus one at depth 10; the row gives the median pair's ratio)")
 
-// jobRow measures one row of the jobs table: jobRounds pairs of a raw run and a
+// roundsAt is how many pairs a row at depth runs.
+func roundsAt(depth int) int {
+	if depth <= 10 {
+		return 2**jobRounds + 1
+	}
+	return max(*jobRounds, 1)
+}
+
+// jobRow measures one row of the jobs table: roundsAt(depth) pairs of a raw run and a
 // service job on the same positions with as many processes, raw first. For one
 // worker's depth-14 row it returns PostgreSQL's top statements during its first job,
 // the job's positions last (printStatementsPer).
@@ -165,7 +175,7 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 	var st execStats
 	var cpu cpuTime
 	var top []postgres.Statement
-	for round := range max(*jobRounds, 1) {
+	for round := range roundsAt(depth) {
 		took, rc, err := runRawAll(b.binary, depth, procs, fens)
 		if err != nil {
 			return nil, err
