@@ -92,7 +92,7 @@ fuzz:
 bench: build engines
 	@command -v wrk >/dev/null || { apt-get install -y wrk >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y wrk >/dev/null; }; }
 	@set -o pipefail; { \
-	  $(GO) test -run '^$$' -bench . -benchtime 40x ./engine/ ./domain/... ./commands/ && \
+	  $(GO) test -run '^$$' -bench . -benchtime 40x ./engine/ ./domain/... ./commands/ ./httpapi/ && \
 	  $(GO) run ./cmd/chessbench $(BENCHFLAGS); } | tee bench.out
 
 clean:

@@ -44,3 +44,19 @@ func TestParseFENsKeepsEachAtItsIndex(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkParseFENs is a 50-FEN batch's parsing, as POST /batch does it.
+func BenchmarkParseFENs(b *testing.B) {
+	fens := make([]string, 50)
+	for i := range fens {
+		fens[i] = "r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1"
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, r := range parseFENs(fens, false) {
+			if r.err != nil {
+				b.Fatal(r.err)
+			}
+		}
+	}
+}
