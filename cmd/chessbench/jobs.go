@@ -54,10 +54,11 @@ func (b *bench) jobs() error {
 	fmt.Printf("%d distinct positions from two games. One worker: the server's own executor on its pool of 2 processes; two workers: "+
 		"a second executor with its own pool of 2 joins it (4 processes). Raw: as many warm processes splitting the positions, ucinewgame after each. "+
 		"Service time: submission until JobSucceeded is recorded. Engine ms and nodes: what the engines reported (info time, nodes). "+
-		"Analysis: the executors' time in analysis per position (acquiring a process, the search, conversion); engines idle: the executors' engine "+
-		"goroutines' time outside analysis while the job ran (processes × job time − analysis), per position. "+
+		"Searching: raw, go to bestmove; the service, the executors' time in analysis (acquiring a process, the search, conversion). "+
+		"Engines idle: processes × run time − searching, per position (raw: resets between searches and the tail, where some processes have "+
+		"nothing left; the service: also the job's start and its last record). "+
 		"CPU outside the engines: what this process (the server, its executor and projections, the bench's client) and PostgreSQL used while the job ran, per position.\n\n", len(fens))
-	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw, median pair** | pairs | engine ms per position, raw / service | nodes per position, raw / service | analysis ms per position | engines idle ms per position | CPU ms per position outside the engines: chessd / PostgreSQL |")
+	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw, median pair** | pairs | engine ms per position, raw / service | nodes per position, raw / service | searching ms per position, raw / service | engines idle ms per position, raw / service | CPU ms per position outside the engines: chessd / PostgreSQL |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	b.svc.DisableCache()
 	defer b.svc.EnableCache()
@@ -214,14 +215,15 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 	n := float64(len(fens) * len(ratios))
 	per := func(d time.Duration) float64 { return ms(d) / float64(max(st.Positions, 1)) }
 	idle := time.Duration(procs)*svcTook - st.Searching // engine goroutines not in analysis while the jobs ran
+	rawIdle := time.Duration(procs)*rawTook - rawCount.busy
 	pairs := make([]string, len(ratios))
 	for i, r := range ratios {
 		pairs[i] = fmt.Sprintf("%.2f", r)
 	}
-	fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f** | %s | %.1f / %.1f | %d / %d | %.1f | %.2f | %.1f / %.1f |\n", workers, procs, depth,
+	fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f** | %s | %.1f / %.1f | %d / %d | %.1f / %.1f | %.2f / %.2f | %.1f / %.1f |\n", workers, procs, depth,
 		n/rawTook.Seconds(), n/svcTook.Seconds(), medianFloat(ratios), strings.Join(pairs, ", "),
 		float64(rawCount.timeMS)/n, float64(svcCount.timeMS)/n, rawCount.nodes/int64(n), svcCount.nodes/int64(n),
-		per(st.Searching), per(idle), ms(cpu.self)/n, ms(cpu.pg)/n)
+		ms(rawCount.busy)/n, per(st.Searching), ms(rawIdle)/n, per(idle), ms(cpu.self)/n, ms(cpu.pg)/n)
 	return top, nil
 }
 
@@ -333,10 +335,16 @@ func (b *bench) waitJobRow(jobID string, done func(*projections.JobHead) (bool, 
 	}
 }
 
-// engineCount is what engines reported of their searches: nodes and time.
-type engineCount struct{ nodes, timeMS int64 }
+// engineCount is what engines reported of their searches: nodes and time; busy is the
+// searches' wall time on the raw side (go to bestmove).
+type engineCount struct {
+	nodes, timeMS int64
+	busy          time.Duration
+}
 
-func (c *engineCount) add(o engineCount) { c.nodes, c.timeMS = c.nodes+o.nodes, c.timeMS+o.timeMS }
+func (c *engineCount) add(o engineCount) {
+	c.nodes, c.timeMS, c.busy = c.nodes+o.nodes, c.timeMS+o.timeMS, c.busy+o.busy
+}
 
 // runRawAll runs fens on conc raw processes, splitting them, and returns the time
 // they took and what the engines reported. The processes are started and ready
@@ -366,10 +374,11 @@ func runRawAll(binary string, depth, conc int, fens []string) (time.Duration, en
 				if i >= len(fens) {
 					return
 				}
-				eng.search(fens[i], depth)
+				busy := eng.search(fens[i], depth)
 				mu.Lock()
 				count.nodes += eng.nodes
 				count.timeMS += eng.timeMS
+				count.busy += busy
 				mu.Unlock()
 			}
 		}()
