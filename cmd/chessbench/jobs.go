@@ -53,6 +53,7 @@ func (b *bench) jobs() error {
 	fmt.Printf("\n## Jobs: 50-position batches against raw Stockfish (cache off)\n\n")
 	fmt.Printf("%d distinct positions from two games. One worker: the server's own executor on its pool of 2 processes; two workers: "+
 		"a second executor with its own pool of 2 joins it (4 processes). Raw: as many warm processes splitting the positions, ucinewgame after each. "+
+		"Pairs: a raw run and a service job, raw first in every other pair. "+
 		"Service time: submission until JobSucceeded is recorded. Engine ms and nodes: what the engines reported (info time, nodes). "+
 		"Searching: raw, go to bestmove; the service, the executors' time in analysis (acquiring a process, the search, conversion). "+
 		"Engines idle: processes × run time − searching, per position (raw: resets between searches and the tail, where some processes have "+
@@ -165,9 +166,9 @@ func roundsAt(depth int) int {
 }
 
 // jobRow measures one row of the jobs table: roundsAt(depth) pairs of a raw run and a
-// service job on the same positions with as many processes, raw first. For one
-// worker's depth-14 row it returns PostgreSQL's top statements during its first job,
-// the job's positions last (printStatementsPer).
+// service job on the same positions with as many processes, raw first in every other
+// pair. For one worker's depth-14 row it returns PostgreSQL's top statements during its
+// first job, the job's positions last (printStatementsPer).
 func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []string) ([]postgres.Statement, error) {
 	procs := 2 * workers
 	var ratios []float64
@@ -177,9 +178,18 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 	var cpu cpuTime
 	var top []postgres.Statement
 	for round := range roundsAt(depth) {
-		took, rc, err := runRawAll(b.binary, depth, procs, fens)
-		if err != nil {
-			return nil, err
+		var took time.Duration
+		var rc engineCount
+		raw := func() (err error) {
+			took, rc, err = runRawAll(b.binary, depth, procs, fens)
+			return err
+		}
+		// the raw run goes first in even rounds, the service's job in odd ones: neither
+		// side always follows the other
+		if round%2 == 0 {
+			if err := raw(); err != nil {
+				return nil, err
+			}
 		}
 		statements := round == 0 && workers == 1 && depth == 14
 		if statements {
@@ -192,6 +202,11 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 		cpuAfter := b.cpuNow()
 		if err != nil {
 			return nil, err
+		}
+		if round%2 == 1 {
+			if err := raw(); err != nil {
+				return nil, err
+			}
 		}
 		if statements {
 			if top, err = postgres.TopStatements(context.Background(), b.pool, 12); err != nil {
