@@ -160,7 +160,7 @@ var jobRounds = flag.Int("job-rounds", 7, "jobs part: raw and service runs of th
 // roundsAt is how many pairs a row at depth runs.
 func roundsAt(depth int) int {
 	if depth <= 10 {
-		return 2**jobRounds + 1
+		return 2*(*jobRounds) + 1
 	}
 	return max(*jobRounds, 1)
 }
