@@ -368,13 +368,15 @@ func (x *Executor) start(ctx context.Context, run *jobRun, tookOver bool) {
 	jobID := run.job.ID()
 	log := x.logger.With("job_id", jobID)
 	run.startErr = persist(ctx, log, "start job", func() error {
-		if _, err := x.cmds.StartJob(ctx, jobID, x.cfg.Worker, tookOver); err != nil {
-			return err
-		}
-		key, err := commands.LoadKey(ctx, x.pool, run.job.KeyID())
-		run.key = key
+		_, err := x.cmds.StartJob(ctx, jobID, x.cfg.Worker, tookOver)
 		return err
 	})
+	if run.startErr == nil { // apart: a read that fails again does not append JobResumed again
+		run.startErr = persist(ctx, log, "read the job's key", func() (err error) {
+			run.key, err = commands.LoadKey(ctx, x.pool, run.job.KeyID())
+			return err
+		})
+	}
 	close(run.started)
 	if run.startErr != nil {
 		if !errors.Is(run.startErr, commands.ErrNotClaimable) && ctx.Err() == nil {
