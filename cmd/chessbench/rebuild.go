@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -43,9 +41,7 @@ func (b *bench) rebuildAll(ctx context.Context, accounts, charges, jobs int) err
 		return err
 	}
 	head := b.head()
-	if os.Getenv("GOGC") == "" { // as `chessd rebuild` runs them
-		defer debug.SetGCPercent(debug.SetGCPercent(projections.RebuildGCPercent))
-	}
+	defer projections.RebuildGC()() // as `chessd rebuild` runs them
 	// Each rebuild starts on a settled database, as one in production would: the log
 	// vacuumed and analysed and no dirty buffers left from the writes before it.
 	settle := func() error { return postgres.Settle(ctx, b.pool, "events") }

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -108,9 +106,7 @@ func verify(ctx context.Context, db *database, out io.Writer) error {
 }
 
 func rebuild(ctx context.Context, db *database, out io.Writer) error {
-	if os.Getenv("GOGC") == "" { // an operator's setting wins
-		defer debug.SetGCPercent(debug.SetGCPercent(projections.RebuildGCPercent))
-	}
+	defer projections.RebuildGC()()
 	ps := allProjections()
 	reps, errs := projections.RebuildAll(ctx, db.pool, ps...)
 	var failed []error
