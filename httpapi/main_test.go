@@ -96,6 +96,7 @@ type envConfig struct {
 	noProjections bool
 	rateLimits    bool
 	keyPerMinute  int // httpapi.Config.KeyRequestsPerMinute
+	keylessPerDay int // httpapi.Config.KeylessPerDay
 	pool          *pgxpool.Pool
 	observe       func(route, method string, status int, took time.Duration) // Deps.ObserveRequest
 }
@@ -107,6 +108,9 @@ func observing(f func(route, method string, status int, took time.Duration)) env
 
 // withWorkers runs n job executors (default 1).
 func withWorkers(n int) envOption { return func(c *envConfig) { c.workers = n } }
+
+// withKeylessPerDay sets the keyless daily allowance per address.
+func withKeylessPerDay(n int) envOption { return func(c *envConfig) { c.keylessPerDay = n } }
 
 // withRateLimits turns the rate limiter on (off by default so tests can call freely).
 func withRateLimits() envOption { return func(c *envConfig) { c.rateLimits = true } }
@@ -140,7 +144,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	authn := auth.NewAuthenticator(pool, testPepper)
 	authn.Watch(meterCtx, logger) // as `chessd serve`: keys and accounts answered from memory
 	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10, NoRateLimits: !cfg.rateLimits, InsecureWebhooks: true,
-		KeyRequestsPerMinute: cfg.keyPerMinute}, httpapi.Deps{
+		KeyRequestsPerMinute: cfg.keyPerMinute, KeylessPerDay: cfg.keylessPerDay}, httpapi.Deps{
 		Pool: pool, Commands: commands.New(store, testPepper),
 		Auth: authn, Analysis: svc,
 		Meter: meter, Logger: logger, Wakeups: eventstore.Listen(meterCtx, pool, logger), ObserveRequest: cfg.observe,

@@ -128,6 +128,10 @@ func (s *Server) routes() {
 			Message: fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allowed, ", "))})
 	})
 	handle := func(method, path string, h http.HandlerFunc) { root.HandleFunc("/v1"+path, h).Methods(method) }
+	// The costed calls first: the router tries routes in order, and these take nearly
+	// all requests (no two routes here match one path, so the order changes nothing else).
+	handle("POST", "/eval", s.eval) // keyless allowed: costed authenticates itself
+	handle("POST", "/bestmove", s.bestMove)
 	handle("GET", "/healthz", s.healthz)
 	handle("GET", "/readyz", s.readyz)
 	handle("GET", "/health", s.health)
@@ -170,8 +174,6 @@ func (s *Server) routes() {
 	handle("POST", "/keys/{id}/rotate", s.authed(domain.ScopeKeysWrite, s.idempotent(s.rotateKey)))
 
 	handle("GET", "/engines", s.engines)
-	handle("POST", "/eval", s.eval) // keyless allowed: analyse authenticates itself
-	handle("POST", "/bestmove", s.bestMove)
 	handle("GET", "/price", s.authed(domain.ScopeEval, s.price))
 	handle("POST", "/batch", s.authed(domain.ScopeJobs, s.batch)) // idempotent inside SubmitJob
 	handle("POST", "/analyze", s.authed(domain.ScopeJobs, s.analyze))
@@ -238,12 +240,14 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 					s.writeError(rec, r, errors.New("panic"))
 				}
 			}
-			attrs := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status,
-				"duration_ms", float64(time.Since(start).Microseconds()) / 1000}
-			if k := principal(r.Context()); k != nil {
-				attrs = append(attrs, "key_id", k.ID())
+			if s.logger.Enabled(ctx, slog.LevelInfo) { // else the line's attributes are garbage made for nothing
+				attrs := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status,
+					"duration_ms", float64(time.Since(start).Microseconds()) / 1000}
+				if k := principal(r.Context()); k != nil {
+					attrs = append(attrs, "key_id", k.ID())
+				}
+				s.logger.LogAttrs(ctx, slog.LevelInfo, "request", argsToAttrs(attrs)...)
 			}
-			s.logger.LogAttrs(ctx, slog.LevelInfo, "request", argsToAttrs(attrs)...)
 			if s.observe != nil {
 				s.observe(route, r.Method, rec.status, time.Since(start))
 			}
