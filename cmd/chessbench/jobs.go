@@ -53,13 +53,14 @@ func (b *bench) jobs() error {
 	fmt.Printf("\n## Jobs: 50-position batches against raw Stockfish (cache off)\n\n")
 	fmt.Printf("%d distinct positions from two games. One worker: the server's own executor on its pool of 2 processes; two workers: "+
 		"a second executor with its own pool of 2 joins it (4 processes). Raw: as many warm processes splitting the positions, ucinewgame after each. "+
-		"Pairs: a raw run and a service job, raw first in every other pair. "+
+		"Pairs: a raw run and a service job, raw first in every other pair; the interval is the median's 95 %% confidence interval from the pairs' order statistics "+
+		"(the machine's speed moves between pairs: a target inside it is within what the run can tell). "+
 		"Service time: submission until JobSucceeded is recorded. Engine ms and nodes: what the engines reported (info time, nodes). "+
 		"Searching: raw, go to bestmove; the service, the executors' time in analysis (acquiring a process, the search, conversion). "+
 		"Engines idle: processes × run time − searching, per position (raw: resets between searches and the tail, where some processes have "+
 		"nothing left; the service: also the job's start and its last record). "+
 		"CPU outside the engines: what this process (the server, its executor and projections, the bench's client) and PostgreSQL used while the job ran, per position.\n\n", len(fens))
-	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw, median pair** | pairs | engine ms per position, raw / service | nodes per position, raw / service | searching ms per position, raw / service | engines idle ms per position, raw / service | CPU ms per position outside the engines: chessd / PostgreSQL |")
+	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw, median pair** [95 % interval] | pairs | engine ms per position, raw / service | nodes per position, raw / service | searching ms per position, raw / service | engines idle ms per position, raw / service | CPU ms per position outside the engines: chessd / PostgreSQL |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	b.svc.DisableCache()
 	defer b.svc.EnableCache()
@@ -191,7 +192,7 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 				return nil, err
 			}
 		}
-		statements := round == 0 && workers == 1 && depth == 14
+		statements := round == 2 && workers == 1 && depth == 10
 		if statements {
 			if err := postgres.StartStatements(context.Background(), b.pool); err != nil {
 				return nil, err
@@ -235,8 +236,8 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 	for i, r := range ratios {
 		pairs[i] = fmt.Sprintf("%.2f", r)
 	}
-	fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f** | %s | %.1f / %.1f | %d / %d | %.1f / %.1f | %.2f / %.2f | %.1f / %.1f |\n", workers, procs, depth,
-		n/rawTook.Seconds(), n/svcTook.Seconds(), medianFloat(ratios), strings.Join(pairs, ", "),
+	fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f**%s | %s | %.1f / %.1f | %d / %d | %.1f / %.1f | %.2f / %.2f | %.1f / %.1f |\n", workers, procs, depth,
+		n/rawTook.Seconds(), n/svcTook.Seconds(), medianFloat(ratios), interval(ratios, "%.2f"), strings.Join(pairs, ", "),
 		float64(rawCount.timeMS)/n, float64(svcCount.timeMS)/n, rawCount.nodes/int64(n), svcCount.nodes/int64(n),
 		ms(rawCount.busy)/n, per(st.Searching), ms(rawIdle)/n, per(idle), ms(cpu.self)/n, ms(cpu.pg)/n)
 	return top, nil

@@ -138,7 +138,7 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Println("Paired: each worker runs each position on its own raw process and through the service, alternating which goes first;")
 	fmt.Println("every pair is a distinct position (cache off; both sides reset with ucinewgame after each search, untimed).")
 	fmt.Println("ratio of medians = median service time / median raw time; median pair ratio = median over pairs of service / raw (the same position")
-	fmt.Println("on both sides: positions that take long and short do not mix into it); ratio of totals = total service / total raw; added = median over pairs of (service − raw).")
+	fmt.Println("on both sides: positions that take long and short do not mix into it), with its 95 % interval (order statistics); ratio of totals = total service / total raw; added = median over pairs of (service − raw).")
 	fmt.Println()
 	fmt.Println("| depth | concurrency | pairs | raw median ms | service median ms | **ratio of medians** | **median pair ratio** | raw total s | service total s | ratio of totals | added median ms |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -156,8 +156,9 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 				return fmt.Errorf("paired: %w", err)
 			}
 			raw, svc := pairs.raw(), pairs.svc()
-			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.3f** | **%.3f** | %.2f | %.2f | %.3f | %+.2f |\n", depth, conc, len(raw),
-				ms(median(raw)), ms(median(svc)), float64(median(svc))/float64(median(raw)), medianRatio(svc, raw),
+			ratios := pairRatios(svc, raw)
+			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.3f** | **%.3f**%s | %.2f | %.2f | %.3f | %+.2f |\n", depth, conc, len(raw),
+				ms(median(raw)), ms(median(svc)), float64(median(svc))/float64(median(raw)), medianFloat(ratios), interval(ratios, "%.3f"),
 				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(), ms(medianDiff(svc, raw)))
 			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %+.2f | %+.1f | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f |", depth, conc,
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["engine"] - p.raw })),
@@ -393,14 +394,13 @@ func medianDiff(svc, raw []time.Duration) time.Duration {
 	return median(d)
 }
 
-// medianRatio is the median over pairs of svc[i] / raw[i] (taken as median does).
-func medianRatio(svc, raw []time.Duration) float64 {
+// pairRatios are svc[i] / raw[i], pair by pair.
+func pairRatios(svc, raw []time.Duration) []float64 {
 	r := make([]float64, len(svc))
 	for i := range svc {
 		r[i] = float64(svc[i]) / float64(max(raw[i], 1))
 	}
-	sort.Float64s(r)
-	return r[len(r)/2]
+	return r
 }
 
 // medianFloat is the median of xs (taken as median does).

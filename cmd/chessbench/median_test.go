@@ -1,0 +1,48 @@
+package main
+
+import (
+	"math"
+	"testing"
+)
+
+func TestMedianInterval(t *testing.T) {
+	seq := func(n int) []float64 {
+		xs := make([]float64, n)
+		for i := range xs {
+			xs[i] = float64(n - i) // given in reverse: the interval sorts
+		}
+		return xs
+	}
+	for _, tc := range []struct {
+		n      int
+		lo, hi float64 // of 1..n
+		ok     bool
+	}{
+		{n: 5, ok: false},                 // [x1, x5] covers 93.75 %
+		{n: 6, lo: 1, hi: 6, ok: true},    // 96.9 %
+		{n: 7, lo: 1, hi: 7, ok: true},    // 98.4 %; [x2, x6] only 87.5 %
+		{n: 9, lo: 2, hi: 8, ok: true},    // 96.1 %
+		{n: 15, lo: 4, hi: 12, ok: true},  // 96.5 %; [x5, x11] 88.2 %
+		{n: 41, lo: 14, hi: 28, ok: true}, // 97.1 %; [x15, x27] 93.9 %
+	} {
+		lo, hi, ok := medianInterval(seq(tc.n), 0.95)
+		if ok != tc.ok || lo != tc.lo || hi != tc.hi {
+			t.Errorf("n=%d: [%v, %v] %v, want [%v, %v] %v", tc.n, lo, hi, ok, tc.lo, tc.hi, tc.ok)
+		}
+	}
+}
+
+func TestBinomialCoverage(t *testing.T) {
+	for _, tc := range []struct {
+		n, k int
+		want float64
+	}{
+		{5, 1, 1 - 2.0/32},
+		{7, 2, 1 - 2*8.0/128},
+		{15, 4, 1 - 2*(1+15+105+455)/32768.0},
+	} {
+		if got := binomialCoverage(tc.n, tc.k); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("coverage(%d, %d) = %v, want %v", tc.n, tc.k, got, tc.want)
+		}
+	}
+}
