@@ -81,7 +81,7 @@ func (b *bench) jobs() error {
 				return err
 			}
 			if top != nil { // printed after the table
-				defer printStatementsPer("one worker's depth-14 job", "position", top)
+				defer printStatementsPer("one worker's third depth-10 job", "position", top)
 			}
 		}
 		stop()
@@ -168,8 +168,8 @@ func roundsAt(depth int) int {
 
 // jobRow measures one row of the jobs table: roundsAt(depth) pairs of a raw run and a
 // service job on the same positions with as many processes, raw first in every other
-// pair. For one worker's depth-14 row it returns PostgreSQL's top statements during its
-// first job, the job's positions last (printStatementsPer).
+// pair. For one worker's depth-10 row it returns PostgreSQL's top statements during its
+// third job, the job's positions last (printStatementsPer).
 func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []string) ([]postgres.Statement, error) {
 	procs := 2 * workers
 	var ratios []float64
@@ -192,6 +192,8 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 				return nil, err
 			}
 		}
+		// the row that misses its target, on connections the rounds before have warmed
+		// (a PL/pgSQL function's first call on a connection compiles it)
 		statements := round == 2 && workers == 1 && depth == 10
 		if statements {
 			if err := postgres.StartStatements(context.Background(), b.pool); err != nil {
