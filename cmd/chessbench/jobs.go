@@ -154,11 +154,10 @@ func (b *bench) jobs() error {
 // jobRounds is how many raw and service runs of the batch each row alternates. This
 // machine's speed moves by a quarter from one second to the next (Stockfish's own
 // bench, alone: 455,000 to 766,000 nodes/s in six runs in a row), and one pair with
-// it: the row gives the median pair's ratio, over seven pairs, and over fifteen at
-// depth 10, where a batch takes under a second.
-// 20 pairs at depth 14 and 41 at depth 10 hold the median's 95 % interval to about
-// ±0.03 on this machine; seven and fifteen left it twice as wide, wider than any step
-// the jobs rows were meant to show.
+// it: the row gives the median pair's ratio and its 95 % interval, over twenty pairs,
+// and over forty-one at depth 10, where a batch takes under a second. That holds the
+// interval to about ±0.03; seven and fifteen left it twice as wide, wider than the
+// rows' distance from their targets.
 var jobRounds = flag.Int("job-rounds", 20, "jobs part: raw and service runs of the batch each row alternates (twice as many plus one at depth 10; the row gives the median pair's ratio)")
 
 // roundsAt is how many pairs a row at depth runs.
