@@ -27,6 +27,7 @@ var layer = map[string]int{
 	"postgres/pgtest": 1,
 	"engine":          1, // UCI processes: no database, no domain
 	"ratelimit":       1, // its own table, through any connection
+	"gctune":          1, // the garbage collector's target of chessd's processes (reads GOGC)
 	"eventstore":      2,
 	"commands":        3,
 	"ledger":          3,

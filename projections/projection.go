@@ -12,9 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -195,22 +193,6 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, p Projection) (RebuildRepo
 		}
 		return rb.rep, nil
 	}
-}
-
-// RebuildGCPercent is the garbage collector's target a process that runs a rebuild
-// and nothing else sets (RebuildGC): a rebuild decodes every event once, and collecting
-// its garbage a quarter as often, for a heap of tens of MB, cut the rebuild's CPU in
-// the process by about 15 % (docs/BENCHMARKS.md, session 15).
-const RebuildGCPercent = 400
-
-// RebuildGC sets the garbage collector's target to RebuildGCPercent unless the operator
-// set GOGC, and returns what puts the former target back: `defer RebuildGC()()`.
-func RebuildGC() (restore func()) {
-	if os.Getenv("GOGC") != "" { // an operator's setting wins
-		return func() {}
-	}
-	old := debug.SetGCPercent(RebuildGCPercent)
-	return func() { debug.SetGCPercent(old) }
 }
 
 // RebuildAll rebuilds the projections ps side by side, each as Rebuild does, in a

@@ -25,6 +25,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"chessd/gctune"
 )
 
 // positions are varied middlegame and endgame positions.
@@ -58,6 +60,7 @@ func run() error {
 	parts := flag.String("parts", "paired,jobs,stream,cached,replicas,accounts", "which measurements to run (also: rebuild, usage)")
 	warnings := flag.Bool("warnings", false, "log the servers' warnings and errors to stderr (a deadlock, a forgiven call); the end of a run adds the shutdown's")
 	flag.Parse()
+	gctune.Apply() // the servers and workers in this process run as chessd's do
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil && pprof.StartCPUProfile(f) == nil {

@@ -41,7 +41,6 @@ func (b *bench) rebuildAll(ctx context.Context, accounts, charges, jobs int) err
 		return err
 	}
 	head := b.head()
-	defer projections.RebuildGC()() // as `chessd rebuild` runs them
 	// Each rebuild starts on a settled database, as one in production would: the log
 	// vacuumed and analysed and no dirty buffers left from the writes before it.
 	settle := func() error { return postgres.Settle(ctx, b.pool, "events") }

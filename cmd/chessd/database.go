@@ -106,7 +106,6 @@ func verify(ctx context.Context, db *database, out io.Writer) error {
 }
 
 func rebuild(ctx context.Context, db *database, out io.Writer) error {
-	defer projections.RebuildGC()()
 	ps := allProjections()
 	reps, errs := projections.RebuildAll(ctx, db.pool, ps...)
 	var failed []error

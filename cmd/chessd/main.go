@@ -27,9 +27,11 @@ import (
 	"syscall"
 
 	"chessd/cli"
+	"chessd/gctune"
 )
 
 func main() {
+	gctune.Apply()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
 	stop()
