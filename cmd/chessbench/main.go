@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"chessd/engine"
 	"chessd/gctune"
 )
 
@@ -242,21 +243,33 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 					return
 				}
 				var p pair
-				var err error
+				var err, restErr error
 				runSvc := func() {
 					t0 := time.Now()
 					var reported int64
 					p.phase, reported, err = b.timedPost("/eval", fmt.Sprintf(`{"fen":%q,"depth":%d,"engine":%q,"path":"native"}`, work[i], depth, b.engineID), b.key)
 					p.svc, p.svcOwn = time.Since(t0), time.Duration(reported)*time.Millisecond
 				}
-				if i%2 == 0 {
+				runRaw := func() {
+					// Alone, the raw search waits for the service's engines to finish
+					// their resets: it must not share the machine with the service's
+					// leftovers (at concurrency 2 the other worker's calls share it anyway).
+					if conc == 1 {
+						restErr = b.atRest()
+					}
 					p.raw = eng.search(work[i], depth)
+				}
+				if i%2 == 0 {
+					runRaw()
 					runSvc()
 				} else {
 					runSvc()
-					p.raw = eng.search(work[i], depth)
+					runRaw()
 				}
 				p.rawOwn = time.Duration(eng.timeMS) * time.Millisecond
+				if err == nil {
+					err = restErr
+				}
 				if err != nil {
 					errs <- err
 					return
@@ -270,6 +283,23 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 	wg.Wait()
 	close(errs)
 	return out, <-errs
+}
+
+// atRest waits until every process of the service's native pool is idle: the
+// background reset after its last search is done.
+func (b *bench) atRest() error {
+	pool, err := b.catalog.Pool(context.Background(), b.engineID, engine.PathNative)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s := pool.Stats(); s.Idle < s.Live; s = pool.Stats() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the service's engines are not at rest after 10 s: %d of %d idle", s.Idle, s.Live)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return nil
 }
 
 // timedPost posts body and returns the answer's Server-Timing phases and its time_ms
