@@ -241,12 +241,13 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 				}
 			}
 			if s.logger.Enabled(ctx, slog.LevelInfo) { // else the line's attributes are garbage made for nothing
-				attrs := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "status", rec.status,
-					"duration_ms", float64(time.Since(start).Microseconds()) / 1000}
+				attrs := []slog.Attr{slog.String("request_id", id), slog.String("method", r.Method),
+					slog.String("path", r.URL.Path), slog.Int("status", rec.status),
+					slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000)}
 				if k := principal(r.Context()); k != nil {
-					attrs = append(attrs, "key_id", k.ID())
+					attrs = append(attrs, slog.String("key_id", k.ID()))
 				}
-				s.logger.LogAttrs(ctx, slog.LevelInfo, "request", argsToAttrs(attrs)...)
+				s.logger.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 			}
 			if s.observe != nil {
 				s.observe(route, r.Method, rec.status, time.Since(start))
@@ -258,14 +259,6 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(rec, r)
 	})
-}
-
-func argsToAttrs(args []any) []slog.Attr {
-	out := make([]slog.Attr, 0, len(args)/2)
-	for i := 0; i+1 < len(args); i += 2 {
-		out = append(out, slog.Any(args[i].(string), args[i+1]))
-	}
-	return out
 }
 
 type statusRecorder struct {
