@@ -120,7 +120,7 @@ func publishCommand(ctx context.Context, tx *eventstore.Tx, cmd SubmitJobCommand
 
 // CancelJob cancels one of the actor's jobs: positions analysed so far stay charged,
 // the rest of the hold is released and its positions leave the queue: every worker
-// searching one of them stops at its next lease check.
+// searching one of them hears of it (TopicJobsClosed) and stops.
 func (h *Handler) CancelJob(ctx context.Context, actor Actor, jobID string) (*domain.Job, error) {
 	var out *domain.Job
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
@@ -148,15 +148,22 @@ func (h *Handler) CancelJob(ctx context.Context, actor Actor, jobID string) (*do
 	return out, err
 }
 
-// closeJob does what every end of a job does: release what is left of its hold and
-// take its positions off the queue (a worker searching one sees its lease gone and
-// stops).
+// TopicJobsClosed is announced (NOTIFY, at commit) when a job's positions leave the
+// queue at its end: a worker searching one of them checks its leases at once and stops
+// it, instead of at its next renewal.
+const TopicJobsClosed = "jobs_closed"
+
+// closeJob does what every end of a job does: release what is left of its hold, take
+// its positions off the queue and tell the workers (TopicJobsClosed), so that one
+// searching a position of it sees its lease gone and stops.
 func closeJob(ctx context.Context, tx *eventstore.Tx, j *domain.Job) error {
 	if err := ledger.ReleaseHold(ctx, tx, j.ID()); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, `DELETE FROM job_queue WHERE job_id = $1`, j.ID())
-	return err
+	if _, err := tx.Exec(ctx, `DELETE FROM job_queue WHERE job_id = $1`, j.ID()); err != nil {
+		return err
+	}
+	return eventstore.Notify(ctx, tx, TopicJobsClosed)
 }
 
 // Position is one analysed position of a job, as the executor reports it.

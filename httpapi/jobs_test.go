@@ -455,9 +455,11 @@ func analysedBy(t *testing.T, e *env, jobID string) map[string]int {
 }
 
 // A cancel stops every worker that holds positions of the job: both engines go idle,
-// both workers let go of the job, and nothing is recorded or charged after it.
+// both workers let go of the job, and nothing is recorded or charged after it. The
+// workers' leases last an hour (renewed every 20 minutes): they hear of the cancel by
+// its notification (or a record of theirs refused), not by a renewal.
 func TestCancelStopsEveryWorker(t *testing.T) {
-	e := newEnv(t, withWorkers(2))
+	e := newEnv(t, withWorkers(2), withLease(time.Hour))
 	key := e.signupPro("cancel2@example.com")
 	r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(10), "depth": 14, "multipv": 3})
 	if r.Status != 202 {

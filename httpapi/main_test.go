@@ -93,6 +93,7 @@ type envOption func(*envConfig)
 
 type envConfig struct {
 	workers       int
+	lease         time.Duration // executor.Config.Lease; default 3 s
 	noProjections bool
 	rateLimits    bool
 	keyPerMinute  int // httpapi.Config.KeyRequestsPerMinute
@@ -109,6 +110,9 @@ func observing(f func(route, method string, status int, took time.Duration)) env
 // withWorkers runs n job executors (default 1).
 func withWorkers(n int) envOption { return func(c *envConfig) { c.workers = n } }
 
+// withLease sets the executors' position lease (default 3 s; renewed every third of it).
+func withLease(d time.Duration) envOption { return func(c *envConfig) { c.lease = d } }
+
 // withKeylessPerDay sets the keyless daily allowance per address.
 func withKeylessPerDay(n int) envOption { return func(c *envConfig) { c.keylessPerDay = n } }
 
@@ -123,7 +127,7 @@ func withoutProjections() envOption { return func(c *envConfig) { c.noProjection
 
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
-	cfg := envConfig{workers: 1}
+	cfg := envConfig{workers: 1, lease: 3 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -168,7 +172,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	for i := range cfg.workers {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		x := executor.New(executor.Config{Worker: fmt.Sprintf("test-worker-%d", i), Lease: 3 * time.Second, Scan: 200 * time.Millisecond},
+		x := executor.New(executor.Config{Worker: fmt.Sprintf("test-worker-%d", i), Lease: cfg.lease, Scan: 200 * time.Millisecond},
 			pool, commands.New(store, testPepper), svc, logger)
 		execs = append(execs, x)
 		go func() { done <- x.Run(ctx) }()
