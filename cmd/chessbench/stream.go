@@ -16,9 +16,9 @@ import (
 	"chessd/projections"
 )
 
-// streamDepth makes the batch last several of a worker's records (RecordEvery, 250 ms):
-// at depth 8 it took one.
-const streamDepth = 12
+// streamDepth makes the batch last more than one of a worker's records (RecordEvery,
+// 1 s): at depth 8 it took one, and at depth 12 one or two.
+const streamDepth = 14
 
 // streamLatency measures how soon a job's event stream shows a position after the
 // transaction that recorded it: the SSE client's receipt time minus the recorded time of
