@@ -539,7 +539,7 @@ func (x *Executor) dropJob(jobID string) {
 // longer than the lease). Renewing more often cost the database a query per worker
 // every 200 ms, taken from the engines beside it.
 func (x *Executor) renew(ctx context.Context, closed <-chan struct{}) {
-	tick := time.NewTicker(x.cfg.Lease / 3)
+	tick := time.NewTicker(max(x.cfg.Lease/3, time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
