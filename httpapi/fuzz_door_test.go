@@ -40,6 +40,10 @@ func FuzzDecodeBodies(f *testing.F) {
 		`{"grace_seconds":10}`, `{"fen":"8/8/8/8/8/8/8/K6k w - - 0 1","depth":3,"options":{"elo":1500}}`,
 		`{"fens":["a","\u007f"],"depth":"x"}`, `{"pgn":"[Event \"x\"]\n1. e4 *","multipv":1}`, `{"plan":"pro"}`,
 		"{\"name\":\"\xff\"}", `{"a":{"b":["\u0085"]}}`, `[]`, `null`, `{"fen":5,"fen":6}`, `{"":1e500}`,
+		// where a faster decoder could read otherwise than encoding/json (the one pass's)
+		`{"FEN":"x","Depth":3}`, `{"depth":1.0}`, `{"depth":1e1}`, `{"depth":-0}`, `{"depth":99999999999999999999}`,
+		`{"options":null,"fen":null}`, `{"options":{"elo":1,"x":1}}`, `{"depth":"10"}`, `{"fen":"a"} }`, `{"fen":"a"}{}`,
+		`{"":{""}}`, `{"fens":["a",]}`, `{"depth":01}`, `{"options":{"chess960":1}}`, `{"fen":"a","fen":null}`,
 	} {
 		f.Add(s)
 	}
