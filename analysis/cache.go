@@ -12,8 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"chessd/domain/position"
 )
 
 // cacheKey names everything that changes an unlimited search's result: the position
@@ -22,8 +20,8 @@ import (
 // notation). MultiPV and depth are matched separately: a deeper result with more lines
 // answers a shallower request with fewer. Hash size and move overhead do not change
 // what a depth- or time-limited search means and are left out; WDL is always computed.
-func cacheKey(pos *position.Position, spec Spec) string {
-	return pos.Normalized() + "|" + spec.Engine + "|" + string(spec.Path) + "|" + strconv.FormatBool(spec.Chess960)
+func cacheKey(parsed *parsedFEN, spec Spec) string {
+	return parsed.normalized + "|" + spec.Engine + "|" + string(spec.Path) + "|" + strconv.FormatBool(spec.Chess960)
 }
 
 // Cache keeps finished analyses in memory (bounded, least recently used out first) in

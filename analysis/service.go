@@ -74,7 +74,7 @@ type Service struct {
 	cacheOff atomic.Bool
 	logger   *slog.Logger
 	flights  flights
-	parsed   sync.Map // FEN -> *position.Position
+	parsed   sync.Map // FEN -> *parsedFEN
 	parsedN  atomic.Int64
 }
 
@@ -107,7 +107,7 @@ func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 // A request that may use the cache waits for a search of the same position already
 // running here rather than starting its own, and is answered as a cache hit.
 func (s *Service) analyse(ctx context.Context, spec Spec, prio engine.Priority, useCache bool, progress func(*Progress)) (*Result, error) {
-	pos, err := s.parse(spec.FEN, spec.Chess960)
+	parsed, err := s.parse(spec.FEN, spec.Chess960)
 	if err != nil {
 		var pe *position.Error
 		if errors.As(err, &pe) {
@@ -115,16 +115,17 @@ func (s *Service) analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 		}
 		return nil, err
 	}
+	pos := parsed.pos
 	if st := pos.Status(); st != position.Ongoing {
 		return s.terminal(pos, spec), nil
 	}
-	key := cacheKey(pos, spec)
+	key := cacheKey(parsed, spec)
 	var fl *flight
 	if useCache && progress == nil && s.cacheable(spec) {
 		var lead bool
 		if fl, lead = s.flights.join(key, spec.Depth, spec.MultiPV); !lead {
 			if res, ok := fl.wait(ctx, spec.Depth, spec.MultiPV); ok {
-				return trim(res, pos, spec, true), nil
+				return trim(res, parsed, spec, true), nil
 			}
 			fl = nil // it failed: this request searches on its own
 		}
@@ -136,7 +137,7 @@ func (s *Service) analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 	if err != nil {
 		return nil, err
 	}
-	return trim(res, pos, spec, cached), nil
+	return trim(res, parsed, spec, cached), nil
 }
 
 // answer finds spec's result in the cache (when useCache) or has an engine search it,
@@ -187,7 +188,7 @@ func (s *Service) answer(ctx context.Context, pos *position.Position, key string
 // result deep enough. ok is false when a search is needed (Analyse with useCache
 // false then skips a second lookup). Costed calls price what Lookup found.
 func (s *Service) Lookup(ctx context.Context, spec Spec) (res *Result, ok bool, err error) {
-	pos, err := s.parse(spec.FEN, spec.Chess960)
+	parsed, err := s.parse(spec.FEN, spec.Chess960)
 	if err != nil {
 		var pe *position.Error
 		if errors.As(err, &pe) {
@@ -195,19 +196,14 @@ func (s *Service) Lookup(ctx context.Context, spec Spec) (res *Result, ok bool, 
 		}
 		return nil, false, err
 	}
-	if st := pos.Status(); st != position.Ongoing {
-		return s.terminal(pos, spec), true, nil
+	if st := parsed.pos.Status(); st != position.Ongoing {
+		return s.terminal(parsed.pos, spec), true, nil
 	}
-	res, ok = s.lookup(ctx, pos, cacheKey(pos, spec), spec)
-	return res, ok, nil
-}
-
-func (s *Service) lookup(ctx context.Context, pos *position.Position, key string, spec Spec) (*Result, bool) {
-	hit, ok := s.stored(ctx, key, spec)
+	hit, ok := s.stored(ctx, cacheKey(parsed, spec), spec)
 	if !ok {
-		return nil, false
+		return nil, false, nil
 	}
-	return trim(hit, pos, spec, true), true
+	return trim(hit, parsed, spec, true), true, nil
 }
 
 // cacheable says whether spec's results are kept and shared: not those of a weakened
@@ -222,20 +218,28 @@ func (s *Service) stored(ctx context.Context, key string, spec Spec) (*Result, b
 	return s.cache.Get(ctx, key, spec.Depth, spec.MultiPV)
 }
 
+// parsedFEN is a position with the two renderings every answer of it needs: its
+// canonical FEN (the answer's) and its normalised one (the cache key's).
+type parsedFEN struct {
+	pos             *position.Position
+	fen, normalized string
+}
+
 // parse reads a FEN, remembering recent ones: positions are immutable and safe to
 // share, and parsing (notnil/chess's decoder) is the largest cost of a cached answer.
-func (s *Service) parse(fen string, chess960 bool) (*position.Position, error) {
+func (s *Service) parse(fen string, chess960 bool) (*parsedFEN, error) {
 	key := fen
 	if chess960 {
 		key = "960|" + fen
 	}
 	if p, ok := s.parsed.Load(key); ok {
-		return p.(*position.Position), nil
+		return p.(*parsedFEN), nil
 	}
-	p, err := position.Parse(fen, chess960)
+	pos, err := position.Parse(fen, chess960)
 	if err != nil {
 		return nil, err
 	}
+	p := &parsedFEN{pos: pos, fen: pos.FEN(), normalized: pos.Normalized()}
 	if s.parsedN.Add(1) > 50000 { // bounded: start afresh rather than track recency
 		s.parsed.Clear()
 		s.parsedN.Store(0)
@@ -331,9 +335,9 @@ func whiteScore(stm position.Color, s engine.Score) Score {
 // trim cuts a (possibly cached, possibly richer) result down to what spec asked for.
 // The FEN is the request's own: a cached result was stored by a request for the same
 // position that may have had other move counters.
-func trim(r *Result, pos *position.Position, spec Spec, cached bool) *Result {
+func trim(r *Result, parsed *parsedFEN, spec Spec, cached bool) *Result {
 	out := *r
-	out.FEN = pos.FEN()
+	out.FEN = parsed.fen
 	out.Cached = cached
 	if cached {
 		out.Search = 0
