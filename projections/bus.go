@@ -80,9 +80,15 @@ func (t *lockedTx) applierFor(p Projection, logger *slog.Logger) *applier {
 // advance notes that the projection has processed position pos (the caller holds mu).
 func (t *lockedTx) advance(pos int64) { t.advanced = max(t.advanced, pos) }
 
-// checkpoint records the highest position the batch applied, the measure of the
-// projection's lag (the caller holds mu).
+// checkpoint applies what the batch's projection deferred (applier.flush) and records
+// the highest position the batch applied, the measure of the projection's lag (the
+// caller holds mu).
 func (t *lockedTx) checkpoint(ctx context.Context) error {
+	if t.app != nil {
+		if err := t.app.flush(ctx, t.pgx()); err != nil {
+			return err
+		}
+	}
 	if t.advanced == 0 {
 		return nil
 	}
@@ -116,6 +122,9 @@ func (t *lockedTx) Rollback() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advanced = 0
+	if t.app != nil {
+		t.app.deferred = nil
+	}
 	return t.inner.Rollback()
 }
 
@@ -128,7 +137,7 @@ func (t *lockedTx) Commit() error {
 		t.inner.Rollback() //nolint:errcheck // reporting the failure
 		return t.broken
 	}
-	if t.advanced > 0 {
+	if t.advanced > 0 || t.app != nil && len(t.app.deferred) > 0 {
 		// never reached in practice: Watermill stores the offset (and the checkpoint) first
 		if err := t.checkpoint(context.Background()); err != nil {
 			t.inner.Rollback() //nolint:errcheck // reporting the checkpoint error

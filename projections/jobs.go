@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -94,25 +95,77 @@ func applyNext(ctx context.Context, tx pgx.Tx, jobID string, e eventstore.Event)
 	if j == nil {
 		return false, nil
 	}
-	last, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
+	m, err := foldRun(j, []eventstore.Event{e})
 	if err != nil {
 		return false, err
 	}
-	j.Apply(last)
-	row, emitted, err := jobRowAfter(j, last, e.Version)
-	if err != nil {
+	b := &pgx.Batch{}
+	m.queue(b, jobID)
+	br := tx.SendBatch(ctx, b)
+	moved, err := m.sent(br)
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil || !moved {
 		return false, err
 	}
-	kinds, data := emitted.columns()
-	code, message := row.errorColumns()
-	rows, err := tx.Query(ctx, `WITH moved AS (
+	folds.keep(e.StreamID, j, m.last)
+	return true, nil
+}
+
+// move is what a run of one job's events does to its read model: the row as the last
+// leaves it, and the SSE events they add, each with its event's version.
+type move struct {
+	from, to      int64 // the row's version before and after
+	row           jobRow
+	last          domain.Event
+	kinds, data   []string
+	versions      []int64
+	code, message *string
+}
+
+// foldRun folds evs, consecutive events of j's stream right after its version, into j.
+func foldRun(j *domain.Job, evs []eventstore.Event) (move, error) {
+	m := move{from: evs[0].Version - 1, to: evs[len(evs)-1].Version}
+	for _, e := range evs {
+		d, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
+		if err != nil {
+			return m, err
+		}
+		j.Apply(d)
+		row, emitted, err := jobRowAfter(j, d, e.Version)
+		if err != nil {
+			return m, err
+		}
+		kinds, data := emitted.columns()
+		m.kinds, m.data = append(m.kinds, kinds...), append(m.data, data...)
+		for range kinds {
+			m.versions = append(m.versions, e.Version)
+		}
+		m.row, m.last = row, d
+	}
+	m.code, m.message = m.row.errorColumns()
+	return m, nil
+}
+
+// queue queues the move as one statement: the row moved from m.from to m.to, the SSE
+// events appended and the job's followers woken, or nothing at all when the row does
+// not stand at m.from (the statement then returns no row).
+func (m move) queue(b *pgx.Batch, jobID string) {
+	r := m.row
+	b.Queue(`WITH moved AS (
 			UPDATE jobs SET state = $3, positions_done = $4, cost_units = $5, cost_usd = $6::text::numeric,
 				started_at = $7, finished_at = $8, version = $2, error_code = $9, error_message = $10
-			WHERE job_id = $1 AND version = $2 - 1 RETURNING job_id),
-		streamed AS (`+jobStreamInsert("(SELECT job_id FROM moved)", "$2", "$11", "$12")+`)
-		SELECT pg_notify($13, $14) FROM moved`,
-		jobID, e.Version, row.State, row.PositionsDone, row.CostUnits, row.CostUSD, row.StartedAt, row.FinishedAt, code, message,
-		kinds, data, eventstore.NotifyChannel, JobStreamTopic(jobID))
+			WHERE job_id = $1 AND version = $11 RETURNING job_id),
+		streamed AS (`+jobStreamInsert("(SELECT job_id FROM moved)", "$12", "$13", "$14")+`)
+		SELECT pg_notify($15, $16) FROM moved`,
+		jobID, m.to, r.State, r.PositionsDone, r.CostUnits, r.CostUSD, r.StartedAt, r.FinishedAt, m.code, m.message,
+		m.from, m.versions, m.kinds, m.data, eventstore.NotifyChannel, JobStreamTopic(jobID))
+}
+
+// sent reads the result of a queued move, the next of br: whether the row moved.
+func (move) sent(br pgx.BatchResults) (bool, error) {
+	rows, err := br.Query()
 	if err != nil {
 		return false, err
 	}
@@ -120,24 +173,93 @@ func applyNext(ctx context.Context, tx pgx.Tx, jobID string, e eventstore.Event)
 	for rows.Next() {
 		moved++
 	}
-	if err := rows.Err(); err != nil {
-		return false, err
+	return moved > 0, rows.Err()
+}
+
+// applyBulk applies the runs of events of each job in evs that this process's
+// projection left at the run's predecessor, a statement a job and one round trip in
+// all (bulkApplier): a record of fifty positions is one statement, not fifty. It
+// returns the events it did not take (whole streams, in order) for Apply one by one.
+func (Jobs) applyBulk(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) (rest, applied []eventstore.Event, err error) {
+	var streams []string
+	runs := map[string][]eventstore.Event{}
+	for _, e := range evs {
+		if runs[e.StreamID] == nil {
+			streams = append(streams, e.StreamID)
+		}
+		runs[e.StreamID] = append(runs[e.StreamID], e)
 	}
-	if moved == 0 {
-		return false, nil
+	type taken struct {
+		stream string
+		j      *domain.Job
+		before *domain.Job // as it stood, kept again when the run is not applied here
+		m      move
 	}
-	folds.keep(e.StreamID, j, last)
-	return true, nil
+	var ts []taken
+	b := &pgx.Batch{}
+	for _, s := range streams {
+		run := runs[s]
+		consecutive := true
+		for i, e := range run {
+			consecutive = consecutive && e.Version == run[0].Version+int64(i)
+		}
+		var j *domain.Job
+		if consecutive {
+			j = folds.take(s, run[0].Version-1)
+		}
+		if j == nil {
+			rest = append(rest, run...)
+			continue
+		}
+		before := j.Clone()
+		m, err := foldRun(j, run)
+		if err != nil { // Apply finds the event at fault
+			folds.put(s, before)
+			rest = append(rest, run...)
+			continue
+		}
+		m.queue(b, strings.TrimPrefix(s, "job-"))
+		ts = append(ts, taken{s, j, before, m})
+	}
+	if len(ts) == 0 {
+		return rest, nil, nil
+	}
+	br := tx.SendBatch(ctx, b)
+	moved := make([]bool, len(ts))
+	for i, t := range ts {
+		if moved[i], err = t.m.sent(br); err != nil {
+			break
+		}
+	}
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	for i, t := range ts {
+		switch {
+		case err != nil: // all of it is rolled back
+			folds.put(t.stream, t.before)
+		case !moved[i]: // the row stands elsewhere: the careful way
+			folds.put(t.stream, t.before)
+			rest = append(rest, runs[t.stream]...)
+		default:
+			folds.keep(t.stream, t.j, t.m.last)
+			applied = append(applied, runs[t.stream]...)
+		}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return rest, applied, nil
 }
 
 // jobStreamInsert appends the SSE events kinds and data (text arrays, in order) of the
-// job whose id the SQL expression job gives, numbered after its last one, for the job
-// event at version.
-func jobStreamInsert(job, version, kinds, data string) string {
+// job whose id the SQL expression job gives, numbered after its last one, each for the
+// job event whose version is at the same place in versions.
+func jobStreamInsert(job, versions, kinds, data string) string {
 	return `INSERT INTO job_stream (job_id, seq, version, kind, data)
-		SELECT j.job_id, j.seq + s.n, ` + version + `, s.kind, s.data::jsonb
+		SELECT j.job_id, j.seq + s.n, s.version, s.kind, s.data::jsonb
 		FROM (SELECT ` + job + ` AS job_id, (SELECT coalesce(max(seq), 0) FROM job_stream WHERE job_id = ` + job + `) AS seq) j,
-			unnest(` + kinds + `::text[], ` + data + `::text[]) WITH ORDINALITY AS s(kind, data, n)
+			unnest(` + versions + `::bigint[], ` + kinds + `::text[], ` + data + `::text[]) WITH ORDINALITY AS s(version, kind, data, n)
 		WHERE j.job_id IS NOT NULL`
 }
 
@@ -166,7 +288,11 @@ func (Jobs) apply(ctx context.Context, tx pgx.Tx, jobID string, e eventstore.Eve
 		row.CostUSD, row.CreatedAt, row.StartedAt, row.FinishedAt, row.Version, code, message)
 	if len(emitted) > 0 {
 		kinds, data := emitted.columns()
-		b.Queue(jobStreamInsert("$1::text", "$2::bigint", "$3", "$4"), jobID, e.Version, kinds, data)
+		versions := make([]int64, len(kinds))
+		for i := range versions {
+			versions[i] = e.Version
+		}
+		b.Queue(jobStreamInsert("$1::text", "$2", "$3", "$4"), jobID, versions, kinds, data)
 		// the job's open event streams wake at this transaction's commit
 		eventstore.QueueNotify(b, JobStreamTopic(jobID))
 	}
@@ -231,6 +357,9 @@ func jobRowAfter(j *domain.Job, last domain.Event, version int64) (jobRow, emitt
 	case *domain.JobSubmitted, *domain.JobStarted:
 		err = emit("state", row.JobRecord)
 	case *domain.JobPositionAnalysed:
+		if ev.Index < 0 || ev.Index >= len(j.Positions()) { // the projection's refusal: set aside, not a panic
+			return row, nil, fmt.Errorf("position %d of a job of %d positions", ev.Index, len(j.Positions()))
+		}
 		if err = emit("position", PositionOf(j, ev.Index)); err == nil {
 			err = emit("progress", map[string]int{"done": row.PositionsDone, "total": row.PositionsTotal})
 		}
@@ -381,6 +510,14 @@ type jobFolds struct {
 
 // maxFolds bounds the jobs kept; past it, all are forgotten (and reloaded when needed).
 const maxFolds = 10_000
+
+// put stores j as stream's aggregate, whatever its state: a run that was not applied
+// gives back the aggregate it took.
+func (f *jobFolds) put(stream string, j *domain.Job) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.jobs[stream] = j
+}
 
 // take removes and returns stream's aggregate if it stands at version.
 func (f *jobFolds) take(stream string, version int64) *domain.Job {

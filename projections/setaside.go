@@ -66,8 +66,19 @@ type applier struct {
 	checked map[string]bool  // held streams whose set-aside rows this transaction has locked
 	scoped  bool             // the savepoint "apply" is open
 	applied []eventstore.Event
+	// deferred are the events of a projection that applies runs of them together
+	// (bulkApplier), waiting for flush: the end of the batch.
+	deferred []eventstore.Event
 
 	setAsideN int64 // events set aside by this applier
+}
+
+// bulkApplier is a projection that applies a batch's events in fewer statements than
+// one each. applyBulk applies those of evs it can and returns the others (every event
+// of a stream, or none), untouched, for Apply one by one; it writes nothing but what it
+// reports applied, and an error leaves its writes to be rolled back.
+type bulkApplier interface {
+	applyBulk(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) (rest, applied []eventstore.Event, err error)
 }
 
 type projectionKey struct{}
@@ -83,9 +94,111 @@ func projectionOf(ctx context.Context) string {
 	return name
 }
 
-// apply applies e, or sets it aside. An error means the transaction cannot go on (a
-// transient failure) and must roll back.
+// apply applies e, or sets it aside; a bulkApplier's event waits for flush. An error
+// means the transaction cannot go on (a transient failure) and must roll back.
 func (a *applier) apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) error {
+	if _, ok := a.p.(bulkApplier); ok {
+		a.deferred = append(a.deferred, e)
+		return nil
+	}
+	return a.applyOne(ctx, tx, e)
+}
+
+// flush applies the deferred events: together where the projection can, one by one
+// where it cannot. The first event of a stream the projection could not take goes
+// alone (it may be the stream's first, or its row may stand elsewhere: Apply's careful
+// way) and the stream's others try together again. When the database refuses the bulk
+// writes, they are rolled back with the savepoint and the rest goes one by one, which
+// finds the event at fault and sets it aside as for any other projection.
+func (a *applier) flush(ctx context.Context, tx pgx.Tx) (err error) {
+	evs := a.deferred
+	a.deferred = nil
+	ctx = withProjection(ctx, a.p.Name())
+	defer func() {
+		if err != nil && a.logger != nil {
+			a.logger.Error("projection failed", "projection", a.p.Name(), "err", err)
+		}
+	}()
+	together := true
+	for len(evs) > 0 {
+		rest := evs
+		if together && len(evs) > 1 {
+			if rest, together, err = a.applyBulk(ctx, tx, evs); err != nil {
+				return err
+			}
+		}
+		evs = nil
+		alone := map[string]bool{}
+		for _, e := range rest {
+			if together && alone[e.StreamID] {
+				evs = append(evs, e)
+				continue
+			}
+			alone[e.StreamID] = true
+			if err := a.applyOne(ctx, tx, e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// applyBulk applies what the projection can of evs together and returns the rest;
+// together is false when the rest must go one by one: some event waits behind a
+// set-aside one, or the database refused the bulk writes (rolled back).
+func (a *applier) applyBulk(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) (rest []eventstore.Event, together bool, err error) {
+	for _, e := range evs {
+		if _, held, err := a.heldBy(ctx, tx, e); err != nil || held {
+			return evs, false, err
+		}
+	}
+	if err := a.scope(ctx, tx); err != nil {
+		return nil, false, err
+	}
+	rest, applied, bulkErr := a.p.(bulkApplier).applyBulk(ctx, tx, evs)
+	if bulkErr == nil {
+		a.applied = append(a.applied, applied...)
+		return rest, true, nil
+	}
+	if err := a.undo(ctx, tx, bulkErr, "bulk"); err != nil {
+		return nil, false, err
+	}
+	return evs, false, nil
+}
+
+// scope opens the savepoint "apply" unless it is open.
+func (a *applier) scope(ctx context.Context, tx pgx.Tx) error {
+	if a.scoped {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SAVEPOINT apply`); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	a.scoped = true
+	return nil
+}
+
+// undo rolls back to the savepoint after cause, a failure of the writes of what
+// (an event's position, or "bulk"), and applies again the events applied under it,
+// which succeeded a moment ago. Unless cause says the writes can never be applied,
+// the transaction cannot go on: undo returns cause.
+func (a *applier) undo(ctx context.Context, tx pgx.Tx, cause error, what string) error {
+	if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT apply`); err != nil {
+		return fmt.Errorf("%s: %w (rolling back: %w)", what, cause, err)
+	}
+	if !CannotApply(cause) {
+		return fmt.Errorf("%s: %w", what, cause)
+	}
+	for _, m := range a.applied { // undone with the savepoint
+		if err := a.p.Apply(ctx, tx, m); err != nil {
+			return fmt.Errorf("position %d, applied again: %w", m.Position, err)
+		}
+	}
+	return nil
+}
+
+// applyOne applies e, or sets it aside.
+func (a *applier) applyOne(ctx context.Context, tx pgx.Tx, e eventstore.Event) error {
 	ctx = withProjection(ctx, a.p.Name())
 	blocker, held, err := a.heldBy(ctx, tx, e)
 	if err != nil {
@@ -94,27 +207,16 @@ func (a *applier) apply(ctx context.Context, tx pgx.Tx, e eventstore.Event) erro
 	if held {
 		return a.setAside(ctx, tx, e, heldError(e.StreamID, blocker), blocker)
 	}
-	if !a.scoped {
-		if _, err := tx.Exec(ctx, `SAVEPOINT apply`); err != nil {
-			return fmt.Errorf("savepoint: %w", err)
-		}
-		a.scoped = true
+	if err := a.scope(ctx, tx); err != nil {
+		return err
 	}
 	applyErr := a.p.Apply(ctx, tx, e)
 	if applyErr == nil {
 		a.applied = append(a.applied, e)
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT apply`); err != nil {
-		return fmt.Errorf("position %d: %w (rolling back: %w)", e.Position, applyErr, err)
-	}
-	if !CannotApply(applyErr) {
-		return fmt.Errorf("position %d: %w", e.Position, applyErr)
-	}
-	for _, m := range a.applied { // undone with the savepoint
-		if err := a.p.Apply(ctx, tx, m); err != nil {
-			return fmt.Errorf("position %d, applied again: %w", m.Position, err)
-		}
+	if err := a.undo(ctx, tx, applyErr, fmt.Sprintf("position %d", e.Position)); err != nil {
+		return err
 	}
 	return a.setAside(ctx, tx, e, applyErr, 0)
 }
@@ -202,8 +304,12 @@ func (a *applier) noted(e eventstore.Event, cause error, blocker int64) {
 	}
 }
 
-// release closes the savepoint, keeping what was applied under it.
+// release applies the deferred events and closes the savepoint, keeping what was
+// applied under it.
 func (a *applier) release(ctx context.Context, tx pgx.Tx) error {
+	if err := a.flush(ctx, tx); err != nil {
+		return err
+	}
 	if !a.scoped {
 		return nil
 	}
