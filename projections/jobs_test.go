@@ -144,15 +144,8 @@ func (l *sqlLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData
 // loggedPool is another pool on pool's database whose statements are recorded.
 func loggedPool(t *testing.T, pool *pgxpool.Pool) (*pgxpool.Pool, *sqlLog) {
 	t.Helper()
-	cfg := pool.Config()
 	log := &sqlLog{}
-	cfg.ConnConfig.Tracer = log
-	logged, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(logged.Close)
-	return logged, log
+	return withTracer(t, pool, log), log
 }
 
 // record appends, in one transaction, n analysed positions (from index first; those
@@ -196,6 +189,19 @@ func jobVersion(t *testing.T, pool *pgxpool.Pool, id string) int64 {
 	return v
 }
 
+// projectedJobs appends jobs submitted, started and with n positions analysed, waits
+// until the projection has them, and returns their versions.
+func projectedJobs(t *testing.T, pool *pgxpool.Pool, n int, ids ...string) map[string]int64 {
+	t.Helper()
+	jobs := map[string]int64{}
+	for _, id := range ids {
+		jobEvents(t, pool, id, n)
+		jobs[id] = int64(2 + n)
+		eventually(t, id+" projected", func() bool { return jobVersion(t, pool, id) == jobs[id] })
+	}
+	return jobs
+}
+
 // jobsReadModel is every jobs row and SSE event, as text.
 func jobsReadModel(t *testing.T, pool *pgxpool.Pool) []string {
 	t.Helper()
@@ -210,12 +216,7 @@ func TestJobsProjectionAppliesARecordTogether(t *testing.T) {
 	pool := pgtest.NewDB(t)
 	logged, log := loggedPool(t, pool)
 	runProjections(t, logged, projections.Jobs{})
-	jobs := map[string]int64{}
-	for _, id := range []string{"job_rec_a", "job_rec_b"} {
-		jobEvents(t, pool, id, 30) // submitted, started and 30 analysed positions
-		jobs[id] = 32
-		eventually(t, id+" projected", func() bool { return jobVersion(t, pool, id) == 32 })
-	}
+	jobs := projectedJobs(t, pool, 30, "job_rec_a", "job_rec_b")
 	before := log.count("WITH moved AS")
 	record(t, pool, jobs, 0, 30, nil, true) // the positions analysed again, as after a takeover
 	eventually(t, "the record projected", func() bool {
@@ -226,7 +227,7 @@ func TestJobsProjectionAppliesARecordTogether(t *testing.T) {
 	}
 	live := jobsReadModel(t, pool)
 	if len(live) != 2+2*(2+120+2) {
-		t.Fatalf("read model of %d rows, want 2 jobs and 64 SSE events each: %q", len(live), live)
+		t.Fatalf("read model of %d rows, want 2 jobs and 124 SSE events each: %q", len(live), live)
 	}
 	if _, err := projections.Rebuild(context.Background(), pool, projections.Jobs{}); err != nil {
 		t.Fatal(err)
@@ -242,12 +243,7 @@ func TestJobsProjectionAppliesARecordTogether(t *testing.T) {
 func TestJobsProjectionSetsAsideWithinARecord(t *testing.T) {
 	pool := pgtest.NewDB(t)
 	runProjections(t, pool, projections.Jobs{})
-	jobs := map[string]int64{}
-	for _, id := range []string{"job_bad", "job_good"} {
-		jobEvents(t, pool, id, 7) // submitted, started and 7 analysed positions
-		jobs[id] = 9
-		eventually(t, id+" projected", func() bool { return jobVersion(t, pool, id) == 9 })
-	}
+	jobs := projectedJobs(t, pool, 7, "job_bad", "job_good")
 	record(t, pool, jobs, 0, 3, nil, false) // applied together, so the bad one below fails the bulk writes
 	eventually(t, "the first record projected", func() bool {
 		return jobVersion(t, pool, "job_bad") == 12 && jobVersion(t, pool, "job_good") == 12

@@ -39,15 +39,21 @@ func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 // tracedPool is another pool on pool's database whose round trips are counted.
 func tracedPool(t *testing.T, pool *pgxpool.Pool) (*pgxpool.Pool, *roundTrips) {
 	t.Helper()
-	cfg := pool.Config()
 	trips := &roundTrips{}
-	cfg.ConnConfig.Tracer = trips
+	return withTracer(t, pool, trips), trips
+}
+
+// withTracer is another pool on pool's database whose queries tracer sees.
+func withTracer(t *testing.T, pool *pgxpool.Pool, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	cfg := pool.Config()
+	cfg.ConnConfig.Tracer = tracer
 	traced, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(traced.Close)
-	return traced, trips
+	return traced
 }
 
 // bogus is an event no projection knows: it cannot be decoded.
