@@ -102,7 +102,7 @@ func applyNext(ctx context.Context, tx pgx.Tx, jobID string, e eventstore.Event)
 	b := &pgx.Batch{}
 	m.queue(b, jobID)
 	br := tx.SendBatch(ctx, b)
-	moved, err := m.sent(br)
+	moved, err := rowMoved(br)
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
 	}
@@ -163,8 +163,8 @@ func (m move) queue(b *pgx.Batch, jobID string) {
 		m.from, m.versions, m.kinds, m.data, eventstore.NotifyChannel, JobStreamTopic(jobID))
 }
 
-// sent reads the result of a queued move, the next of br: whether the row moved.
-func (move) sent(br pgx.BatchResults) (bool, error) {
+// rowMoved reads the result of a queued move, the next of br: whether the row moved.
+func rowMoved(br pgx.BatchResults) (bool, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return false, err
@@ -226,8 +226,8 @@ func (Jobs) applyBulk(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) (r
 	}
 	br := tx.SendBatch(ctx, b)
 	moved := make([]bool, len(ts))
-	for i, t := range ts {
-		if moved[i], err = t.m.sent(br); err != nil {
+	for i := range ts {
+		if moved[i], err = rowMoved(br); err != nil {
 			break
 		}
 	}
