@@ -371,6 +371,68 @@ func TestOptionsIsolation(t *testing.T) {
 	}
 }
 
+// TestOptionsIsolationWhenHandedOver: a process goes from a search straight to the
+// search waiting for it, reset by the commands that start that search, not by a reset
+// of its own: the waiting search still finds every option at its default and the hash
+// cleared (the same nodes as a fresh search of the same position).
+func TestOptionsIsolationWhenHandedOver(t *testing.T) {
+	t.Parallel()
+	for _, e := range []struct {
+		id   string
+		path Path
+	}{{"sf-17.1", PathNative}, {"sf-17.1", PathWasm}, {"sf-15.1", PathNative}} {
+		t.Run(engineLabel(e.id, e.path), func(t *testing.T) {
+			t.Parallel()
+			testHandedOver(t, newPool(t, e.id, e.path, nil))
+		})
+	}
+}
+
+func testHandedOver(t *testing.T, pl *Pool) {
+	ctx := context.Background()
+	full := Search{FEN: fenMiddlegame, Depth: 12}
+	fresh, err := pl.Search(ctx, Interactive, full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := onlyProcess(t, pl)
+
+	weak := make(chan error, 1)
+	go func() {
+		// The same position, so that a hash left over would change the next search.
+		res, err := pl.Search(ctx, Interactive, Search{FEN: fenMiddlegame, MoveTime: 500 * time.Millisecond, MultiPV: 2,
+			Options: map[string]string{"Skill Level": "0", "UCI_ShowWDL": "true", "Hash": "32"}})
+		if err == nil && (len(res.Lines) != 2 || res.Lines[0].WDL == nil) {
+			err = fmt.Errorf("weak search did not apply its options: %+v", res.Lines)
+		}
+		weak <- err
+	}()
+	waitBusy(t, pl)
+	next := make(chan *Result, 1)
+	go func() {
+		res, err := pl.Search(ctx, Interactive, full)
+		if err != nil {
+			t.Error(err)
+		}
+		next <- res
+	}()
+	waitStats(t, pl, func(s PoolStats) bool { return s.Waiting == [numPriorities]int{1, 0} })
+	if err := <-weak; err != nil {
+		t.Fatal(err)
+	}
+	again := <-next
+	if again == nil {
+		t.FailNow()
+	}
+	if onlyProcess(t, pl) != p {
+		t.Fatal("process replaced; the test needs the same one")
+	}
+	if again.BestMove != fresh.BestMove || again.Nodes != fresh.Nodes || len(again.Lines) != 1 || again.Lines[0].WDL != nil {
+		t.Errorf("search handed a process straight from a weak one differs from a fresh one:\n fresh %s %d nodes\n again %s %d nodes (%d lines)",
+			fresh.BestMove, fresh.Nodes, again.BestMove, again.Nodes, len(again.Lines))
+	}
+}
+
 // longSearch is a search that runs until stopped (for kill, cancel and saturation).
 var longSearch = Search{FEN: fenMiddlegame, MoveTime: 60 * time.Second}
 

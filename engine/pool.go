@@ -99,9 +99,11 @@ func (c *PoolConfig) withDefaults() {
 // Pool is a fixed-size set of warm engine processes of one executable.
 //
 //   - Processes are started and handshaken up front and reused.
-//   - After each search the process is reset in the background (options back to
-//     defaults, ucinewgame, isready) before anyone else gets it, so nothing leaks
-//     between requests and the reset's cost is not on the request's latency path.
+//   - Every search starts on a reset process (options back to defaults, ucinewgame),
+//     so nothing leaks between requests. A process nobody waits for is reset in the
+//     background (with isready), off any request's latency path; one that a search
+//     waits for goes to it at once and is reset by the commands that start its
+//     search, so a busy engine goes from one search to the next without a round trip.
 //   - A process that dies, hangs, or fails its reset is killed and replaced in the
 //     background; the request gets ErrEngineFailed. The number of processes never
 //     exceeds Size: a replacement only takes a dead process's slot.
@@ -519,7 +521,11 @@ func (pl *Pool) acquire(ctx context.Context, prio Priority) (*process, bool, err
 	pl.mu.Unlock()
 	if !found {
 		if p := <-w.ch; p != nil {
-			pl.put(p)
+			if p.dirty {
+				pl.release(p) // handed over straight from a search: reset it first
+			} else {
+				pl.put(p)
+			}
 		}
 	}
 	return nil, false, err
@@ -548,8 +554,11 @@ func (pl *Pool) preemptLocked() {
 	pl.preempted.Add(1)
 }
 
-// release takes a process back after a search: a dead one is replaced, a live one
-// reset in the background and then made available.
+// release takes a process back after a search: a dead one is replaced; a live one goes
+// straight to the first waiter, whose search resets it in the same write as its own
+// commands (the engine goes from one search to the next without waiting for us to
+// read a readyok); with nobody waiting it is reset in the background and then made
+// available.
 func (pl *Pool) release(p *process) {
 	if p.quitting.Load() {
 		pl.forget(p) // Close is reaping it
@@ -559,6 +568,13 @@ func (pl *Pool) release(p *process) {
 		pl.replace(p)
 		return
 	}
+	pl.mu.Lock()
+	if w := pl.nextWaiterLocked(); w != nil { // none once closed: Close empties the queues
+		pl.mu.Unlock()
+		w.ch <- p
+		return
+	}
+	pl.mu.Unlock()
 	pl.bg.Add(1)
 	go func() {
 		defer pl.bg.Done()
@@ -584,6 +600,19 @@ func (pl *Pool) put(p *process) {
 		pl.forget(p)
 		return
 	}
+	if w := pl.nextWaiterLocked(); w != nil {
+		pl.mu.Unlock()
+		w.ch <- p
+		return
+	}
+	pl.idle = append(pl.idle, p)
+	pl.mu.Unlock()
+}
+
+// nextWaiterLocked takes the waiter a free process goes to: the first interactive one,
+// else the first batch one, unless the first batch waiter has waited BatchMaxWait;
+// nil if nobody waits. pl.mu held.
+func (pl *Pool) nextWaiterLocked() *waiter {
 	order := [numPriorities]Priority{Interactive, Batch}
 	if q := pl.waiting[Batch]; len(q) > 0 && time.Since(q[0].since) >= pl.cfg.BatchMaxWait {
 		order = [numPriorities]Priority{Batch, Interactive} // batch work yields, but not for ever
@@ -594,13 +623,10 @@ func (pl *Pool) put(p *process) {
 			w := q[0]
 			q[0] = nil
 			pl.waiting[prio] = q[1:]
-			pl.mu.Unlock()
-			w.ch <- p
-			return
+			return w
 		}
 	}
-	pl.idle = append(pl.idle, p)
-	pl.mu.Unlock()
+	return nil
 }
 
 func (pl *Pool) forget(p *process) {

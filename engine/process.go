@@ -94,6 +94,11 @@ type process struct {
 	names    map[string]string // lower-case -> engine spelling
 
 	cmdBuf []byte // reused for "position ... go ..." to keep the hot path allocation-light
+
+	// dirty: searched since its last reset. A process handed straight from one search
+	// to a waiting one is not reset in between; the next search sends the reset's
+	// commands first, in the same write (see Pool.release).
+	dirty bool
 }
 
 // hasExited reports whether the process has already ended and been reaped.
@@ -337,15 +342,9 @@ func setoptionCmd(name, value string, button bool) string {
 // game (clears hash and histories, so no request sees another's search) and waits for
 // readyok. It runs after a request has its answer, off the request's latency path.
 func (p *process) reset(ctx context.Context) error {
-	cmds := make([]string, 0, 4)
-	for k, cur := range p.current {
-		if def := p.defaults[k]; cur != def {
-			cmds = append(cmds, setoptionCmd(p.names[k], def, false))
-			p.current[k] = def
-		}
-	}
-	cmds = append(cmds, "ucinewgame", "isready")
-	if err := p.send(cmds...); err != nil {
+	b := append(p.appendReset(p.cmdBuf[:0]), "isready\n"...)
+	p.cmdBuf = b
+	if err := p.sendBytes(b); err != nil {
 		p.kill()
 		return err
 	}
@@ -355,13 +354,33 @@ func (p *process) reset(ctx context.Context) error {
 	return nil
 }
 
-// search runs one search on a reset process. opts are already validated against this
-// engine's option list. On error the process may have been killed (p.broken); the
-// caller must not reuse it then (isDead).
+// appendReset appends the commands that return every changed option to its default
+// and start a new game, and marks the process clean. UCI engines read their input in
+// order, so whatever follows in the same write runs on the reset engine.
+func (p *process) appendReset(b []byte) []byte {
+	for k, cur := range p.current {
+		if def := p.defaults[k]; cur != def {
+			b = append(b, setoptionCmd(p.names[k], def, false)...)
+			b = append(b, '\n')
+			p.current[k] = def
+		}
+	}
+	p.dirty = false
+	return append(b, "ucinewgame\n"...)
+}
+
+// search runs one search, resetting the process first if it has searched since its
+// last reset. opts are already validated against this engine's option list. On error
+// the process may have been killed (p.broken); the caller must not reuse it then
+// (isDead).
 func (p *process) search(ctx context.Context, s *Search, opts []optionValue) (*Result, error) {
-	// Options first, skipping values already in force: after a reset everything is at
+	// Options next, skipping values already in force: after a reset everything is at
 	// its default, so a request that asks for defaults sends nothing extra.
 	b := p.cmdBuf[:0]
+	if p.dirty {
+		b = p.appendReset(b)
+	}
+	p.dirty = true
 	for _, ov := range opts {
 		if !ov.button && p.current[ov.key] == ov.value {
 			continue
