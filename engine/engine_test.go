@@ -328,12 +328,7 @@ func TestOptionsIsolation(t *testing.T) {
 	pl := newPool(t, "sf-17.1", PathNative, nil)
 	ctx := context.Background()
 	full := Search{FEN: fenMiddlegame, Depth: 12}
-
-	fresh, err := pl.Search(ctx, Interactive, full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := onlyProcess(t, pl)
+	fresh, p := firstSearch(t, pl, full)
 
 	weak := Search{FEN: fenMiddlegame, Depth: 12, MultiPV: 2, Options: map[string]string{
 		"Skill Level": "0", "UCI_LimitStrength": "true", "UCI_Elo": "1320", "UCI_ShowWDL": "true", "Hash": "32",
@@ -391,11 +386,7 @@ func TestOptionsIsolationWhenHandedOver(t *testing.T) {
 func testHandedOver(t *testing.T, pl *Pool) {
 	ctx := context.Background()
 	full := Search{FEN: fenMiddlegame, Depth: 12}
-	fresh, err := pl.Search(ctx, Interactive, full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := onlyProcess(t, pl)
+	fresh, p := firstSearch(t, pl, full)
 
 	weak := make(chan error, 1)
 	go func() {
@@ -431,6 +422,17 @@ func testHandedOver(t *testing.T, pl *Pool) {
 		t.Errorf("search handed a process straight from a weak one differs from a fresh one:\n fresh %s %d nodes\n again %s %d nodes (%d lines)",
 			fresh.BestMove, fresh.Nodes, again.BestMove, again.Nodes, len(again.Lines))
 	}
+}
+
+// firstSearch runs s on a size-1 pool's fresh process: the reference a later search of
+// s must equal, and the process, once it is idle again.
+func firstSearch(t *testing.T, pl *Pool, s Search) (*Result, *process) {
+	t.Helper()
+	res, err := pl.Search(context.Background(), Interactive, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, onlyProcess(t, pl)
 }
 
 // longSearch is a search that runs until stopped (for kill, cancel and saturation).
