@@ -71,8 +71,14 @@ func (e Event) Meta() Metadata {
 type New struct {
 	Type          string
 	SchemaVersion int
-	Payload       any       // marshalled with encoding/json; not to be changed once appended
+	Payload       any       // marshalled as JSON; not to be changed once appended
 	Meta          *Metadata // this event's own metadata; nil: the Append call's
+	// Encoded, when not nil, is Payload marshalled already (gojson.Marshal), by a caller
+	// that can do it off a serial path: the ledger's calls encode their own line items,
+	// beside each other, rather than in the settler's group commit. It must be what
+	// marshalling Payload gives: it is what is stored and hashed, and Payload is what
+	// inline projections read.
+	Encoded []byte
 }
 
 // ConcurrencyError is returned when a stream's version is not the expected one.
@@ -271,9 +277,11 @@ func encode(streamID, streamType string, version int64, md Metadata, e New, now 
 	if err != nil {
 		return Event{}, err
 	}
-	payload, err := gojson.Marshal(e.Payload)
-	if err != nil {
-		return Event{}, fmt.Errorf("encode %s: %w", e.Type, err)
+	payload := e.Encoded
+	if payload == nil {
+		if payload, err = gojson.Marshal(e.Payload); err != nil {
+			return Event{}, fmt.Errorf("encode %s: %w", e.Type, err)
+		}
 	}
 	sv := e.SchemaVersion
 	if sv == 0 {

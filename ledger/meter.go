@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/domain"
@@ -411,6 +412,11 @@ func (r *Reservation) Settle(a Answered) (*UnitsCharged, error) {
 		RequestID: r.call.RequestID, Key: r.call.Key, Endpoint: a.Endpoint, Params: a.Params, Engine: a.Engine,
 		Path: a.Path, Cached: a.Cached, Units: units, USD: UnitsUSD(units),
 	}, now, r.l.day)
+	var payload []byte
+	if err == nil {
+		// encoded here, beside the other calls, not in the settler's serial loop
+		payload, err = gojson.Marshal(e)
+	}
 	if err != nil {
 		r.done.Store(false)
 		r.Cancel()
@@ -423,7 +429,7 @@ func (r *Reservation) Settle(a Answered) (*UnitsCharged, error) {
 	m.unsettled = append(m.unsettled, time.Now())
 	m.mu.Unlock()
 	select {
-	case m.queue <- &settlement{lease: r.l, event: e, idem: a.Idempotency}:
+	case m.queue <- &settlement{lease: r.l, event: e, payload: payload, idem: a.Idempotency}:
 	case <-m.stopped: // shutting down: the answer stands, the charge is forgiven
 		m.logger.Warn("meter stopped before a call was settled; it is forgiven", "request_id", e.RequestID)
 		m.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/commands"
@@ -227,6 +228,39 @@ func TestMeterChargesWhatWasAnswered(t *testing.T) {
 	}
 	if b := f.balance(t); b.spent != 1 || b.events != 1 || b.held != b.leases {
 		t.Fatalf("balance %+v, want 1 unit spent in 1 event", b)
+	}
+}
+
+// A call encodes its own line item (off the settler's loop); what the log stores and
+// hashes is that encoding, and it is the event the call returned, unchanged since.
+func TestMeterStoresTheLineItemTheCallEncoded(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.meter(t, ledger.MeterConfig{})
+	ctx := context.Background()
+	r, err := m.Reserve(ctx, f.evalCall(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := r.Settle(answered())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want, err := gojson.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored string
+	if err := f.pool.QueryRow(ctx, `SELECT payload::text FROM events WHERE stream_id = $1`, ledger.Stream(f.key.ID())).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored != string(want) {
+		t.Fatalf("stored line item\n %s\nwant the call's\n %s", stored, want)
+	}
+	if rep, err := eventstore.Verify(ctx, f.pool); err != nil || rep.Tamper != nil {
+		t.Fatalf("chain: %+v, %v", rep, err)
 	}
 }
 

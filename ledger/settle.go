@@ -15,9 +15,10 @@ import (
 
 // settlement is one answered call waiting for the settler.
 type settlement struct {
-	lease *lease
-	event *UnitsCharged
-	idem  *Stored
+	lease   *lease
+	event   *UnitsCharged
+	payload []byte // event's JSON, encoded by the call (eventstore.New.Encoded)
+	idem    *Stored
 }
 
 // maxSettleBatch bounds one group commit.
@@ -167,7 +168,7 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 				index[e.KeyID] = j
 				out = append(out, eventstore.Appends{StreamID: Stream(e.KeyID), StreamType: StreamLedger})
 			}
-			out[j].Events = append(out[j].Events, eventstore.New{Type: e.EventType(), SchemaVersion: 1, Payload: e, Meta: &md})
+			out[j].Events = append(out[j].Events, eventstore.New{Type: e.EventType(), SchemaVersion: 1, Payload: e, Encoded: s.payload, Meta: &md})
 		}
 		return out
 	}
