@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -33,7 +34,7 @@ func TestSecrets(t *testing.T) {
 		{"another endpoint's row", s, sealed, "whe_2", "", ErrSecretSealed},
 		{"another pepper", other, sealed, "whe_1", "", ErrSecretSealed},
 		{"no secrets configured", nil, sealed, "whe_1", "", ErrSecretSealed},
-		{"edited", s, sealed[:len(sealed)-2] + "AA", "whe_1", "", ErrSecretSealed},
+		{"edited", s, flipLastByte(t, sealed), "whe_1", "", ErrSecretSealed},
 		{"not base64", s, sealedPrefix + "!!", "whe_1", "", ErrSecretSealed},
 		{"stored before sealing", s, "whsec_old", "whe_1", "whsec_old", nil},
 	} {
@@ -47,4 +48,16 @@ func TestSecrets(t *testing.T) {
 	if _, err := NewSecrets(nil); err == nil {
 		t.Fatal("secrets without a pepper")
 	}
+}
+
+// flipLastByte changes one bit of a sealed secret's tag: an edit that always changes
+// the bytes (rewriting its last characters would not when they already say so).
+func flipLastByte(t *testing.T, sealed string) string {
+	t.Helper()
+	raw, err := base64.RawStdEncoding.DecodeString(strings.TrimPrefix(sealed, sealedPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)-1] ^= 1
+	return sealedPrefix + base64.RawStdEncoding.EncodeToString(raw)
 }
