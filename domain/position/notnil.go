@@ -18,8 +18,7 @@ import (
 // ValidMoves call (an unsynchronised write), and its SAN writer and Status
 // read that cache. A *chess.Position reachable from a shared *Position is
 // therefore only touched through stdState.legal, which fills the cache once
-// under a sync.Once; afterwards every notnil call on it only reads. The same
-// holds for the positions LineSAN remembers for every caller (walkMemo).
+// under a sync.Once; afterwards every notnil call on it only reads.
 
 // recovered sees every panic that the safety nets around notnil catch. It
 // does nothing in production; the tests make it re-panic, so that fuzzing
@@ -178,9 +177,7 @@ func notnilPieceAt(pos *chess.Position, sq int8) piece {
 }
 
 // lineSANStandard is LineSAN for standard chess: it walks notnil positions
-// directly (notnil's Position.Update), without building our board per ply,
-// taking each position after the first from walked, so that a position an
-// earlier line went through has its legal moves already.
+// directly (notnil's Position.Update), without building our board per ply.
 func (p *Position) lineSANStandard(line []string) (out []string, err error) {
 	defer func() {
 		if r := recover(); r != nil { // last safety net, see decodeNotnil
@@ -189,57 +186,23 @@ func (p *Position) lineSANStandard(line []string) (out []string, err error) {
 		}
 	}()
 	out = make([]string, 0, len(line))
-	st, turn := p.std, p.turn
+	cur := p.std.pos
+	ms := p.std.legal()
+	turn := p.turn
+	var buf [256]move
 	for i, u := range line {
-		m, e := findUCI(u, st.legal(), false, turn, func(sq int8) piece { return notnilPieceAt(st.pos, sq) })
+		if i > 0 {
+			ms = convertMoves(cur.ValidMoves(), buf[:0])
+		}
+		m, e := findUCI(u, ms, false, turn, func(sq int8) piece { return notnilPieceAt(cur, sq) })
 		if e != nil {
 			e.Field = "moves"
 			e.Reason = fmt.Sprintf("move %d: %s", i, e.Reason)
 			return nil, e
 		}
-		out = append(out, chess.AlgebraicNotation{}.Encode(st.pos, m.nn))
-		if i+1 < len(line) {
-			st = walked.state(st.pos.Update(m.nn))
-		}
+		out = append(out, chess.AlgebraicNotation{}.Encode(cur, m.nn))
+		cur = cur.Update(m.nn)
 		turn = turn.Other()
 	}
 	return out, nil
-}
-
-// walked holds the positions lines written in SAN went through (lineSANStandard).
-var walked = &walkMemo{limit: 4096, m: map[string]*stdState{}}
-
-// walkMemo is a bounded set of notnil positions, each with its legal moves
-// generated at most once (stdState), keyed by notnil's binary encoding of the
-// position (board, side to move, castling, en passant, counters). Generating
-// the moves (notnil tags every one with a check test) is most of the cost of
-// writing a line in SAN, and lines go through the same positions again: an
-// engine's line one depth later starts like the one before, and in a game
-// analysed position by position a position and the start of its line are
-// usually on the line of the position before. Only LineSAN uses it, which
-// reads no counters (notnil packs the halfmove clock in a byte). When full,
-// it starts afresh rather than track recency.
-type walkMemo struct {
-	mu    sync.Mutex
-	limit int
-	m     map[string]*stdState
-}
-
-// state returns the remembered state of pos, or remembers pos.
-func (w *walkMemo) state(pos *chess.Position) *stdState {
-	key, err := pos.MarshalBinary()
-	if err != nil { // notnil's encoder does not fail on a position it made
-		return newStdState(pos)
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if s, ok := w.m[string(key)]; ok {
-		return s
-	}
-	if len(w.m) >= w.limit {
-		clear(w.m)
-	}
-	s := newStdState(pos)
-	w.m[string(key)] = s
-	return s
 }
