@@ -839,7 +839,7 @@ type Charge struct {
 	Engine   string             `json:"engine"`
 	Env      Env                `json:"env"`
 
-	// EventPosition The position of its UnitsCharged event in the log.
+	// EventPosition The position in the log of the event that recorded it: the ChargesSettled of its key's group commit (a call's), or its UnitsCharged (a job's position).
 	EventPosition int     `json:"event_position"`
 	Fen           *string `json:"fen"`
 	JobId         *string `json:"job_id"`
@@ -1159,7 +1159,10 @@ type EventRef struct {
 
 	// HashMatches The hash covers the event and its predecessor's hash (the charge's own event only).
 	HashMatches *bool `json:"hash_matches,omitempty"`
-	Position    int   `json:"position"`
+
+	// Line The charge's line in its ChargesSettled, from 0 (the charge's own event only).
+	Line     *int `json:"line,omitempty"`
+	Position int  `json:"position"`
 
 	// RecordedAt Examples: 2026-11-22T10:04:05.123456Z
 	RecordedAt Time    `json:"recorded_at"`

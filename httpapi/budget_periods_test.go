@@ -9,6 +9,7 @@ import (
 	"chessd/alerts"
 	"chessd/commands"
 	"chessd/eventstore"
+	"chessd/ledger"
 )
 
 // A key's budget per day starts again at the account's midnight: the account moves to
@@ -129,13 +130,13 @@ func TestBudgetByPeriod(t *testing.T) {
 	if err := e.pool.QueryRow(ctx, `SELECT period_start FROM key_balances WHERE key_id = $1`, keyID).Scan(&start); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.pool.Exec(ctx, `UPDATE key_balances SET period_start = (SELECT max(charged_at) FROM charges WHERE key_id = $1)
+	if _, err := e.pool.Exec(ctx, `UPDATE key_balances SET period_start = (SELECT max(charged_at) FROM charge_lines() WHERE key_id = $1)
 		WHERE key_id = $1`, keyID); err != nil {
 		t.Fatal(err)
 	}
 	var first, last string
 	if err := e.pool.QueryRow(ctx, `SELECT (array_agg(charge_id ORDER BY charged_at))[1], (array_agg(charge_id ORDER BY charged_at DESC))[1]
-		FROM charges WHERE key_id = $1`, keyID).Scan(&first, &last); err != nil {
+		FROM charge_lines() WHERE key_id = $1`, keyID).Scan(&first, &last); err != nil {
 		t.Fatal(err)
 	}
 	refund := commands.New(eventstore.NewStore(e.pool, nil), nil)
@@ -258,7 +259,7 @@ func TestAccountBudget(t *testing.T) {
 	e.caughtUp()
 	var charged int64
 	accountID := e.do("GET", "/v1/me", owner, nil).Body["account_id"]
-	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(units), 0) FROM charges WHERE account_id = $1`, accountID).Scan(&charged); err != nil {
+	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(units), 0) FROM charge_lines() WHERE account_id = $1`, accountID).Scan(&charged); err != nil {
 		t.Fatal(err)
 	}
 	if ok == 0 || ok > 5 || charged != int64(ok)*10 || charged > 50 {
@@ -319,9 +320,18 @@ func TestExplainChargeInItsPeriod(t *testing.T) {
 	if len(ids) != 3 {
 		t.Fatalf("%d charges, want 3", len(ids))
 	}
-	// the first charge as if made a day earlier (its row in the read model, which the
-	// explanation sums)
-	if _, err := e.pool.Exec(ctx, `UPDATE charges SET charged_at = charged_at - interval '1 day' WHERE charge_id = $1`, ids[0]); err != nil {
+	// the first charge as if made a day earlier: its line in the log, which the
+	// explanation sums, and the bounds of its event's lines in the read model
+	pos, line, ok := ledger.ParseLineChargeID(ids[0])
+	if !ok {
+		t.Fatalf("charge id %s is not a line's", ids[0])
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE events SET payload = jsonb_set(payload::jsonb, ARRAY['lines', $2::text, 'charged_at'],
+			to_jsonb((payload->'lines'->$3::int->>'charged_at')::timestamptz - interval '1 day'))::json WHERE position = $1`,
+		pos, fmt.Sprint(line), line); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE charge_batches SET first_at = first_at - interval '1 day' WHERE position = $1`, pos); err != nil {
 		t.Fatal(err)
 	}
 	ny, err := time.LoadLocation("America/New_York")

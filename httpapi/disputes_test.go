@@ -22,7 +22,7 @@ func TestDisputes(t *testing.T) {
 	e.caughtUp()
 	ctx := context.Background()
 	charges := func(env string) []string {
-		rows, err := e.pool.Query(ctx, `SELECT charge_id FROM charges WHERE env = $1 ORDER BY position`, env)
+		rows, err := e.pool.Query(ctx, `SELECT charge_id FROM charge_lines() WHERE env = $1 ORDER BY position, line`, env)
 		if err != nil {
 			t.Fatal(err)
 		}

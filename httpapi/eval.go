@@ -259,7 +259,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		idem.Status, idem.Response = http.StatusOK, body
 	}
 	if reservation != nil {
-		if _, err := reservation.Settle(ledger.Answered{Endpoint: ep, Engine: res.Engine, Path: res.Path, Cached: cached,
+		if err := reservation.Settle(ledger.Answered{Endpoint: ep, Engine: res.Engine, Path: res.Path, Cached: cached,
 			Params:      ledger.Params{Depth: spec.Depth, MultiPV: spec.MultiPV, MoveTimeMS: spec.MoveTimeMS, Positions: 1, FEN: res.FEN},
 			Idempotency: idem}); err != nil {
 			fail(err)

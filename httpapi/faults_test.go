@@ -24,11 +24,14 @@ func proxiedEnv(t *testing.T, opts ...envOption) (*env, *pgtest.Proxy) {
 
 const faultFEN = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
 
-// charges counts the charges on a key, of one endpoint or ("") all.
+// charges counts the charges on a key in the log, of one endpoint or ("") all: a
+// UnitsCharged each, and each line of a ChargesSettled.
 func (e *env) charges(keyID, endpoint string) int {
 	e.t.Helper()
 	var n int
-	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE stream_id = $1 AND $2 IN ('', payload->>'endpoint')`,
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM events e
+		LEFT JOIN LATERAL json_array_elements(CASE WHEN e.event_type = 'ChargesSettled' THEN e.payload->'lines' ELSE json_build_array(e.payload) END) l ON true
+		WHERE e.stream_id = $1 AND e.event_type <> 'UnitsCredited' AND $2 IN ('', l->>'endpoint')`,
 		"ledger-"+keyID, endpoint).Scan(&n); err != nil {
 		e.t.Fatal(err)
 	}

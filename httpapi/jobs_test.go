@@ -112,7 +112,7 @@ func (e *env) checkJobBooks(t *testing.T, key, id string) {
 	if err := e.pool.QueryRow(ctx, `SELECT held_units, spent_units FROM key_balances WHERE key_id = (SELECT key_id FROM jobs WHERE job_id = $1)`, id).Scan(&held, &spent); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0) FROM charges WHERE params->>'job_id' = $1`, id).Scan(&charges, &charged); err != nil {
+	if err := e.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0) FROM charge_lines() WHERE params->>'job_id' = $1`, id).Scan(&charges, &charged); err != nil {
 		t.Fatal(err)
 	}
 	if held != 0 {

@@ -31,7 +31,7 @@ func (e *env) withIdem(path, key, idem, body string) response {
 // chargeIDs are the ids of keyID's charges, in the order they were charged.
 func (e *env) chargeIDs(keyID string) []string {
 	e.t.Helper()
-	rows, err := e.pool.Query(context.Background(), `SELECT charge_id FROM charges WHERE key_id = $1 ORDER BY position`, keyID)
+	rows, err := e.pool.Query(context.Background(), `SELECT charge_id FROM charge_lines() WHERE key_id = $1 ORDER BY position, line`, keyID)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -59,6 +59,7 @@ func (e *env) caughtUp() {
 		var behind int
 		err = e.pool.QueryRow(ctx, `SELECT count(*) FROM events ev WHERE ev.stream_type = 'ledger'
 			AND NOT EXISTS (SELECT 1 FROM charges c WHERE c.position = ev.position)
+			AND NOT EXISTS (SELECT 1 FROM charge_batches b WHERE b.position = ev.position)
 			AND NOT EXISTS (SELECT 1 FROM credits c WHERE c.position = ev.position)`).Scan(&behind)
 		if err != nil {
 			e.t.Fatal(err)
@@ -85,10 +86,11 @@ func (e *env) charged(keyID string) (events, rows int, spent int64) {
 	e.t.Helper()
 	ctx := context.Background()
 	e.caughtUp()
-	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1`, "ledger-"+keyID).Scan(&events); err != nil {
+	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(CASE event_type WHEN 'ChargesSettled' THEN json_array_length(payload->'lines') ELSE 1 END), 0)
+		FROM events WHERE stream_id = $1`, "ledger-"+keyID).Scan(&events); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM charges WHERE key_id = $1`, keyID).Scan(&rows); err != nil {
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM charge_lines() WHERE key_id = $1`, keyID).Scan(&rows); err != nil {
 		e.t.Fatal(err)
 	}
 	if err := e.pool.QueryRow(ctx, `SELECT spent_units FROM key_balances WHERE key_id = $1`, keyID).Scan(&spent); err != nil {
@@ -510,14 +512,14 @@ func TestUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var liveCharged, testCharged int64
-	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(units) FILTER (WHERE env = 'live'), 0), coalesce(sum(units) FILTER (WHERE env = 'test'), 0) FROM charges`).Scan(&liveCharged, &testCharged); err != nil {
+	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(units) FILTER (WHERE env = 'live'), 0), coalesce(sum(units) FILTER (WHERE env = 'test'), 0) FROM charge_lines()`).Scan(&liveCharged, &testCharged); err != nil {
 		t.Fatal(err)
 	}
 	if liveDays != liveCharged || testDays != testCharged || testCharged == 0 {
 		t.Fatalf("allowance books: live %d/%d test %d/%d", liveDays, liveCharged, testDays, testCharged)
 	}
 	var testInLiveBook int
-	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries le JOIN charges c ON c.position = le.position
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries le JOIN charge_lines() c ON c.position = le.position
 		WHERE c.env = 'test' AND le.book NOT LIKE '%/test'`).Scan(&testInLiveBook); err != nil || testInLiveBook != 0 {
 		t.Fatalf("test charges posted to a live book: %d (%v)", testInLiveBook, err)
 	}

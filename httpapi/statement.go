@@ -132,7 +132,7 @@ func (s *Server) statement(w http.ResponseWriter, r *http.Request) {
 		rows[i] = newStatementRow(c)
 	}
 	var next *string
-	if st.Next != 0 {
+	if st.Next != (ledger.Cursor{}) {
 		c := ledger.EncodeCursor(st.Next)
 		next = &c
 		q := r.URL.Query()
@@ -291,6 +291,9 @@ func (s *Server) explainCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	event := ref(x.Event)
 	event["hash_matches"] = x.HashMatches
+	if x.Event.Type == "ChargesSettled" {
+		event["line"] = x.Charge.Line
+	}
 	related := make([]map[string]any, len(x.Related))
 	for i, e := range x.Related {
 		related[i] = ref(e)

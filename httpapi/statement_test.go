@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"chessd/ledger"
 )
 
 // stmtPage is one page of GET /usage/charges as JSON.
@@ -267,7 +269,7 @@ func TestStatementPagingWhileChargesArrive(t *testing.T) {
 	ctx := context.Background()
 	count := func() int64 {
 		var n int64
-		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM charges`).Scan(&n); err != nil {
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM charge_lines()`).Scan(&n); err != nil {
 			t.Error(err)
 		}
 		return n
@@ -337,12 +339,19 @@ func TestStatementPagingWhileChargesArrive(t *testing.T) {
 			t.Fatalf("page order: %d-th paged charge is %s, the statement has %s there (a charge was skipped)", i, id, all.rows[i]["charge_id"])
 		}
 	}
-	var prev float64
+	var prev ledger.Cursor
 	for _, row := range all.rows {
-		if p := row["event_position"].(float64); p <= prev {
-			t.Fatalf("positions not increasing: %v after %v", p, prev)
+		c := ledger.Cursor{Position: int64(row["event_position"].(float64))}
+		if pos, line, ok := ledger.ParseLineChargeID(row["charge_id"].(string)); ok {
+			if pos != c.Position {
+				t.Fatalf("charge %v is not of the event at %d", row["charge_id"], c.Position)
+			}
+			c.Line = line
 		}
-		prev = row["event_position"].(float64)
+		if c.Position < prev.Position || (c.Position == prev.Position && c.Line <= prev.Line) {
+			t.Fatalf("charges not in the log's order: %+v after %+v", c, prev)
+		}
+		prev = c
 	}
 }
 
@@ -388,7 +397,10 @@ func TestChargeExplanation(t *testing.T) {
 			t.Fatalf("charge %d: explained as %v, the statement has %v", i, x.Body["charge"], row)
 		}
 		ev := x.Body["event"].(map[string]any)
-		if ev["position"] != row["event_position"] || ev["type"] != "UnitsCharged" || ev["stream_id"] != "ledger-"+keyID ||
+		// a call's charge is a line of its group commit's ChargesSettled, a job position's its own UnitsCharged
+		settled := ev["type"] == "ChargesSettled" && ev["line"] != nil && row["job_id"] == nil
+		job := ev["type"] == "UnitsCharged" && ev["line"] == nil && row["job_id"] != nil
+		if ev["position"] != row["event_position"] || !(settled || job) || ev["stream_id"] != "ledger-"+keyID ||
 			ev["hash_matches"] != true || len(ev["hash"].(string)) != 64 {
 			t.Fatalf("charge %d: event %v", i, ev)
 		}

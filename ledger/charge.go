@@ -26,7 +26,8 @@ type Params struct {
 	JobID      string `json:"job_id,omitempty"`
 }
 
-// UnitsCharged is one charge, with every fact needed to explain it and its postings.
+// UnitsCharged is one charge, with every fact needed to explain it and its postings: a
+// job's position (ChargeHeld). The settler's charges are ChargesSettled lines.
 type UnitsCharged struct {
 	ChargeID  string          `json:"charge_id"`
 	RequestID string          `json:"request_id"`
@@ -51,7 +52,7 @@ func init() {
 	domain.RegisterEvent("UnitsCharged", func() domain.Event { return &UnitsCharged{} })
 }
 
-// Charge is one costed call's line item, before it becomes a UnitsCharged event.
+// Charge is one job position's line item, before it becomes a UnitsCharged event.
 type Charge struct {
 	RequestID string
 	Key       *domain.Key
@@ -93,14 +94,8 @@ func chargeEvent(ch Charge, now time.Time, day string) (*UnitsCharged, error) {
 		Day: day, ChargedAt: now, Endpoint: string(ch.Endpoint), Params: ch.Params, Engine: ch.Engine, Path: ch.Path,
 		Cached: ch.Cached, Units: ch.Units, USD: ch.USD, Postings: t.Postings(),
 	}
-	if testHookCharge != nil {
-		testHookCharge(e)
-	}
 	return e, nil
 }
-
-// testHookCharge lets tests make charges no code makes (postings that do not balance).
-var testHookCharge func(*UnitsCharged)
 
 func newChargeID() string {
 	b := make([]byte, 12)

@@ -21,7 +21,8 @@ import (
 type UnitsCredited struct {
 	CreditID       string          `json:"credit_id"`
 	ChargeID       string          `json:"charge_id"`
-	ChargePosition int64           `json:"charge_position"` // the UnitsCharged event
+	ChargePosition int64           `json:"charge_position"`       // the UnitsCharged or ChargesSettled event
+	ChargeLine     int             `json:"charge_line,omitempty"` // the line of a ChargesSettled
 	AccountID      string          `json:"account_id"`
 	KeyID          string          `json:"key_id"`
 	Env            string          `json:"env"`
@@ -73,8 +74,9 @@ func Credit(ctx context.Context, tx *eventstore.Tx, req CreditRequest, now time.
 	}
 	var c UnitsCredited
 	var day, chargedAt time.Time
-	err := tx.QueryRow(ctx, `SELECT position, account_id, key_id, env, day, units, usd, charged_at FROM charges WHERE charge_id = $1`,
-		req.ChargeID).Scan(&c.ChargePosition, &c.AccountID, &c.KeyID, &c.Env, &day, &c.Units, &c.USD, &chargedAt)
+	err := tx.QueryRow(ctx, `SELECT position, line, account_id, key_id, env, day, units, usd, charged_at
+		FROM charge_lines() WHERE `+chargeByID, chargeIDArgs(req.ChargeID)...).
+		Scan(&c.ChargePosition, &c.ChargeLine, &c.AccountID, &c.KeyID, &c.Env, &day, &c.Units, &c.USD, &chargedAt)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && req.AccountID != "" && c.AccountID != req.AccountID) {
 		return nil, domain.Errorf(domain.CodeNotFound, "no charge %q", req.ChargeID)
 	}

@@ -106,7 +106,14 @@ func addEventSeeds(f *testing.F) map[string]func() domain.Event {
 		"UnitsCharged": &UnitsCharged{ChargeID: "chg_1", RequestID: "req_1", AccountID: "acc_1", KeyID: "key_1", Env: "live",
 			Day: "2026-11-26", ChargedAt: at, Endpoint: "eval", Params: Params{Depth: 10, MultiPV: 2, Positions: 1, FEN: "8/8/8/4k3/8/8/4P3/4K3 w - - 0 1"},
 			Engine: "sf-17.1", Path: "native", Cached: true, Units: 2, USD: usd, Postings: postings},
-		"UnitsCredited": &UnitsCredited{CreditID: "crd_1", ChargeID: "chg_1", ChargePosition: 42, AccountID: "acc_1", KeyID: "key_1",
+		"ChargesSettled": &ChargesSettled{AccountID: "acc_1", KeyID: "key_1", Env: "live", Units: 4, USD: usd.Add(usd), Postings: postings,
+			Lines: []SettledCharge{
+				{RequestID: "req_1", Day: "2026-11-26", ChargedAt: at, Endpoint: "eval", Params: Params{Depth: 10, MultiPV: 2, Positions: 1},
+					Engine: "sf-17.1", Path: "native", Cached: true, Units: 2, USD: usd, IdempotencyKey: "idem-1"},
+				{RequestID: "req_2", Day: "2026-11-26", ChargedAt: at, Endpoint: "bestmove", Params: Params{Depth: 12, MultiPV: 1, Positions: 1},
+					Engine: "sf-15.1", Path: "native", Units: 2, USD: usd},
+			}},
+		"UnitsCredited": &UnitsCredited{CreditID: "crd_1", ChargeID: "chg_1_0", ChargePosition: 42, ChargeLine: 1, AccountID: "acc_1", KeyID: "key_1",
 			Env: "live", Day: "2026-11-26", CreditedAt: at, Units: 2, USD: usd, Reason: "wrong\nanswer", Actor: "ops", Postings: postings},
 	} {
 		seed, err := json.Marshal(ev)

@@ -93,7 +93,7 @@ func OpenDispute(ctx context.Context, tx *eventstore.Tx, key *domain.Key, charge
 		Env: key.Env().String(), ChargeIDs: chargeIDs, Reason: reason, OpenedAt: now.UTC().Truncate(time.Microsecond)}
 	for _, id := range chargeIDs {
 		var account, env string
-		err := tx.QueryRow(ctx, `SELECT account_id, env FROM charges WHERE charge_id = $1`, id).Scan(&account, &env)
+		err := tx.QueryRow(ctx, `SELECT account_id, env FROM charge_lines() WHERE `+chargeByID, chargeIDArgs(id)...).Scan(&account, &env)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && (account != e.AccountID || env != e.Env)) {
 			return nil, domain.Errorf(domain.CodeNotFound, "no charge %q on this account (%s)", id, e.Env)
 		}

@@ -1,8 +1,8 @@
 package ledger
 
-// EditCharges has edit change every charge made until restore is called; not safe
-// while calls are being answered concurrently.
-func EditCharges(edit func(*UnitsCharged)) (restore func()) {
-	testHookCharge = edit
-	return func() { testHookCharge = nil }
+// EditSettled has edit change every ChargesSettled the settler makes until restore is
+// called; not safe while calls are being answered concurrently.
+func EditSettled(edit func(*ChargesSettled)) (restore func()) {
+	testHookSettled = edit
+	return func() { testHookSettled = nil }
 }

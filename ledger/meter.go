@@ -26,9 +26,9 @@ import (
 //     its account's daily allowance (meter_lease, the whole budget rule). A lease is
 //     topped up in one round trip when it runs short, and a refusal spends no engine
 //     time. Served from memory otherwise.
-//   - Settle, after the answer: each answered call is one line item (a UnitsCharged
-//     event), committed with the others in group commits by one settler per server,
-//     off the response path.
+//   - Settle, after the answer: each answered call is one line item, committed with
+//     the others in group commits by one settler per server, off the response path:
+//     per key and commit, one ChargesSettled event of them.
 //   - Cancel, when no answer was produced: the units go back to the lease.
 //
 // A server that dies forgives the calls it answered and had not settled (bounded by
@@ -399,28 +399,26 @@ func (r *Reservation) Units(cached bool) int64 {
 	return r.units
 }
 
-// Settle records an answered call: it is charged in the settler's next group commit.
-// It returns at once with the line item's event (not yet durable).
-func (r *Reservation) Settle(a Answered) (*UnitsCharged, error) {
+// Settle records an answered call: it is charged in the settler's next group commit,
+// a line of its key's next ChargesSettled. It returns at once (the charge is not yet
+// durable).
+func (r *Reservation) Settle(a Answered) error {
 	if !r.done.CompareAndSwap(false, true) {
-		return nil, errors.New("reservation already settled or cancelled")
+		return errors.New("reservation already settled or cancelled")
 	}
 	m := r.m
 	units := r.Units(a.Cached)
-	now := m.now()
-	e, err := chargeEvent(Charge{
-		RequestID: r.call.RequestID, Key: r.call.Key, Endpoint: a.Endpoint, Params: a.Params, Engine: a.Engine,
-		Path: a.Path, Cached: a.Cached, Units: units, USD: UnitsUSD(units),
-	}, now, r.l.day)
-	var payload []byte
-	if err == nil {
-		// encoded here, beside the other calls, not in the settler's serial loop
-		payload, err = gojson.Marshal(e)
+	line := SettledCharge{RequestID: r.call.RequestID, Day: r.l.day, ChargedAt: m.now().UTC().Truncate(time.Microsecond), Endpoint: string(a.Endpoint),
+		Params: a.Params, Engine: a.Engine, Path: a.Path, Cached: a.Cached, Units: units, USD: UnitsUSD(units)}
+	if a.Idempotency != nil {
+		line.IdempotencyKey = a.Idempotency.Key
 	}
+	// encoded here, beside the other calls, not in the settler's serial loop
+	encoded, err := gojson.Marshal(&line)
 	if err != nil {
 		r.done.Store(false)
 		r.Cancel()
-		return nil, err
+		return err
 	}
 	m.mu.Lock()
 	r.l.avail += r.units - units
@@ -429,15 +427,15 @@ func (r *Reservation) Settle(a Answered) (*UnitsCharged, error) {
 	m.unsettled = append(m.unsettled, time.Now())
 	m.mu.Unlock()
 	select {
-	case m.queue <- &settlement{lease: r.l, event: e, payload: payload, idem: a.Idempotency}:
+	case m.queue <- &settlement{lease: r.l, line: line, encoded: encoded, idem: a.Idempotency}:
 	case <-m.stopped: // shutting down: the answer stands, the charge is forgiven
-		m.logger.Warn("meter stopped before a call was settled; it is forgiven", "request_id", e.RequestID)
+		m.logger.Warn("meter stopped before a call was settled; it is forgiven", "request_id", line.RequestID)
 		m.mu.Lock()
 		r.l.pending -= units
 		m.unsettled = m.unsettled[1:] // nothing else will take it off
 		m.mu.Unlock()
 	}
-	return e, nil
+	return nil
 }
 
 // waitBacklog holds a new call back while the oldest answered call has waited more than

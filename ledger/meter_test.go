@@ -12,6 +12,7 @@ import (
 	"time"
 
 	gojson "github.com/goccy/go-json"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/commands"
@@ -72,7 +73,7 @@ func (f *fixture) evalCall(i int) ledger.Call {
 		Price: domain.Call{Endpoint: domain.EndpointEval, Depth: 8, MultiPV: 1, Positions: 1}}
 }
 
-type balance struct{ spent, held, dayUnits, dayHeld, leases, events int64 }
+type balance struct{ spent, held, dayUnits, dayHeld, leases, charges int64 }
 
 func (f *fixture) balance(t *testing.T) balance {
 	t.Helper()
@@ -81,9 +82,9 @@ func (f *fixture) balance(t *testing.T) balance {
 			(SELECT coalesce(sum(units), 0) FROM account_days WHERE account_id = $2),
 			(SELECT coalesce(sum(held_units), 0) FROM account_days WHERE account_id = $2),
 			(SELECT coalesce(sum(units), 0) FROM leases WHERE key_id = $1),
-			(SELECT count(*) FROM events WHERE stream_id = 'ledger-' || $1)
+			(SELECT count(*) FROM charge_lines() WHERE key_id = $1)
 		FROM key_balances WHERE key_id = $1`, f.key.ID(), f.key.AccountID()).
-		Scan(&b.spent, &b.held, &b.dayUnits, &b.dayHeld, &b.leases, &b.events)
+		Scan(&b.spent, &b.held, &b.dayUnits, &b.dayHeld, &b.leases, &b.charges)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestMeterBudgetHoldsAcrossServers(t *testing.T) {
 					refused.Add(1)
 					return
 				}
-				if _, err := r.Settle(answered()); err != nil {
+				if err := r.Settle(answered()); err != nil {
 					t.Error(err)
 				}
 				ok.Add(1)
@@ -128,9 +129,9 @@ func TestMeterBudgetHoldsAcrossServers(t *testing.T) {
 			}
 		}
 		b := f.balance(t)
-		if ok.Load() != 10 || b.spent != 100 || b.events != 10 || b.dayUnits != 100 {
+		if ok.Load() != 10 || b.spent != 100 || b.charges != 10 || b.dayUnits != 100 {
 			t.Fatalf("round %d: %d answered, %d refused; spent %d in %d events (allowance used %d); want 10, 100, 10",
-				round, ok.Load(), refused.Load(), b.spent, b.events, b.dayUnits)
+				round, ok.Load(), refused.Load(), b.spent, b.charges, b.dayUnits)
 		}
 		if b.held != b.leases || b.dayHeld != b.leases || b.spent+b.held > budget {
 			t.Fatalf("round %d: held %d, day held %d, leases %d, spent %d: the invariants broke", round, b.held, b.dayHeld, b.leases, b.spent)
@@ -151,7 +152,7 @@ func TestMeterLeaseGrowsAndTopsUpAhead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.Settle(answered()); err != nil {
+		if err := r.Settle(answered()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,7 +165,7 @@ func TestMeterLeaseGrowsAndTopsUpAhead(t *testing.T) {
 		t.Errorf("%d top-ups for dry calls and %d ahead of need for %d calls of a 4-call lease; want at most 20 in all, some ahead",
 			dry, ahead, calls)
 	}
-	if b := f.balance(t); b.spent != 10*calls || b.events != calls || b.held != b.leases || b.dayHeld != b.leases {
+	if b := f.balance(t); b.spent != 10*calls || b.charges != calls || b.held != b.leases || b.dayHeld != b.leases {
 		t.Fatalf("balance %+v, want %d units spent in %d events, holds equal to the lease", b, 10*calls, calls)
 	}
 }
@@ -187,7 +188,7 @@ func TestMeterFlushWaitsOutTheBacklog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.Settle(a); err != nil {
+		if err := r.Settle(a); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -197,8 +198,8 @@ func TestMeterFlushWaitsOutTheBacklog(t *testing.T) {
 	if err := <-flushed; err != nil {
 		t.Fatal(err)
 	}
-	if b := f.balance(t); b.spent != calls || b.events != calls {
-		t.Fatalf("after Flush: %d units spent in %d events, want %d in %d", b.spent, b.events, calls, calls)
+	if b := f.balance(t); b.spent != calls || b.charges != calls {
+		t.Fatalf("after Flush: %d units spent in %d events, want %d in %d", b.spent, b.charges, calls, calls)
 	}
 }
 
@@ -214,9 +215,8 @@ func TestMeterChargesWhatWasAnswered(t *testing.T) {
 	}
 	a := answered()
 	a.Cached = true
-	e, err := r1.Settle(a)
-	if err != nil || e.Units != 1 {
-		t.Fatalf("cached charge %v (%v), want 1 unit", e, err)
+	if err := r1.Settle(a); err != nil {
+		t.Fatal(err)
 	}
 	r2, err := m.Reserve(ctx, f.evalCall(2))
 	if err != nil {
@@ -226,41 +226,77 @@ func TestMeterChargesWhatWasAnswered(t *testing.T) {
 	if err := m.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if b := f.balance(t); b.spent != 1 || b.events != 1 || b.held != b.leases {
-		t.Fatalf("balance %+v, want 1 unit spent in 1 event", b)
+	if b := f.balance(t); b.spent != 1 || b.charges != 1 || b.held != b.leases {
+		t.Fatalf("balance %+v, want 1 unit spent in 1 charge", b)
+	}
+	var units int64
+	var cached bool
+	if err := f.pool.QueryRow(ctx, `SELECT units, cached FROM charge_lines() WHERE key_id = $1`, f.key.ID()).Scan(&units, &cached); err != nil || units != 1 || !cached {
+		t.Fatalf("the charge: %d units, cached %v (%v); want 1, cached", units, cached, err)
 	}
 }
 
 // A call encodes its own line item (off the settler's loop); what the log stores and
-// hashes is that encoding, and it is the event the call returned, unchanged since.
-func TestMeterStoresTheLineItemTheCallEncoded(t *testing.T) {
+// hashes is the key's ChargesSettled built from those encodings, and it is exactly the
+// encoding of the event it decodes to.
+func TestMeterStoresTheLineItemsTheCallsEncoded(t *testing.T) {
 	f := newFixture(t, nil)
 	m := f.meter(t, ledger.MeterConfig{})
 	ctx := context.Background()
-	r, err := m.Reserve(ctx, f.evalCall(1))
-	if err != nil {
-		t.Fatal(err)
+	release := holdChain(t, f.pool) // the three calls settle in one commit
+	for i := range 3 {
+		r, err := m.Reserve(ctx, f.evalCall(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := answered()
+		a.Cached = i == 1
+		if err := r.Settle(a); err != nil {
+			t.Fatal(err)
+		}
 	}
-	e, err := r.Settle(answered())
-	if err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if err := m.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want, err := gojson.Marshal(e)
+	rows, err := f.pool.Query(ctx, `SELECT event_type, payload::text FROM events WHERE stream_id = $1 ORDER BY position`, ledger.Stream(f.key.ID()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stored string
-	if err := f.pool.QueryRow(ctx, `SELECT payload::text FROM events WHERE stream_id = $1`, ledger.Stream(f.key.ID())).Scan(&stored); err != nil {
+	type stored struct{ typ, payload string }
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stored, error) {
+		var s stored
+		return s, r.Scan(&s.typ, &s.payload)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if stored != string(want) {
-		t.Fatalf("stored line item\n %s\nwant the call's\n %s", stored, want)
+	var lines []ledger.SettledCharge
+	for _, s := range evs {
+		d, err := domain.Decode(s.typ, 1, []byte(s.payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, ok := d.(*ledger.ChargesSettled)
+		if !ok {
+			t.Fatalf("a %s in the key's ledger stream", s.typ)
+		}
+		again, err := gojson.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(again) != s.payload {
+			t.Fatalf("stored\n %s\nis not the encoding of the event it decodes to\n %s", s.payload, again)
+		}
+		lines = append(lines, e.Lines...)
 	}
-	if rep, err := eventstore.Verify(ctx, f.pool); err != nil || rep.Tamper != nil {
-		t.Fatalf("chain: %+v, %v", rep, err)
+	if len(lines) != 3 || len(evs) > 2 {
+		t.Fatalf("%d lines in %d events, want 3 lines in at most 2 (the first call may commit before the chain is held)", len(lines), len(evs))
+	}
+	for i, l := range lines {
+		if l.RequestID != fmt.Sprintf("req-%d", i) || l.Cached != (i == 1) || l.Units != map[bool]int64{true: 1, false: 10}[i == 1] {
+			t.Fatalf("line %d: %+v", i, l)
+		}
 	}
 }
 
@@ -323,7 +359,7 @@ func TestMeterIdempotencyClaims(t *testing.T) {
 	done := st
 	done.Status, done.Response = 200, []byte(`{"ok":true}`)
 	a.Idempotency = &done
-	if _, err := r.Settle(a); err != nil {
+	if err := r.Settle(a); err != nil {
 		t.Fatal(err)
 	}
 	if err := m1.Flush(ctx); err != nil {
@@ -333,8 +369,8 @@ func TestMeterIdempotencyClaims(t *testing.T) {
 	if err != nil || first == nil || first.Status != 200 || string(first.Response) != `{"ok":true}` {
 		t.Fatalf("claim after the answer: %+v %v", first, err)
 	}
-	if b := f.balance(t); b.events != 1 {
-		t.Fatalf("%d charges, want 1", b.events)
+	if b := f.balance(t); b.charges != 1 {
+		t.Fatalf("%d charges, want 1", b.charges)
 	}
 }
 

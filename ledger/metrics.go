@@ -54,19 +54,19 @@ func Counted() Counts {
 func CountCommitted(evs []eventstore.Event) {
 	for _, e := range evs {
 		if uc, ok := e.Value().(*UnitsCharged); ok {
-			countCharge(uc)
+			countCharge(uc.Endpoint, uc.Cached, uc.Units, uc.USD)
 		}
 	}
 }
 
 // countCharge counts one committed charge.
-func countCharge(e *UnitsCharged) {
-	k := ChargeKind{Endpoint: e.Endpoint, Cached: e.Cached}
+func countCharge(endpoint string, cached bool, units int64, usd decimal.Decimal) {
+	k := ChargeKind{Endpoint: endpoint, Cached: cached}
 	counted.Lock()
 	t := counted.charges[k]
 	t.Charges++
-	t.Units += e.Units
-	t.USD = t.USD.Add(e.USD)
+	t.Units += units
+	t.USD = t.USD.Add(usd)
 	counted.charges[k] = t
 	counted.Unlock()
 }

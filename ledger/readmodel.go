@@ -49,6 +49,9 @@ func queueReadModel(b *pgx.Batch, evs []eventstore.Event, rollup bool) error {
 	if len(rm.charges.pos) > 0 {
 		rm.charges.queue(b, rollup)
 	}
+	if len(rm.batches.pos) > 0 {
+		rm.batches.queue(b, rollup)
+	}
 	if len(rm.credits.pos) > 0 { // after the charges: a credit's rollup row is its charge's
 		rm.credits.queue(b, rollup)
 	}
@@ -71,6 +74,13 @@ func RebuildCopy(evs []eventstore.Event) ([]eventstore.TableRows, error) {
 		}
 		out = append(out, rows)
 	}
+	if len(rm.batches.pos) > 0 {
+		rows, err := rm.batches.copyRows()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows)
+	}
 	if len(rm.credits.pos) > 0 {
 		rows, err := rm.credits.copyRows()
 		if err != nil {
@@ -84,6 +94,7 @@ func RebuildCopy(evs []eventstore.Event) ([]eventstore.TableRows, error) {
 // readModel is the rows of some ledger events, column by column.
 type readModel struct {
 	charges chargeColumns
+	batches batchColumns
 	credits creditColumns
 }
 
@@ -91,7 +102,7 @@ func readModelOf(evs []eventstore.Event) (*readModel, error) {
 	rm := &readModel{}
 	for i := range evs {
 		ev := &evs[i]
-		if ev.Type != "UnitsCharged" && ev.Type != "UnitsCredited" {
+		if ev.Type != "UnitsCharged" && ev.Type != "ChargesSettled" && ev.Type != "UnitsCredited" {
 			continue
 		}
 		v := ev.Value()
@@ -108,6 +119,12 @@ func readModelOf(evs []eventstore.Event) (*readModel, error) {
 			if err := rm.charges.add(ev.Position, x); err != nil {
 				return nil, err
 			}
+			postings = x.Postings
+		case *ChargesSettled:
+			if err := x.check(); err != nil {
+				return nil, fmt.Errorf("ChargesSettled at position %d: %w", ev.Position, err)
+			}
+			rm.batches.add(ev.Position, x)
 			postings = x.Postings
 		case *UnitsCredited:
 			rm.credits.add(ev.Position, x)
@@ -167,22 +184,23 @@ func (c *chargeColumns) queue(b *pgx.Batch, rollup bool) {
 // under their charges' key, env, endpoint, engine and cached.
 func (cr *creditColumns) queue(b *pgx.Batch, rollup bool) {
 	insert := `INSERT INTO credits (position, credit_id, charge_id, charge_position, account_id, key_id, env, day,
-				credited_at, units, usd, reason, actor, dispute_id)
+				credited_at, units, usd, reason, actor, dispute_id, charge_line)
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
-				$8::text[]::date[], $9::timestamptz[], $10::bigint[], $11::text[]::numeric[], $12::text[], $13::text[], $14::text[])
+				$8::text[]::date[], $9::timestamptz[], $10::bigint[], $11::text[]::numeric[], $12::text[], $13::text[], $14::text[],
+				$15::int[])
 			ON CONFLICT (position) DO NOTHING`
 	if rollup {
 		insert = `WITH ins AS (` + insert + `
-			RETURNING charge_position, credited_at, units, usd, account_id, key_id, env),
+			RETURNING charge_position, charge_line, credited_at, units, usd, account_id, key_id, env),
 		rolled AS (` + rollupUpsert + `SELECT c.account_id, date_trunc('hour', ins.credited_at, 'UTC'), c.key_id, c.env, c.endpoint,
 			c.engine, c.cached, 0, 0, 0, count(*), sum(ins.units), sum(ins.usd)
-		  FROM ins JOIN charges c ON c.position = ins.charge_position
+		  FROM ins JOIN charge_lines() c ON c.position = ins.charge_position AND c.line = ins.charge_line
 		 GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 2, 3, 4, 5, 6, 7` + rollupConflict + `)
 		` + keyRollup + `SELECT account_id, date_trunc('hour', credited_at, 'UTC'), key_id, env, 0, 0, 0, count(*), sum(units), sum(usd)
 		  FROM ins GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4` + keyConflict
 	}
 	b.Queue(insert, cr.pos, cr.creditID, cr.chargeID, cr.chargePos, cr.accountID, cr.keyID, cr.env, cr.day,
-		cr.creditedAt, cr.units, texts(cr.usd), cr.reason, cr.actor, cr.disputeID)
+		cr.creditedAt, cr.units, texts(cr.usd), cr.reason, cr.actor, cr.disputeID, cr.chargeLine)
 }
 
 // creditColumns are credits rows, column by column.
@@ -193,6 +211,7 @@ type creditColumns struct {
 	usd                                                    []decimal.Decimal
 	disputeID                                              []*string
 	creditedAt                                             []time.Time
+	chargeLine                                             []int32
 }
 
 func (c *creditColumns) add(pos int64, cr *UnitsCredited) {
@@ -205,6 +224,7 @@ func (c *creditColumns) add(pos int64, cr *UnitsCredited) {
 	c.accountID, c.keyID, c.env, c.day = append(c.accountID, cr.AccountID), append(c.keyID, cr.KeyID), append(c.env, cr.Env), append(c.day, cr.Day)
 	c.usd, c.reason, c.actor = append(c.usd, cr.USD), append(c.reason, cr.Reason), append(c.actor, cr.Actor)
 	c.disputeID, c.creditedAt = append(c.disputeID, dispute), append(c.creditedAt, cr.CreditedAt)
+	c.chargeLine = append(c.chargeLine, int32(cr.ChargeLine))
 }
 
 // chargeColumns are charges rows, column by column (one array parameter each).
@@ -286,7 +306,7 @@ func (c *chargeColumns) copyRows() (eventstore.TableRows, error) {
 // copyRows are the credits in COPY's binary format, their columns in the table's order.
 func (c *creditColumns) copyRows() (eventstore.TableRows, error) {
 	cols := []string{"position", "credit_id", "charge_id", "charge_position", "account_id", "key_id", "env", "day",
-		"credited_at", "units", "usd", "reason", "actor", "dispute_id"}
+		"credited_at", "units", "usd", "reason", "actor", "dispute_id", "charge_line"}
 	return copyTable("credits", cols, len(c.pos), 250, func(w *postgres.CopyRows, i int) error {
 		d, err := day(c.pos[i], c.day[i])
 		if err != nil {
@@ -312,6 +332,7 @@ func (c *creditColumns) copyRows() (eventstore.TableRows, error) {
 		} else {
 			w.Text(*c.disputeID[i])
 		}
+		w.Int4(c.chargeLine[i])
 		return nil
 	})
 }

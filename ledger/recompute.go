@@ -27,7 +27,7 @@ func (c BalanceCheck) Equal() bool {
 // RecomputeBalances recomputes the spend kept on the write side (key_balances' spent
 // units and USD, account_days' units) from the charges and credits read model (charges
 // less what was credited), which the ledger
-// projection derives from the UnitsCharged events, and returns both for comparison
+// projection derives from the UnitsCharged and ChargesSettled events, and returns both for comparison
 // (`chessd replay`, after rebuilding the projection).
 func RecomputeBalances(ctx context.Context, q eventstore.Querier) ([]BalanceCheck, error) {
 	var out []BalanceCheck
@@ -35,12 +35,12 @@ func RecomputeBalances(ctx context.Context, q eventstore.Querier) ([]BalanceChec
 		{"key_balances.spent",
 			`SELECT key_id || ' ' || spent_units || ' ' || spent_usd FROM key_balances WHERE spent_units > 0 ORDER BY 1`,
 			`SELECT key_id || ' ' || sum(units) || ' ' || sum(usd)::numeric(20,6) FROM (
-				SELECT key_id, units, usd FROM charges UNION ALL SELECT key_id, -units, -usd FROM credits) x
+				SELECT key_id, units, usd FROM charge_lines() UNION ALL SELECT key_id, -units, -usd FROM credits) x
 			GROUP BY key_id HAVING sum(units) > 0 ORDER BY 1`},
 		{"account_days",
 			`SELECT account_id || ' ' || env || ' ' || day || ' ' || units FROM account_days WHERE units > 0 ORDER BY 1`,
 			`SELECT account_id || ' ' || env || ' ' || day || ' ' || sum(units) FROM (
-				SELECT account_id, env, day, units FROM charges UNION ALL SELECT account_id, env, day, -units FROM credits) x
+				SELECT account_id, env, day, units FROM charge_lines() UNION ALL SELECT account_id, env, day, -units FROM credits) x
 			GROUP BY account_id, env, day HAVING sum(units) > 0 ORDER BY 1`},
 	} {
 		check := BalanceCheck{Name: c.name}

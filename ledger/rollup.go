@@ -101,10 +101,11 @@ func timeBuckets(groups []string) bool {
 func exactUsage(lo, hi string) string {
 	return `SELECT key_id, endpoint, engine, env, cached, charged_at AS at, 1::bigint AS calls, units, usd,
 			0::bigint AS credits, 0::bigint AS credited_units, 0::numeric AS credited_usd
-		  FROM charges WHERE account_id = $1 AND charged_at >= ` + lo + ` AND charged_at < ` + hi + ` AND ($4 = '' OR env = $4)
+		  FROM charge_lines() WHERE account_id = $1 AND charged_at >= ` + lo + ` AND charged_at < ` + hi + `
+			AND last_at >= ` + lo + ` AND first_at < ` + hi + ` AND ($4 = '' OR env = $4)
 		UNION ALL
 		SELECT c.key_id, c.endpoint, c.engine, c.env, c.cached, r.credited_at, 0, 0, 0, 1, r.units, r.usd
-		  FROM credits r JOIN charges c ON c.position = r.charge_position
+		  FROM credits r JOIN charge_lines() c ON c.position = r.charge_position AND c.line = r.charge_line
 		 WHERE r.account_id = $1 AND r.credited_at >= ` + lo + ` AND r.credited_at < ` + hi + ` AND ($4 = '' OR r.env = $4)`
 }
 
@@ -190,8 +191,9 @@ func statementTotals(ctx context.Context, tx pgx.Tx, sq StatementQuery, args []a
 	err := tx.QueryRow(ctx, `SELECT coalesce(sum(calls), 0), coalesce(sum(units), 0), coalesce(sum(usd), 0) FROM (
 			`+rolled+` AND hour >= $5 AND hour < $6
 			UNION ALL
-			SELECT 1, units, usd FROM charges WHERE `+filter+`
-				AND ((charged_at >= $7 AND charged_at < $8) OR (charged_at >= $9 AND charged_at < $10))) t`,
+			SELECT 1, units, usd FROM charge_lines() WHERE `+filter+`
+				AND ((charged_at >= $7 AND charged_at < $8) OR (charged_at >= $9 AND charged_at < $10))
+				AND ((last_at >= $7 AND first_at < $8) OR (last_at >= $9 AND first_at < $10))) t`,
 		sq.AccountID, sq.Env, sq.KeyID, sq.Endpoint, hourFrom, hourTo, edges[0], edges[1], edges[2], edges[3]).
 		Scan(&st.Calls, &st.Units, &st.USD)
 	if err != nil {
@@ -203,7 +205,8 @@ func statementTotals(ctx context.Context, tx pgx.Tx, sq StatementQuery, args []a
 		WHERE r.account_id = $1 AND r.env = $2 AND ($3 = '' OR r.key_id = $3)`
 	cargs := args[:3]
 	if lo != nil || hi != nil || sq.Endpoint != "" {
-		credits += ` AND EXISTS (SELECT 1 FROM charges WHERE position = r.charge_position AND ` + statementFilter + `)`
+		credits += ` AND EXISTS (SELECT 1 FROM charge_lines() WHERE position = r.charge_position AND line = r.charge_line
+			AND ` + statementFilter + `)`
 		cargs = args
 	}
 	if err := tx.QueryRow(ctx, credits, cargs...).Scan(&st.Credits, &st.CreditedUnits, &st.CreditedUSD); err != nil {

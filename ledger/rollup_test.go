@@ -59,6 +59,24 @@ func newRollupFixture(t *testing.T) *rollupFixture {
 // key, endpoint, engine, price and cache follow from i.
 func (f *rollupFixture) charge(t *testing.T, i int, at time.Time) {
 	t.Helper()
+	f.reserve(t, i, at)()
+	f.flush(t)
+}
+
+// flush waits for every meter's settles.
+func (f *rollupFixture) flush(t *testing.T) {
+	t.Helper()
+	for _, m := range f.meters {
+		if err := m.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// reserve reserves charge i at the instant given; settle answers it, without waiting
+// for the settle.
+func (f *rollupFixture) reserve(t *testing.T, i int, at time.Time) (settle func()) {
+	t.Helper()
 	ctx := context.Background()
 	key := f.keys[i%len(f.keys)]
 	m := f.meters[key.ID()]
@@ -78,11 +96,11 @@ func (f *rollupFixture) charge(t *testing.T, i int, at time.Time) {
 	}
 	a := ledger.Answered{Endpoint: endpoints[i%3], Params: ledger.Params{Depth: depth, MultiPV: 1, Positions: 1},
 		Engine: []string{"sf-17.1", "sf-15.1"}[i/3%2], Path: "native", Cached: i%5 == 0}
-	if _, err := r.Settle(a); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Flush(ctx); err != nil {
-		t.Fatal(err)
+	return func() {
+		f.clock.Store(at.UTC())
+		if err := r.Settle(a); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -91,7 +109,7 @@ func (f *rollupFixture) credit(t *testing.T, req string, at time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	var chargeID string
-	if err := f.pool.QueryRow(ctx, `SELECT charge_id FROM charges WHERE request_id = $1`, req).Scan(&chargeID); err != nil {
+	if err := f.pool.QueryRow(ctx, `SELECT charge_id FROM charge_lines() WHERE request_id = $1`, req).Scan(&chargeID); err != nil {
 		t.Fatal(err)
 	}
 	_, err := f.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
@@ -159,8 +177,22 @@ func TestUsageRollupAnswersAsTheCharges(t *testing.T) {
 	ctx := context.Background()
 	// 2026-03-08 07:00Z: New York's clock went from 02:00 EST to 03:00 EDT
 	start := time.Date(2026, 3, 6, 5, 3, 0, 0, time.UTC)
-	for i := range 60 {
-		f.charge(t, i, start.Add(time.Duration(i)*97*time.Minute))
+	// nine at a time, behind the chain's head: each key's meter settles its first and
+	// then the other two in one ChargesSettled, whose lines fall in different hours
+	for i := 0; i < 60; i += 9 {
+		var settles []func()
+		for j := i; j < min(i+9, 60); j++ {
+			settles = append(settles, f.reserve(t, j, start.Add(time.Duration(j)*97*time.Minute)))
+		}
+		release := holdChain(t, f.pool)
+		for _, settle := range settles {
+			settle()
+		}
+		release()
+		f.flush(t)
+	}
+	if n := count(t, f.pool, `SELECT count(*) FROM charge_batches WHERE lines > 1 AND date_trunc('hour', first_at) <> date_trunc('hour', last_at)`); n == 0 {
+		t.Fatal("no ChargesSettled has lines in two hours")
 	}
 	for i, at := range []string{"2026-03-07T10:00:00Z", "2026-03-08T06:59:59Z", "2026-03-08T07:00:00Z", "2026-03-09T23:30:00Z", "2026-03-10T02:10:00Z"} {
 		ts, err := time.Parse(time.RFC3339, at)
@@ -341,7 +373,7 @@ func statementTotals(t *testing.T, f *rollupFixture) {
 		}
 		var calls, units int64
 		var usd string
-		if err := f.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0), coalesce(sum(usd), 0)::numeric(20, 6)::text FROM charges
+		if err := f.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0), coalesce(sum(usd), 0)::numeric(20, 6)::text FROM charge_lines()
 			WHERE account_id = $1 AND env = $2 AND ($3 = '' OR key_id = $3) AND ($4 = '' OR endpoint = $4)
 				AND ($5::timestamptz IS NULL OR charged_at >= $5) AND ($6::timestamptz IS NULL OR charged_at < $6)`,
 			q.AccountID, q.Env, q.KeyID, q.Endpoint, c.lo, c.hi).Scan(&calls, &units, &usd); err != nil {
@@ -351,7 +383,7 @@ func statementTotals(t *testing.T, f *rollupFixture) {
 			t.Errorf("%s: totals %d calls, %d units, %s USD; the charges say %d, %d, %s", c.name, st.Calls, st.Units, st.USD.StringFixed(6), calls, units, usd)
 		}
 		var credits, creditedUnits int64
-		if err := f.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(r.units), 0) FROM credits r JOIN charges c ON c.position = r.charge_position
+		if err := f.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(r.units), 0) FROM credits r JOIN charge_lines() c ON c.position = r.charge_position AND c.line = r.charge_line
 			WHERE c.account_id = $1 AND c.env = $2 AND ($3 = '' OR c.key_id = $3) AND ($4 = '' OR c.endpoint = $4)
 				AND ($5::timestamptz IS NULL OR c.charged_at >= $5) AND ($6::timestamptz IS NULL OR c.charged_at < $6)`,
 			q.AccountID, q.Env, q.KeyID, q.Endpoint, c.lo, c.hi).Scan(&credits, &creditedUnits); err != nil {

@@ -13,11 +13,12 @@ import (
 	"chessd/eventstore"
 )
 
-// settlement is one answered call waiting for the settler.
+// settlement is one answered call waiting for the settler: its line of the key's next
+// ChargesSettled.
 type settlement struct {
 	lease   *lease
-	event   *UnitsCharged
-	payload []byte // event's JSON, encoded by the call (eventstore.New.Encoded)
+	line    SettledCharge
+	encoded []byte // line's JSON, encoded by the call, beside the other calls
 	idem    *Stored
 }
 
@@ -121,12 +122,12 @@ func (m *Meter) Flush(ctx context.Context) error {
 }
 
 // settle commits a batch: one meter_settle_all of its calls (their units against their
-// leases, and the answers of those with an Idempotency-Key) and, per call charged, its
-// UnitsCharged event and its rows in the ledger's read model. A transient failure is
-// retried (the leases keep the units meanwhile). A call whose lease is gone, or whose
-// claim a retry took over, is not charged: forgiven, never charged past what was
-// reserved nor twice. A batch refused for what it writes is settled call by call
-// (settleRefused).
+// leases, and the answers of those with an Idempotency-Key) and, per key, one
+// ChargesSettled of its calls charged, with its row in the ledger's read model. A
+// transient failure is retried (the leases keep the units meanwhile). A call whose
+// lease is gone, or whose claim a retry took over, is not charged: forgiven, never
+// charged past what was reserved nor twice. A batch refused for what it writes is
+// settled call by call (settleRefused).
 func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	if len(batch) == 0 {
 		return nil
@@ -136,13 +137,13 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	leases, units := make([]string, n), make([]int64, n)
 	scopes, keys, statuses, responses := make([]*string, n), make([]*string, n), make([]*int32, n), make([][]byte, n)
 	for i, s := range batch {
-		leases[i], units[i] = s.lease.id, s.event.Units
+		leases[i], units[i] = s.lease.id, s.line.Units
 		if st := s.idem; st != nil {
 			status := int32(st.Status)
 			scopes[i], keys[i], statuses[i], responses[i] = &st.Scope, &st.Key, &status, st.Response
 		}
 	}
-	at := batch[len(batch)-1].event.ChargedAt
+	at := batch[len(batch)-1].line.ChargedAt
 	// meter_settle_all takes its locks in one order, whatever the order of the calls
 	queue := func(strict bool) func(*pgx.Batch) {
 		return func(b *pgx.Batch) {
@@ -150,27 +151,37 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 				leases, units, scopes, keys, statuses, responses, UnitPriceUSD, at, strict)
 		}
 	}
-	appends := func(charged func(i int) bool) []eventstore.Appends {
-		var out []eventstore.Appends
-		index := map[string]int{}
+	appends := func(charged func(i int) bool) ([]eventstore.Appends, error) {
+		type group struct {
+			l       *lease
+			lines   []SettledCharge
+			encoded [][]byte
+		}
+		var groups []*group
+		index := map[string]*group{}
 		for i, s := range batch {
 			if !charged(i) {
 				continue
 			}
-			e := s.event
-			md := eventstore.Metadata{RequestID: e.RequestID, AccountID: e.AccountID, KeyID: e.KeyID}
-			if s.idem != nil {
-				md.IdempotencyKey = s.idem.Key
+			g := index[s.lease.keyID]
+			if g == nil {
+				g = &group{l: s.lease}
+				index[s.lease.keyID] = g
+				groups = append(groups, g)
 			}
-			j, ok := index[e.KeyID]
-			if !ok {
-				j = len(out)
-				index[e.KeyID] = j
-				out = append(out, eventstore.Appends{StreamID: Stream(e.KeyID), StreamType: StreamLedger})
-			}
-			out[j].Events = append(out[j].Events, eventstore.New{Type: e.EventType(), SchemaVersion: 1, Payload: e, Encoded: s.payload, Meta: &md})
+			g.lines, g.encoded = append(g.lines, s.line), append(g.encoded, s.encoded)
 		}
-		return out
+		out := make([]eventstore.Appends, 0, len(groups))
+		for _, g := range groups {
+			e, payload, err := settledEvent(g.l.accountID, g.l.keyID, g.l.env, g.lines, g.encoded)
+			if err != nil {
+				return nil, err
+			}
+			md := eventstore.Metadata{AccountID: e.AccountID, KeyID: e.KeyID}
+			out = append(out, eventstore.Appends{StreamID: Stream(e.KeyID), StreamType: StreamLedger,
+				Events: []eventstore.New{{Type: e.EventType(), SchemaVersion: 1, Payload: e, Encoded: payload, Meta: &md}}})
+		}
+		return out, nil
 	}
 	forgiven := make([]bool, len(batch))
 	started := time.Now()
@@ -221,7 +232,7 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	}
 	for i, s := range batch {
 		if !forgiven[i] {
-			countCharge(s.event)
+			countCharge(s.line.Endpoint, s.line.Cached, s.line.Units, s.line.USD)
 		}
 	}
 	m.forget(batch)
@@ -249,9 +260,9 @@ func refused(err error) bool {
 // stands), never charged, and the others are charged once.
 func (m *Meter) settleRefused(ctx context.Context, batch []*settlement, err error) error {
 	if len(batch) == 1 {
-		e := batch[0].event
-		m.logger.Error("a charge the ledger refused is forgiven", "request_id", e.RequestID, "charge_id", e.ChargeID,
-			"key_id", e.KeyID, "units", e.Units, "err", err)
+		s := batch[0]
+		m.logger.Error("a charge the ledger refused is forgiven", "request_id", s.line.RequestID,
+			"key_id", s.lease.keyID, "units", s.line.Units, "err", err)
 		m.forget(batch)
 		return err
 	}
@@ -277,16 +288,20 @@ func countTrue(bs []bool) int {
 // claim is ours and nobody else appended since our last commit, else the checked,
 // pipelined path, which reads which calls are charged (forgiven marks the others).
 func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, queue func(bool) func(*pgx.Batch),
-	appends func(func(int) bool) []eventstore.Appends, forgiven []bool) error {
+	appends func(func(int) bool) ([]eventstore.Appends, error), forgiven []bool) error {
 	clear(forgiven)
-	_, err := m.store.Fast(ctx, &m.cursor, queue(true), appends(func(int) bool { return true }))
+	all, err := appends(func(int) bool { return true })
+	if err != nil {
+		return fmt.Errorf("%w: %w", eventstore.ErrRefused, err)
+	}
+	_, err = m.store.Fast(ctx, &m.cursor, queue(true), all)
 	if err == nil || !errors.Is(err, eventstore.ErrStale) {
 		return err
 	}
 	var streams []string
 	seen := map[string]bool{}
 	for _, s := range batch {
-		if id := Stream(s.event.KeyID); !seen[id] {
+		if id := Stream(s.lease.keyID); !seen[id] {
 			seen[id] = true
 			streams = append(streams, id)
 		}
@@ -302,7 +317,11 @@ func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, queue func(
 		for i, k := range kept {
 			forgiven[i] = !k
 		}
-		return appends(func(i int) bool { return !forgiven[i] }), nil
+		charged, err := appends(func(i int) bool { return !forgiven[i] })
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", eventstore.ErrRefused, err)
+		}
+		return charged, nil
 	}
 	_, err = m.store.Pipelined(ctx, &m.cursor, streams, queue(false), read)
 	return err
@@ -314,7 +333,7 @@ func (m *Meter) forget(batch []*settlement) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range batch {
-		s.lease.pending -= s.event.Units
+		s.lease.pending -= s.line.Units
 	}
 	// the queue is first in, first out, and so is unsettled
 	m.unsettled = m.unsettled[min(len(batch), len(m.unsettled)):]

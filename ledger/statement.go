@@ -28,38 +28,56 @@ const (
 	MaxStatementLimit     = 1000
 )
 
-// EncodeCursor is the opaque cursor that continues a statement after the charge at
-// position: URL-safe base64 of the position's 8 bytes, big-endian.
-func EncodeCursor(position int64) string {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(position))
+// Cursor is where a statement page ends: a charge's event position and its line in it.
+type Cursor struct {
+	Position int64
+	Line     int
+}
+
+// EncodeCursor is the opaque cursor that continues a statement after the charge at c:
+// URL-safe base64 of the position's 8 bytes and the line's 4, big-endian.
+func EncodeCursor(c Cursor) string {
+	var b [12]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(c.Position))
+	binary.BigEndian.PutUint32(b[8:], uint32(c.Line))
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// DecodeCursor reads a cursor made by EncodeCursor. Anything else, an edited cursor
-// included, is a 400 naming the field `cursor`: every cursor has exactly one spelling,
-// so a cursor that decodes is one the service handed out (for some account: it only
-// says where to continue, and the account's filter is applied to what follows).
-func DecodeCursor(s string) (int64, error) {
-	bad := func(reason string) (int64, error) { return 0, domain.Invalid("cursor", reason) }
-	if len(s) != 11 { // 8 bytes, unpadded
-		return bad("is not a cursor this service handed out (use next_cursor as given)")
+// DecodeCursor reads a cursor made by EncodeCursor, or by the service before charges
+// had lines (8 bytes: the position of a charge, line 0). Anything else, an edited
+// cursor included, is a 400 naming the field `cursor`: every cursor has exactly one
+// spelling, so a cursor that decodes is one the service handed out (for some account:
+// it only says where to continue, and the account's filter is applied to what follows).
+func DecodeCursor(s string) (Cursor, error) {
+	bad := func() (Cursor, error) {
+		return Cursor{}, domain.Invalid("cursor", "is not a cursor this service handed out (use next_cursor as given)")
+	}
+	if len(s) != 11 && len(s) != 16 { // 8 or 12 bytes, unpadded
+		return bad()
 	}
 	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
-	if err != nil || len(b) != 8 {
-		return bad("is not a cursor this service handed out (use next_cursor as given)")
+	if err != nil || (len(b) != 8 && len(b) != 12) {
+		return bad()
 	}
-	p := int64(binary.BigEndian.Uint64(b))
-	if p <= 0 {
-		return bad("is not a cursor this service handed out (use next_cursor as given)")
+	c := Cursor{Position: int64(binary.BigEndian.Uint64(b))}
+	if len(b) == 12 {
+		line := binary.BigEndian.Uint32(b[8:])
+		if line >= maxSettleBatch {
+			return bad()
+		}
+		c.Line = int(line)
 	}
-	return p, nil
+	if c.Position <= 0 {
+		return bad()
+	}
+	return c, nil
 }
 
 // ChargeLine is one charge as the statement shows it: a row of the charges read model,
 // or the UnitsCharged event it was projected from.
 type ChargeLine struct {
-	Position  int64 // of the UnitsCharged event that recorded it
+	Position  int64 // of the UnitsCharged or ChargesSettled event that recorded it
+	Line      int   // its line in a ChargesSettled (0 in a UnitsCharged)
 	ChargeID  string
 	RequestID string
 	KeyID     string
@@ -91,16 +109,16 @@ type StatementQuery struct {
 	ToDay     *time.Time // inclusive
 	Since     *time.Time // charged_at ≥ Since
 	Until     *time.Time // charged_at < Until
-	After     int64      // a decoded cursor: only charges after this position
+	After     Cursor     // a decoded cursor: only charges after this one
 	Limit     int        // 1..MaxStatementLimit
 }
 
 // Statement is one page of charges, oldest first, and the totals of the whole range.
 type Statement struct {
 	Charges []ChargeLine
-	// Next is the cursor position of the next page (the last charge on this one), 0
-	// when this page reaches the end.
-	Next  int64
+	// Next is the cursor of the next page (the last charge on this one), zero when this
+	// page reaches the end.
+	Next  Cursor
 	Calls int64 // every charge of the range, not just this page
 	Units int64
 	USD   decimal.Decimal
@@ -118,7 +136,7 @@ type TxStarter interface {
 // ReadModelTables are the tables of the ledger's read model, the rollups included: what
 // a rebuild replaces (projections.Ledger) and readOnly waits for. (ledger_entries, the
 // postings, is a view of the events: nothing to rebuild.)
-var ReadModelTables = []string{"charges", "credits", "usage_hours", "usage_key_hours"}
+var ReadModelTables = []string{"charges", "charge_batches", "credits", "usage_hours", "usage_key_hours"}
 
 // lockReadModel takes every table of the read model in ACCESS SHARE mode.
 var lockReadModel = `LOCK TABLE ` + strings.Join(ReadModelTables, ", ") + ` IN ACCESS SHARE MODE`
@@ -136,19 +154,21 @@ func readOnly(ctx context.Context, db TxStarter, fn func(pgx.Tx) error) error {
 	})
 }
 
-// statementFilter is the WHERE clause of a statement, without the cursor; its
-// parameters are $1..$8.
+// statementFilter is the WHERE clause of a statement on charge_lines(), without the
+// cursor; its parameters are $1..$8. Each bound on charged_at also bounds the batch's
+// times (first_at, last_at), which finds the batches by their index.
 const statementFilter = `account_id = $1 AND env = $2
 	AND ($3 = '' OR key_id = $3) AND ($4 = '' OR endpoint = $4)
-	AND ($5::date IS NULL OR charged_at >= $5::date::timestamp AT TIME ZONE 'UTC')
-	AND ($6::date IS NULL OR charged_at < ($6::date + 1)::timestamp AT TIME ZONE 'UTC')
-	AND ($7::timestamptz IS NULL OR charged_at >= $7) AND ($8::timestamptz IS NULL OR charged_at < $8)`
+	AND ($5::date IS NULL OR (charged_at >= $5::date::timestamp AT TIME ZONE 'UTC' AND last_at >= $5::date::timestamp AT TIME ZONE 'UTC'))
+	AND ($6::date IS NULL OR (charged_at < ($6::date + 1)::timestamp AT TIME ZONE 'UTC' AND first_at < ($6::date + 1)::timestamp AT TIME ZONE 'UTC'))
+	AND ($7::timestamptz IS NULL OR (charged_at >= $7 AND last_at >= $7))
+	AND ($8::timestamptz IS NULL OR (charged_at < $8 AND first_at < $8))`
 
-const chargeLineColumns = `position, charge_id, request_id, key_id, env, to_char(day, 'YYYY-MM-DD'), charged_at,
+const chargeLineColumns = `position, line, charge_id, request_id, key_id, env, to_char(day, 'YYYY-MM-DD'), charged_at,
 	endpoint, engine, path, params::text, cached, units, usd,
-	(SELECT r.credit_id FROM credits r WHERE r.charge_position = charges.position),
-	(SELECT r.credited_at FROM credits r WHERE r.charge_position = charges.position),
-	(SELECT r.reason FROM credits r WHERE r.charge_position = charges.position)`
+	(SELECT r.credit_id FROM credits r WHERE r.charge_position = charges.position AND r.charge_line = charges.line),
+	(SELECT r.credited_at FROM credits r WHERE r.charge_position = charges.position AND r.charge_line = charges.line),
+	(SELECT r.reason FROM credits r WHERE r.charge_position = charges.position AND r.charge_line = charges.line)`
 
 // ReadStatement reads one page of an account's charges in position order, the order in
 // which they were committed: a charge committed later always has a higher position, so
@@ -170,18 +190,13 @@ func ReadStatement(ctx context.Context, db TxStarter, sq StatementQuery) (Statem
 	args := []any{sq.AccountID, sq.Env, sq.KeyID, sq.Endpoint, day(sq.FromDay), day(sq.ToDay), sq.Since, sq.Until}
 	st := Statement{USD: decimal.Zero, CreditedUSD: decimal.Zero}
 	err := readOnly(ctx, db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+chargeLineColumns+` FROM charges WHERE `+statementFilter+`
-			AND position > $9 ORDER BY position LIMIT $10`, append(args, sq.After, sq.Limit+1)...)
-		if err != nil {
-			return err
-		}
-		lines, err := pgx.CollectRows(rows, scanChargeLine)
+		lines, err := statementPage(ctx, tx, args, sq.After, sq.Limit+1)
 		if err != nil {
 			return err
 		}
 		if len(lines) > sq.Limit {
 			lines = lines[:sq.Limit]
-			st.Next = lines[len(lines)-1].Position
+			st.Next = Cursor{Position: lines[len(lines)-1].Position, Line: lines[len(lines)-1].Line}
 		}
 		st.Charges = lines
 		return statementTotals(ctx, tx, sq, args, &st)
@@ -192,10 +207,70 @@ func ReadStatement(ctx context.Context, db TxStarter, sq StatementQuery) (Statem
 	return st, nil
 }
 
+// statementEvents are the next events after a position ($8) that may hold charges of a
+// statement, up to $9 of them (a charges row or a batch each), with how many charges
+// each holds: the parameters of statementFilter but for the endpoint, which only lines
+// have, each one less from $4 on.
+const statementEvents = `SELECT position, lines FROM (
+		SELECT position, 1::bigint AS lines FROM charges WHERE account_id = $1 AND env = $2 AND ($3 = '' OR key_id = $3) AND position > $8
+			AND ($4::date IS NULL OR charged_at >= $4::date::timestamp AT TIME ZONE 'UTC')
+			AND ($5::date IS NULL OR charged_at < ($5::date + 1)::timestamp AT TIME ZONE 'UTC')
+			AND ($6::timestamptz IS NULL OR charged_at >= $6) AND ($7::timestamptz IS NULL OR charged_at < $7)
+		UNION ALL
+		SELECT position, lines FROM charge_batches WHERE account_id = $1 AND env = $2 AND ($3 = '' OR key_id = $3) AND position > $8
+			AND ($4::date IS NULL OR last_at >= $4::date::timestamp AT TIME ZONE 'UTC')
+			AND ($5::date IS NULL OR first_at < ($5::date + 1)::timestamp AT TIME ZONE 'UTC')
+			AND ($6::timestamptz IS NULL OR last_at >= $6) AND ($7::timestamptz IS NULL OR first_at < $7)
+	) x ORDER BY position LIMIT $9`
+
+// statementPage reads up to n charges of a statement (args are statementFilter's) after
+// the cursor, in order. Each round reads the lines of the fewest next events that hold
+// as many charges as the page still needs, so a page costs what its charges do, however
+// many the account has after it; a filter that keeps few of an event's lines (an
+// endpoint) takes more rounds.
+func statementPage(ctx context.Context, tx pgx.Tx, args []any, after Cursor, n int) ([]ChargeLine, error) {
+	type event struct{ position, lines int64 }
+	var lines []ChargeLine
+	for start := after.Position - 1; len(lines) < n; { // the cursor's own event on
+		rows, err := tx.Query(ctx, statementEvents, args[0], args[1], args[2], args[4], args[5], args[6], args[7], start, n)
+		if err != nil {
+			return nil, err
+		}
+		events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (event, error) {
+			var e event
+			return e, r.Scan(&e.position, &e.lines)
+		})
+		if err != nil || len(events) == 0 {
+			return lines, err
+		}
+		var positions []int64
+		for held := int64(0); len(positions) < len(events) && held < int64(n-len(lines)); {
+			e := events[len(positions)]
+			positions, held = append(positions, e.position), held+e.lines
+		}
+		rows, err = tx.Query(ctx, `SELECT `+chargeLineColumns+` FROM charge_lines() charges WHERE `+statementFilter+`
+			AND position = ANY($9) AND (position, line) > ($10, $11) ORDER BY position, line LIMIT $12`,
+			append(args, positions, after.Position, after.Line, n-len(lines))...)
+		if err != nil {
+			return nil, err
+		}
+		more, err := pgx.CollectRows(rows, scanChargeLine)
+		if err != nil {
+			return nil, err
+		}
+		lines = append(lines, more...)
+		if len(positions) == len(events) && len(events) < n {
+			break // the account's last events
+		}
+		start = positions[len(positions)-1]
+	}
+	return lines, nil
+}
+
 func scanChargeLine(r pgx.CollectableRow) (ChargeLine, error) {
 	var c ChargeLine
 	var params string
-	err := r.Scan(&c.Position, &c.ChargeID, &c.RequestID, &c.KeyID, &c.Env, &c.Day, &c.ChargedAt,
+	err := r.Scan(&c.Position, &c.Line, &c.ChargeID, &c.RequestID, &c.KeyID, &c.Env, &c.Day, &c.ChargedAt,
 		&c.Endpoint, &c.Engine, &c.Path, &params, &c.Cached, &c.Units, &c.USD, &c.CreditID, &c.CreditedAt, &c.CreditReason)
 	if err != nil {
 		return c, err
@@ -284,7 +359,7 @@ type Spend struct {
 
 // Explanation is one charge explained from the log.
 type Explanation struct {
-	Charge ChargeLine // from the UnitsCharged event itself
+	Charge ChargeLine // from the event itself (a UnitsCharged, or a ChargesSettled's line)
 	Event  EventRef   // that event
 	// HashMatches: the event's hash covers its content and its predecessor's hash, as
 	// `chessd verify` checks for the whole log.
@@ -319,8 +394,9 @@ func ExplainCharge(ctx context.Context, db TxStarter, accountID, env, chargeID s
 	notFound := domain.Errorf(domain.CodeNotFound, "no charge %q", chargeID)
 	err := readOnly(ctx, db, func(tx pgx.Tx) error {
 		var pos int64
-		err := tx.QueryRow(ctx, `SELECT position FROM charges WHERE charge_id = $1 AND account_id = $2 AND env = $3`,
-			chargeID, accountID, env).Scan(&pos)
+		var line int
+		err := tx.QueryRow(ctx, `SELECT position, line FROM charge_lines() WHERE `+chargeByID+` AND account_id = $3 AND env = $4`,
+			append(chargeIDArgs(chargeID), accountID, env)...).Scan(&pos, &line)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound
 		}
@@ -346,16 +422,25 @@ func ExplainCharge(ctx context.Context, db TxStarter, accountID, env, chargeID s
 		if err != nil {
 			return fmt.Errorf("charge %s: %w", chargeID, err)
 		}
-		uc, ok := d.(*UnitsCharged)
-		if !ok || uc.ChargeID != chargeID {
+		lines := chargeLines(pos, d)
+		if line >= len(lines) || lines[line].ChargeID != chargeID {
 			return fmt.Errorf("charge %s: position %d holds %s, not the charge", chargeID, pos, ev.Type)
 		}
-		x.Charge = ChargeLine{Position: pos, ChargeID: uc.ChargeID, RequestID: uc.RequestID, KeyID: uc.KeyID, Env: uc.Env,
-			Day: uc.Day, ChargedAt: uc.ChargedAt.UTC(), Endpoint: uc.Endpoint, Engine: uc.Engine, Path: uc.Path,
-			Params: uc.Params, Cached: uc.Cached, Units: uc.Units, USD: uc.USD}
-		x.Postings, x.Balanced = uc.Postings, Balanced(uc.Postings)
+		x.Charge = lines[line]
+		var accountOf string
+		switch e := d.(type) {
+		case *UnitsCharged:
+			x.Postings, x.Balanced, accountOf = e.Postings, Balanced(e.Postings), e.AccountID
+		case *ChargesSettled:
+			// the line's own share of the event's postings; Balanced covers the whole event
+			t, err := ChargeTransaction(e.AccountID, e.Env, e.KeyID, x.Charge.Units, x.Charge.USD)
+			if err != nil {
+				return fmt.Errorf("charge %s: %w", chargeID, err)
+			}
+			x.Postings, x.Balanced, accountOf = t.Postings(), e.check() == nil, e.AccountID
+		}
 		x.Price = Reprice(x.Charge)
-		if x.Related, err = relatedEvents(ctx, tx, uc); err != nil {
+		if x.Related, err = relatedEvents(ctx, tx, x.Charge, accountOf); err != nil {
 			return err
 		}
 		if err := x.balances(ctx, tx, accountID); err != nil {
@@ -373,16 +458,16 @@ func ExplainCharge(ctx context.Context, db TxStarter, accountID, env, chargeID s
 }
 
 // relatedEvents finds the other events of the charge's request.
-func relatedEvents(ctx context.Context, tx pgx.Tx, uc *UnitsCharged) ([]EventRef, error) {
+func relatedEvents(ctx context.Context, tx pgx.Tx, c ChargeLine, accountID string) ([]EventRef, error) {
 	out := []EventRef{}
-	if uc.Params.JobID != "" {
-		evs, err := eventstore.Load(ctx, tx, domain.JobStream(uc.Params.JobID))
+	if c.Params.JobID != "" {
+		evs, err := eventstore.Load(ctx, tx, domain.JobStream(c.Params.JobID))
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range evs {
 			m := e.Meta()
-			if e.Type == "JobPositionAnalysed" && m.CausationID != uc.ChargeID {
+			if e.Type == "JobPositionAnalysed" && m.CausationID != c.ChargeID {
 				continue // another position's
 			}
 			out = append(out, refOf(e))
@@ -395,7 +480,7 @@ func relatedEvents(ctx context.Context, tx pgx.Tx, uc *UnitsCharged) ([]EventRef
 	// request ids may be chosen by the client (X-Request-Id): only this account's events
 	rows, err := tx.Query(ctx, `SELECT position FROM events
 		WHERE (metadata ->> 'request_id') = $1 AND event_type <> 'UnitsCharged' AND (metadata ->> 'account_id') = $2
-		ORDER BY position`, uc.RequestID, uc.AccountID)
+		ORDER BY position`, c.RequestID, accountID)
 	if err != nil {
 		return nil, err
 	}
@@ -443,18 +528,22 @@ func (x *Explanation) balances(ctx context.Context, tx pgx.Tx, accountID string)
 		}
 		x.PeriodStart, x.PeriodEnd = &start, &end
 	}
+	// charges before this one: earlier events, and earlier lines of its own
 	err = tx.QueryRow(ctx, `SELECT
-			coalesce(sum(units) FILTER (WHERE position < $3), 0), coalesce(sum(usd) FILTER (WHERE position < $3), 0),
+			coalesce(sum(units) FILTER (WHERE (position, line) < ($3, $5)), 0),
+			coalesce(sum(usd) FILTER (WHERE (position, line) < ($3, $5)), 0),
 			coalesce(sum(units), 0), coalesce(sum(usd), 0)
-		FROM charges WHERE account_id = $1 AND key_id = $2 AND position <= $3 AND ($4::timestamptz IS NULL OR charged_at >= $4)`,
-		accountID, c.KeyID, c.Position, x.PeriodStart).
+		FROM charge_lines() WHERE account_id = $1 AND key_id = $2 AND position <= $3 AND (position, line) <= ($3, $5)
+			AND ($4::timestamptz IS NULL OR (charged_at >= $4 AND last_at >= $4))`,
+		accountID, c.KeyID, c.Position, x.PeriodStart, c.Line).
 		Scan(&x.SpentBefore.Units, &x.SpentBefore.USD, &x.SpentAfter.Units, &x.SpentAfter.USD)
 	if err != nil {
 		return fmt.Errorf("key spend: %w", err)
 	}
-	err = tx.QueryRow(ctx, `SELECT coalesce(sum(units) FILTER (WHERE position < $4), 0), coalesce(sum(units), 0)
-		FROM charges WHERE account_id = $1 AND env = $2 AND day = $3::date AND position <= $4`,
-		accountID, c.Env, c.Day, c.Position).Scan(&x.DayUnitsBefore, &x.DayUnitsAfter)
+	err = tx.QueryRow(ctx, `SELECT coalesce(sum(units) FILTER (WHERE (position, line) < ($4, $5)), 0), coalesce(sum(units), 0)
+		FROM charge_lines() WHERE account_id = $1 AND env = $2 AND day = $3::date AND first_day <= $3::date AND last_day >= $3::date
+			AND position <= $4 AND (position, line) <= ($4, $5)`,
+		accountID, c.Env, c.Day, c.Position, c.Line).Scan(&x.DayUnitsBefore, &x.DayUnitsAfter)
 	if err != nil {
 		return fmt.Errorf("day use: %w", err)
 	}

@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,22 +16,31 @@ import (
 	"chessd/postgres/pgtest"
 )
 
-// A cursor has one spelling: what EncodeCursor gives decodes to its position, and
+// A cursor has one spelling: what EncodeCursor gives decodes to its charge, a cursor
+// of the service before charges had lines (8 bytes) to its position's line 0, and
 // anything else is a 400 naming the field cursor.
 func TestDecodeCursor(t *testing.T) {
 	for _, p := range []int64{1, 2, 255, 1 << 40, math.MaxInt64} {
-		c := ledger.EncodeCursor(p)
-		if got, err := ledger.DecodeCursor(c); err != nil || got != p {
-			t.Errorf("DecodeCursor(EncodeCursor(%d) = %q) = %d, %v", p, c, got, err)
+		for _, line := range []int{0, 1, 511} {
+			want := ledger.Cursor{Position: p, Line: line}
+			c := ledger.EncodeCursor(want)
+			if got, err := ledger.DecodeCursor(c); err != nil || got != want {
+				t.Errorf("DecodeCursor(EncodeCursor(%+v) = %q) = %+v, %v", want, c, got, err)
+			}
 		}
+	}
+	if got, err := ledger.DecodeCursor("AAAAAAAAAAE"); err != nil || got != (ledger.Cursor{Position: 1}) { // 8 bytes: position 1
+		t.Errorf("an 8-byte cursor decodes to %+v, %v; want position 1, line 0", got, err)
 	}
 	for _, bad := range []string{
 		"", "abc", "1", "AAAAAAAAAAA", // position 0
-		"gAAAAAAAAAA",  // the sign bit: a negative position
-		"AAAAAAAAAAB",  // the last character's unused bits set: another spelling of 0
-		"AAAAAAAAAAE=", // padded
-		"AAAAAAAAAAAE", // 9 bytes
-		"AAAAAAAAA+E",  // standard base64, not URL-safe
+		"gAAAAAAAAAA",      // the sign bit: a negative position
+		"AAAAAAAAAAB",      // the last character's unused bits set: another spelling of 0
+		"AAAAAAAAAAE=",     // padded
+		"AAAAAAAAAAAE",     // 9 bytes
+		"AAAAAAAAA+E",      // standard base64, not URL-safe
+		"AAAAAAAAAAEAAAIA", // line 512: no event has it
+		"AAAAAAAAAAAAAAAA", // position 0, line 0
 		"AAAAAAAA\x00AE", "ÄAAAAAAAAE", strings.Repeat("A", 1000),
 	} {
 		_, err := ledger.DecodeCursor(bad)
@@ -46,21 +56,32 @@ func isCursorProblem(err error) bool {
 }
 
 // FuzzDecodeCursor: whatever a client sends as a cursor is either refused as a 400
-// naming cursor, or is exactly the cursor of a positive position.
+// naming cursor, or is exactly the cursor of a charge (a positive position, a line the
+// settler can write), or an 8-byte cursor of a position.
 func FuzzDecodeCursor(f *testing.F) {
-	for _, s := range []string{ledger.EncodeCursor(1), ledger.EncodeCursor(math.MaxInt64), "AAAAAAAAAAA", "", "AAAAAAAAAAB", "gAAAAAAAAAA", "____________"} {
+	for _, s := range []string{ledger.EncodeCursor(ledger.Cursor{Position: 1}), ledger.EncodeCursor(ledger.Cursor{Position: math.MaxInt64, Line: 511}),
+		"AAAAAAAAAAA", "AAAAAAAAAAE", "", "AAAAAAAAAAB", "gAAAAAAAAAA", "____________", "________________"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		p, err := ledger.DecodeCursor(s)
+		c, err := ledger.DecodeCursor(s)
 		if err != nil {
 			if !isCursorProblem(err) {
 				t.Fatalf("DecodeCursor(%q): %v is not a 400 naming cursor", s, err)
 			}
 			return
 		}
-		if p <= 0 || ledger.EncodeCursor(p) != s {
-			t.Fatalf("DecodeCursor(%q) = %d, which encodes as %q", s, p, ledger.EncodeCursor(p))
+		if c.Position <= 0 || c.Line < 0 || c.Line >= 512 {
+			t.Fatalf("DecodeCursor(%q) = %+v", s, c)
+		}
+		if len(s) == 11 {
+			if c.Line != 0 || ledger.EncodeCursor(c)[:11] != s { // the same first 8 bytes, line 0
+				t.Fatalf("the 8-byte cursor %q decodes to %+v", s, c)
+			}
+			return
+		}
+		if ledger.EncodeCursor(c) != s {
+			t.Fatalf("DecodeCursor(%q) = %+v, which encodes as %q", s, c, ledger.EncodeCursor(c))
 		}
 	})
 }
@@ -138,7 +159,7 @@ func TestStatementPagesEveryChargeOnceWhileChargesArrive(t *testing.T) {
 			seen[c.ChargeID]++
 			order = append(order, c)
 		}
-		if st.Next == 0 {
+		if st.Next == (ledger.Cursor{}) {
 			break
 		}
 		if page < 6 { // two more charges land between this page and the next
@@ -147,13 +168,13 @@ func TestStatementPagesEveryChargeOnceWhileChargesArrive(t *testing.T) {
 		}
 		q.After = st.Next
 	}
-	q.After, q.Limit = 0, ledger.MaxStatementLimit
+	q.After, q.Limit = ledger.Cursor{}, ledger.MaxStatementLimit
 	all, err := ledger.ReadStatement(ctx, f.pool, q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all.Charges) != n || all.Next != 0 {
-		t.Fatalf("the whole statement has %d charges (next %d), %d were made", len(all.Charges), all.Next, n)
+	if len(all.Charges) != n || all.Next != (ledger.Cursor{}) {
+		t.Fatalf("the whole statement has %d charges (next %+v), %d were made", len(all.Charges), all.Next, n)
 	}
 	units, usd := int64(0), decimal.Zero
 	for i, c := range all.Charges {
@@ -242,5 +263,74 @@ func TestReadOnlySnapshotFollowsASwap(t *testing.T) {
 				t.Fatalf("the reader saw %d rows, want the 1 the swap brought", n)
 			}
 		})
+	}
+}
+
+// A statement pages through the lines of ChargesSettled events one by one, a page
+// ending in the middle of an event as well as at its end, whatever the filter keeps of
+// each event's lines (an endpoint keeps a third of them, so a page reads more events
+// than it shows): every page size gives the charges of the range in log order, each
+// once, as charge_lines() has them.
+func TestStatementPagesThroughTheLinesOfEvents(t *testing.T) {
+	f := newRollupFixture(t)
+	ctx := context.Background()
+	start := time.Date(2026, 3, 6, 5, 3, 0, 0, time.UTC)
+	for i := 0; i < 36; i += 9 { // behind the chain's head: several lines per event
+		var settles []func()
+		for j := i; j < i+9; j++ {
+			settles = append(settles, f.reserve(t, j, start.Add(time.Duration(j)*7*time.Minute)))
+		}
+		release := holdChain(t, f.pool)
+		for _, settle := range settles {
+			settle()
+		}
+		release()
+		f.flush(t)
+	}
+	if n := count(t, f.pool, `SELECT count(*) FROM charge_batches WHERE lines > 1`); n == 0 {
+		t.Fatal("no event has several lines")
+	}
+	since := start.Add(100 * time.Minute)
+	for _, q := range []ledger.StatementQuery{
+		{},
+		{Endpoint: "bestmove"},
+		{KeyID: f.keys[1].ID()},
+		{Since: &since},
+	} {
+		q.AccountID, q.Env = f.account.ID(), "live"
+		rows, err := f.pool.Query(ctx, `SELECT charge_id FROM charge_lines() WHERE account_id = $1 AND env = 'live'
+			AND ($2 = '' OR endpoint = $2) AND ($3 = '' OR key_id = $3) AND ($4::timestamptz IS NULL OR charged_at >= $4)
+			ORDER BY position, line`, q.AccountID, q.Endpoint, q.KeyID, q.Since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(want) < 5 {
+			t.Fatalf("%+v: %d charges (%v)", q, len(want), err)
+		}
+		for _, limit := range []int{1, 2, 7, 1000} {
+			q := q
+			q.Limit = limit
+			var got []string
+			for pages := 0; ; pages++ {
+				st, err := ledger.ReadStatement(ctx, f.pool, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(st.Charges) > limit || (st.Next != (ledger.Cursor{}) && len(st.Charges) != limit) || pages > len(want) {
+					t.Fatalf("%+v: a page of %d charges, next %+v", q, len(st.Charges), st.Next)
+				}
+				for _, c := range st.Charges {
+					got = append(got, c.ChargeID)
+				}
+				if st.Next == (ledger.Cursor{}) {
+					break
+				}
+				q.After = st.Next
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("endpoint %q key %q since %v, pages of %d:\n got %v\nwant %v", q.Endpoint, q.KeyID, q.Since, limit, got, want)
+			}
+		}
 	}
 }

@@ -28,7 +28,7 @@ func clockedMeter(t *testing.T, f *fixture) (charge func(i int, at time.Time, ca
 		}
 		a := answered()
 		a.Cached = cached
-		if _, err := r.Settle(a); err != nil {
+		if err := r.Settle(a); err != nil {
 			t.Fatal(err)
 		}
 		if err := m.Flush(ctx); err != nil {

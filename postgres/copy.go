@@ -55,6 +55,12 @@ func (c *CopyRows) Int8(v int64) {
 	c.buf = binary.BigEndian.AppendUint64(c.buf, uint64(v))
 }
 
+// Int4 writes an integer.
+func (c *CopyRows) Int4(v int32) {
+	c.field(4)
+	c.buf = binary.BigEndian.AppendUint32(c.buf, uint32(v))
+}
+
 // Bool writes a boolean.
 func (c *CopyRows) Bool(v bool) {
 	c.field(1)

@@ -89,6 +89,9 @@ func AsOf(ctx context.Context, q eventstore.Querier, accountID string, at, now t
 		case *ledger.UnitsCharged:
 			u := usage(x.KeyID)
 			u.Calls, u.Units, u.USD = u.Calls+1, u.Units+x.Units, u.USD.Add(x.USD)
+		case *ledger.ChargesSettled:
+			u := usage(x.KeyID)
+			u.Calls, u.Units, u.USD = u.Calls+int64(len(x.Lines)), u.Units+x.Units, u.USD.Add(x.USD)
 		case *ledger.UnitsCredited:
 			u := usage(x.KeyID)
 			u.Credits, u.CreditedUnits, u.CreditedUSD = u.Credits+1, u.CreditedUnits+x.Units, u.CreditedUSD.Add(x.USD)

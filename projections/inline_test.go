@@ -184,3 +184,73 @@ func TestLedgerCatchesUpWhatTheBusLeft(t *testing.T) {
 		t.Fatalf("%d rows left in the ledger's bus tables and checkpoint", n)
 	}
 }
+
+// settled is a ChargesSettled of two lines on key_s, as the settler makes it.
+func settled(t *testing.T) *ledger.ChargesSettled {
+	t.Helper()
+	at := time.Date(2025, 1, 2, 3, 59, 59, 0, time.UTC)
+	line := func(req string, units int64, at time.Time) ledger.SettledCharge {
+		return ledger.SettledCharge{RequestID: req, Day: "2025-01-02", ChargedAt: at, Endpoint: "eval", Engine: "sf-17.1",
+			Path: "native", Params: ledger.Params{Depth: 8, MultiPV: 1, Positions: 1}, Units: units, USD: ledger.UnitsUSD(units)}
+	}
+	e := &ledger.ChargesSettled{AccountID: "acct_l", KeyID: "key_s", Env: "live",
+		Lines: []ledger.SettledCharge{line("s1", 10, at), line("s2", 1, at.Add(2*time.Second))}, Units: 11, USD: ledger.UnitsUSD(11)}
+	tr, err := ledger.ChargeTransaction(e.AccountID, e.Env, e.KeyID, e.Units, e.USD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Postings = tr.Postings()
+	return e
+}
+
+// A ChargesSettled is in the read model as its lines (charge_lines(), each with its
+// derived id, in the rollup under its own hour) only when its postings are the charge
+// its lines add up to; anything else is refused with its append, and the log is left
+// as it was.
+func TestLedgerRefusesASettledEventItsLinesDoNotExplain(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	good := appendRaw(t, pool, ledger.Stream("key_s"), ledger.StreamLedger, eventstore.AnyVersion, settled(t))[0]
+	rows, err := pool.Query(ctx, `SELECT charge_id || ' ' || request_id || ' ' || units FROM charge_lines() ORDER BY position, line`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if want := []string{ledger.LineChargeID(good.Position, 0) + " s1 10", ledger.LineChargeID(good.Position, 1) + " s2 1"}; err != nil || !reflect.DeepEqual(ids, want) {
+		t.Fatalf("charge lines %v (%v), want %v", ids, err, want)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM usage_hours WHERE calls = 1`); n != 2 {
+		t.Fatalf("%d rollup rows of one call, want the two lines' hours", n)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*ledger.ChargesSettled)
+	}{
+		{"lines that do not add up", func(e *ledger.ChargesSettled) { e.Lines[1].Units = 2 }},
+		{"postings of another amount", func(e *ledger.ChargesSettled) {
+			tr, _ := ledger.ChargeTransaction(e.AccountID, e.Env, e.KeyID, 12, ledger.UnitsUSD(12))
+			e.Postings = tr.Postings()
+		}},
+		{"postings that do not balance", func(e *ledger.ChargesSettled) { e.Postings = e.Postings[:1] }},
+		{"a day that is not one", func(e *ledger.ChargesSettled) { e.Lines[0].Day = "2025-02-30" }},
+		{"no lines", func(e *ledger.ChargesSettled) { e.Lines, e.Units, e.USD = nil, 0, ledger.UnitsUSD(0) }},
+		{"a negative line", func(e *ledger.ChargesSettled) {
+			e.Lines[0].Units, e.Lines[0].USD, e.Lines[1].Units, e.Lines[1].USD = -1, ledger.UnitsUSD(-1), 12, ledger.UnitsUSD(12)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := settled(t)
+			c.edit(e)
+			_, err := eventstore.NewStore(pool, quiet).Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+				return tx.Append(ctx, ledger.Stream(e.KeyID), ledger.StreamLedger, eventstore.AnyVersion, eventstore.Metadata{},
+					eventstore.New{Type: e.EventType(), Payload: e})
+			})
+			if !errors.Is(err, eventstore.ErrRefused) {
+				t.Fatalf("append: %v", err)
+			}
+			if n := count(t, pool, `SELECT count(*) FROM events`); n != 1 || count(t, pool, `SELECT count(*) FROM charge_lines()`) != 2 {
+				t.Fatalf("%d events in the log, want the good one alone", n)
+			}
+		})
+	}
+}

@@ -211,7 +211,7 @@ func (b *bench) makeCharges(ctx context.Context, keys []*domain.Key, n int) erro
 		if err != nil {
 			return err
 		}
-		_, err = r.Settle(ledger.Answered{Endpoint: domain.EndpointEval, Engine: b.engineID, Path: "native", Cached: true,
+		err = r.Settle(ledger.Answered{Endpoint: domain.EndpointEval, Engine: b.engineID, Path: "native", Cached: true,
 			Params: ledger.Params{Depth: 10, MultiPV: 1, Positions: 1, FEN: positions[i%len(positions)]}})
 		return err
 	})

@@ -21,7 +21,7 @@ func (b *bench) cachedAll(d time.Duration, connCounts []int) error {
 	fmt.Printf("wrk, %d threads, keep-alive, %s per run, the 10 positions at depth 10 (cached), rate limits off.\n", wrkThreads, d)
 	fmt.Println("trivial: an http.Server in the same process whose handler decodes the same body and encodes a small JSON answer,")
 	fmt.Println("driven by the same wrk command (same script, connections, threads, duration) right before the service's runs.")
-	fmt.Println("charged: with a key (authenticated, caps, reserved from the lease, one UnitsCharged event per call, group-committed);")
+	fmt.Println("charged: with a key (authenticated, caps, reserved from the lease, one line per call in its key's ChargesSettled event of each group commit);")
 	fmt.Println("keyless: no Authorization header (the per-address daily allowance, taken in blocks held in memory).")
 	fmt.Println()
 	charged, keyless, trivial, err := b.prepare(b.replicas[:1])
@@ -266,7 +266,7 @@ func (b *bench) head() int64 {
 	return n
 }
 
-// chargesSince counts the ledger events after position from, and the transactions that
+// chargesSince counts the charges recorded after position from, and the transactions that
 // committed them, once every server's settler has committed what it answered.
 func (b *bench) chargesSince(from int64) (charges, commits int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -274,7 +274,7 @@ func (b *bench) chargesSince(from int64) (charges, commits int64) {
 	for _, r := range b.replicas {
 		r.meter.Flush(ctx) //nolint:errcheck // a settle that failed shows as fewer charges
 	}
-	charges, commits, _ = eventstore.CountSince(ctx, b.pool, from, ledger.StreamLedger) // reported as 0 on error
+	charges, commits, _ = ledger.ChargesSince(ctx, b.pool, from) // reported as 0 on error
 	return charges, commits
 }
 

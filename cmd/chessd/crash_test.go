@@ -202,20 +202,7 @@ func TestCrashMidLoadChargesExactlyOnce(t *testing.T) {
 		}
 	}
 	srv.stop(t) // settles what it answered
-	rows, err := pool.Query(ctx, `SELECT metadata->>'idempotency_key', count(*) FROM events
-		WHERE stream_id = $1 GROUP BY 1`, "ledger-"+su.KeyID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	perKey := map[string]int{}
-	for rows.Next() {
-		var k string
-		var n int
-		if err := rows.Scan(&k, &n); err != nil {
-			t.Fatal(err)
-		}
-		perKey[k] = n
-	}
+	perKey := chargesPerIdempotencyKey(t, pool, su.KeyID)
 	forgiven := 0
 	var oldest time.Duration
 	for _, c := range calls {

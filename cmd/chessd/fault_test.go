@@ -355,28 +355,7 @@ func (l *faultLoad) jobsSucceeded(t *testing.T) {
 // every other one not at all.
 func (l *faultLoad) chargedOnce(t *testing.T, pool *pgxpool.Pool, keyID string) {
 	t.Helper()
-	ctx := context.Background()
-	charged := func() map[string]int {
-		perIdem := map[string]int{}
-		rows, err := pool.Query(ctx, `SELECT metadata->>'idempotency_key', count(*) FROM events
-			WHERE stream_id = $1 AND metadata->>'idempotency_key' IS NOT NULL GROUP BY 1`, "ledger-"+keyID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var k string
-			var n int
-			if err := rows.Scan(&k, &n); err != nil {
-				t.Fatal(err)
-			}
-			perIdem[k] = n
-		}
-		if rows.Err() != nil {
-			t.Fatal(rows.Err())
-		}
-		return perIdem
-	}
+	charged := func() map[string]int { return chargesPerIdempotencyKey(t, pool, keyID) }
 	l.mu.Lock()
 	evals := maps.Clone(l.evals)
 	l.mu.Unlock()
@@ -450,4 +429,23 @@ func projectionsCaughtUp(t *testing.T, pool *pgxpool.Pool) bool {
 		}
 	}
 	return true
+}
+
+// chargesPerIdempotencyKey counts keyID's charges in the log per Idempotency-Key: the
+// lines of its ChargesSettled events that carry one (a job's UnitsCharged never do).
+func chargesPerIdempotencyKey(t *testing.T, pool *pgxpool.Pool, keyID string) map[string]int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT l->>'idempotency_key', count(*)
+		FROM events e CROSS JOIN LATERAL json_array_elements(e.payload->'lines') l
+		WHERE e.stream_id = $1 AND e.event_type = 'ChargesSettled' AND l->>'idempotency_key' IS NOT NULL GROUP BY 1`, "ledger-"+keyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	var key string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error { out[key] = n; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -67,20 +67,22 @@ func audit(ctx context.Context, db *database, args []string, out io.Writer) erro
 				truncate(cr.Reason, 38), truncate(cr.Actor, 14), "", -cr.Units, cr.USD.Neg().StringFixed(6), units, usd.StringFixed(6))
 			continue
 		}
-		c, ok := ev.(*ledger.UnitsCharged)
-		if !ok || !inRange(c.ChargedAt) {
-			continue
+		charges, err := ledger.ChargesOf(e.Position, ev) // a UnitsCharged's one, a ChargesSettled's lines
+		if err != nil {
+			return err
 		}
-		if !ledger.Balanced(c.Postings) {
-			return fmt.Errorf("position %d: postings do not balance", e.Position)
+		for _, c := range charges {
+			if !inRange(c.ChargedAt) {
+				continue
+			}
+			params, _ := json.Marshal(c.Params)
+			n++
+			units += c.Units
+			usd = usd.Add(c.USD)
+			fmt.Fprintf(out, "%-8d %-27s %-28s %-28s %-9s %-38s %-14s %-6t %7d %10s %9d %11s\n",
+				e.Position, c.ChargedAt.Format(time.RFC3339Nano), c.ChargeID, c.RequestID, c.Endpoint, truncate(string(params), 38),
+				c.Engine+"/"+c.Path, c.Cached, c.Units, c.USD.StringFixed(6), units, usd.StringFixed(6))
 		}
-		params, _ := json.Marshal(c.Params)
-		n++
-		units += c.Units
-		usd = usd.Add(c.USD)
-		fmt.Fprintf(out, "%-8d %-27s %-28s %-28s %-9s %-38s %-14s %-6t %7d %10s %9d %11s\n",
-			e.Position, c.ChargedAt.Format(time.RFC3339Nano), c.ChargeID, c.RequestID, c.Endpoint, truncate(string(params), 38),
-			c.Engine+"/"+c.Path, c.Cached, c.Units, c.USD.StringFixed(6), units, usd.StringFixed(6))
 	}
 	fmt.Fprintf(out, "total: %d charges, %d units, %s USD (net of credits)\n", n, units, usd.StringFixed(6))
 	return nil

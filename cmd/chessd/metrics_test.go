@@ -189,7 +189,7 @@ func TestMetrics(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the ledger holds %d charges, want %d", charged, 2+positions)
 		}
-		if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0) FROM charges WHERE account_id = $1`, su.AccountID).
+		if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(units), 0) FROM charge_lines() WHERE account_id = $1`, su.AccountID).
 			Scan(&charged, &units); err != nil {
 			t.Fatal(err)
 		}

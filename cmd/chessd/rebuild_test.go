@@ -45,7 +45,9 @@ func TestRebuildUnderLoad(t *testing.T) {
 	load.jobsSucceeded(t)
 	load.chargedOnce(t, pool, su.KeyID)
 	var events, rows int
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM events WHERE event_type = 'UnitsCharged'), (SELECT count(*) FROM charges)`).
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM events WHERE event_type = 'UnitsCharged')
+			+ (SELECT coalesce(sum(json_array_length(payload->'lines')), 0) FROM events WHERE event_type = 'ChargesSettled'),
+			(SELECT count(*) FROM charge_lines())`).
 		Scan(&events, &rows); err != nil || events != rows {
 		t.Fatalf("%d charges in the log, %d in the read model (%v)", events, rows, err)
 	}

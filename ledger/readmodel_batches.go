@@ -1,0 +1,147 @@
+package ledger
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"chessd/eventstore"
+	"chessd/postgres"
+)
+
+// A ChargesSettled is one row of charge_batches: its key, its sums and the bounds of
+// its lines' times and days, by which readers find the batches that may hold a range's
+// charges. The lines themselves are read from the event (charge_lines(), migration
+// 0035), so a settled call costs the read model no row of its own; the rollups get one
+// row per batch, hour, endpoint, engine and cached.
+
+// batchColumns are charge_batches rows, column by column, and their rollup groups.
+type batchColumns struct {
+	pos, units, lines                        []int64
+	accountID, keyID, env, firstDay, lastDay []string
+	usd                                      []decimal.Decimal
+	firstAt, lastAt                          []time.Time
+	roll                                     rollColumns
+}
+
+// rollColumns are one batch's lines summed per hour, endpoint, engine and cached.
+type rollColumns struct {
+	pos, calls, units                       []int64
+	accountID, keyID, env, endpoint, engine []string
+	hour                                    []time.Time
+	cached                                  []bool
+	usd                                     []decimal.Decimal
+}
+
+func (c *batchColumns) add(pos int64, e *ChargesSettled) {
+	first, last := e.Lines[0].ChargedAt, e.Lines[0].ChargedAt
+	firstDay, lastDay := e.Lines[0].Day, e.Lines[0].Day
+	type groupKey struct {
+		hour             time.Time
+		endpoint, engine string
+		cached           bool
+	}
+	type sums struct {
+		calls, units int64
+		usd          decimal.Decimal
+	}
+	groups := map[groupKey]*sums{}
+	var order []groupKey
+	for _, l := range e.Lines {
+		first, last = minTime(first, l.ChargedAt), maxTime(last, l.ChargedAt)
+		firstDay, lastDay = min(firstDay, l.Day), max(lastDay, l.Day)
+		k := groupKey{l.ChargedAt.UTC().Truncate(time.Hour), l.Endpoint, l.Engine, l.Cached}
+		g := groups[k]
+		if g == nil {
+			g = &sums{usd: decimal.Zero}
+			groups[k] = g
+			order = append(order, k)
+		}
+		g.calls, g.units, g.usd = g.calls+1, g.units+l.Units, g.usd.Add(l.USD)
+	}
+	c.pos, c.units, c.lines = append(c.pos, pos), append(c.units, e.Units), append(c.lines, int64(len(e.Lines)))
+	c.accountID, c.keyID, c.env = append(c.accountID, e.AccountID), append(c.keyID, e.KeyID), append(c.env, e.Env)
+	c.firstDay, c.lastDay, c.usd = append(c.firstDay, firstDay), append(c.lastDay, lastDay), append(c.usd, e.USD)
+	c.firstAt, c.lastAt = append(c.firstAt, first), append(c.lastAt, last)
+	r := &c.roll
+	for _, k := range order {
+		g := groups[k]
+		r.pos, r.calls, r.units = append(r.pos, pos), append(r.calls, g.calls), append(r.units, g.units)
+		r.accountID, r.keyID, r.env = append(r.accountID, e.AccountID), append(r.keyID, e.KeyID), append(r.env, e.Env)
+		r.endpoint, r.engine, r.hour = append(r.endpoint, k.endpoint), append(r.engine, k.engine), append(r.hour, k.hour)
+		r.cached, r.usd = append(r.cached, k.cached), append(r.usd, g.usd)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// queue adds the batches' insert to b and, with rollup, their groups to usage_hours and
+// usage_key_hours (those of batches inserted now: a batch already there was counted
+// when it was). The groups are sorted, so two writers would lock rows in one order.
+func (c *batchColumns) queue(b *pgx.Batch, rollup bool) {
+	insert := `INSERT INTO charge_batches (position, account_id, key_id, env, lines, units, usd, first_at, last_at,
+			first_day, last_day)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
+			$7::text[]::numeric[], $8::timestamptz[], $9::timestamptz[], $10::text[]::date[], $11::text[]::date[])
+		ON CONFLICT (position) DO NOTHING`
+	args := []any{c.pos, c.accountID, c.keyID, c.env, c.lines, c.units, texts(c.usd), c.firstAt, c.lastAt, c.firstDay, c.lastDay}
+	if rollup {
+		r := &c.roll
+		insert = `WITH ins AS (` + insert + ` RETURNING position),
+		g AS (SELECT g.* FROM unnest($12::bigint[], $13::text[], $14::timestamptz[], $15::text[], $16::text[], $17::text[],
+				$18::text[], $19::boolean[], $20::bigint[], $21::bigint[], $22::text[]::numeric[])
+				AS g(pos, account_id, hour, key_id, env, endpoint, engine, cached, calls, units, usd)
+			WHERE g.pos IN (SELECT position FROM ins)),
+		rolled AS (` + rollupUpsert + `SELECT account_id, hour, key_id, env, endpoint, engine, cached,
+			sum(calls), sum(units), sum(usd), 0, 0, 0
+		  FROM g GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 2, 3, 4, 5, 6, 7` + rollupConflict + `)
+		` + keyRollup + `SELECT account_id, hour, key_id, env, sum(calls), sum(units), sum(usd), 0, 0, 0
+		  FROM g GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4` + keyConflict
+		args = append(args, r.pos, r.accountID, r.hour, r.keyID, r.env, r.endpoint, r.engine, r.cached, r.calls, r.units, texts(r.usd))
+	}
+	b.Queue(insert, args...)
+}
+
+// copyRows are the batches in COPY's binary format, their columns in the table's order.
+func (c *batchColumns) copyRows() (eventstore.TableRows, error) {
+	cols := []string{"position", "account_id", "key_id", "env", "lines", "units", "usd", "first_at", "last_at",
+		"first_day", "last_day"}
+	return copyTable("charge_batches", cols, len(c.pos), 150, func(w *postgres.CopyRows, i int) error {
+		first, err := day(c.pos[i], c.firstDay[i])
+		if err != nil {
+			return err
+		}
+		last, err := day(c.pos[i], c.lastDay[i])
+		if err != nil {
+			return err
+		}
+		w.Int8(c.pos[i])
+		w.Text(c.accountID[i])
+		w.Text(c.keyID[i])
+		w.Text(c.env[i])
+		w.Int8(c.lines[i])
+		w.Int8(c.units[i])
+		if err := w.Numeric(c.usd[i]); err != nil {
+			return fmt.Errorf("position %d: %w", c.pos[i], err)
+		}
+		w.Timestamptz(c.firstAt[i])
+		w.Timestamptz(c.lastAt[i])
+		w.Date(first)
+		w.Date(last)
+		return nil
+	})
+}
