@@ -295,12 +295,14 @@ func Usage(ctx context.Context, pool *pgxpool.Pool, uq UsageQuery) (UsageReport,
 	return rep, nil
 }
 
-// ChargesSince counts the charges recorded after position after (a UnitsCharged each, a
-// ChargesSettled's lines) and the transactions that committed them.
+// ChargesSince counts the charges recorded after position after (a charges row each, a
+// batch's lines: the read model is written with the events) and the transactions that
+// committed them.
 func ChargesSince(ctx context.Context, q eventstore.Querier, after int64) (charges, transactions int64, err error) {
-	err = q.QueryRow(ctx, `SELECT coalesce(sum(CASE event_type WHEN 'ChargesSettled' THEN json_array_length(payload->'lines') ELSE 1 END), 0),
-			count(DISTINCT xmin::text)
-		FROM events WHERE position > $1 AND stream_type = 'ledger' AND event_type <> 'UnitsCredited'`, after).Scan(&charges, &transactions)
+	err = q.QueryRow(ctx, `SELECT (SELECT count(*) FROM charges WHERE position > $1)
+			+ (SELECT coalesce(sum(lines), 0) FROM charge_batches WHERE position > $1),
+			(SELECT count(DISTINCT xmin::text) FROM events WHERE position > $1 AND event_type IN ('UnitsCharged', 'ChargesSettled'))`,
+		after).Scan(&charges, &transactions)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count charges: %w", err)
 	}

@@ -14,11 +14,12 @@ import (
 )
 
 // The ledger's read model, what GET /usage, GET /me and the set-aside tools read:
-// charges (one row per charge) and credits (one per credited charge), keyed by the
-// event's position, and usage_hours, their hourly rollup (rollup.go). Their
-// double-entry postings stay in the events alone: ledger_entries is a view of them
-// (migration 0032), so the books are checked against the log, and a charge costs one
-// row rather than five. It is an inline projection: the transaction
+// charge_batches (one row per ChargesSettled, whose lines are read from the event:
+// readmodel_batches.go), charges (one row per UnitsCharged) and credits (one per
+// credited charge), keyed by the event's position, and usage_hours, their hourly rollup
+// (rollup.go); charge_lines() is every charge, one row each. Their double-entry
+// postings stay in the events alone: ledger_entries is a view of them (migration
+// 0032), so the books are checked against the log. It is an inline projection: the transaction
 // that appends a charge writes its rows too (the settler's group commit, a job's
 // position), so it is never behind the log and the charge costs no bus message.
 // projections.Ledger rebuilds it from the events with the same code.
@@ -79,7 +80,7 @@ func RebuildCopy(evs []eventstore.Event) ([]eventstore.TableRows, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, rows)
+		out = append(out, rows...)
 	}
 	if len(rm.credits.pos) > 0 {
 		rows, err := rm.credits.copyRows()
@@ -120,12 +121,12 @@ func readModelOf(evs []eventstore.Event) (*readModel, error) {
 				return nil, err
 			}
 			postings = x.Postings
-		case *ChargesSettled:
+		case *ChargesSettled: // its postings are checked to be its lines' charge, balanced
 			if err := x.check(); err != nil {
 				return nil, fmt.Errorf("ChargesSettled at position %d: %w", ev.Position, err)
 			}
 			rm.batches.add(ev.Position, x)
-			postings = x.Postings
+			continue
 		case *UnitsCredited:
 			rm.credits.add(ev.Position, x)
 			postings = x.Postings

@@ -13,9 +13,10 @@ import (
 
 // A ChargesSettled is one row of charge_batches: its key, its sums and the bounds of
 // its lines' times and days, by which readers find the batches that may hold a range's
-// charges. The lines themselves are read from the event (charge_lines(), migration
-// 0035), so a settled call costs the read model no row of its own; the rollups get one
-// row per batch, hour, endpoint, engine and cached.
+// charges; and its lines summed per hour, endpoint, engine and cached in
+// charge_batch_hours, what the rollups add for it (and what filling them again sums).
+// The lines themselves are read from the event (charge_lines(), migration 0035), so a
+// settled call costs the read model no row of its own.
 
 // batchColumns are charge_batches rows, column by column, and their rollup groups.
 type batchColumns struct {
@@ -38,27 +39,27 @@ type rollColumns struct {
 func (c *batchColumns) add(pos int64, e *ChargesSettled) {
 	first, last := e.Lines[0].ChargedAt, e.Lines[0].ChargedAt
 	firstDay, lastDay := e.Lines[0].Day, e.Lines[0].Day
-	type groupKey struct {
+	type group struct {
 		hour             time.Time
 		endpoint, engine string
 		cached           bool
+		calls, units     int64
+		usd              decimal.Decimal
 	}
-	type sums struct {
-		calls, units int64
-		usd          decimal.Decimal
-	}
-	groups := map[groupKey]*sums{}
-	var order []groupKey
+	var groups []group // few: a slice, searched, rather than a map per event
 	for _, l := range e.Lines {
 		first, last = minTime(first, l.ChargedAt), maxTime(last, l.ChargedAt)
 		firstDay, lastDay = min(firstDay, l.Day), max(lastDay, l.Day)
-		k := groupKey{l.ChargedAt.UTC().Truncate(time.Hour), l.Endpoint, l.Engine, l.Cached}
-		g := groups[k]
-		if g == nil {
-			g = &sums{usd: decimal.Zero}
-			groups[k] = g
-			order = append(order, k)
+		hour := l.ChargedAt.UTC().Truncate(time.Hour)
+		i := 0
+		for i < len(groups) && !(groups[i].hour.Equal(hour) && groups[i].endpoint == l.Endpoint && groups[i].engine == l.Engine &&
+			groups[i].cached == l.Cached) {
+			i++
 		}
+		if i == len(groups) {
+			groups = append(groups, group{hour: hour, endpoint: l.Endpoint, engine: l.Engine, cached: l.Cached, usd: decimal.Zero})
+		}
+		g := &groups[i]
 		g.calls, g.units, g.usd = g.calls+1, g.units+l.Units, g.usd.Add(l.USD)
 	}
 	c.pos, c.units, c.lines = append(c.pos, pos), append(c.units, e.Units), append(c.lines, int64(len(e.Lines)))
@@ -66,12 +67,11 @@ func (c *batchColumns) add(pos int64, e *ChargesSettled) {
 	c.firstDay, c.lastDay, c.usd = append(c.firstDay, firstDay), append(c.lastDay, lastDay), append(c.usd, e.USD)
 	c.firstAt, c.lastAt = append(c.firstAt, first), append(c.lastAt, last)
 	r := &c.roll
-	for _, k := range order {
-		g := groups[k]
+	for _, g := range groups {
 		r.pos, r.calls, r.units = append(r.pos, pos), append(r.calls, g.calls), append(r.units, g.units)
 		r.accountID, r.keyID, r.env = append(r.accountID, e.AccountID), append(r.keyID, e.KeyID), append(r.env, e.Env)
-		r.endpoint, r.engine, r.hour = append(r.endpoint, k.endpoint), append(r.engine, k.engine), append(r.hour, k.hour)
-		r.cached, r.usd = append(r.cached, k.cached), append(r.usd, g.usd)
+		r.endpoint, r.engine, r.hour = append(r.endpoint, g.endpoint), append(r.engine, g.engine), append(r.hour, g.hour)
+		r.cached, r.usd = append(r.cached, g.cached), append(r.usd, g.usd)
 	}
 }
 
@@ -89,38 +89,45 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-// queue adds the batches' insert to b and, with rollup, their groups to usage_hours and
-// usage_key_hours (those of batches inserted now: a batch already there was counted
-// when it was). The groups are sorted, so two writers would lock rows in one order.
+// queue adds the batches' insert to b, with their hours (charge_batch_hours) and, with
+// rollup, those hours added to usage_hours and usage_key_hours: for the batches inserted
+// now (a batch already there was counted when it was). The groups are sorted, so two
+// writers would lock rows in one order.
 func (c *batchColumns) queue(b *pgx.Batch, rollup bool) {
-	insert := `INSERT INTO charge_batches (position, account_id, key_id, env, lines, units, usd, first_at, last_at,
+	r := &c.roll
+	insert := `WITH ins AS (INSERT INTO charge_batches (position, account_id, key_id, env, lines, units, usd, first_at, last_at,
 			first_day, last_day)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
 			$7::text[]::numeric[], $8::timestamptz[], $9::timestamptz[], $10::text[]::date[], $11::text[]::date[])
-		ON CONFLICT (position) DO NOTHING`
-	args := []any{c.pos, c.accountID, c.keyID, c.env, c.lines, c.units, texts(c.usd), c.firstAt, c.lastAt, c.firstDay, c.lastDay}
+		ON CONFLICT (position) DO NOTHING RETURNING position),
+	g AS (SELECT g.* FROM unnest($12::bigint[], $13::text[], $14::timestamptz[], $15::text[], $16::text[], $17::text[],
+			$18::text[], $19::boolean[], $20::bigint[], $21::bigint[], $22::text[]::numeric[])
+			AS g(pos, account_id, hour, key_id, env, endpoint, engine, cached, calls, units, usd)
+		WHERE g.pos IN (SELECT position FROM ins))`
+	hours := `INSERT INTO charge_batch_hours (position, hour, endpoint, engine, cached, calls, units, usd)
+		SELECT pos, hour, endpoint, engine, cached, calls, units, usd FROM g`
 	if rollup {
-		r := &c.roll
-		insert = `WITH ins AS (` + insert + ` RETURNING position),
-		g AS (SELECT g.* FROM unnest($12::bigint[], $13::text[], $14::timestamptz[], $15::text[], $16::text[], $17::text[],
-				$18::text[], $19::boolean[], $20::bigint[], $21::bigint[], $22::text[]::numeric[])
-				AS g(pos, account_id, hour, key_id, env, endpoint, engine, cached, calls, units, usd)
-			WHERE g.pos IN (SELECT position FROM ins)),
-		rolled AS (` + rollupUpsert + `SELECT account_id, hour, key_id, env, endpoint, engine, cached,
+		insert += `,
+	hours AS (` + hours + `),
+	rolled AS (` + rollupUpsert + `SELECT account_id, hour, key_id, env, endpoint, engine, cached,
 			sum(calls), sum(units), sum(usd), 0, 0, 0
 		  FROM g GROUP BY 1, 2, 3, 4, 5, 6, 7 ORDER BY 1, 2, 3, 4, 5, 6, 7` + rollupConflict + `)
-		` + keyRollup + `SELECT account_id, hour, key_id, env, sum(calls), sum(units), sum(usd), 0, 0, 0
+	` + keyRollup + `SELECT account_id, hour, key_id, env, sum(calls), sum(units), sum(usd), 0, 0, 0
 		  FROM g GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4` + keyConflict
-		args = append(args, r.pos, r.accountID, r.hour, r.keyID, r.env, r.endpoint, r.engine, r.cached, r.calls, r.units, texts(r.usd))
+	} else {
+		insert += `
+	` + hours
 	}
-	b.Queue(insert, args...)
+	b.Queue(insert, c.pos, c.accountID, c.keyID, c.env, c.lines, c.units, texts(c.usd), c.firstAt, c.lastAt, c.firstDay, c.lastDay,
+		r.pos, r.accountID, r.hour, r.keyID, r.env, r.endpoint, r.engine, r.cached, r.calls, r.units, texts(r.usd))
 }
 
-// copyRows are the batches in COPY's binary format, their columns in the table's order.
-func (c *batchColumns) copyRows() (eventstore.TableRows, error) {
+// copyRows are the batches and their hours in COPY's binary format, their columns in
+// the tables' order.
+func (c *batchColumns) copyRows() ([]eventstore.TableRows, error) {
 	cols := []string{"position", "account_id", "key_id", "env", "lines", "units", "usd", "first_at", "last_at",
 		"first_day", "last_day"}
-	return copyTable("charge_batches", cols, len(c.pos), 150, func(w *postgres.CopyRows, i int) error {
+	batches, err := copyTable("charge_batches", cols, len(c.pos), 150, func(w *postgres.CopyRows, i int) error {
 		first, err := day(c.pos[i], c.firstDay[i])
 		if err != nil {
 			return err
@@ -144,4 +151,26 @@ func (c *batchColumns) copyRows() (eventstore.TableRows, error) {
 		w.Date(last)
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	r := &c.roll
+	cols = []string{"position", "hour", "endpoint", "engine", "cached", "calls", "units", "usd"}
+	hours, err := copyTable("charge_batch_hours", cols, len(r.pos), 80, func(w *postgres.CopyRows, i int) error {
+		w.Int8(r.pos[i])
+		w.Timestamptz(r.hour[i])
+		w.Text(r.endpoint[i])
+		w.Text(r.engine[i])
+		w.Bool(r.cached[i])
+		w.Int8(r.calls[i])
+		w.Int8(r.units[i])
+		if err := w.Numeric(r.usd[i]); err != nil {
+			return fmt.Errorf("position %d: %w", r.pos[i], err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []eventstore.TableRows{batches, hours}, nil
 }

@@ -67,6 +67,11 @@ func checkReadModel(t *testing.T, pool *pgxpool.Pool, charges int64) {
 		n != count(t, pool, `SELECT count(*) FROM charge_batches`) {
 		t.Fatalf("%d ChargesSettled in the read model as the events say (of %d rows)", n, count(t, pool, `SELECT count(*) FROM charge_batches`))
 	}
+	if n := count(t, pool, `SELECT count(*) FROM charge_batches b LEFT JOIN LATERAL
+			(SELECT sum(h.calls) AS calls, sum(h.units) AS units, sum(h.usd) AS usd FROM charge_batch_hours h WHERE h.position = b.position) h ON true
+		WHERE (b.lines, b.units, b.usd) IS DISTINCT FROM (h.calls, h.units, h.usd)`); n != 0 {
+		t.Fatalf("%d batches whose hours do not add up to them", n)
+	}
 	if n := count(t, pool, `SELECT count(*) FROM charge_lines()`); n != charges {
 		t.Fatalf("charge_lines() has %d charges, want %d", n, charges)
 	}

@@ -135,15 +135,16 @@ func (e *ChargesSettled) check() error {
 	if units != e.Units || !usd.Equal(e.USD) {
 		return fmt.Errorf("lines add up to %d units, %s USD; the event says %d, %s", units, usd, e.Units, e.USD)
 	}
-	if !Balanced(e.Postings) {
-		return fmt.Errorf("postings do not balance")
-	}
+	// the lines' charge, which balances by construction (NewTransaction)
 	t, err := ChargeTransaction(e.AccountID, e.Env, e.KeyID, e.Units, e.USD)
 	if err != nil {
 		return err
 	}
 	if !samePostings(t.Postings(), e.Postings) {
-		return fmt.Errorf("postings are not the lines' charge")
+		if !Balanced(e.Postings) {
+			return errors.New("postings do not balance")
+		}
+		return errors.New("postings are not the lines' charge")
 	}
 	return nil
 }

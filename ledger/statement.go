@@ -136,7 +136,7 @@ type TxStarter interface {
 // ReadModelTables are the tables of the ledger's read model, the rollups included: what
 // a rebuild replaces (projections.Ledger) and readOnly waits for. (ledger_entries, the
 // postings, is a view of the events: nothing to rebuild.)
-var ReadModelTables = []string{"charges", "charge_batches", "credits", "usage_hours", "usage_key_hours"}
+var ReadModelTables = []string{"charges", "charge_batches", "charge_batch_hours", "credits", "usage_hours", "usage_key_hours"}
 
 // lockReadModel takes every table of the read model in ACCESS SHARE mode.
 var lockReadModel = `LOCK TABLE ` + strings.Join(ReadModelTables, ", ") + ` IN ACCESS SHARE MODE`

@@ -10,8 +10,9 @@ import (
 	"chessd/ledger"
 )
 
-// Ledger is the charges and credits read model: one row per charge and per credit
-// (their double-entry postings stay in the events: ledger_entries is a view of them).
+// Ledger is the charges and credits read model: one row per ChargesSettled (its lines
+// stay in the event), per UnitsCharged and per credit (their double-entry postings stay
+// in the events: ledger_entries is a view of them).
 // It is an inline projection (ledger.QueueReadModel): the transaction that appends a
 // charge writes its rows, so no subscriber runs for it and it is never behind. This
 // type serves what works from the events table alone: the rebuild, replay and the
