@@ -63,6 +63,25 @@ func (f *rollupFixture) charge(t *testing.T, i int, at time.Time) {
 	f.flush(t)
 }
 
+// chargeInGroups charges n calls nine at a time behind the chain's head, call j at(j):
+// each key's meter settles its first of the nine, then its others in one
+// ChargesSettled of several lines.
+func (f *rollupFixture) chargeInGroups(t *testing.T, n int, at func(j int) time.Time) {
+	t.Helper()
+	for i := 0; i < n; i += 9 {
+		var settles []func()
+		for j := i; j < min(i+9, n); j++ {
+			settles = append(settles, f.reserve(t, j, at(j)))
+		}
+		release := holdChain(t, f.pool)
+		for _, settle := range settles {
+			settle()
+		}
+		release()
+		f.flush(t)
+	}
+}
+
 // flush waits for every meter's settles.
 func (f *rollupFixture) flush(t *testing.T) {
 	t.Helper()
@@ -177,20 +196,8 @@ func TestUsageRollupAnswersAsTheCharges(t *testing.T) {
 	ctx := context.Background()
 	// 2026-03-08 07:00Z: New York's clock went from 02:00 EST to 03:00 EDT
 	start := time.Date(2026, 3, 6, 5, 3, 0, 0, time.UTC)
-	// nine at a time, behind the chain's head: each key's meter settles its first and
-	// then the other two in one ChargesSettled, whose lines fall in different hours
-	for i := 0; i < 60; i += 9 {
-		var settles []func()
-		for j := i; j < min(i+9, 60); j++ {
-			settles = append(settles, f.reserve(t, j, start.Add(time.Duration(j)*97*time.Minute)))
-		}
-		release := holdChain(t, f.pool)
-		for _, settle := range settles {
-			settle()
-		}
-		release()
-		f.flush(t)
-	}
+	// lines of one ChargesSettled fall in different hours
+	f.chargeInGroups(t, 60, func(j int) time.Time { return start.Add(time.Duration(j) * 97 * time.Minute) })
 	if n := count(t, f.pool, `SELECT count(*) FROM charge_batches WHERE lines > 1 AND date_trunc('hour', first_at) <> date_trunc('hour', last_at)`); n == 0 {
 		t.Fatal("no ChargesSettled has lines in two hours")
 	}

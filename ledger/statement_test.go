@@ -275,18 +275,7 @@ func TestStatementPagesThroughTheLinesOfEvents(t *testing.T) {
 	f := newRollupFixture(t)
 	ctx := context.Background()
 	start := time.Date(2026, 3, 6, 5, 3, 0, 0, time.UTC)
-	for i := 0; i < 36; i += 9 { // behind the chain's head: several lines per event
-		var settles []func()
-		for j := i; j < i+9; j++ {
-			settles = append(settles, f.reserve(t, j, start.Add(time.Duration(j)*7*time.Minute)))
-		}
-		release := holdChain(t, f.pool)
-		for _, settle := range settles {
-			settle()
-		}
-		release()
-		f.flush(t)
-	}
+	f.chargeInGroups(t, 36, func(j int) time.Time { return start.Add(time.Duration(j) * 7 * time.Minute) })
 	if n := count(t, f.pool, `SELECT count(*) FROM charge_batches WHERE lines > 1`); n == 0 {
 		t.Fatal("no event has several lines")
 	}
