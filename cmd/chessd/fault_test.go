@@ -222,7 +222,9 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	fens := loadFENs
 
 	// A longer job, started first (the executor takes jobs as they come, so queued
-	// behind the load's it could wait long), running when the database stops.
+	// behind the load's it could wait long), running when the database stops: fifteen
+	// positions, so that it outlasts the load's first 40 answers on a machine busy with
+	// other tests (nine once finished first in CI).
 	longFENs := append([]string{
 		"rnbqkb1r/pppppppp/5n2/8/3P4/8/PPP1PPPP/RNBQKBNR w KQkq - 1 2",
 		"r1bqkbnr/pppp1ppp/2n5/1B2p3/4P3/5N2/PPPP1PPP/RNBQK2R b KQkq - 3 3",
@@ -230,6 +232,12 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 		"rnbqkbnr/pppp1ppp/8/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R b KQkq - 1 2",
 		"8/5k2/8/8/8/8/5PK1/8 w - - 0 1",
 		"8/8/8/4k3/8/8/4P3/4K3 w - - 0 1",
+		"rnbqkbnr/pp1ppppp/8/2p5/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2",
+		"rnbqkbnr/ppp1pppp/8/3p4/2PP4/8/PP2PPPP/RNBQKBNR b KQkq - 0 2",
+		"rnbqkbnr/pppp1ppp/4p3/8/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2",
+		"rnbqkbnr/ppp1pppp/8/3p4/8/5N2/PPPPPPPP/RNBQKB1R w KQkq - 0 2",
+		"rnbqkbnr/pp1ppppp/2p5/8/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2",
+		"rnbqkbnr/pppp1ppp/8/4p3/2P5/8/PP1PPPPP/RNBQKBNR w KQkq - 0 2",
 	}, fens...)
 	status, out := load.do("POST", "/batch", su.Secret, "", map[string]any{"fens": longFENs, "depth": 14, "multipv": 2})
 	if status != 202 {
