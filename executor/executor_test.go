@@ -43,10 +43,12 @@ func TestExecutorRunsJobs(t *testing.T) {
 	}
 
 	key := signup(t, pool, cmds)
-	fens := [][]string{{fenWhiteMateIn1, fenStart, fenBlackMateIn1}, {fenBlackMateIn1, fenWhiteMateIn1}}
+	// two searches of some length (depth 12 from the start), so that on a busy machine
+	// the second worker wakes before the first has taken every position
+	fens := [][]string{{fenWhiteMateIn1, fenStart, fenBlackMateIn1}, {fenBlackMateIn1, fenStart, fenWhiteMateIn1}}
 	var jobs []*domain.Job
 	for _, fs := range fens {
-		jobs = append(jobs, submit(t, cmds, key, fs))
+		jobs = append(jobs, submitAt(t, cmds, key, 12, fs))
 	}
 
 	var spent int64
