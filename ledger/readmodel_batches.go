@@ -27,13 +27,14 @@ type batchColumns struct {
 	roll                                     rollColumns
 }
 
-// rollColumns are one batch's lines summed per hour, endpoint, engine and cached.
+// rollColumns are the batches' lines summed per hour, endpoint, engine and cached
+// (their batch's position: its key, account and env are the batch's).
 type rollColumns struct {
-	pos, calls, units                       []int64
-	accountID, keyID, env, endpoint, engine []string
-	hour                                    []time.Time
-	cached                                  []bool
-	usd                                     []decimal.Decimal
+	pos, calls, units []int64
+	endpoint, engine  []string
+	hour              []time.Time
+	cached            []bool
+	usd               []decimal.Decimal
 }
 
 func (c *batchColumns) add(pos int64, e *ChargesSettled) {
@@ -69,7 +70,6 @@ func (c *batchColumns) add(pos int64, e *ChargesSettled) {
 	r := &c.roll
 	for _, g := range groups {
 		r.pos, r.calls, r.units = append(r.pos, pos), append(r.calls, g.calls), append(r.units, g.units)
-		r.accountID, r.keyID, r.env = append(r.accountID, e.AccountID), append(r.keyID, e.KeyID), append(r.env, e.Env)
 		r.endpoint, r.engine, r.hour = append(r.endpoint, g.endpoint), append(r.engine, g.engine), append(r.hour, g.hour)
 		r.cached, r.usd = append(r.cached, g.cached), append(r.usd, g.usd)
 	}
@@ -99,11 +99,11 @@ func (c *batchColumns) queue(b *pgx.Batch, rollup bool) {
 			first_day, last_day)
 		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
 			$7::text[]::numeric[], $8::timestamptz[], $9::timestamptz[], $10::text[]::date[], $11::text[]::date[])
-		ON CONFLICT (position) DO NOTHING RETURNING position),
-	g AS (SELECT g.* FROM unnest($12::bigint[], $13::text[], $14::timestamptz[], $15::text[], $16::text[], $17::text[],
-			$18::text[], $19::boolean[], $20::bigint[], $21::bigint[], $22::text[]::numeric[])
-			AS g(pos, account_id, hour, key_id, env, endpoint, engine, cached, calls, units, usd)
-		WHERE g.pos IN (SELECT position FROM ins))`
+		ON CONFLICT (position) DO NOTHING RETURNING position, account_id, key_id, env),
+	g AS (SELECT g.pos, ins.account_id, g.hour, ins.key_id, ins.env, g.endpoint, g.engine, g.cached, g.calls, g.units, g.usd
+		FROM unnest($12::bigint[], $13::timestamptz[], $14::text[], $15::text[], $16::boolean[], $17::bigint[], $18::bigint[],
+			$19::text[]::numeric[]) AS g(pos, hour, endpoint, engine, cached, calls, units, usd)
+		JOIN ins ON ins.position = g.pos)`
 	hours := `INSERT INTO charge_batch_hours (position, hour, endpoint, engine, cached, calls, units, usd)
 		SELECT pos, hour, endpoint, engine, cached, calls, units, usd FROM g`
 	if rollup {
@@ -119,7 +119,7 @@ func (c *batchColumns) queue(b *pgx.Batch, rollup bool) {
 	` + hours
 	}
 	b.Queue(insert, c.pos, c.accountID, c.keyID, c.env, c.lines, c.units, texts(c.usd), c.firstAt, c.lastAt, c.firstDay, c.lastDay,
-		r.pos, r.accountID, r.hour, r.keyID, r.env, r.endpoint, r.engine, r.cached, r.calls, r.units, texts(r.usd))
+		r.pos, r.hour, r.endpoint, r.engine, r.cached, r.calls, r.units, texts(r.usd))
 }
 
 // copyRows are the batches and their hours in COPY's binary format, their columns in

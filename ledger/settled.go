@@ -24,9 +24,11 @@ type ChargesSettled struct {
 	KeyID     string          `json:"key_id"`
 	Env       string          `json:"env"`
 	Lines     []SettledCharge `json:"lines"`
-	Units     int64           `json:"units"` // the lines' sum
-	USD       decimal.Decimal `json:"usd"`   // the lines' sum
-	Postings  []Posting       `json:"postings"`
+	// The lines' sums, so that the log adds up by event without reading lines (an
+	// event whose sums are not its lines' is refused: check).
+	Units    int64           `json:"units"`
+	USD      decimal.Decimal `json:"usd"`
+	Postings []Posting       `json:"postings"`
 }
 
 // SettledCharge is one line of a ChargesSettled: one answered call.
