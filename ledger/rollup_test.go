@@ -24,6 +24,7 @@ import (
 // at chosen instants.
 type rollupFixture struct {
 	*fixture
+	admin  *domain.Key
 	keys   []*domain.Key
 	meters map[string]*ledger.Meter
 	clock  atomic.Value
@@ -42,17 +43,24 @@ func newRollupFixture(t *testing.T) *rollupFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := commands.New(f.store, []byte("meter-test-pepper-0123456789"))
+	f.admin = admin
 	f.keys = []*domain.Key{f.key}
 	for _, env := range []domain.Env{domain.EnvLive, domain.EnvTest} {
-		k, _, err := h.CreateKey(ctx, commands.Actor{Key: admin}, domain.KeySettings{Scopes: []domain.Scope{domain.ScopeEval}, Env: env})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.keys = append(f.keys, k)
+		f.keys = append(f.keys, f.createKey(t, domain.KeySettings{Scopes: []domain.Scope{domain.ScopeEval}, Env: env}))
 	}
 	f.clock.Store(time.Time{})
 	return f
+}
+
+// createKey makes a key of the account with its admin key.
+func (f *rollupFixture) createKey(t *testing.T, settings domain.KeySettings) *domain.Key {
+	t.Helper()
+	h := commands.New(f.store, []byte("meter-test-pepper-0123456789"))
+	k, _, err := h.CreateKey(context.Background(), commands.Actor{Key: f.admin}, settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 // charge makes the i-th call, answered and settled at the instant given; the call's

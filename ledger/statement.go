@@ -443,7 +443,7 @@ func ExplainCharge(ctx context.Context, db TxStarter, accountID, env, chargeID s
 		if x.Related, err = relatedEvents(ctx, tx, x.Charge, accountOf); err != nil {
 			return err
 		}
-		if err := x.balances(ctx, tx, accountID); err != nil {
+		if err := x.balances(ctx, tx, accountID, lines[:line]); err != nil {
 			return err
 		}
 		return nil
@@ -501,8 +501,8 @@ func relatedEvents(ctx context.Context, tx pgx.Tx, c ChargeLine, accountID strin
 }
 
 // balances fills in the key's spend and budgets and the account's day around the
-// charge.
-func (x *Explanation) balances(ctx context.Context, tx pgx.Tx, accountID string) error {
+// charge; earlier are the lines before it in its own event.
+func (x *Explanation) balances(ctx context.Context, tx pgx.Tx, accountID string, earlier []ChargeLine) error {
 	c := x.Charge
 	keyEvs, err := eventsBefore(ctx, tx, domain.KeyStream(c.KeyID), c.Position)
 	if err != nil {
@@ -528,25 +528,47 @@ func (x *Explanation) balances(ctx context.Context, tx pgx.Tx, accountID string)
 		}
 		x.PeriodStart, x.PeriodEnd = &start, &end
 	}
-	// charges before this one: earlier events, and earlier lines of its own
-	err = tx.QueryRow(ctx, `SELECT
-			coalesce(sum(units) FILTER (WHERE (position, line) < ($3, $5)), 0),
-			coalesce(sum(usd) FILTER (WHERE (position, line) < ($3, $5)), 0),
-			coalesce(sum(units), 0), coalesce(sum(usd), 0)
-		FROM charge_lines() WHERE account_id = $1 AND key_id = $2 AND position <= $3 AND (position, line) <= ($3, $5)
-			AND ($4::timestamptz IS NULL OR (charged_at >= $4 AND last_at >= $4))`,
-		accountID, c.KeyID, c.Position, x.PeriodStart, c.Line).
-		Scan(&x.SpentBefore.Units, &x.SpentBefore.USD, &x.SpentAfter.Units, &x.SpentAfter.USD)
+	// Charges before this one: those of earlier events, summed in the database, then
+	// the earlier lines of its own event. A batch wholly in the period (or day) counts by
+	// its sums; only the lines of one across the period's start (or of several days) are
+	// read from the log, so the sums cost no JSON per line of the key's history (last_at
+	// as well as first_at: the index on it finds a period's batches).
+	err = tx.QueryRow(ctx, `SELECT coalesce(sum(units), 0), coalesce(sum(usd), 0) FROM (
+			SELECT units, usd FROM charges
+			 WHERE account_id = $1 AND key_id = $2 AND position < $3 AND ($4::timestamptz IS NULL OR charged_at >= $4)
+			UNION ALL
+			SELECT units, usd FROM charge_batches
+			 WHERE account_id = $1 AND key_id = $2 AND position < $3 AND ($4::timestamptz IS NULL OR (first_at >= $4 AND last_at >= $4))
+			UNION ALL
+			SELECT units, usd FROM charge_lines()
+			 WHERE account_id = $1 AND key_id = $2 AND position < $3 AND first_at < $4 AND last_at >= $4 AND charged_at >= $4) s`,
+		accountID, c.KeyID, c.Position, x.PeriodStart).Scan(&x.SpentBefore.Units, &x.SpentBefore.USD)
 	if err != nil {
 		return fmt.Errorf("key spend: %w", err)
 	}
-	err = tx.QueryRow(ctx, `SELECT coalesce(sum(units) FILTER (WHERE (position, line) < ($4, $5)), 0), coalesce(sum(units), 0)
-		FROM charge_lines() WHERE account_id = $1 AND env = $2 AND day = $3::date AND first_day <= $3::date AND last_day >= $3::date
-			AND position <= $4 AND (position, line) <= ($4, $5)`,
-		accountID, c.Env, c.Day, c.Position, c.Line).Scan(&x.DayUnitsBefore, &x.DayUnitsAfter)
+	err = tx.QueryRow(ctx, `SELECT coalesce(sum(units), 0) FROM (
+			SELECT units FROM charges WHERE account_id = $1 AND env = $2 AND day = $3::date AND position < $4
+			UNION ALL
+			SELECT units FROM charge_batches
+			 WHERE account_id = $1 AND env = $2 AND first_day = $3::date AND last_day = $3::date AND position < $4
+			UNION ALL
+			SELECT units FROM charge_lines()
+			 WHERE account_id = $1 AND env = $2 AND day = $3::date AND first_day <= $3::date AND last_day >= $3::date
+			   AND first_day < last_day AND position < $4) s`,
+		accountID, c.Env, c.Day, c.Position).Scan(&x.DayUnitsBefore)
 	if err != nil {
 		return fmt.Errorf("day use: %w", err)
 	}
+	for _, l := range earlier {
+		if x.PeriodStart == nil || !l.ChargedAt.Before(*x.PeriodStart) {
+			x.SpentBefore.Units, x.SpentBefore.USD = x.SpentBefore.Units+l.Units, x.SpentBefore.USD.Add(l.USD)
+		}
+		if l.Day == c.Day {
+			x.DayUnitsBefore += l.Units
+		}
+	}
+	x.SpentAfter.Units, x.SpentAfter.USD = x.SpentBefore.Units+c.Units, x.SpentBefore.USD.Add(c.USD)
+	x.DayUnitsAfter = x.DayUnitsBefore + c.Units
 	return nil
 }
 

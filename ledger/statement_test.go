@@ -323,3 +323,77 @@ func TestStatementPagesThroughTheLinesOfEvents(t *testing.T) {
 		}
 	}
 }
+
+// An explanation's sums around a charge are what the charges before it add up to,
+// line by line (the oracle below reads every line of charge_lines() up to the charge):
+// the key's spend in its budget's period and the account's use on the charge's day,
+// through events whose lines cross midnight, counted by their sums where an event is
+// wholly in the period or the day, and through the earlier lines of the charge's own.
+func TestExplainSumsTheChargesBeforeIt(t *testing.T) {
+	f := newRollupFixture(t)
+	ctx := context.Background()
+	budget := int64(1_000_000_000)
+	f.keys = append(f.keys, f.createKey(t, domain.KeySettings{Scopes: []domain.Scope{domain.ScopeEval}, Env: domain.EnvLive,
+		BudgetUnits: &budget, Period: domain.PeriodDay}))
+	start := time.Date(2026, 3, 6, 5, 3, 0, 0, time.UTC)
+	f.chargeInGroups(t, 72, func(j int) time.Time { return start.Add(time.Duration(j) * 97 * time.Minute) })
+	if n := count(t, f.pool, `SELECT count(*) FROM charge_batches WHERE key_id = $1 AND first_day < last_day`, f.keys[3].ID()); n == 0 {
+		t.Fatal("no event of the daily key has lines on both sides of a midnight")
+	}
+	rows, err := f.pool.Query(ctx, `SELECT charge_id, position, line, key_id, env, day FROM charge_lines() ORDER BY position, line`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type charge struct {
+		id, key, env string
+		pos          int64
+		line         int
+		day          time.Time
+	}
+	charges, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (charge, error) {
+		var c charge
+		return c, r.Scan(&c.id, &c.pos, &c.line, &c.key, &c.env, &c.day)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(charges) != 72 {
+		t.Fatalf("%d charges, want 72", len(charges))
+	}
+	periods := 0
+	for _, c := range charges {
+		x, err := ledger.ExplainCharge(ctx, f.pool, f.account.ID(), c.env, c.id)
+		if err != nil {
+			t.Fatalf("explain %s: %v", c.id, err)
+		}
+		if x.PeriodStart != nil {
+			periods++
+		}
+		var want ledger.Explanation
+		if err := f.pool.QueryRow(ctx, `SELECT
+				coalesce(sum(units) FILTER (WHERE (position, line) < ($3, $5)), 0),
+				coalesce(sum(usd) FILTER (WHERE (position, line) < ($3, $5)), 0),
+				coalesce(sum(units), 0), coalesce(sum(usd), 0)
+			FROM charge_lines() WHERE account_id = $1 AND key_id = $2 AND (position, line) <= ($3, $5)
+				AND ($4::timestamptz IS NULL OR charged_at >= $4)`,
+			f.account.ID(), c.key, c.pos, x.PeriodStart, c.line).
+			Scan(&want.SpentBefore.Units, &want.SpentBefore.USD, &want.SpentAfter.Units, &want.SpentAfter.USD); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.pool.QueryRow(ctx, `SELECT coalesce(sum(units) FILTER (WHERE (position, line) < ($4, $5)), 0), coalesce(sum(units), 0)
+			FROM charge_lines() WHERE account_id = $1 AND env = $2 AND day = $3 AND (position, line) <= ($4, $5)`,
+			f.account.ID(), c.env, c.day, c.pos, c.line).Scan(&want.DayUnitsBefore, &want.DayUnitsAfter); err != nil {
+			t.Fatal(err)
+		}
+		if x.SpentBefore.Units != want.SpentBefore.Units || !x.SpentBefore.USD.Equal(want.SpentBefore.USD) ||
+			x.SpentAfter.Units != want.SpentAfter.Units || !x.SpentAfter.USD.Equal(want.SpentAfter.USD) ||
+			x.DayUnitsBefore != want.DayUnitsBefore || x.DayUnitsAfter != want.DayUnitsAfter {
+			t.Fatalf("%s (line %d of %d): key %+v -> %+v, day %d -> %d; the lines before it add up to key %+v -> %+v, day %d -> %d",
+				c.id, c.line, c.pos, x.SpentBefore, x.SpentAfter, x.DayUnitsBefore, x.DayUnitsAfter,
+				want.SpentBefore, want.SpentAfter, want.DayUnitsBefore, want.DayUnitsAfter)
+		}
+	}
+	if periods == 0 {
+		t.Fatal("no charge was explained within a budget's period")
+	}
+}
