@@ -24,14 +24,14 @@ import (
 // calls (most of the log); and batch jobs with their positions and charges. It times
 // projections.Rebuild of each projection, as `chessd rebuild` runs them one after the
 // other, and reports events per second.
-func (b *bench) rebuildAll(ctx context.Context, accounts, charges, jobs int) error {
+func (b *bench) rebuildAll(ctx context.Context, accounts, n, jobs int) error {
 	fmt.Printf("\n## chessd rebuild\n\n")
 	made := time.Now()
 	keys, err := b.makeAccounts(ctx, accounts)
 	if err != nil {
 		return fmt.Errorf("accounts: %w", err)
 	}
-	if err := b.makeCharges(ctx, keys, charges); err != nil {
+	if err := b.makeCharges(ctx, keys, n); err != nil {
 		return fmt.Errorf("charges: %w", err)
 	}
 	if err := b.makeJobs(jobs); err != nil {
@@ -41,12 +41,19 @@ func (b *bench) rebuildAll(ctx context.Context, accounts, charges, jobs int) err
 		return err
 	}
 	head := b.head()
+	// the charges the ledger's events hold, which its rebuild decodes: a log written
+	// by the parts before this one holds their group commits, events of many lines
+	charges, _, err := ledger.ChargesSince(ctx, b.pool, 0)
+	if err != nil {
+		return err
+	}
 	// Each rebuild starts on a settled database, as one in production would: the log
 	// vacuumed and analysed and no dirty buffers left from the writes before it.
 	settle := func() error { return postgres.Settle(ctx, b.pool, "events") }
 	fmt.Printf("The log: %d accounts (signup, pro plan, a second key; half the keys updated, a quarter rotated, an eighth revoked), "+
-		"%d charges of cached evals through the meter over their %d keys, %d batch jobs of %d cached positions: %d events, made in %s.\n",
-		accounts, charges, len(keys), jobs, len(positions), head, time.Since(made).Round(time.Second))
+		"%d charges of cached evals through the meter over their %d keys, %d batch jobs of %d cached positions: %d events, made in %s. "+
+		"The ledger's events hold %d charges in all (with those of the parts run before in this process).\n",
+		accounts, n, len(keys), jobs, len(positions), head, time.Since(made).Round(time.Second), charges)
 	fmt.Println("Each projection rebuilt with projections.Rebuild on its own, one after the other, each in one transaction:")
 	fmt.Println("its tables emptied, every event of its topic applied again, its checkpoint set. events/s: the projection's events over its time.")
 	fmt.Println("Before each: VACUUM (ANALYZE) of the log and a CHECKPOINT (a settled database, no autovacuum or writes of the log's making in the time).")
@@ -100,6 +107,7 @@ func (b *bench) rebuildAll(ctx context.Context, accounts, charges, jobs int) err
 	// the rebuild's own work that the rates hide
 	fmt.Printf("\nCPU seconds of the side-by-side runs, this process (the rebuild's decoding and encoding) / PostgreSQL: %s.\n",
 		strings.Join(cpus, ", "))
+	fmt.Printf("The side-by-side median run applied %.0f charges a second (%d charges).\n", float64(charges)/took.Seconds(), charges)
 	return nil
 }
 
