@@ -1,19 +1,18 @@
--- A batch whose lines are all of one UTC hour, endpoint, engine and cached (nearly every
--- group commit's: one key's calls over 100 ms) carries that one group on its own row,
--- and charge_batch_hours keeps only the groups of the other batches. A rebuild of the
--- bench's log (200,000 one-line events) spent 0.45 s copying a charge_batch_hours row
--- per batch that only repeated its batch (docs/BENCHMARKS.md, session 24).
+-- A batch recorded from now on whose lines are all of one UTC hour, endpoint, engine
+-- and cached (nearly every group commit's: one key's calls over 100 ms) carries that
+-- one group on its row, and charge_batch_hours keeps only the groups of the other
+-- batches. A rebuild of the bench's log (200,000 one-line events) spent 0.45 s copying
+-- a charge_batch_hours row per batch that only repeated its batch (docs/BENCHMARKS.md,
+-- session 24).
 --
 -- endpoint, engine and cached are NULL on a batch of several groups. The group's hour
 -- is first_at's: every line of a one-group batch is charged in that hour.
+--
+-- Batches already recorded keep their groups in charge_batch_hours (their endpoint
+-- NULL), which charge_batch_groups() reads as it reads any batch of several groups; a
+-- rebuild moves them onto their rows. Not moved here: the statement would rewrite every
+-- row under the lock ALTER TABLE takes, and every server's settles would wait for it.
 ALTER TABLE charge_batches ADD COLUMN endpoint text, ADD COLUMN engine text, ADD COLUMN cached boolean;
-
-UPDATE charge_batches b SET endpoint = h.endpoint, engine = h.engine, cached = h.cached
-  FROM charge_batch_hours h
- WHERE h.position = b.position AND h.calls = b.lines; -- its one group holds every line
-
-DELETE FROM charge_batch_hours h USING charge_batches b
- WHERE b.position = h.position AND b.endpoint IS NOT NULL;
 
 -- charge_batch_groups is every batch's lines summed per hour, endpoint, engine and
 -- cached, from whichever of the two tables holds them. A function, not a view: its
