@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,7 +65,15 @@ func (b *bench) jobs() error {
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	b.svc.DisableCache()
 	defer b.svc.EnableCache()
-	for _, workers := range []int{1, 2} {
+	depths, err := intList(*jobDepths)
+	if err != nil {
+		return err
+	}
+	workerCounts, err := intList(*jobWorkers)
+	if err != nil {
+		return err
+	}
+	for _, workers := range workerCounts {
 		stop := func() {}
 		execs := []*executor.Executor{b.exec}
 		if workers == 2 {
@@ -74,7 +83,7 @@ func (b *bench) jobs() error {
 			}
 			stop, execs = halt, append(execs, x)
 		}
-		for _, depth := range []int{10, 14} {
+		for _, depth := range depths {
 			top, err := b.jobRow(workers, depth, execs, fens)
 			if err != nil {
 				stop()
@@ -87,6 +96,9 @@ func (b *bench) jobs() error {
 		stop()
 	}
 
+	if !*jobLatency {
+		return nil
+	}
 	fmt.Printf("\n## Single POST /eval latency while a batch runs\n\n")
 	fmt.Println("Sequential depth-10 evals of one client (cache off), alone and while 50-position depth-14 batches use both processes " +
 		"(one worker; a second batch is queued behind the first, so that one runs until the last eval); an eval that finds both busy preempts a batch search. " +
@@ -181,6 +193,26 @@ func (b *bench) jobs() error {
 // interval to about ±0.03; seven and fifteen left it twice as wide, wider than the
 // rows' distance from their targets.
 var jobRounds = flag.Int("job-rounds", 20, "jobs part: raw and service runs of the batch each row alternates (twice as many plus one at depth 10; the row gives the median pair's ratio)")
+
+// jobDepths and jobWorkers choose the jobs table's rows, to rerun the one under study.
+var (
+	jobDepths  = flag.String("job-depths", "10,14", "jobs part: the depths of the batches")
+	jobWorkers = flag.String("job-workers", "1,2", "jobs part: the numbers of workers (1 or 2)")
+	jobLatency = flag.Bool("job-latency", true, "jobs part: measure single evals' latency while a batch runs, after the table")
+)
+
+// intList parses a comma-separated list of integers.
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", s, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
 
 // roundsAt is how many pairs a row at depth runs.
 func roundsAt(depth int) int {
