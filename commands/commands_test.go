@@ -507,7 +507,7 @@ func TestJobQueueIsFairBetweenAccounts(t *testing.T) {
 
 func (f *fixture) take(worker string, n int, lease time.Duration) []commands.Taken {
 	f.t.Helper()
-	got, err := f.h.TakePositions(f.ctx, worker, n, lease)
+	got, err := f.h.TakePositions(f.ctx, worker, n, n, lease)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -143,15 +143,21 @@ func (c *jobCache) keep(j *domain.Job) {
 // so one account's batches cannot hold every engine while another account waits.
 // Rows another worker is taking at this instant are skipped, not waited for.
 //
+// Beyond need (what this worker's idle engines want now), a take is at most this
+// worker's share of the free positions: those it saw (up to 2n an account, below)
+// divided by the workers holding positions, itself included. As a queue drains, takes
+// shrink, and its last positions spread over every worker instead of waiting in the
+// hands of one while the others have nothing left.
+//
 // Only the first few free positions of each account can be among the n lowest (an
 // account's own are taken in its order), so the query numbers those alone: it walks
 // the accounts with queued positions in the index of migration 0034 (one probe per
 // account) and reads each one's first 2n free positions (twice n: some may be in
 // another worker's hands this instant), whatever the length of the queue.
-func (h *Handler) TakePositions(ctx context.Context, worker string, n int, lease time.Duration) ([]Taken, error) {
-	// n and 2n are written into the statement, not passed: with them as parameters,
-	// PostgreSQL planned each take afresh (a custom plan, 0.3-0.5 ms, more than the
-	// take itself); each n has its statement, planned once per connection
+func (h *Handler) TakePositions(ctx context.Context, worker string, n, need int, lease time.Duration) ([]Taken, error) {
+	// n, 2n and need are written into the statement, not passed: with them as
+	// parameters, PostgreSQL planned each take afresh (a custom plan, 0.3-0.5 ms, more
+	// than the take itself); each has its statement, planned once per connection
 	rows, err := h.store.Pool().Query(ctx, fmt.Sprintf(`
 		WITH RECURSIVE accounts AS (
 			(SELECT account_id FROM job_queue ORDER BY account_id LIMIT 1)
@@ -172,6 +178,9 @@ func (h *Handler) TakePositions(ctx context.Context, worker string, n int, lease
 			        LIMIT %[2]d) f
 			  LEFT JOIN busy b ON b.account_id = a.account_id
 			 WHERE a.account_id IS NOT NULL
+		), others AS (
+			SELECT count(DISTINCT worker) AS n FROM job_queue
+			 WHERE worker IS NOT NULL AND worker <> $1 AND lease_until >= now()
 		), pick AS (
 			-- the candidates in turn, each locked as it comes (a nested loop keeps the
 			-- sorted order), until n are taken: a join would read the whole queue
@@ -181,11 +190,11 @@ func (h *Handler) TakePositions(ctx context.Context, worker string, n int, lease
 			       SELECT q.job_id, q.idx, q.worker AS prior FROM job_queue q
 			        WHERE q.job_id = f.job_id AND q.idx = f.idx AND (q.worker IS NULL OR q.lease_until < now())
 			          FOR UPDATE SKIP LOCKED) q
-			 LIMIT %[1]d
+			 LIMIT least(%[1]d, greatest(%[3]d, (SELECT ceil(count(*)::numeric / (1 + (SELECT n FROM others))) FROM free)))
 		)
 		UPDATE job_queue q SET worker = $1, lease_until = now() + $2::interval
 		  FROM pick WHERE q.job_id = pick.job_id AND q.idx = pick.idx
-		RETURNING q.job_id, q.idx, pick.prior IS NOT NULL AND pick.prior <> $1`, n, 2*n), worker, lease.String())
+		RETURNING q.job_id, q.idx, pick.prior IS NOT NULL AND pick.prior <> $1`, n, 2*n, min(need, n)), worker, lease.String())
 	if err != nil {
 		return nil, fmt.Errorf("take positions: %w", err)
 	}

@@ -17,8 +17,10 @@ import (
 
 // takeSpec is the order TakePositions must follow, written the plain way: number every
 // free position of the queue per account (after the account's positions in flight,
-// oldest job first, input order within a job) and take the n lowest. TakePositions
-// reads only the first few of each account; on any queue, it takes the same.
+// oldest job first, input order within a job) and take the n lowest, or fewer: at least
+// need, else no more than the worker's share of the free positions (counting at most
+// 2n an account) among the workers holding positions. TakePositions reads only the
+// first few of each account; on any queue, it takes the same.
 const takeSpec = `
 	WITH busy AS (
 		SELECT account_id, count(*) AS n FROM job_queue
@@ -28,8 +30,15 @@ const takeSpec = `
 		       coalesce(b.n, 0) + row_number() OVER (PARTITION BY q.account_id ORDER BY q.submitted_at, q.job_id, q.idx) AS turn
 		  FROM job_queue q LEFT JOIN busy b USING (account_id)
 		 WHERE q.worker IS NULL OR q.lease_until < now()
+	), seen AS (
+		SELECT coalesce(sum(least(c, 2 * $1)), 0) AS n FROM (
+			SELECT count(*) AS c FROM job_queue WHERE worker IS NULL OR lease_until < now() GROUP BY account_id) a
+	), workers AS (
+		SELECT 1 + count(DISTINCT worker) AS n FROM job_queue
+		 WHERE worker IS NOT NULL AND worker <> 'w' AND lease_until >= now()
 	)
-	SELECT job_id, idx FROM free ORDER BY turn, submitted_at, job_id, idx LIMIT $1`
+	SELECT job_id, idx FROM free ORDER BY turn, submitted_at, job_id, idx
+	 LIMIT least($1, greatest($2, ceil((SELECT n FROM seen)::numeric / (SELECT n FROM workers))))`
 
 func TestTakePositionsFollowsTheSpec(t *testing.T) {
 	f := newFixture(t)
@@ -39,7 +48,7 @@ func TestTakePositionsFollowsTheSpec(t *testing.T) {
 			t.Fatal(err)
 		}
 		// up to 4 accounts of up to 3 jobs of up to 6 positions; some positions held by
-		// another worker, some of those with their lease run out
+		// one of two other workers, some of those with their lease run out
 		b := &pgx.Batch{}
 		for a := range 1 + rng.IntN(4) {
 			for j := range rng.IntN(4) {
@@ -49,7 +58,7 @@ func TestTakePositionsFollowsTheSpec(t *testing.T) {
 					lease := time.Minute
 					switch r := rng.IntN(10); {
 					case r < 3:
-						w := "other"
+						w := []string{"other", "another"}[rng.IntN(2)]
 						worker = &w
 					case r < 4:
 						w := "other"
@@ -65,7 +74,8 @@ func TestTakePositionsFollowsTheSpec(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := 1 + rng.IntN(4)
-		rows, _ := f.pool.Query(f.ctx, takeSpec, n)
+		need := rng.IntN(n + 1)
+		rows, _ := f.pool.Query(f.ctx, takeSpec, n, need)
 		want, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
 			var job string
 			var idx int
@@ -80,8 +90,12 @@ func TestTakePositionsFollowsTheSpec(t *testing.T) {
 			WHERE worker = 'other' AND lease_until < now()`).Scan(&tookOver); err != nil {
 			t.Fatal(err)
 		}
+		taken, err := f.h.TakePositions(f.ctx, "w", n, need, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var got []string
-		for _, tk := range f.take("w", n, time.Minute) {
+		for _, tk := range taken {
 			name := fmt.Sprintf("%s/%d", tk.JobID, tk.Index)
 			if tk.TookOver != slices.Contains(tookOver, name) {
 				t.Errorf("round %d: %s taken over %v", round, name, tk.TookOver)
@@ -91,7 +105,7 @@ func TestTakePositionsFollowsTheSpec(t *testing.T) {
 		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
-			t.Fatalf("round %d, n = %d: took %v, the spec takes %v", round, n, got, want)
+			t.Fatalf("round %d, n = %d, need = %d: took %v, the spec takes %v", round, n, need, got, want)
 		}
 	}
 }
@@ -127,7 +141,7 @@ func BenchmarkTakePositions(b *testing.B) {
 					taken = 0
 					b.StartTimer()
 				}
-				got, err := h.TakePositions(ctx, "w", 2, time.Minute)
+				got, err := h.TakePositions(ctx, "w", 2, 2, time.Minute)
 				if err != nil || len(got) != 2 {
 					b.Fatalf("took %d: %v", len(got), err)
 				}

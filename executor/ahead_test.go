@@ -1,0 +1,47 @@
+package executor
+
+import (
+	"testing"
+	"time"
+)
+
+// A take holds what the engines search in Horizon at their recent pace, within
+// [Parallel, Ahead].
+func TestAheadFollowsThePace(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		parallel int
+		ahead    int
+		pace     time.Duration
+		want     int
+	}{
+		{"no search yet", 2, 16, 0, 2},
+		{"depth 10", 2, 16, 15 * time.Millisecond, 13},
+		{"fast searches: at most Ahead", 2, 16, time.Millisecond, 16},
+		{"depth 14", 2, 16, 100 * time.Millisecond, 2},
+		{"deep searches: at least Parallel", 4, 32, 3 * time.Second, 4},
+		{"Ahead below Parallel", 4, 1, 10 * time.Millisecond, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x := &Executor{cfg: Config{Parallel: c.parallel, Ahead: c.ahead, Horizon: 100 * time.Millisecond}}
+			x.stats.recent.Store(int64(c.pace))
+			if got := x.ahead(); got != c.want {
+				t.Fatalf("ahead = %d, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// The pace is a moving average: one slow search moves it by an eighth of the
+// difference, and the first search sets it.
+func TestPaceIsAMovingAverage(t *testing.T) {
+	var s stats
+	s.add(16 * time.Millisecond)
+	if got := s.pace(); got != 16*time.Millisecond {
+		t.Fatalf("after one search: %v", got)
+	}
+	s.add(96 * time.Millisecond)
+	if got := s.pace(); got != 26*time.Millisecond {
+		t.Fatalf("after a slow one: %v, want 26ms", got)
+	}
+}
