@@ -3,6 +3,7 @@ package commands_test
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -75,7 +76,8 @@ func TestTakePositionsFollowsTheSpec(t *testing.T) {
 		}
 		n := 1 + rng.IntN(4)
 		need := rng.IntN(n + 1)
-		rows, _ := f.pool.Query(f.ctx, takeSpec, n, need)
+		rounded := 1 << (bits.Len(uint(n)) - 1) // TakePositions takes up to a power of two
+		rows, _ := f.pool.Query(f.ctx, takeSpec, rounded, min(need, rounded))
 		want, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
 			var job string
 			var idx int
