@@ -7,6 +7,9 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -186,4 +189,69 @@ func BenchmarkParseInfo(b *testing.B) {
 			b.Fatal("not parsed")
 		}
 	}
+}
+
+// BenchmarkPoolCPU measures what driving the engines costs this process: two searches
+// at a time at depth 12 on a pool of two, so the engines keep both cores busy as in a
+// batch job, and this process's CPU per search as cpu-us/search, of which sys-us/search
+// in the kernel (reads, writes, wake-ups). Its wake-ups then compete with the engines
+// for the cores.
+func BenchmarkPoolCPU(b *testing.B) {
+	pl := newPool(b, "sf-17.1", PathNative, func(c *PoolConfig) { c.Size = 2 })
+	b.ResetTimer()
+	user, sys := processCPU(b)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < b.N; i = int(next.Add(1)) - 1 {
+				if _, err := pl.Search(context.Background(), Batch, Search{FEN: benchFENs[i%len(benchFENs)], Depth: 12}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	user2, sys2 := processCPU(b)
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
+	b.ReportMetric(per(user2-user+sys2-sys), "cpu-us/search")
+	b.ReportMetric(per(sys2-sys), "sys-us/search")
+}
+
+// BenchmarkRawCPU is BenchmarkPoolCPU's baseline: two Stockfish processes driven by
+// hand (a scanner each, a fresh game after each search), nothing of this package.
+func BenchmarkRawCPU(b *testing.B) {
+	raws := []*rawEngine{startRaw(b), startRaw(b)}
+	b.ResetTimer()
+	user, sys := processCPU(b)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for _, r := range raws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < b.N; i = int(next.Add(1)) - 1 {
+				r.send("position fen " + benchFENs[i%len(benchFENs)] + "\ngo depth 12")
+				r.until("bestmove")
+				r.newGame()
+			}
+		}()
+	}
+	wg.Wait()
+	user2, sys2 := processCPU(b)
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
+	b.ReportMetric(per(user2-user+sys2-sys), "cpu-us/search")
+	b.ReportMetric(per(sys2-sys), "sys-us/search")
+}
+
+// processCPU is this process's CPU time so far, in user space and in the kernel.
+func processCPU(tb testing.TB) (user, sys time.Duration) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }

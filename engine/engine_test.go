@@ -531,6 +531,22 @@ func TestHungEngine(t *testing.T) {
 	}
 }
 
+// TestTalkingEngineIsNotSilent: a search's info lines go to its collector, not to the
+// searcher, and still count as output: a search longer than HangTimeout whose engine
+// keeps printing is not killed. Stockfish prints a line per depth (under a second
+// apart in the first 3 s of a search here) and then one per root move.
+func TestTalkingEngineIsNotSilent(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-17.1", PathNative, func(c *PoolConfig) { c.HangTimeout = 2 * time.Second })
+	res, err := pl.Search(context.Background(), Interactive, Search{MoveTime: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("a 5 s search with a 2 s silence limit: %v", err)
+	}
+	if res.TimeMS < 4000 || res.Depth < 10 {
+		t.Fatalf("searched %d ms to depth %d, want most of 5 s", res.TimeMS, res.Depth)
+	}
+}
+
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	for _, path := range []Path{PathNative, PathWasm} {

@@ -78,7 +78,7 @@ type process struct {
 	w   *bufio.Writer
 	in  io.WriteCloser
 
-	lines   chan string   // stdout, line by line; closed at EOF
+	lines   chan string   // stdout, line by line (but a search's info lines); closed at EOF
 	dead    chan struct{} // closed by kill: the reader then discards output
 	exited  chan struct{} // closed once the process has been reaped
 	waitErr error         // valid after exited
@@ -94,6 +94,16 @@ type process struct {
 	names    map[string]string // lower-case -> engine spelling
 
 	cmdBuf []byte // reused for "position ... go ..." to keep the hot path allocation-light
+
+	// While a search runs, the reader hands its info lines to info, in the reader's
+	// goroutine, instead of sending each to the searcher over lines: a line then wakes
+	// one goroutine, not two. On a machine whose cores the engines keep busy, each
+	// wake-up of a goroutine that is not running costs the scheduler more than the
+	// line's parsing (see collect). heard is when the last of them came (UnixNano),
+	// for the search's silence watch.
+	infoMu sync.Mutex
+	info   func(line string) // guarded by infoMu
+	heard  atomic.Int64
 
 	// dirty: searched since its last reset. A process handed straight from one search
 	// to a waiting one is not reset in between; the next search sends the reset's
@@ -171,8 +181,12 @@ func (p *process) readLoop(out io.Reader) {
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 0, 16<<10), 1<<20)
 	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "info ") && p.takeInfo(line) {
+			continue
+		}
 		select {
-		case p.lines <- sc.Text():
+		case p.lines <- line:
 		case <-p.dead:
 		}
 	}
@@ -184,6 +198,28 @@ func (p *process) readLoop(out io.Reader) {
 	close(p.lines)
 	p.waitErr = p.cmd.Wait()
 	close(p.exited)
+}
+
+// takeInfo gives an info line to the running search (setInfo); false when none runs.
+func (p *process) takeInfo(line string) bool {
+	p.infoMu.Lock()
+	defer p.infoMu.Unlock()
+	if p.info == nil {
+		return false
+	}
+	p.heard.Store(time.Now().UnixNano())
+	p.info(line)
+	return true
+}
+
+// setInfo makes fn take the info lines the reader reads from now on (nil: send them on
+// lines). It returns once a call of the previous fn in progress has returned, so what
+// that fn wrote is the caller's to read.
+func (p *process) setInfo(fn func(line string)) {
+	p.infoMu.Lock()
+	defer p.infoMu.Unlock()
+	p.info = fn
+	p.heard.Store(time.Now().UnixNano())
 }
 
 // kill ends the process at once (SIGKILL to its process group). Safe to call many
@@ -415,11 +451,27 @@ func (p *process) search(ctx context.Context, s *Search, opts []optionValue) (*R
 	}
 	b = append(b, '\n')
 	p.cmdBuf = b
+	// the search's info lines go to its collector from the first one on
+	var col lineCollector
+	var stopped atomic.Bool
+	watch := newDepthWatch(s, opts)
+	p.setInfo(func(line string) {
+		if strings.HasPrefix(line, "info string") {
+			return
+		}
+		if in, ok := ParseInfo(line); ok {
+			col.add(&in)
+			if watch != nil && !stopped.Load() {
+				watch.line(&in, &col)
+			}
+		}
+	})
+	defer p.setInfo(nil)
 	if err := p.sendBytes(b); err != nil {
 		p.kill()
 		return nil, err
 	}
-	return p.collect(ctx, s, newDepthWatch(s, opts))
+	return p.collect(ctx, s, &col, &stopped, watch)
 }
 
 func moveTimeMS(d time.Duration) int64 {
@@ -430,13 +482,18 @@ func moveTimeMS(d time.Duration) int64 {
 	return ms
 }
 
-// collect reads the engine's output until bestmove. It watches three things besides
-// the output: the request's context (send stop, give the engine stopGrace to answer,
-// else kill), silence longer than hangTimeout, and, for timed searches, no bestmove
-// by movetime + hangTimeout. Each ends in a prompt return, never a hang. watch, when
-// not nil, hears of each completed depth.
-func (p *process) collect(ctx context.Context, s *Search, watch *depthWatch) (*Result, error) {
-	var col lineCollector
+// collect waits for the search's bestmove while the reader gives its info lines to col
+// (search's setInfo) and watch, which, when not nil, hears of each completed depth.
+// Besides the output it watches three things: the request's context (send stop, give
+// the engine stopGrace to answer, else kill), silence longer than hangTimeout, and,
+// for timed searches, no bestmove by movetime + hangTimeout. Each ends in a prompt
+// return, never a hang. stopped, once set, keeps watch from hearing of more depths.
+//
+// The searcher wakes for the bestmove alone, not for each of the engine's ~15 lines
+// a search: at depth 14, with the engines keeping both cores busy, this process
+// spent 4.6 ms of CPU a position when every line woke it, mostly in the scheduler
+// (docs/BENCHMARKS.md, session 25).
+func (p *process) collect(ctx context.Context, s *Search, col *lineCollector, stopped *atomic.Bool, watch *depthWatch) (*Result, error) {
 	silence := time.NewTimer(p.cfg.hangTimeout)
 	defer silence.Stop()
 	var overdue <-chan time.Time
@@ -447,7 +504,6 @@ func (p *process) collect(ctx context.Context, s *Search, watch *depthWatch) (*R
 	}
 	done := ctx.Done()
 	var grace <-chan time.Time
-	var stopped bool
 	for {
 		select {
 		case line, ok := <-p.lines:
@@ -463,18 +519,10 @@ func (p *process) collect(ctx context.Context, s *Search, watch *depthWatch) (*R
 				}
 			}
 			silence.Reset(p.cfg.hangTimeout)
-			switch {
-			case strings.HasPrefix(line, "info "):
-				if strings.HasPrefix(line, "info string") {
-					continue
-				}
-				if in, ok := ParseInfo(line); ok {
-					col.add(&in)
-					if watch != nil && !stopped {
-						watch.line(&in, &col)
-					}
-				}
-			case strings.HasPrefix(line, "bestmove"):
+			// the search's info lines go to col: another line is the bestmove, or was
+			// read before the search began and is not its own
+			if strings.HasPrefix(line, "bestmove") {
+				p.setInfo(nil) // every info line before it has been taken: col is ours
 				best, ponder, ok := ParseBestMove(line)
 				if !ok {
 					p.kill()
@@ -484,7 +532,7 @@ func (p *process) collect(ctx context.Context, s *Search, watch *depthWatch) (*R
 					// Stockfish answers quit with the bestmove of a cut-short search.
 					return nil, fmt.Errorf("%w: engine shut down mid-search", ErrClosed)
 				}
-				if stopped {
+				if stopped.Load() {
 					// The engine answered the stop: the process is healthy and
 					// reusable, but the request was cancelled.
 					return nil, fmt.Errorf("engine: search stopped: %w", ctx.Err())
@@ -497,7 +545,7 @@ func (p *process) collect(ctx context.Context, s *Search, watch *depthWatch) (*R
 			}
 		case <-done:
 			done = nil
-			stopped = true
+			stopped.Store(true)
 			if err := p.send("stop"); err != nil {
 				p.kill()
 				return nil, fmt.Errorf("engine: search stopped: %w", ctx.Err())
@@ -510,6 +558,11 @@ func (p *process) collect(ctx context.Context, s *Search, watch *depthWatch) (*R
 			p.cfg.log.Warn("engine ignored stop; killed", "path", p.cfg.path, "pid", p.pid, "grace", p.cfg.stopGrace)
 			return nil, fmt.Errorf("engine: search stopped (engine killed after %v): %w", p.cfg.stopGrace, ctx.Err())
 		case <-silence.C:
+			// info lines the reader took count as output too
+			if quiet := time.Since(time.Unix(0, p.heard.Load())); quiet < p.cfg.hangTimeout {
+				silence.Reset(p.cfg.hangTimeout - quiet)
+				continue
+			}
 			p.kill()
 			p.cfg.log.Warn("engine silent too long; killed", "path", p.cfg.path, "pid", p.pid, "timeout", p.cfg.hangTimeout)
 			return nil, fmt.Errorf("%w: no output for %v", ErrEngineFailed, p.cfg.hangTimeout)
