@@ -198,45 +198,41 @@ func BenchmarkParseInfo(b *testing.B) {
 // for the cores.
 func BenchmarkPoolCPU(b *testing.B) {
 	pl := newPool(b, "sf-17.1", PathNative, func(c *PoolConfig) { c.Size = 2 })
-	b.ResetTimer()
-	user, sys := processCPU(b)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1)) - 1; i < b.N; i = int(next.Add(1)) - 1 {
-				if _, err := pl.Search(context.Background(), Batch, Search{FEN: benchFENs[i%len(benchFENs)], Depth: 12}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	user2, sys2 := processCPU(b)
-	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
-	b.ReportMetric(per(user2-user+sys2-sys), "cpu-us/search")
-	b.ReportMetric(per(sys2-sys), "sys-us/search")
+	searchTwoAtATime(b, func(_, i int) error {
+		_, err := pl.Search(context.Background(), Batch, Search{FEN: benchFENs[i%len(benchFENs)], Depth: 12})
+		return err
+	})
 }
 
 // BenchmarkRawCPU is BenchmarkPoolCPU's baseline: two Stockfish processes driven by
 // hand (a scanner each, a fresh game after each search), nothing of this package.
 func BenchmarkRawCPU(b *testing.B) {
 	raws := []*rawEngine{startRaw(b), startRaw(b)}
+	searchTwoAtATime(b, func(worker, i int) error {
+		r := raws[worker]
+		r.send("position fen " + benchFENs[i%len(benchFENs)] + "\ngo depth 12")
+		r.until("bestmove")
+		r.newGame()
+		return nil
+	})
+}
+
+// searchTwoAtATime runs search for b.N positions on two goroutines (worker 0 and 1)
+// and reports this process's CPU per search.
+func searchTwoAtATime(b *testing.B, search func(worker, i int) error) {
 	b.ResetTimer()
 	user, sys := processCPU(b)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for _, r := range raws {
+	for worker := range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1)) - 1; i < b.N; i = int(next.Add(1)) - 1 {
-				r.send("position fen " + benchFENs[i%len(benchFENs)] + "\ngo depth 12")
-				r.until("bestmove")
-				r.newGame()
+				if err := search(worker, i); err != nil {
+					b.Error(err)
+					return
+				}
 			}
 		}()
 	}
