@@ -32,16 +32,21 @@ func TestAheadFollowsThePace(t *testing.T) {
 	}
 }
 
-// The pace is a moving average: one slow search moves it by an eighth of the
-// difference, and the first search sets it.
+// The pace is a moving average of completed searches: the first sets it, one slow
+// search moves it by an eighth of the difference, and a position merely counted (a
+// search cut short) leaves it alone.
 func TestPaceIsAMovingAverage(t *testing.T) {
 	var s stats
-	s.add(16 * time.Millisecond)
+	s.learn(16 * time.Millisecond)
 	if got := s.pace(); got != 16*time.Millisecond {
 		t.Fatalf("after one search: %v", got)
 	}
-	s.add(96 * time.Millisecond)
+	s.learn(96 * time.Millisecond)
 	if got := s.pace(); got != 26*time.Millisecond {
 		t.Fatalf("after a slow one: %v, want 26ms", got)
+	}
+	s.add(time.Microsecond)
+	if got := s.pace(); got != 26*time.Millisecond {
+		t.Fatalf("after a search cut short: %v, want 26ms", got)
 	}
 }

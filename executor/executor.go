@@ -422,7 +422,14 @@ func (x *Executor) search(ready <-chan *task, analysed chan<- *task) {
 	for t := range ready {
 		start := time.Now()
 		res, err := x.position(t)
-		x.stats.add(time.Since(start))
+		took := time.Since(start)
+		x.stats.add(took)
+		if err == nil && t.ctx.Err() == nil {
+			// a search cut short (a cancelled job's, a lost lease's) says nothing of the
+			// pace: a cancel of many deep positions would otherwise make the next take
+			// hold Ahead of them
+			x.stats.learn(took)
+		}
 		x.mu.Lock()
 		x.pending--
 		t.job.searching--
@@ -737,7 +744,11 @@ type stats struct {
 func (s *stats) add(searched time.Duration) {
 	s.positions.Add(1)
 	s.searching.Add(int64(searched))
-	for { // several searchers add at once
+}
+
+// learn takes a completed search's time into the pace.
+func (s *stats) learn(searched time.Duration) {
+	for { // several searchers learn at once
 		old := s.recent.Load()
 		next := int64(searched)
 		if old > 0 {
@@ -749,7 +760,7 @@ func (s *stats) add(searched time.Duration) {
 	}
 }
 
-// pace is the recent time a search takes; 0 before the first.
+// pace is the recent time a completed search takes; 0 before the first.
 func (s *stats) pace() time.Duration { return time.Duration(s.recent.Load()) }
 
 func (s *stats) snapshot() Stats {
