@@ -59,6 +59,7 @@ type replica struct {
 	url   string
 	svc   *analysis.Service
 	meter *ledger.Meter
+	cmds  *commands.Handler
 }
 
 func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
@@ -90,10 +91,11 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	if err != nil {
 		return b, err
 	}
-	b.url, b.svc, b.pool = first.url, first.svc, pool
+	b.url, b.svc, b.pool, b.cmds = first.url, first.svc, pool, first.cmds
 	b.wake = eventstore.Listen(ctx, pool, logger)
-	b.cmds = commands.New(eventstore.NewStore(pool, logger), pepper)
 	// one projection runner and one job executor, as with one serve and its database
+	// (sharing its command handler, as serve's executor does: it knows the jobs the
+	// server submitted without reading them)
 	go projections.NewRunner(pool, logger, projections.Accounts{}, projections.Ledger{}, projections.Jobs{}).Run(ctx, nil) //nolint:errcheck // ends with the process
 	b.exec, b.logger = executor.New(executor.Config{Worker: "bench", Parallel: 2}, pool, b.cmds, b.svc, logger), logger
 	go b.exec.Run(ctx) //nolint:errcheck // ends with the process
@@ -122,11 +124,12 @@ func (b *bench) addReplica(ctx context.Context, logger *slog.Logger) (*replica, 
 		}
 	}
 	store := eventstore.NewStore(pool, logger)
-	r := &replica{svc: analysis.NewService(b.catalog, pool, logger), meter: ledger.NewMeter(ctx, store, logger, ledger.MeterConfig{})}
+	r := &replica{svc: analysis.NewService(b.catalog, pool, logger), meter: ledger.NewMeter(ctx, store, logger, ledger.MeterConfig{}),
+		cmds: commands.New(store, pepper)}
 	authn := auth.NewAuthenticator(pool, pepper)
 	authn.Watch(ctx, logger) // as `chessd serve`
 	api := httpapi.New(httpapi.Config{BaseURL: "http://127.0.0.1/v1", NoRateLimits: !*rateLimits, KeylessPerDay: 1 << 30}, httpapi.Deps{
-		Pool: pool, Commands: commands.New(store, pepper),
+		Pool: pool, Commands: r.cmds,
 		Auth: authn, Analysis: r.svc,
 		Meter: r.meter, Logger: logger,
 		Wakeups: eventstore.Listen(ctx, pool, logger), // as `chessd serve`: job event streams wait for commits
