@@ -143,9 +143,12 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Println("every pair is a distinct position (cache off; both sides reset with ucinewgame after each search, untimed).")
 	fmt.Println("ratio of medians = median service time / median raw time; median pair ratio = median over pairs of service / raw (the same position")
 	fmt.Println("on both sides: positions that take long and short do not mix into it), with its 95 % interval (order statistics); ratio of totals = total service / total raw; added = median over pairs of (service − raw).")
+	fmt.Println("HTTP alone (concurrency 1): after each pair, the client waits as long as the raw search took and times one POST to a trivial Go")
+	fmt.Println("JSON handler on loopback (the machine's round trip after an idle wait: a service's least cost here); bound = median pair")
+	fmt.Println("ratio of (raw + that round trip) / raw, what a service with no time of its own could reach on this machine.")
 	fmt.Println()
-	fmt.Println("| depth | concurrency | pairs | raw median ms | service median ms | **ratio of medians** | **median pair ratio** | raw total s | service total s | ratio of totals | added median ms |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| depth | concurrency | pairs | raw median ms | service median ms | **ratio of medians** | **median pair ratio** | raw total s | service total s | ratio of totals | added median ms | HTTP alone ms | bound |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var breakdown []string
 	for _, d := range strings.Split(depths, ",") {
 		var depth int
@@ -161,9 +164,19 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 			}
 			raw, svc := pairs.raw(), pairs.svc()
 			ratios := pairRatios(svc, raw)
-			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.3f** | **%.3f**%s | %.2f | %.2f | %.3f | %+.2f |\n", depth, conc, len(raw),
+			alone, bound := "–", "–"
+			if conc == 1 {
+				trivial := pairs.each(func(p pair) time.Duration { return p.trivial })
+				alone = fmt.Sprintf("%.2f", ms(median(trivial)))
+				with := make([]time.Duration, len(raw))
+				for i := range raw {
+					with[i] = raw[i] + trivial[i]
+				}
+				bound = fmt.Sprintf("%.3f", medianFloat(pairRatios(with, raw)))
+			}
+			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.3f** | **%.3f**%s | %.2f | %.2f | %.3f | %+.2f | %s | %s |\n", depth, conc, len(raw),
 				ms(median(raw)), ms(median(svc)), float64(median(svc))/float64(median(raw)), medianFloat(ratios), interval(ratios, "%.3f"),
-				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(), ms(medianDiff(svc, raw)))
+				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(), ms(medianDiff(svc, raw)), alone, bound)
 			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %+.2f | %+.1f | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f |", depth, conc,
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["engine"] - p.raw })),
 				ms(pairs.median(func(p pair) time.Duration { return p.svcOwn - p.rawOwn })),
@@ -201,6 +214,9 @@ type pair struct {
 	raw, svc       time.Duration
 	rawOwn, svcOwn time.Duration
 	phase          map[string]time.Duration
+	// trivial is a trivial Go handler's round trip after an idle wait as long as the
+	// raw search (concurrency 1 only): what HTTP alone costs the service here
+	trivial time.Duration
 }
 
 type pairs []pair
@@ -223,6 +239,10 @@ func (ps pairs) median(f func(pair) time.Duration) time.Duration { return median
 // order. It returns the raw and service times of each pair.
 func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 	b.svc.DisableCache()
+	trivial, err := b.trivialURLs(1)
+	if err != nil {
+		return nil, err
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var next atomic.Int64
@@ -269,6 +289,13 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 				p.rawOwn = time.Duration(eng.timeMS) * time.Millisecond
 				if err == nil {
 					err = restErr
+				}
+				if err == nil && conc == 1 {
+					// as idle as before a call: a client that waited a search long
+					time.Sleep(p.raw)
+					t0 := time.Now()
+					err = b.post(trivial[0], "/eval", fmt.Sprintf(`{"fen":%q,"depth":%d}`, work[i], depth), "", nil)
+					p.trivial = time.Since(t0)
 				}
 				if err != nil {
 					errs <- err
