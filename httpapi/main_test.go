@@ -147,9 +147,10 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	meter := ledger.NewMeter(meterCtx, store, logger, ledger.MeterConfig{LeaseIdle: 200 * time.Millisecond, Housekeeping: 50 * time.Millisecond})
 	authn := auth.NewAuthenticator(pool, testPepper)
 	authn.Watch(meterCtx, logger) // as `chessd serve`: keys and accounts answered from memory
+	cmds := commands.New(store, testPepper)
 	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10, NoRateLimits: !cfg.rateLimits, InsecureWebhooks: true,
 		KeyRequestsPerMinute: cfg.keyPerMinute, KeylessPerDay: cfg.keylessPerDay}, httpapi.Deps{
-		Pool: pool, Commands: commands.New(store, testPepper),
+		Pool: pool, Commands: cmds,
 		Auth: authn, Analysis: svc,
 		Meter: meter, Logger: logger, Wakeups: eventstore.Listen(meterCtx, pool, logger), ObserveRequest: cfg.observe,
 		WebhookSecrets: testWebhookSecrets(t),
@@ -172,8 +173,14 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	for i := range cfg.workers {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
+		// the first is the server's own, as in `chessd serve`: it shares the server's
+		// command handler (the jobs submitted here); the others are `chessd worker`s
+		xcmds := cmds
+		if i > 0 {
+			xcmds = commands.New(store, testPepper)
+		}
 		x := executor.New(executor.Config{Worker: fmt.Sprintf("test-worker-%d", i), Lease: cfg.lease, Scan: 200 * time.Millisecond},
-			pool, commands.New(store, testPepper), svc, logger)
+			pool, xcmds, svc, logger)
 		execs = append(execs, x)
 		go func() { done <- x.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
