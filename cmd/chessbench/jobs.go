@@ -182,9 +182,10 @@ func (b *bench) evalLatency(fens []string) error {
 		stop()
 		return err
 	}
-	preemptedBefore := pool.Stats().Preempted
+	before := pool.Stats()
 	busy, err := evals(n)
-	preempted := pool.Stats().Preempted - preemptedBefore
+	after := pool.Stats()
+	preempted := after.Preempted - before.Preempted
 	running := inFlight.Load()
 	stop()
 	if err != nil {
@@ -205,6 +206,22 @@ func (b *bench) evalLatency(fens []string) error {
 			ms(sorted[len(sorted)*99/100]), ms(sorted[len(sorted)-1]))
 	}
 	fmt.Printf("\nBatches in flight when the last eval answered: %d; batch searches preempted by the %d evals: %d.\n", running, n, preempted)
+	// how long searches waited for a process meanwhile, by the pool's own histogram
+	waits := func(prio engine.Priority) string {
+		b, a := before.QueueWait[prio].Buckets, after.QueueWait[prio].Buckets
+		var parts []string
+		for i := range a {
+			if d := a[i] - b[i]; d > 0 {
+				bound := "longer"
+				if i < len(engine.QueueWaitBuckets) {
+					bound = "≤ " + engine.QueueWaitBuckets[i].String()
+				}
+				parts = append(parts, fmt.Sprintf("%s: %d", bound, d))
+			}
+		}
+		return strings.Join(parts, ", ")
+	}
+	fmt.Printf("Waits for a process while the evals ran, interactive: %s; batch: %s.\n", waits(engine.Interactive), waits(engine.Batch))
 	return nil
 }
 
