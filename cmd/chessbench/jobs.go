@@ -50,10 +50,11 @@ func jobPositions() []string {
 // JobSucceeded, cache off) against raw Stockfish on the same positions with as many
 // processes, with one worker and with two, and single /eval latency while a batch runs.
 func (b *bench) jobs() error {
+	defer b.closeRaw()
 	fens := jobPositions()
 	fmt.Printf("\n## Jobs: 50-position batches against raw Stockfish (cache off)\n\n")
 	fmt.Printf("%d distinct positions from two games. One worker: the server's own executor on its pool of 2 processes; two workers: "+
-		"a second executor with its own pool of 2 joins it (4 processes). Raw: as many warm processes splitting the positions, ucinewgame after each. "+
+		"a second executor with its own pool of 2 joins it (4 processes). Raw: as many warm processes splitting the positions, ucinewgame after each, kept from run to run as the service's are. "+
 		"Pairs: a raw run and a service job, raw first in every other pair; the interval is the median's 95 %% confidence interval from the pairs' order statistics "+
 		"(the machine's speed moves between pairs: a target inside it is within what the run can tell). "+
 		"Service time: submission until JobSucceeded is recorded. Engine ms and nodes: what the engines reported (info time, nodes). "+
@@ -295,7 +296,7 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 		var took time.Duration
 		var rc engineCount
 		raw := func() (err error) {
-			took, rc, err = runRawAll(b.binary, depth, procs, fens)
+			took, rc, err = b.runRawAll(depth, procs, fens)
 			return err
 		}
 		// the raw run goes first in even rounds, the service's job in odd ones: neither
@@ -484,24 +485,36 @@ func (c *engineCount) add(o engineCount) {
 	c.nodes, c.timeMS, c.busy = c.nodes+o.nodes, c.timeMS+o.timeMS, c.busy+o.busy
 }
 
+// closeRaw stops the jobs part's raw processes.
+func (b *bench) closeRaw() {
+	for _, e := range b.raw {
+		e.close()
+	}
+	b.raw = nil
+}
+
 // runRawAll runs fens on conc raw processes, splitting them, and returns the time
-// they took and what the engines reported. The processes are started and ready
-// (network loaded) before the clock starts, as the service's pool is.
-func runRawAll(binary string, depth, conc int, fens []string) (time.Duration, engineCount, error) {
+// they took and what the engines reported. The processes live as long as the jobs
+// part, as the service's pool does: started and ready (network loaded) before their first
+// run, and reset after each search (ucinewgame). Four new processes a run (two
+// workers' row) left a service job that followed a raw run at 0.80-0.82 of raw and
+// one that followed another job at 0.91-0.94 (session 26): their fresh memory (each
+// loads its own copy of the network) cost the service's processes, not the raw ones.
+func (b *bench) runRawAll(depth, conc int, fens []string) (time.Duration, engineCount, error) {
 	var count engineCount
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var next atomic.Int64
-	engines := make([]*rawEngine, conc)
-	for i := range engines {
-		eng, err := startRaw(binary)
+	for len(b.raw) < conc {
+		eng, err := startRaw(b.binary)
 		if err != nil {
 			return 0, count, err
 		}
 		fmt.Fprintln(eng.in, "isready")
 		eng.until("readyok")
-		engines[i] = eng
+		b.raw = append(b.raw, eng)
 	}
+	engines := b.raw[:conc]
 	start := time.Now()
 	for _, eng := range engines {
 		wg.Add(1)
@@ -522,11 +535,7 @@ func runRawAll(binary string, depth, conc int, fens []string) (time.Duration, en
 		}()
 	}
 	wg.Wait()
-	took := time.Since(start)
-	for _, eng := range engines {
-		eng.close()
-	}
-	return took, count, nil
+	return time.Since(start), count, nil
 }
 
 // jobEngineCount sums what the engines reported for a job's positions.

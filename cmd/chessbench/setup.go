@@ -49,6 +49,7 @@ type bench struct {
 	replicas []*replica
 	wake     *eventstore.Wakeups // the bench's own listener (jobs' progress)
 	trivial  []string            // base URLs of the trivial handlers (load.go)
+	raw      []*rawEngine        // the jobs part's raw processes, kept from run to run (closeRaw)
 	closers  []func()
 }
 
