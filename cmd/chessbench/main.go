@@ -143,9 +143,9 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Println("every pair is a distinct position (cache off; both sides reset with ucinewgame after each search, untimed).")
 	fmt.Println("ratio of medians = median service time / median raw time; median pair ratio = median over pairs of service / raw (the same position")
 	fmt.Println("on both sides: positions that take long and short do not mix into it), with its 95 % interval (order statistics); ratio of totals = total service / total raw; added = median over pairs of (service − raw).")
-	fmt.Println("HTTP alone (concurrency 1): after each pair, the client waits as long as the raw search took and times one POST to a trivial Go")
-	fmt.Println("JSON handler on loopback (the machine's round trip after an idle wait: a service's least cost here); bound = median pair")
-	fmt.Println("ratio of (raw + that round trip) / raw, what a service with no time of its own could reach on this machine.")
+	fmt.Println("HTTP alone (concurrency 1): after the pairs, for each, the client waits as long as its raw search took and times one POST to a")
+	fmt.Println("trivial Go JSON handler on loopback (the machine's round trip after an idle wait: a service's least cost here); bound = median")
+	fmt.Println("pair ratio of (raw + that round trip) / raw, what a service with no time of its own could reach on this machine.")
 	fmt.Println()
 	fmt.Println("| depth | concurrency | pairs | raw median ms | service median ms | **ratio of medians** | **median pair ratio** | raw total s | service total s | ratio of totals | added median ms | HTTP alone ms | bound |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -239,10 +239,6 @@ func (ps pairs) median(f func(pair) time.Duration) time.Duration { return median
 // order. It returns the raw and service times of each pair.
 func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 	b.svc.DisableCache()
-	trivial, err := b.trivialURLs(1)
-	if err != nil {
-		return nil, err
-	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var next atomic.Int64
@@ -290,13 +286,6 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 				if err == nil {
 					err = restErr
 				}
-				if err == nil && conc == 1 {
-					// as idle as before a call: a client that waited a search long
-					time.Sleep(p.raw)
-					t0 := time.Now()
-					err = b.post(trivial[0], "/eval", fmt.Sprintf(`{"fen":%q,"depth":%d}`, work[i], depth), "", nil)
-					p.trivial = time.Since(t0)
-				}
 				if err != nil {
 					errs <- err
 					return
@@ -309,7 +298,32 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 	}
 	wg.Wait()
 	close(errs)
-	return out, <-errs
+	if err := <-errs; err != nil {
+		return nil, err
+	}
+	if conc == 1 {
+		return out, b.httpAlone(out, depth)
+	}
+	return out, nil
+}
+
+// httpAlone times, for each pair after the pairs (not between them: the pairs run as
+// before), one POST to a trivial Go handler after the client has waited as long as
+// the pair's raw search: what HTTP alone costs a client that waited a search long.
+func (b *bench) httpAlone(ps pairs, depth int) error {
+	trivial, err := b.trivialURLs(1)
+	if err != nil {
+		return err
+	}
+	for i := range ps {
+		time.Sleep(ps[i].raw)
+		t0 := time.Now()
+		if err := b.post(trivial[0], "/eval", fmt.Sprintf(`{"fen":%q,"depth":%d}`, positions[i%len(positions)], depth), "", nil); err != nil {
+			return err
+		}
+		ps[i].trivial = time.Since(t0)
+	}
+	return nil
 }
 
 // atRest waits until every process of the service's native pool is idle: the
