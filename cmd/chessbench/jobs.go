@@ -496,10 +496,11 @@ func (b *bench) closeRaw() {
 // runRawAll runs fens on conc raw processes, splitting them, and returns the time
 // they took and what the engines reported. The processes live as long as the jobs
 // part, as the service's pool does: started and ready (network loaded) before their first
-// run, and reset after each search (ucinewgame). Four new processes a run (two
-// workers' row) left a service job that followed a raw run at 0.80-0.82 of raw and
-// one that followed another job at 0.91-0.94 (session 26): their fresh memory (each
-// loads its own copy of the network) cost the service's processes, not the raw ones.
+// run, and reset after each search (ucinewgame). With four new processes a run (two
+// workers' row), a service job that followed a raw run ran at 0.80-0.82 of raw and
+// one that followed another job at 0.91-0.94; kept, 0.86 and 0.93 (session 26). The
+// likely cause: each new process loads its own copy of the network into fresh memory,
+// which the service's processes then found the caches full of.
 func (b *bench) runRawAll(depth, conc int, fens []string) (time.Duration, engineCount, error) {
 	var count engineCount
 	var mu sync.Mutex
