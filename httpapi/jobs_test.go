@@ -405,7 +405,11 @@ func TestJobEventsWithReconnect(t *testing.T) {
 		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) {
 			e := newEnv(t, withWorkers(workers))
 			key := e.signupPro(fmt.Sprintf("sse%d@example.com", workers))
-			r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(8), "depth": 8})
+			// depth 12: searches long enough that the second worker, woken by the
+			// submission's NOTIFY, takes its share before the first has searched the
+			// four it took and comes back for the rest (at depth 8 it once had not,
+			// under the CI's parallel tests)
+			r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(8), "depth": 12})
 			id := r.Body["job_id"].(string)
 			first, firstKinds, ended := readSSE(t, e, key, id, "", 3)
 			if ended || len(first) != 3 || firstKinds[0] != "state" {
