@@ -43,12 +43,16 @@ func TestExecutorRunsJobs(t *testing.T) {
 	}
 
 	key := signup(t, pool, cmds)
-	// two searches of some length (depth 12 from the start), so that on a busy machine
-	// the second worker wakes before the first has taken every position
-	fens := [][]string{{fenWhiteMateIn1, fenStart, fenBlackMateIn1}, {fenBlackMateIn1, fenStart, fenWhiteMateIn1}}
+	// Each job opens with a search of some length (depth 16 from the start): the first
+	// worker's first take (one to search, one ahead) keeps it busy that long, and the
+	// second worker takes its share meanwhile. With the mates first (they take no
+	// time), the first worker came back at once for the rest, its pace telling it to
+	// hold more, before the second held anything to share with (the CI saw one worker
+	// do all six).
+	fens := [][]string{{fenStart, fenWhiteMateIn1, fenBlackMateIn1}, {fenStart, fenBlackMateIn1, fenWhiteMateIn1}}
 	var jobs []*domain.Job
 	for _, fs := range fens {
-		jobs = append(jobs, submitAt(t, cmds, key, 12, fs))
+		jobs = append(jobs, submitAt(t, cmds, key, 16, fs))
 	}
 
 	var spent int64
