@@ -513,3 +513,55 @@ func (f *fixture) take(worker string, n int, lease time.Duration) []commands.Tak
 	}
 	return got
 }
+
+// A worker alive and holding nothing has its share of a take, as a worker holding
+// positions has: beyond what its idle engines need, the first worker to take an
+// 8-position job takes half of it while another is alive, all of it once the other
+// stopped or its word ran out.
+func TestTakeLeavesAliveWorkersTheirShare(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		other func(f *fixture)
+		want  int
+	}{
+		{"alone", func(*fixture) {}, 8},
+		{"another alive", func(f *fixture) { f.alive("idle", time.Minute) }, 4},
+		{"two others alive", func(f *fixture) { f.alive("idle", time.Minute); f.alive("idle2", time.Minute) }, 3},
+		{"another whose word ran out", func(f *fixture) { f.alive("idle", -time.Second) }, 8},
+		{"another long dead, forgotten", func(f *fixture) {
+			f.alive("dead", -time.Hour)
+			f.alive("idle", time.Minute)
+			if n := f.count(`SELECT count(*) FROM job_workers WHERE worker = 'dead'`); n != 0 {
+				t.Fatalf("a worker dead for an hour still listed")
+			}
+		}, 4},
+		{"another stopped", func(f *fixture) {
+			f.alive("idle", time.Minute)
+			if err := f.h.StopWorker(f.ctx, "idle"); err != nil {
+				t.Fatal(err)
+			}
+		}, 8},
+		{"itself alive", func(f *fixture) { f.alive("w", time.Minute) }, 8},
+		{"itself back after a long pause", func(f *fixture) { f.alive("w", -time.Hour); f.alive("w", time.Minute) }, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.job(8)
+			tc.other(f)
+			got, err := f.h.TakePositions(f.ctx, "w", 8, 0, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != tc.want {
+				t.Fatalf("took %d positions, want %d", len(got), tc.want)
+			}
+		})
+	}
+}
+
+func (f *fixture) alive(worker string, d time.Duration) {
+	f.t.Helper()
+	if err := f.h.WorkerAlive(f.ctx, worker, d); err != nil {
+		f.t.Fatal(err)
+	}
+}

@@ -147,9 +147,10 @@ func (c *jobCache) keep(j *domain.Job) {
 //
 // Beyond need (what this worker's idle engines want now), a take is at most this
 // worker's share of the free positions: those it saw (up to 2n an account, below)
-// divided by the workers holding positions, itself included. As a queue drains, takes
-// shrink, and its last positions spread over every worker instead of waiting in the
-// hands of one while the others have nothing left.
+// divided by the workers alive (WorkerAlive) or holding positions, itself included. As
+// a queue drains, takes shrink, and its last positions spread over every worker instead
+// of waiting in the hands of one while the others have nothing left; a small job
+// spreads over the idle workers instead of going whole to the first that takes.
 //
 // Only the first few free positions of each account can be among the n lowest (an
 // account's own are taken in its order), so the query numbers those alone: it walks
@@ -189,8 +190,10 @@ func (h *Handler) TakePositions(ctx context.Context, worker string, n, need int,
 			  LEFT JOIN busy b ON b.account_id = a.account_id
 			 WHERE a.account_id IS NOT NULL
 		), others AS (
-			SELECT count(DISTINCT worker) AS n FROM job_queue
-			 WHERE worker IS NOT NULL AND worker <> $1 AND lease_until >= now()
+			SELECT count(*) AS n FROM (
+			       SELECT worker FROM job_queue WHERE worker IS NOT NULL AND worker <> $1 AND lease_until >= now()
+			       UNION
+			       SELECT worker FROM job_workers WHERE worker <> $1 AND alive_until >= now()) w
 		), async AS (
 			-- a lease is neither money nor a record: this commit need not wait for the
 			-- WAL's flush. A crash that lost it frees the positions again: the worker's
@@ -226,6 +229,31 @@ func (h *Handler) TakePositions(ctx context.Context, worker string, n, need int,
 		return nil, fmt.Errorf("take positions: %w", err)
 	}
 	return taken, nil
+}
+
+// WorkerAlive says worker is alive for the next d: until then, every take counts it
+// among the workers that share the queue, whether or not it holds positions. It also
+// forgets the workers that died without stopping (a crash), a minute after their word
+// ran out: a worker's name is new at each start.
+func (h *Handler) WorkerAlive(ctx context.Context, worker string, d time.Duration) error {
+	_, err := h.store.Pool().Exec(ctx, `WITH dead AS (DELETE FROM job_workers WHERE alive_until < now() - interval '1 minute' AND worker <> $1)
+		INSERT INTO job_workers (worker, alive_until) VALUES ($1, now() + $2::interval)
+		ON CONFLICT (worker) DO UPDATE SET alive_until = excluded.alive_until`, worker, d.String())
+	if err != nil {
+		return fmt.Errorf("worker %s alive: %w", worker, err)
+	}
+	return nil
+}
+
+// StopWorker frees every position worker holds, so that another worker takes them at
+// once instead of after their leases, and takes it out of the workers alive.
+func (h *Handler) StopWorker(ctx context.Context, worker string) error {
+	_, err := h.store.Pool().Exec(ctx, `WITH gone AS (DELETE FROM job_workers WHERE worker = $1)
+		UPDATE job_queue SET worker = NULL, lease_until = NULL WHERE worker = $1`, worker)
+	if err != nil {
+		return fmt.Errorf("stop worker %s: %w", worker, err)
+	}
+	return nil
 }
 
 // RenewPositions extends worker's leases on held and returns the ones it no longer

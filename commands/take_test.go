@@ -20,8 +20,8 @@ import (
 // free position of the queue per account (after the account's positions in flight,
 // oldest job first, input order within a job) and take the n lowest, or fewer: at least
 // need, else no more than the worker's share of the free positions (counting at most
-// 2n an account) among the workers holding positions. TakePositions reads only the
-// first few of each account; on any queue, it takes the same.
+// 2n an account) among the workers alive or holding positions. TakePositions reads
+// only the first few of each account; on any queue, it takes the same.
 const takeSpec = `
 	WITH busy AS (
 		SELECT account_id, count(*) AS n FROM job_queue
@@ -35,8 +35,11 @@ const takeSpec = `
 		SELECT coalesce(sum(least(c, 2 * $1)), 0) AS n FROM (
 			SELECT count(*) AS c FROM job_queue WHERE worker IS NULL OR lease_until < now() GROUP BY account_id) a
 	), workers AS (
-		SELECT 1 + count(DISTINCT worker) AS n FROM job_queue
-		 WHERE worker IS NOT NULL AND worker <> 'w' AND lease_until >= now()
+		SELECT 1 + count(DISTINCT worker) AS n FROM (
+			SELECT worker FROM job_queue WHERE worker IS NOT NULL AND lease_until >= now()
+			UNION ALL
+			SELECT worker FROM job_workers WHERE alive_until >= now()) w
+		 WHERE worker <> 'w'
 	)
 	SELECT job_id, idx FROM free ORDER BY turn, submitted_at, job_id, idx
 	 LIMIT least($1, greatest($2, ceil((SELECT n FROM seen)::numeric / (SELECT n FROM workers))))`
@@ -45,12 +48,21 @@ func TestTakePositionsFollowsTheSpec(t *testing.T) {
 	f := newFixture(t)
 	rng := rand.New(rand.NewPCG(7, 15))
 	for round := range 150 {
-		if _, err := f.pool.Exec(f.ctx, `DELETE FROM job_queue`); err != nil {
+		if _, err := f.pool.Exec(f.ctx, `DELETE FROM job_queue; DELETE FROM job_workers`); err != nil {
 			t.Fatal(err)
 		}
 		// up to 4 accounts of up to 3 jobs of up to 6 positions; some positions held by
-		// one of two other workers, some of those with their lease run out
+		// one of two other workers, some of those with their lease run out; some
+		// workers say they are alive (this one too), or said so and are not any more
 		b := &pgx.Batch{}
+		for _, w := range []string{"w", "other", "idle", "gone"} {
+			switch r := rng.IntN(3); {
+			case r == 1:
+				b.Queue(`INSERT INTO job_workers VALUES ($1, now() + interval '1 minute')`, w)
+			case r == 2:
+				b.Queue(`INSERT INTO job_workers VALUES ($1, now() - interval '1 minute')`, w)
+			}
+		}
 		for a := range 1 + rng.IntN(4) {
 			for j := range rng.IntN(4) {
 				job, at := fmt.Sprintf("job-%d-%d-%d", round, a, j), time.Duration(rng.IntN(100))*time.Second

@@ -206,6 +206,7 @@ func (x *Executor) Run(ctx context.Context) error {
 	routed := make(chan error, 1)
 	go func() { routed <- router.Run(ctx) }()
 
+	x.alive(ctx) // before the first take: the others' takes leave this worker its share
 	x.dispatch(ctx, ready, submitted)
 	close(ready)
 	engines.Wait()
@@ -567,11 +568,11 @@ func (x *Executor) dropJob(jobID string) {
 	}
 }
 
-// renew extends the leases of held positions three times per lease, and stops the
-// searches of the ones this worker no longer holds: at once when a job ends (cancelled
-// or failed: closed announces it), else at the next renewal (taken over after a pause
-// longer than the lease). Renewing more often cost the database a query per worker
-// every 200 ms, taken from the engines beside it.
+// renew says the worker is alive and extends the leases of held positions three times
+// per lease, and stops the searches of the ones this worker no longer holds: at once
+// when a job ends (cancelled or failed: closed announces it), else at the next renewal
+// (taken over after a pause longer than the lease). Renewing more often cost the
+// database a query per worker every 200 ms, taken from the engines beside it.
 func (x *Executor) renew(ctx context.Context, closed <-chan struct{}) {
 	tick := time.NewTicker(max(x.cfg.Lease/3, time.Millisecond))
 	defer tick.Stop()
@@ -580,6 +581,7 @@ func (x *Executor) renew(ctx context.Context, closed <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			x.alive(ctx)
 		case <-closed:
 		}
 		x.mu.Lock()
@@ -609,12 +611,20 @@ func (x *Executor) renew(ctx context.Context, closed <-chan struct{}) {
 }
 
 // giveBack frees what this worker still holds on the queue as it stops, so another
-// worker takes it at once instead of after the lease.
+// worker takes it at once instead of after the lease, and leaves the workers alive.
 func (x *Executor) giveBack() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := x.pool.Exec(ctx, `UPDATE job_queue SET worker = NULL, lease_until = NULL WHERE worker = $1`, x.cfg.Worker); err != nil {
+	if err := x.cmds.StopWorker(ctx, x.cfg.Worker); err != nil {
 		x.logger.Warn("give back positions", "err", err)
+	}
+}
+
+// alive says this worker is alive for a lease, so that other workers' takes leave it
+// its share (commands.TakePositions); renew says it again three times a lease.
+func (x *Executor) alive(ctx context.Context) {
+	if err := x.cmds.WorkerAlive(ctx, x.cfg.Worker, x.cfg.Lease); err != nil && ctx.Err() == nil {
+		x.logger.Warn("say worker alive", "err", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package executor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/analysis"
@@ -205,6 +207,44 @@ func TestExecutorStoppedWhileStarting(t *testing.T) {
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatalf("run %d: Run returned %v after a stop", i, err)
+		}
+	}
+}
+
+// A running executor says it is alive, so that other workers' takes leave it its share
+// before it holds anything (commands.TakePositions): at its start, again three times a
+// lease, and no more once it stopped.
+func TestExecutorSaysItIsAlive(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	x := executor.New(executor.Config{Worker: "alive", Lease: 3 * time.Second}, e.pool, e.cmds, e.svc, e.logger)
+	done := make(chan error, 1)
+	go func() { done <- x.Run(ctx) }()
+	aliveUntil := func() (until time.Time, ok bool) {
+		err := e.pool.QueryRow(context.Background(), `SELECT alive_until FROM job_workers WHERE worker = 'alive'`).Scan(&until)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		return until, err == nil
+	}
+	waitFor(t, "the worker's first word", func() bool { _, ok := aliveUntil(); return ok })
+	first, _ := aliveUntil()
+	waitFor(t, "a renewal", func() bool { until, _ := aliveUntil(); return until.After(first) })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if until, ok := aliveUntil(); ok {
+		t.Fatalf("a stopped worker still alive until %v", until)
+	}
+}
+
+// waitFor polls cond until it holds, for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 20 s", what)
 		}
 	}
 }
