@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -51,6 +52,11 @@ type bench struct {
 	trivial  []string            // base URLs of the trivial handlers (load.go)
 	raw      []*rawEngine        // the jobs part's raw processes, kept from run to run (closeRaw)
 	closers  []func()
+	// stop ends the servers' and workers' background work (projections, the executors,
+	// the meters' settlers, the listeners), and background waits for it: close stops
+	// them before the cluster, so that none logs the database going away
+	stop       context.CancelFunc
+	background sync.WaitGroup
 }
 
 // replica is one `serve` as the bench runs it: its own connection pool, event store,
@@ -69,6 +75,7 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 		return nil, err
 	}
 	b := &bench{dir: dir}
+	ctx, b.stop = context.WithCancel(ctx)
 	b.cluster, err = postgres.NewCluster(filepath.Join(dir, "pg"), 5433, logger)
 	if err != nil {
 		return b, err
@@ -97,9 +104,10 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	// one projection runner and one job executor, as with one serve and its database
 	// (sharing its command handler, as serve's executor does: it knows the jobs the
 	// server submitted without reading them)
-	go projections.NewRunner(pool, logger, projections.Accounts{}, projections.Ledger{}, projections.Jobs{}).Run(ctx, nil) //nolint:errcheck // ends with the process
+	runner := projections.NewRunner(pool, logger, projections.Accounts{}, projections.Ledger{}, projections.Jobs{})
+	b.background.Go(func() { runner.Run(ctx, nil) }) //nolint:errcheck // stopped by close
 	b.exec, b.logger = executor.New(executor.Config{Worker: "bench", Parallel: 2}, pool, b.cmds, b.svc, logger), logger
-	go b.exec.Run(ctx) //nolint:errcheck // ends with the process
+	b.background.Go(func() { b.exec.Run(ctx) }) //nolint:errcheck // stopped by close
 	b.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	keys, err := b.signup(ctx, 1, "bench")
 	if err != nil {
@@ -170,6 +178,13 @@ func (b *bench) signup(ctx context.Context, n int, name string) ([]string, error
 func (b *bench) close() {
 	for i := len(b.closers) - 1; i >= 0; i-- {
 		b.closers[i]()
+	}
+	if b.stop != nil {
+		b.stop()
+		b.background.Wait()
+		for _, r := range b.replicas {
+			<-r.meter.Done() // its last calls settled
+		}
 	}
 	if b.catalog != nil {
 		b.catalog.Close()
