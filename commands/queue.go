@@ -256,6 +256,28 @@ func (h *Handler) StopWorker(ctx context.Context, worker string) error {
 	return nil
 }
 
+// ReleasePositions puts back on the queue, for any worker to take, the positions of
+// held that worker still holds, and wakes the workers (as a submission does).
+func (h *Handler) ReleasePositions(ctx context.Context, worker string, held []Slot) error {
+	jobs := make([]string, len(held))
+	idx := make([]int32, len(held))
+	for i, s := range held {
+		jobs[i], idx[i] = s.JobID, int32(s.Index)
+	}
+	_, err := h.store.Pool().Exec(ctx, `
+		WITH freed AS (
+			UPDATE job_queue q SET worker = NULL, lease_until = NULL
+			  FROM unnest($2::text[], $3::int[]) AS m(job_id, idx)
+			 WHERE q.job_id = m.job_id AND q.idx = m.idx AND q.worker = $1
+			RETURNING 1)
+		SELECT pg_notify($4, $5) WHERE EXISTS (SELECT FROM freed)`,
+		worker, jobs, idx, eventstore.NotifyChannel, TopicJobCommands)
+	if err != nil {
+		return fmt.Errorf("release positions: %w", err)
+	}
+	return nil
+}
+
 // RenewPositions extends worker's leases on held and returns the ones it no longer
 // holds: their job ended (cancelled, failed) or, after a lease ran out, another worker
 // took them. It waits for no lock: a position whose row a transaction holds (its

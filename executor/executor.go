@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +88,7 @@ type Executor struct {
 	mu      sync.Mutex
 	held    map[commands.Slot]*task // taken, until recorded or dropped
 	pending int                     // held and not yet analysed
+	waiting []*task                 // held and not yet searching, in the order taken
 	jobs    map[string]*jobRun      // the jobs of held positions
 	poke    chan struct{}           // something changed: look at the queue again
 
@@ -101,6 +103,7 @@ type task struct {
 	cancel context.CancelFunc
 	pos    domain.JobPosition
 	result commands.Position
+	shed   bool // given back before a searcher took it (under Executor.mu)
 }
 
 // jobRun is what a worker knows of a job whose positions it holds.
@@ -109,11 +112,14 @@ type jobRun struct {
 	// started is closed once the job's start (JobStarted or JobResumed, committed) and
 	// its key are known, or startErr says why not: searches begin before that commit,
 	// records and failures wait for it.
-	started   chan struct{}
-	startErr  error
-	key       *domain.Key
-	tasks     int // held positions of this job
-	searching int // held and not yet analysed
+	started  chan struct{}
+	startErr error
+	key      *domain.Key
+	tasks    int // held positions of this job
+	// searching counts held positions not yet analysed and handed to the recorder: it
+	// counts one until the recorder has it, so that a record never leaves out a
+	// position that is on its way (record)
+	searching int
 }
 
 // ready waits until the job's start is known and returns its error; ctx's when ctx
@@ -189,7 +195,7 @@ func (x *Executor) Run(ctx context.Context) error {
 		engines.Add(1)
 		go func() {
 			defer engines.Done()
-			x.search(ready, analysed)
+			x.search(ctx, ready, analysed)
 		}()
 	}
 	bookkeeping.Add(2)
@@ -336,6 +342,7 @@ func (x *Executor) take(ctx context.Context, n, need int, ready chan<- *task) in
 			tk.job = run
 		}
 		x.held[tk.slot] = tk
+		x.waiting = append(x.waiting, tk)
 		x.pending++
 		tk.job.tasks++
 		tk.job.searching++
@@ -419,33 +426,91 @@ func (x *Executor) start(ctx context.Context, run *jobRun, tookOver bool) {
 }
 
 // search runs positions from ready on the engines until ready is closed.
-func (x *Executor) search(ready <-chan *task, analysed chan<- *task) {
+func (x *Executor) search(ctx context.Context, ready <-chan *task, toRecord chan<- *task) {
 	for t := range ready {
+		if !x.begin(t) {
+			continue // given back while it waited (shed)
+		}
 		start := time.Now()
 		res, err := x.position(t)
 		took := time.Since(start)
 		x.stats.add(took)
-		if err == nil && t.ctx.Err() == nil {
+		analysed := err == nil && t.ctx.Err() == nil
+		x.mu.Lock()
+		x.pending--
+		if !analysed {
+			t.job.searching-- // else the recorder counts it as it is handed over (record)
+		}
+		x.mu.Unlock()
+		if analysed {
 			// a search cut short (a cancelled job's, a lost lease's) says nothing of the
 			// pace: a cancel of many deep positions would otherwise make the next take
 			// hold Ahead of them
 			x.stats.learn(took)
+			x.shed(ctx)
 		}
-		x.mu.Lock()
-		x.pending--
-		t.job.searching--
-		x.mu.Unlock()
 		x.nudge()
 		switch {
+		case analysed:
+			t.result = res
+			toRecord <- t
 		case t.ctx.Err() != nil:
 			x.done(t) // lost, cancelled, or shutting down: never recorded
-		case err != nil:
+		default:
 			x.fail(t, err)
 			x.done(t)
-		default:
-			t.result = res
-			analysed <- t
 		}
+	}
+}
+
+// begin takes t out of the waiting ones as a searcher starts it, unless it was given
+// back while it waited (false).
+func (x *Executor) begin(t *task) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if t.shed {
+		return false
+	}
+	x.waiting = slices.DeleteFunc(x.waiting, func(w *task) bool { return w == t })
+	return true
+}
+
+// shed gives back to the queue what waits here beyond twice what the engines now
+// search in Horizon, down to that: a take sized by the pace of fast searches (a
+// shallow job) may hold many positions of a deep job, which other workers and other
+// accounts' jobs would wait for until this worker's engines got through them. The
+// pace learns of the deep searches at the first (a moving average over ~8 moves an
+// eighth of the way), so the positions last taken go back after it. Searching ones
+// stay.
+func (x *Executor) shed(ctx context.Context) {
+	ahead := x.ahead()
+	x.mu.Lock()
+	if len(x.waiting) <= 2*ahead {
+		x.mu.Unlock()
+		return
+	}
+	drop := slices.Clone(x.waiting[ahead:])
+	x.waiting = x.waiting[:ahead]
+	slots := make([]commands.Slot, 0, len(drop))
+	for _, t := range drop {
+		t.shed = true
+		x.pending--
+		t.job.searching--
+		slots = append(slots, t.slot)
+		if x.held[t.slot] == t {
+			delete(x.held, t.slot)
+			if t.job.tasks--; t.job.tasks == 0 {
+				delete(x.jobs, t.slot.JobID)
+			}
+		}
+	}
+	x.mu.Unlock()
+	for _, t := range drop {
+		t.cancel()
+	}
+	// a failure leaves them to their leases: another worker takes them once they run out
+	if err := x.cmds.ReleasePositions(ctx, x.cfg.Worker, slots); err != nil && ctx.Err() == nil {
+		x.logger.Warn("give back positions taken ahead", "positions", len(slots), "err", err)
 	}
 }
 
@@ -481,6 +546,9 @@ func (x *Executor) record(ctx context.Context, analysed <-chan *task) {
 				continue
 			}
 		}
+		x.mu.Lock()
+		t.job.searching-- // in this batch now: a record of its job includes it
+		x.mu.Unlock()
 		batch[t.slot.JobID] = append(batch[t.slot.JobID], t)
 	}
 }

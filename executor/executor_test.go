@@ -211,6 +211,54 @@ func TestExecutorStoppedWhileStarting(t *testing.T) {
 	}
 }
 
+// An executor whose take was sized by fast searches gives back what a deep job's
+// searches will not reach soon: after depth-4 positions it takes all eight of a
+// depth-18 job (its pace says they are quick), and once the first of them shows
+// otherwise it puts the ones last taken back on the queue. Another account's job
+// submitted meanwhile then runs before the deep job ends instead of after all eight;
+// every position is still recorded once, none taken over.
+func TestExecutorGivesBackWhatItWillNotReachSoon(t *testing.T) {
+	e := newEnv(t, 1)
+	pool := e.pool
+	e.run(t, executor.Config{Worker: "w", Lease: 5 * time.Second, Scan: 200 * time.Millisecond, Parallel: 1, Ahead: 8})
+	key, other := signup(t, pool, e.cmds), signup(t, pool, e.cmds)
+
+	warm := submitAt(t, e.cmds, key, 4, []string{fenStart, fenStart, fenStart, fenStart})
+	waitDone(t, pool, warm.ID())
+	// eight distinct positions (the cache would answer a repeated one at once)
+	deep := submitAt(t, e.cmds, key, 18, []string{
+		"rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", "rnbqkbnr/pppppppp/8/8/3P4/8/PPP1PPPP/RNBQKBNR b KQkq - 0 1",
+		"rnbqkbnr/pppppppp/8/8/2P5/8/PP1PPPPP/RNBQKBNR b KQkq - 0 1", "rnbqkbnr/pppppppp/8/8/8/5N2/PPPPPPPP/RNBQKB1R b KQkq - 1 1",
+		"rnbqkbnr/pppppppp/8/8/8/6P1/PPPPPP1P/RNBQKBNR b KQkq - 0 1", "rnbqkbnr/pppppppp/8/8/8/1P6/P1PPPPPP/RNBQKBNR b KQkq - 0 1",
+		"rnbqkbnr/pppppppp/8/8/5P2/8/PPPPP1PP/RNBQKBNR b KQkq - 0 1", "rnbqkbnr/pppppppp/8/8/8/2N5/PPPPPPPP/R1BQKBNR b KQkq - 1 1"})
+	waitFor(t, "the deep job's eight positions taken", func() bool {
+		var n int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM job_queue WHERE job_id = $1 AND worker IS NOT NULL`, deep.ID()).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 8
+	})
+	quick := submitAt(t, e.cmds, other, 4, []string{fenStart})
+
+	if got := waitDone(t, pool, quick.ID()); got.State() != domain.StateSucceeded {
+		t.Fatalf("the other account's job ended %s", got.State())
+	}
+	j, err := commands.LoadJob(context.Background(), pool, deep.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State().Terminal() {
+		t.Fatalf("the deep job ended (%s) before the other account's job of one quick position: nothing was given back", j.State())
+	}
+	if got := waitDone(t, pool, deep.ID()); got.State() != domain.StateSucceeded {
+		t.Fatalf("the deep job ended %s", got.State())
+	}
+	if a, r := count(t, pool, deep.ID(), "JobPositionAnalysed"), count(t, pool, deep.ID(), "JobResumed"); a != 8 || r != 0 {
+		t.Fatalf("the deep job: %d positions recorded, resumed %d times; want 8 and 0", a, r)
+	}
+}
+
 // A running executor says it is alive, so that other workers' takes leave it its share
 // before it holds anything (commands.TakePositions): at its start, again three times a
 // lease, and no more once it stopped.
@@ -292,7 +340,7 @@ func (e *env) run(t *testing.T, cfg executor.Config) *executor.Executor {
 func signup(t *testing.T, pool *pgxpool.Pool, cmds *commands.Handler) *domain.Key {
 	t.Helper()
 	ctx := context.Background()
-	res, err := cmds.Signup(ctx, domain.Signup{Email: "jobs@example.com"}, "r")
+	res, err := cmds.Signup(ctx, domain.Signup{Email: commands.NewID("jobs") + "@example.com"}, "r")
 	if err != nil {
 		t.Fatal(err)
 	}
