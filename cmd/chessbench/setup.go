@@ -52,9 +52,10 @@ type bench struct {
 	trivial  []string            // base URLs of the trivial handlers (load.go)
 	raw      []*rawEngine        // the jobs part's raw processes, kept from run to run (closeRaw)
 	closers  []func()
-	// stop ends the servers' and workers' background work (projections, the executors,
-	// the meters' settlers, the listeners), and background waits for it: close stops
-	// them before the cluster, so that none logs the database going away
+	// ctx is the servers' and workers' background work (projections, the executors, the
+	// meters' settlers, the listeners); stop ends it and background waits for it: close
+	// stops them before the cluster, so that none logs the database going away
+	ctx        context.Context
 	stop       context.CancelFunc
 	background sync.WaitGroup
 }
@@ -76,6 +77,7 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	}
 	b := &bench{dir: dir}
 	ctx, b.stop = context.WithCancel(ctx)
+	b.ctx = ctx
 	b.cluster, err = postgres.NewCluster(filepath.Join(dir, "pg"), 5433, logger)
 	if err != nil {
 		return b, err
@@ -95,7 +97,7 @@ func start(ctx context.Context, logger *slog.Logger) (*bench, error) {
 	}
 	b.engineID = b.catalog.Default()
 	b.binary = filepath.Join(engine.DefaultDir(), b.engineID, "stockfish")
-	first, pool, err := b.addReplica(ctx, logger)
+	first, pool, err := b.addReplica(logger)
 	if err != nil {
 		return b, err
 	}
@@ -121,8 +123,9 @@ var rateLimits = flag.Bool("ratelimits", false, "serve with the rate limits on, 
 	"taken from the shared bucket in leases); for the paired and jobs parts: the throughput parts would be refused past the plan's rate")
 
 // addReplica starts one more server on the bench's database (migrating it first when it
-// is the first) and returns it with its connection pool.
-func (b *bench) addReplica(ctx context.Context, logger *slog.Logger) (*replica, *pgxpool.Pool, error) {
+// is the first) and returns it with its connection pool. It runs until close.
+func (b *bench) addReplica(logger *slog.Logger) (*replica, *pgxpool.Pool, error) {
+	ctx := b.ctx
 	pool, err := postgres.Open(ctx, b.cluster.URL("bench"), 40)
 	if err != nil {
 		return nil, nil, err

@@ -59,7 +59,7 @@ func (b *bench) cachedAll(d time.Duration, connCounts []int) error {
 // baseline is two handlers driven the same way.
 func (b *bench) replicasAll(ctx context.Context, logger *slog.Logger, d time.Duration) error {
 	if len(b.replicas) < 2 {
-		if _, _, err := b.addReplica(ctx, logger); err != nil {
+		if _, _, err := b.addReplica(logger); err != nil {
 			return err
 		}
 	}
