@@ -91,7 +91,7 @@ func (b *bench) jobs() error {
 				return err
 			}
 			if top != nil { // printed after the table
-				defer printStatementsPer(fmt.Sprintf("one worker's third depth-%d job", depth), "position", top)
+				defer printStatementsPer(fmt.Sprintf("%d worker(s)' third depth-%d job", workers, depth), "position", top)
 			}
 		}
 		stop()
@@ -257,9 +257,10 @@ var (
 	jobDepths  = flag.String("job-depths", "10,14", "jobs part: the depths of the batches")
 	jobWorkers = flag.String("job-workers", "1,2", "jobs part: the numbers of workers (1 or 2)")
 	jobLatency = flag.Bool("job-latency", true, "jobs part: measure single evals' latency while a batch runs, after the table")
-	// statementsDepth: PostgreSQL's top statements are taken during one worker's third
-	// job at this depth (0: none)
-	statementsDepth = flag.Int("job-statements-depth", 10, "jobs part: print PostgreSQL's top statements during one worker's third job at this depth (0: none)")
+	// statementsDepth and statementsWorkers: PostgreSQL's top statements are taken
+	// during the third job of this row (depth 0: none)
+	statementsDepth   = flag.Int("job-statements-depth", 10, "jobs part: print PostgreSQL's top statements during the third job at this depth (0: none)")
+	statementsWorkers = flag.Int("job-statements-workers", 1, "jobs part: ... with this many workers")
 )
 
 // intList parses a comma-separated list of integers.
@@ -285,7 +286,7 @@ func roundsAt(depth int) int {
 
 // jobRow measures one row of the jobs table: roundsAt(depth) pairs of a raw run and a
 // service job on the same positions with as many processes, raw first in every other
-// pair. For one worker's row at -job-statements-depth it returns PostgreSQL's top statements during its
+// pair. For the row of -job-statements-depth and -workers it returns PostgreSQL's top statements during its
 // third job, the job's positions last (printStatementsPer).
 func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []string) ([]postgres.Statement, error) {
 	procs := 2 * workers
@@ -311,7 +312,7 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 		}
 		// the row that misses its target, on connections the rounds before have warmed
 		// (a PL/pgSQL function's first call on a connection compiles it)
-		statements := round == 2 && workers == 1 && depth == *statementsDepth
+		statements := round == 2 && workers == *statementsWorkers && depth == *statementsDepth
 		if statements {
 			if err := postgres.StartStatements(context.Background(), b.pool); err != nil {
 				return nil, err
