@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"runtime/pprof"
@@ -177,7 +178,7 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.3f** | **%.3f**%s | %.2f | %.2f | %.3f | %+.2f | %s | %s |\n", depth, conc, len(raw),
 				ms(median(raw)), ms(median(svc)), float64(median(svc))/float64(median(raw)), medianFloat(ratios), interval(ratios, "%.3f"),
 				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(), ms(medianDiff(svc, raw)), alone, bound)
-			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %+.2f | %+.1f | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f |", depth, conc,
+			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %+.2f | %+.1f | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |", depth, conc,
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["engine"] - p.raw })),
 				ms(pairs.median(func(p pair) time.Duration { return p.svcOwn - p.rawOwn })),
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["total"] - p.phase["engine"] })),
@@ -188,7 +189,9 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["analysis"] - p.phase["engine"] })),
 				ms(pairs.median(func(p pair) time.Duration {
 					return p.phase["total"] - p.phase["auth"] - p.phase["request"] - p.phase["analysis"]
-				}))))
+				})),
+				ms(pairs.median(func(p pair) time.Duration { return p.phase["client:send"] + p.phase["client:receive"] })),
+				ms(pairs.median(func(p pair) time.Duration { return p.phase["client:wait"] - p.phase["total"] }))))
 		}
 	}
 	fmt.Println()
@@ -198,10 +201,12 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Println("own time: the service's time outside the engine by its Server-Timing header (total − engine: what issue 12's 1 ms is about);")
 	fmt.Println("outside the engine: the client's whole time minus the pool's search; of it, HTTP (client time minus handler time),")
 	fmt.Println("auth (key from memory, vouched for by the watcher, scope), request (decode, validate, caps, lookup, reserve from the lease),")
-	fmt.Println("conversion (SAN, White's view, JSON), after the answer (hand the line item to the settler: in memory, nothing durable).")
+	fmt.Println("conversion (SAN, White's view, JSON), after the answer (hand the line item to the settler: in memory, nothing durable);")
+	fmt.Println("HTTP split: the client's own send and receive (until the request is written, from the answer's first byte to its last),")
+	fmt.Println("and the server outside its total (from the request written to the answer's first byte, minus the handler's total).")
 	fmt.Println()
-	fmt.Println("| depth | concurrency | engine − raw | search − raw search | **own time** | outside the engine, client-side | HTTP | auth | request | conversion | after the answer |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| depth | concurrency | engine − raw | search − raw search | **own time** | outside the engine, client-side | HTTP | auth | request | conversion | after the answer | HTTP: client send + receive | HTTP: server outside its total |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, l := range breakdown {
 		fmt.Println(l)
 	}
@@ -348,16 +353,25 @@ func (b *bench) atRest() error {
 func (b *bench) timedPost(path, body, key string) (map[string]time.Duration, int64, error) {
 	req, _ := http.NewRequest("POST", b.url+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
+	// the client's side of the exchange: until the request is written, and from the
+	// answer's first byte until its last
+	start := time.Now()
+	var wrote, first time.Time
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote = time.Now() },
+		GotFirstResponseByte: func() { first = time.Now() },
+	}))
 	res, err := b.client.Do(req)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
+	end := time.Now()
 	if res.StatusCode >= 300 {
 		return nil, 0, fmt.Errorf("%s: %d %s", path, res.StatusCode, raw)
 	}
-	phases := map[string]time.Duration{}
+	phases := map[string]time.Duration{"client:send": wrote.Sub(start), "client:wait": first.Sub(wrote), "client:receive": end.Sub(first)}
 	for _, m := range strings.Split(res.Header.Get("Server-Timing"), ",") {
 		name, dur, ok := strings.Cut(strings.TrimSpace(m), ";dur=")
 		var v float64
