@@ -25,8 +25,9 @@ type settlement struct {
 // maxSettleBatch bounds one group commit.
 const maxSettleBatch = 512
 
-// loop is the settler: it commits what is queued, as soon as the previous commit is
-// done (under load, the calls answered during one commit make up the next), and keeps
+// loop is the settler: it commits what is queued, Gather after a call comes or as soon
+// as the previous commit is done (under load, the calls answered during one commit make
+// up the next), and keeps
 // the leases: renews this server's, releases idle ones, recovers expired ones of
 // servers that died.
 func (m *Meter) loop(ctx context.Context) {
@@ -40,6 +41,7 @@ func (m *Meter) loop(ctx context.Context) {
 		select {
 		case s := <-m.queue:
 			batch = append(batch, s)
+			m.gather(ctx)
 		case done := <-m.flushReq:
 			// every call answered before, queued or on its way to the queue (first in,
 			// first out, as unsettled is)
@@ -62,6 +64,20 @@ func (m *Meter) loop(ctx context.Context) {
 			m.logger.Error("settle", "calls", len(batch), "err", err)
 		}
 		waiting = slices.DeleteFunc(waiting, func(w *flushWait) bool { return w.settled(len(batch), err) })
+	}
+}
+
+// gather lets the answer of the call just queued leave before its settle begins, and
+// more calls join the commit (MeterConfig.Gather). A settle goes on after ctx ends.
+func (m *Meter) gather(ctx context.Context) {
+	if m.cfg.Gather <= 0 {
+		return
+	}
+	t := time.NewTimer(m.cfg.Gather)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 
