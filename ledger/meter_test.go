@@ -300,6 +300,39 @@ func TestMeterStoresTheLineItemsTheCallsEncoded(t *testing.T) {
 	}
 }
 
+// The settler waits Gather after a call's line item comes before it commits: calls
+// answered within it settle together, in one commit (one ChargesSettled of the key).
+// The second and third calls are answered 30 ms after the first (a settler that did not
+// wait committed the first alone by then).
+func TestMeterGathersCallsAnsweredTogether(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.meter(t, ledger.MeterConfig{Gather: 500 * time.Millisecond})
+	ctx := context.Background()
+	for i := range 3 {
+		r, err := m.Reserve(ctx, f.evalCall(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			time.Sleep(30 * time.Millisecond) // the calls' spacing, what is tested
+		}
+		if err := r.Settle(answered()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'ChargesSettled'`,
+		ledger.Stream(f.key.ID())).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("three calls answered together settled in %d commits, want one", n)
+	}
+}
+
 // A server that stops renewing its leases (it died) leaves them to expire; another
 // server gives their units back. What the dead server answered and had not settled is
 // forgiven, never charged.

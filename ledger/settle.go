@@ -27,9 +27,8 @@ const maxSettleBatch = 512
 
 // loop is the settler: it commits what is queued, Gather after a call comes or as soon
 // as the previous commit is done (under load, the calls answered during one commit make
-// up the next), and keeps
-// the leases: renews this server's, releases idle ones, recovers expired ones of
-// servers that died.
+// up the next), and keeps the leases: renews this server's, releases idle ones,
+// recovers expired ones of servers that died.
 func (m *Meter) loop(ctx context.Context) {
 	defer close(m.stopped)
 	defer m.cursor.Close()
