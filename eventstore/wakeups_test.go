@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"chessd/postgres/pgtest"
 )
 
 // Every Wakeups of a pool shares one listener, which outlives a user whose context
@@ -28,7 +30,7 @@ func TestWakeupsShareOneListener(t *testing.T) {
 		t.Fatalf("%d waiters, want 2", n)
 	}
 	stopShort()
-	waitUntil(t, "the ended user's waiter goes", func() bool { return waiters() == 1 })
+	pgtest.WaitFor(t, "the ended user's waiter goes", func() bool { return waiters() == 1 })
 	listeners.mu.Lock()
 	shared := listeners.m[s.pool] == a.l
 	listeners.mu.Unlock()
@@ -36,19 +38,10 @@ func TestWakeupsShareOneListener(t *testing.T) {
 		t.Fatal("the listener stopped while a user remains")
 	}
 	stopLong()
-	waitUntil(t, "the listener stops with its last user", func() bool {
+	pgtest.WaitFor(t, "the listener stops with its last user", func() bool {
 		listeners.mu.Lock()
 		defer listeners.mu.Unlock()
 		_, ok := listeners.m[s.pool]
 		return !ok
 	})
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-	}
 }

@@ -1,6 +1,7 @@
 package eventstore
 
 import (
+	"chessd/postgres/pgtest"
 	"context"
 	"fmt"
 	"log/slog"
@@ -23,7 +24,7 @@ func appendWatched(ctx context.Context, s *Store, stream string) error {
 func trusted(t *testing.T, w *Watcher) int64 {
 	t.Helper()
 	var m int64
-	waitUntil(t, "the watcher vouches", func() bool { m = w.Mark(); return w.Unchanged(m) })
+	pgtest.WaitFor(t, "the watcher vouches", func() bool { m = w.Mark(); return w.Unchanged(m) })
 	return m
 }
 

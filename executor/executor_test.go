@@ -231,7 +231,7 @@ func TestExecutorGivesBackWhatItWillNotReachSoon(t *testing.T) {
 		"rnbqkbnr/pppppppp/8/8/2P5/8/PP1PPPPP/RNBQKBNR b KQkq - 0 1", "rnbqkbnr/pppppppp/8/8/8/5N2/PPPPPPPP/RNBQKB1R b KQkq - 1 1",
 		"rnbqkbnr/pppppppp/8/8/8/6P1/PPPPPP1P/RNBQKBNR b KQkq - 0 1", "rnbqkbnr/pppppppp/8/8/8/1P6/P1PPPPPP/RNBQKBNR b KQkq - 0 1",
 		"rnbqkbnr/pppppppp/8/8/5P2/8/PPPPP1PP/RNBQKBNR b KQkq - 0 1", "rnbqkbnr/pppppppp/8/8/8/2N5/PPPPPPPP/R1BQKBNR b KQkq - 1 1"})
-	waitFor(t, "the deep job's eight positions taken", func() bool {
+	pgtest.WaitFor(t, "the deep job's eight positions taken", func() bool {
 		var n int
 		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM job_queue WHERE job_id = $1 AND worker IS NOT NULL`, deep.ID()).Scan(&n)
 		if err != nil {
@@ -275,25 +275,15 @@ func TestExecutorSaysItIsAlive(t *testing.T) {
 		}
 		return until, err == nil
 	}
-	waitFor(t, "the worker's first word", func() bool { _, ok := aliveUntil(); return ok })
+	pgtest.WaitFor(t, "the worker's first word", func() bool { _, ok := aliveUntil(); return ok })
 	first, _ := aliveUntil()
-	waitFor(t, "a renewal", func() bool { until, _ := aliveUntil(); return until.After(first) })
+	pgtest.WaitFor(t, "a renewal", func() bool { until, _ := aliveUntil(); return until.After(first) })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	if until, ok := aliveUntil(); ok {
 		t.Fatalf("a stopped worker still alive until %v", until)
-	}
-}
-
-// waitFor polls cond until it holds, for up to 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 20 s", what)
-		}
 	}
 }
 

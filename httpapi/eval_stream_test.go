@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"chessd/engine"
+	"chessd/postgres/pgtest"
 )
 
 const (
@@ -259,7 +260,7 @@ func TestEvalStreamDisconnect(t *testing.T) {
 				t.Fatal(err)
 			}
 			idle := func() bool { s := pool.Stats(); return s.Idle == s.Size && s.Live == s.Size }
-			waitFor(t, "an idle pool", idle)
+			pgtest.WaitFor(t, "an idle pool", idle)
 			before := pool.Stats().Searches
 
 			ctx, cancel := context.WithCancel(context.Background())
@@ -276,7 +277,7 @@ func TestEvalStreamDisconnect(t *testing.T) {
 			cancel()
 			res.Body.Close()
 			// waitFor gives up after 20 s: only a stopped search frees the process so soon
-			waitFor(t, "the search to stop", idle)
+			pgtest.WaitFor(t, "the search to stop", idle)
 			if s := pool.Stats(); s.Searches != before+1 {
 				t.Fatalf("%d searches, want 1", s.Searches-before)
 			}
@@ -309,7 +310,7 @@ func TestClientGoneIsNotAServerError(t *testing.T) {
 		t.Fatal(err)
 	}
 	idle := func() bool { s := pool.Stats(); return s.Idle == s.Size && s.Live == s.Size }
-	waitFor(t, "an idle pool", idle)
+	pgtest.WaitFor(t, "an idle pool", idle)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -328,13 +329,13 @@ func TestClientGoneIsNotAServerError(t *testing.T) {
 		}
 		gone <- err
 	}()
-	waitFor(t, "the search to start", func() bool { return !idle() })
+	pgtest.WaitFor(t, "the search to start", func() bool { return !idle() })
 	cancel()
 	if err := <-gone; err == nil {
 		t.Fatal("the call was answered before its client left")
 	}
-	waitFor(t, "the call to be recorded", func() bool { mu.Lock(); defer mu.Unlock(); return len(statuses) > 0 })
-	waitFor(t, "the search to stop", idle)
+	pgtest.WaitFor(t, "the call to be recorded", func() bool { mu.Lock(); defer mu.Unlock(); return len(statuses) > 0 })
+	pgtest.WaitFor(t, "the search to stop", idle)
 	mu.Lock()
 	got := statuses[0]
 	mu.Unlock()

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"chessd/postgres/pgtest"
 	"context"
 	"fmt"
 	"net/http"
@@ -402,17 +403,6 @@ func childEngines(t *testing.T, match string) []int {
 	return out
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestEngineFailureAndDisconnect(t *testing.T) {
 	e := newEnv(t)
 	key := e.signupPro("crash@example.com")
@@ -422,14 +412,14 @@ func TestEngineFailureAndDisconnect(t *testing.T) {
 	}
 	busy := func() bool { return pool.Stats().Idle == 0 }
 	idle := func() bool { s := pool.Stats(); return s.Idle == s.Size && s.Live == s.Size }
-	waitFor(t, "an idle pool", idle)
+	pgtest.WaitFor(t, "an idle pool", idle)
 
 	t.Run("killed mid-search", func(t *testing.T) {
 		done := make(chan response, 1)
 		go func() {
 			done <- e.do("POST", "/v1/eval", key, evalBody("r1bq1rk1/ppp2ppp/2np1n2/2b1p3/2B1P3/2NP1N2/PPP2PPP/R1BQ1RK1 w - - 0 7", `"depth":30,"movetime_ms":30000`))
 		}()
-		waitFor(t, "the search to start", busy)
+		pgtest.WaitFor(t, "the search to start", busy)
 		pids := childEngines(t, "sf-17.1/stockfish")
 		if len(pids) == 0 {
 			t.Fatal("no native engine process found")
@@ -442,7 +432,7 @@ func TestEngineFailureAndDisconnect(t *testing.T) {
 		if r.Header.Get("Retry-After") == "" {
 			t.Fatal("503 without Retry-After")
 		}
-		waitFor(t, "the pool to heal", idle)
+		pgtest.WaitFor(t, "the pool to heal", idle)
 		if r := e.do("POST", "/v1/eval", key, evalBody(startFEN, `"depth":7`)); r.Status != 200 {
 			t.Fatalf("after healing: %d %s", r.Status, r.Raw)
 		}
@@ -461,13 +451,13 @@ func TestEngineFailureAndDisconnect(t *testing.T) {
 			}
 			errc <- err
 		}()
-		waitFor(t, "the search to start", busy)
+		pgtest.WaitFor(t, "the search to start", busy)
 		cancel()
 		if err := <-errc; err == nil {
 			t.Fatal("the request was not cut")
 		}
 		// a 60 s search that kept running would hold the only process far longer
-		waitFor(t, "the engine to be released", idle)
+		pgtest.WaitFor(t, "the engine to be released", idle)
 		if r := e.do("POST", "/v1/eval", key, evalBody(startFEN, `"depth":7,"multipv":2`)); r.Status != 200 {
 			t.Fatalf("next request: %d %s", r.Status, r.Raw)
 		}

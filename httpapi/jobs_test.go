@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"chessd/engine"
+	"chessd/postgres/pgtest"
 )
 
 // jobFENs returns n legal positions, ten distinct ones repeated: the start position after each of a few
@@ -320,9 +321,9 @@ func TestCancelMidJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the engine to stop", func() bool { s := pool.Stats(); return s.Idle == s.Size })
+	pgtest.WaitFor(t, "the engine to stop", func() bool { s := pool.Stats(); return s.Idle == s.Size })
 	// once no executor runs the job, whatever it was going to record has been recorded
-	waitFor(t, "the executors to let go of the job", func() bool {
+	pgtest.WaitFor(t, "the executors to let go of the job", func() bool {
 		for _, x := range e.execs {
 			if slices.Contains(x.Running(), id) {
 				return false
@@ -478,7 +479,7 @@ func TestCancelStopsEveryWorker(t *testing.T) {
 		t.Fatal(r.Raw)
 	}
 	id := r.Body["job_id"].(string)
-	waitFor(t, "both workers to hold positions of the job", func() bool {
+	pgtest.WaitFor(t, "both workers to hold positions of the job", func() bool {
 		return slices.Contains(e.execs[0].Running(), id) && slices.Contains(e.execs[1].Running(), id)
 	})
 	c := e.do("DELETE", "/v1/jobs/"+id, key, nil)
@@ -490,10 +491,10 @@ func TestCancelStopsEveryWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "both workers to let go of the job", func() bool {
+	pgtest.WaitFor(t, "both workers to let go of the job", func() bool {
 		return !slices.Contains(e.execs[0].Running(), id) && !slices.Contains(e.execs[1].Running(), id)
 	})
-	waitFor(t, "the engines to stop", func() bool { s := pool.Stats(); return s.Idle == s.Size })
+	pgtest.WaitFor(t, "the engines to stop", func() bool { s := pool.Stats(); return s.Idle == s.Size })
 	job := e.do("GET", "/v1/jobs/"+id, key, nil).Body
 	if job["state"] != "cancelled" || job["positions_done"] != doneAtCancel || doneAtCancel >= 10 {
 		t.Fatalf("after cancel: %v (done %v at cancel)", job, doneAtCancel)

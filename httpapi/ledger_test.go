@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"chessd/postgres/pgtest"
 	"context"
 	"encoding/csv"
 	"fmt"
@@ -367,7 +368,7 @@ func TestBilling(t *testing.T) {
 		t.Fatalf("verify: %d %s", v.Status, v.Raw)
 	}
 	wantProblem(t, e.do("POST", "/v1/verify-email", "", map[string]any{"token": token}), 400, "fix_request") // used
-	waitFor(t, "/me to show the address verified", func() bool { return e.do("GET", "/v1/me", key, nil).Body["email_verified"] == true })
+	pgtest.WaitFor(t, "/me to show the address verified", func() bool { return e.do("GET", "/v1/me", key, nil).Body["email_verified"] == true })
 	wantProblem(t, e.do("POST", "/v1/me/verify-email", key, nil), 409, "fix_request") // verified already
 	r := e.do("POST", "/v1/billing/checkout", key, `{"plan":"pro"}`)
 	wantProblem(t, r, 409, "contact")

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"chessd/postgres/pgtest"
 	"context"
 	"fmt"
 	"strings"
@@ -45,7 +46,7 @@ func TestMeRemainingCountsJobHoldsNotLeases(t *testing.T) {
 			if err := e.meter.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the lease to go back", func() bool {
+			pgtest.WaitFor(t, "the lease to go back", func() bool {
 				var n int
 				if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM leases WHERE key_id = $1`, keyID).Scan(&n); err != nil {
 					t.Fatal(err)
@@ -137,5 +138,5 @@ func TestMeOfAnAccountTheReadModelLacksIsRetried(t *testing.T) {
 		t.Fatalf("503 without Retry-After or a detail that says why: %v %s", r.Header, r.Raw)
 	}
 	newEnv(t, onPool(stalled.pool), withWorkers(0)) // its projections catch up
-	waitFor(t, "GET /me to answer 200", func() bool { return stalled.do("GET", "/v1/me", key, nil).Status == 200 })
+	pgtest.WaitFor(t, "GET /me to answer 200", func() bool { return stalled.do("GET", "/v1/me", key, nil).Status == 200 })
 }

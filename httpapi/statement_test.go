@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"chessd/postgres/pgtest"
 	"context"
 	"encoding/csv"
 	"fmt"
@@ -276,7 +277,7 @@ func TestStatementPagingWhileChargesArrive(t *testing.T) {
 	}
 	// the first five settled (a group commit may still hold the last): else the wait
 	// below could take a late one of them for a charge that arrived meanwhile
-	waitFor(t, "the first charges", func() bool { return count() == 5 })
+	pgtest.WaitFor(t, "the first charges", func() bool { return count() == 5 })
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // cached calls after the first: a steady stream of new charges
@@ -317,7 +318,7 @@ func TestStatementPagingWhileChargesArrive(t *testing.T) {
 		}
 		// let at least one new charge land before the next page (the calls may all have
 		// been answered before any of theirs settled: their charges land all the same)
-		waitFor(t, "a new charge", func() bool { n := count(); return n > p.calls || n == 35 })
+		pgtest.WaitFor(t, "a new charge", func() bool { n := count(); return n > p.calls || n == 35 })
 		query = "limit=3&cursor=" + p.next
 	}
 	wg.Wait()

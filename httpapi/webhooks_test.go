@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"chessd/postgres/pgtest"
 	"context"
 	"encoding/json"
 	"io"
@@ -69,7 +70,7 @@ func TestWebhookTestDeliveryIsSignedAndRetried(t *testing.T) {
 		t.Fatalf("test delivery: %d %s", r.Status, r.Raw)
 	}
 	var log []any
-	waitFor(t, "the third try to be delivered", func() bool {
+	pgtest.WaitFor(t, "the third try to be delivered", func() bool {
 		log = e.do("GET", "/v1/webhooks/"+id+"/deliveries", key, nil).Body["deliveries"].([]any)
 		return len(log) == 1 && log[0].(map[string]any)["state"] == "delivered"
 	})

@@ -197,7 +197,7 @@ func projectedJobs(t *testing.T, pool *pgxpool.Pool, n int, ids ...string) map[s
 	for _, id := range ids {
 		jobEvents(t, pool, id, n)
 		jobs[id] = int64(2 + n)
-		eventually(t, id+" projected", func() bool { return jobVersion(t, pool, id) == jobs[id] })
+		pgtest.WaitFor(t, id+" projected", func() bool { return jobVersion(t, pool, id) == jobs[id] })
 	}
 	return jobs
 }
@@ -219,7 +219,7 @@ func TestJobsProjectionAppliesARecordTogether(t *testing.T) {
 	jobs := projectedJobs(t, pool, 30, "job_rec_a", "job_rec_b")
 	before := log.count("WITH moved AS")
 	record(t, pool, jobs, 0, 30, nil, true) // the positions analysed again, as after a takeover
-	eventually(t, "the record projected", func() bool {
+	pgtest.WaitFor(t, "the record projected", func() bool {
 		return jobVersion(t, pool, "job_rec_a") == 63 && jobVersion(t, pool, "job_rec_b") == 63
 	})
 	if moves := log.count("WITH moved AS") - before; moves != 2 {
@@ -245,13 +245,13 @@ func TestJobsProjectionSetsAsideWithinARecord(t *testing.T) {
 	runProjections(t, pool, projections.Jobs{})
 	jobs := projectedJobs(t, pool, 7, "job_bad", "job_good")
 	record(t, pool, jobs, 0, 3, nil, false) // applied together, so the bad one below fails the bulk writes
-	eventually(t, "the first record projected", func() bool {
+	pgtest.WaitFor(t, "the first record projected", func() bool {
 		return jobVersion(t, pool, "job_bad") == 12 && jobVersion(t, pool, "job_good") == 12
 	})
 	record(t, pool, map[string]int64{"job_bad": 12, "job_good": 12}, 3, 4,
 		func(job string, i int) bool { return job == "job_bad" && i == 4 }, true)
-	eventually(t, "the good job projected", func() bool { return jobVersion(t, pool, "job_good") == 17 })
-	eventually(t, "the bad job's events set aside", func() bool { return len(setAsideRows(t, pool)) == 4 })
+	pgtest.WaitFor(t, "the good job projected", func() bool { return jobVersion(t, pool, "job_good") == 17 })
+	pgtest.WaitFor(t, "the bad job's events set aside", func() bool { return len(setAsideRows(t, pool)) == 4 })
 	if v := jobVersion(t, pool, "job_bad"); v != 13 {
 		t.Errorf("the bad job's row at version %d, want 13 (index 3 applied, index 4 refused)", v)
 	}

@@ -188,7 +188,7 @@ func TestRebuildEqualsLiveInFewRoundTrips(t *testing.T) {
 
 	ps := projections.All()
 	runProjections(t, pool, ps...)
-	eventually(t, "the projections to apply every event of their topics", func() bool {
+	pgtest.WaitFor(t, "the projections to apply every event of their topics", func() bool {
 		_, sts, err := projections.Statuses(ctx, pool, ps)
 		if err != nil {
 			t.Fatal(err)

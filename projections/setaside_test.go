@@ -57,18 +57,6 @@ func runProjections(t *testing.T, pool *pgxpool.Pool, ps ...projections.Projecti
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-// eventually polls cond until it holds, failing the test after a deadline.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func count(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
 	t.Helper()
 	var n int
@@ -165,7 +153,7 @@ func TestAccountsProjectionSetsAsideWhatItCannotApply(t *testing.T) {
 	after := signup("after@example.com", "")
 
 	runProjections(t, pool, projections.Accounts{})
-	eventually(t, "the projection to reach the head", caughtUp(t, pool, "accounts_v1"))
+	pgtest.WaitFor(t, "the projection to reach the head", caughtUp(t, pool, "accounts_v1"))
 	for _, acct := range []string{before.AccountID, after.AccountID} {
 		if count(t, pool, `SELECT count(*) FROM accounts WHERE account_id = $1`, acct) != 1 {
 			t.Fatalf("account %s, a good stream, is missing", acct)
@@ -322,7 +310,7 @@ func TestTransientFailureIsNotSetAside(t *testing.T) {
 	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	projPool := pgtest.NewDBAt(t, u.String())
 	runProjections(t, projPool, projections.Accounts{})
-	eventually(t, "the account to be projected", caughtUp(t, pool, "accounts_v1"))
+	pgtest.WaitFor(t, "the account to be projected", caughtUp(t, pool, "accounts_v1"))
 
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -339,7 +327,7 @@ func TestTransientFailureIsNotSetAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The projection's lock wait runs out and its transaction rolls back.
-	eventually(t, "a lock wait to run out", func() bool {
+	pgtest.WaitFor(t, "a lock wait to run out", func() bool {
 		return rolledBack(t, pool) > rollbacks || count(t, pool, `SELECT count(*) FROM set_aside_events`) > 0
 	})
 	if n := count(t, pool, `SELECT count(*) FROM set_aside_events`); n != 0 {
@@ -348,7 +336,7 @@ func TestTransientFailureIsNotSetAside(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the plan change to be projected", func() bool {
+	pgtest.WaitFor(t, "the plan change to be projected", func() bool {
 		return count(t, pool, `SELECT count(*) FROM accounts WHERE account_id = $1 AND plan = 'pro'`, res.AccountID) == 1
 	})
 	if n := count(t, pool, `SELECT count(*) FROM set_aside_events`); n != 0 {

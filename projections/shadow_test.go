@@ -153,7 +153,7 @@ func TestLedgerRebuildKeepsTheTablesAndWhatIsAppendedMeanwhile(t *testing.T) {
 			appended.Add(1)
 		}
 	}()
-	eventually(t, "an append", func() bool { return appended.Load() > 0 })
+	pgtest.WaitFor(t, "an append", func() bool { return appended.Load() > 0 })
 	var between eventstore.Event
 	restore := projections.BeforeSwap(func() {
 		between = appendCharge(t, pool, charge("key_between", "between", true))
@@ -326,7 +326,7 @@ func TestRebuildSwapsPastAReaderThatWaitsForIt(t *testing.T) {
 				_, err := projections.Rebuild(ctx, pool, tt.p)
 				rebuilt <- err
 			}()
-			eventually(t, "the rebuild asking for "+tt.waitsOn, func() bool {
+			pgtest.WaitFor(t, "the rebuild asking for "+tt.waitsOn, func() bool {
 				return count(t, pool, `SELECT count(*) FROM pg_locks WHERE relation = to_regclass($1) AND mode = 'AccessExclusiveLock' AND NOT granted`, tt.waitsOn) > 0
 			})
 			if _, err := reader.Exec(ctx, tt.asked); err != nil {
@@ -358,7 +358,7 @@ func TestMigrationDuringARebuildAltersTheRebuiltTable(t *testing.T) {
 			_, err := pool.Exec(ctx, `ALTER TABLE charges ADD COLUMN note text`)
 			altered <- err
 		}()
-		eventually(t, "the migration waiting for the rebuild", func() bool {
+		pgtest.WaitFor(t, "the migration waiting for the rebuild", func() bool {
 			return count(t, pool, `SELECT count(*) FROM pg_locks WHERE relation = 'public.charges'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted`) > 0
 		})
 	})

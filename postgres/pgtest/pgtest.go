@@ -146,3 +146,16 @@ func withDB(tb testing.TB, raw, db string) string {
 	u.Path = "/" + db
 	return u.String()
 }
+
+// WaitFor polls cond until it holds, failing the test after 30 s: the tests wait for
+// conditions (a projection caught up, a row written by another process), not sleeps.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
