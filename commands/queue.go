@@ -245,11 +245,14 @@ func (h *Handler) WorkerAlive(ctx context.Context, worker string, d time.Duratio
 	return nil
 }
 
-// StopWorker frees every position worker holds, so that another worker takes them at
-// once instead of after their leases, and takes it out of the workers alive.
+// StopWorker frees every position worker holds and wakes the workers (as
+// ReleasePositions does), so that another takes them at once instead of after their
+// leases, and takes it out of the workers alive.
 func (h *Handler) StopWorker(ctx context.Context, worker string) error {
-	_, err := h.store.Pool().Exec(ctx, `WITH gone AS (DELETE FROM job_workers WHERE worker = $1)
-		UPDATE job_queue SET worker = NULL, lease_until = NULL WHERE worker = $1`, worker)
+	_, err := h.store.Pool().Exec(ctx, `
+		WITH gone AS (DELETE FROM job_workers WHERE worker = $1),
+		freed AS (UPDATE job_queue SET worker = NULL, lease_until = NULL WHERE worker = $1 RETURNING 1)
+		SELECT pg_notify($2, $3) WHERE EXISTS (SELECT FROM freed)`, worker, eventstore.NotifyChannel, TopicJobCommands)
 	if err != nil {
 		return fmt.Errorf("stop worker %s: %w", worker, err)
 	}

@@ -260,7 +260,7 @@ var (
 	// statementsDepth and statementsWorkers: PostgreSQL's top statements are taken
 	// during the third job of this row (depth 0: none)
 	statementsDepth   = flag.Int("job-statements-depth", 10, "jobs part: print PostgreSQL's top statements during the third job at this depth (0: none)")
-	statementsWorkers = flag.Int("job-statements-workers", 1, "jobs part: ... with this many workers")
+	statementsWorkers = flag.Int("job-statements-workers", 1, "jobs part: the number of workers of the row whose statements are printed")
 )
 
 // intList parses a comma-separated list of integers.
@@ -286,8 +286,9 @@ func roundsAt(depth int) int {
 
 // jobRow measures one row of the jobs table: roundsAt(depth) pairs of a raw run and a
 // service job on the same positions with as many processes, raw first in every other
-// pair. For the row of -job-statements-depth and -workers it returns PostgreSQL's top statements during its
-// third job, the job's positions last (printStatementsPer).
+// pair. For the row of -job-statements-depth and -job-statements-workers it returns
+// PostgreSQL's top statements during its third job, the job's positions last
+// (printStatementsPer).
 func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []string) ([]postgres.Statement, error) {
 	procs := 2 * workers
 	var ratios []float64
