@@ -56,10 +56,11 @@ func main() {
 func run() error {
 	depths := flag.String("depths", "10,14,18", "depths to compare")
 	nPairs := flag.Int("pairs", 40, "distinct positions per depth and concurrency in the paired comparison (depth 18: half)")
+	nullRounds := flag.Int("null-rounds", 4, "rounds of the null part, each with fresh processes")
 	cachedFor := flag.Duration("cached", 5*time.Second, "duration of each wrk run")
 	conns := flag.String("conns", "4,16,32,64", "wrk connections of the one-server cached runs")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
-	parts := flag.String("parts", "paired,jobs,stream,cached,replicas,accounts", "which measurements to run (also: rebuild, usage)")
+	parts := flag.String("parts", "paired,jobs,stream,cached,replicas,accounts", "which measurements to run (also: null, rebuild, usage)")
 	warnings := flag.Bool("warnings", false, "log the servers' warnings and errors to stderr (a deadlock, a forgiven call); the end of a run adds the shutdown's")
 	flag.Parse()
 	gctune.Apply() // the servers and workers in this process run as chessd's do
@@ -88,6 +89,11 @@ func run() error {
 	if run("paired") {
 		if err := b.pairedAll(*depths, *nPairs); err != nil {
 			return err
+		}
+	}
+	if run("null") { // not by default: what the paired part reads for a service that costs nothing
+		if err := b.nullAll(*depths, *nPairs, *nullRounds); err != nil {
+			return fmt.Errorf("null: %w", err)
 		}
 	}
 	if run("jobs") {
@@ -147,9 +153,11 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Println("HTTP alone (concurrency 1): after the pairs, for each, the client waits as long as its raw search took and times one POST to a")
 	fmt.Println("trivial Go JSON handler on loopback (the machine's round trip after an idle wait: a service's least cost here); bound = median")
 	fmt.Println("pair ratio of (raw + that round trip) / raw, what a service with no time of its own could reach on this machine.")
+	fmt.Println("Null (concurrency 1): then the same positions on two fresh raw processes, paired alike (-parts null): the median pair")
+	fmt.Println("ratio of raw against raw, with its interval, what this run reads for a service that costs nothing at all.")
 	fmt.Println()
-	fmt.Println("| depth | concurrency | pairs | raw median ms | service median ms | **ratio of medians** | **median pair ratio** | raw total s | service total s | ratio of totals | added median ms | HTTP alone ms | bound |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| depth | concurrency | pairs | raw median ms | service median ms | **ratio of medians** | **median pair ratio** | raw total s | service total s | ratio of totals | added median ms | HTTP alone ms | bound | null: raw / raw |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var breakdown []string
 	for _, d := range strings.Split(depths, ",") {
 		var depth int
@@ -165,8 +173,13 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 			}
 			raw, svc := pairs.raw(), pairs.svc()
 			ratios := pairRatios(svc, raw)
-			alone, bound := "–", "–"
+			alone, bound, null := "–", "–", "–"
 			if conc == 1 {
+				n, err := b.null(depth, fresh[:n])
+				if err != nil {
+					return fmt.Errorf("null: %w", err)
+				}
+				null = fmt.Sprintf("%.3f%s", medianFloat(n.ratios), interval(n.ratios, "%.3f"))
 				trivial := pairs.each(func(p pair) time.Duration { return p.trivial })
 				alone = fmt.Sprintf("%.2f", ms(median(trivial)))
 				with := make([]time.Duration, len(raw))
@@ -175,9 +188,9 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 				}
 				bound = fmt.Sprintf("%.3f", medianFloat(pairRatios(with, raw)))
 			}
-			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.3f** | **%.3f**%s | %.2f | %.2f | %.3f | %+.2f | %s | %s |\n", depth, conc, len(raw),
+			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.3f** | **%.3f**%s | %.2f | %.2f | %.3f | %+.2f | %s | %s | %s |\n", depth, conc, len(raw),
 				ms(median(raw)), ms(median(svc)), float64(median(svc))/float64(median(raw)), medianFloat(ratios), interval(ratios, "%.3f"),
-				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(), ms(medianDiff(svc, raw)), alone, bound)
+				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(), ms(medianDiff(svc, raw)), alone, bound, null)
 			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %+.2f | %+.1f | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |", depth, conc,
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["engine"] - p.raw })),
 				ms(pairs.median(func(p pair) time.Duration { return p.svcOwn - p.rawOwn })),
