@@ -284,6 +284,14 @@ type Waiting struct {
 // until topic is announced (or for Idle), and at least until Gather has passed since
 // the previous wait ended. A wake-up that came while the subscriber was querying is
 // kept, so none is lost. Errors are handled as Watermill's default manager does.
+//
+// An announcement can come before what it announces is readable: Watermill reads a
+// topic only below the oldest transaction still open (pg_snapshot_xmin), so a commit
+// made while an older transaction runs (a settle, another worker's record) stays out
+// of sight until that one ends, and no second announcement comes when it does. A
+// query after an announcement that finds nothing therefore asks again soon: after
+// Poll, then twice as long each time while that is under half of Idle (with Idle 1 s
+// and Poll 10 ms, six queries in 630 ms), and only then waits Idle.
 func (w *Wakeups) Backoff(topic string, how Waiting) wmsql.BackoffManager {
 	ch, cancel := w.Subscribe(topic)
 	context.AfterFunc(w.ctx, cancel) // the listener may outlive this subscriber
@@ -296,6 +304,11 @@ type wakeBackoff struct {
 	how    Waiting
 	errors wmsql.BackoffManager
 	last   time.Time // when the previous wait ended
+	// announced: the previous wait ended on an announcement and no query has found
+	// nothing since; again: the wait after the next empty query while an announcement
+	// may still be unaccounted for (0: none is)
+	announced bool
+	again     time.Duration
 }
 
 func (b *wakeBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
@@ -308,16 +321,31 @@ func (b *wakeBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, er
 		return b.errors.HandleError(logger, noMsg, err)
 	}
 	if !noMsg {
+		// announced stays: an announcement's commit can be readable while another
+		// commit it stands for is not yet, so the first empty query asks again too
+		b.again = 0
 		return 0
 	}
 	wait := b.how.Idle
 	if !b.w.Listening() {
 		wait = b.how.Poll
 	}
+	switch {
+	case b.announced: // what woke the subscriber is not readable yet
+		b.announced, b.again = false, max(b.how.Poll, time.Millisecond)
+		wait = min(wait, b.again)
+	case b.again > 0: // nor after the last asking again
+		if b.again *= 2; b.again >= b.how.Idle/2 {
+			b.again = 0
+		} else {
+			wait = min(wait, b.again)
+		}
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-b.ch:
+		b.announced, b.again = true, 0
 	case <-t.C:
 	case <-b.w.ctx.Done():
 		return 0
