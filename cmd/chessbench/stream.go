@@ -23,10 +23,55 @@ const streamDepth = 14
 // streamLatency measures how soon a job's event stream shows a position after the
 // transaction that recorded it: the SSE client's receipt time minus the recorded time of
 // the JobPositionAnalysed event (one machine, one clock). The stream waits for the jobs
-// projection's notification (no polling while it listens).
+// projection's notification (no polling while it listens). It measures once alone and
+// once while charged calls settle beside the job: their transactions, open when a
+// record commits, keep the record out of the projection's sight until they end.
 func (b *bench) streamLatency() error {
 	b.svc.DisableCache()
 	defer b.svc.EnableCache()
+	fmt.Printf("\n## Job event stream: from a position's commit to the SSE client\n\n")
+	fmt.Printf("One 30-position batch at depth %d (cache off, several records), one SSE client; latency = when the client read the `position`\n", streamDepth)
+	fmt.Println("event minus when the commit that recorded it was heard (its NOTIFY on the jobs topic, by a listener in the bench; issue 13's measure),")
+	fmt.Println("and minus the recorded time of its JobPositionAnalysed event, set when the record appends it, before its transaction commits (the stream waits for the jobs projection's NOTIFY).")
+	fmt.Printf("Settling beside: the same with charged POST /eval calls on a finished game (no engine, the cached price) at %d a second meanwhile,\n", settlingRate)
+	fmt.Println("each settled by the meter in its own transaction.")
+	fmt.Println()
+	fmt.Println("| run | positions | **from the commit: median ms** | p90 ms | max ms | from the record's timestamp: median ms | p90 ms | max ms | where it goes: timestamp to commit / commit to projection / projection to client, medians ms |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	for _, settling := range []bool{false, true} {
+		if err := b.streamOnce(settling); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settlingRate is how many charged calls a second settle beside the stream's job.
+const settlingRate = 200
+
+// settle posts charged calls on a finished game (no engine runs: the cached price) at
+// settlingRate until ctx ends.
+func (b *bench) settle(ctx context.Context) {
+	const mate = "rnb1kbnr/pppp1ppp/8/4p3/6Pq/5P2/PPPPP2P/RNBQKBNR w KQkq - 1 3" // fool's mate
+	tick := time.NewTicker(time.Second / settlingRate)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			b.post(b.url, "/eval", fmt.Sprintf(`{"fen":%q,"depth":10}`, mate), b.key, nil) //nolint:errcheck // load only
+		}
+	}
+}
+
+func (b *bench) streamOnce(settling bool) error {
+	if settling {
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); b.settle(ctx) }()
+		defer func() { stop(); <-done }()
+	}
 	fens := jobPositions()[:30]
 	body, _ := json.Marshal(map[string]any{"fens": fens, "depth": streamDepth})
 	var job struct {
@@ -129,19 +174,14 @@ func (b *bench) streamLatency() error {
 	}
 	slices.Sort(lat)
 	slices.Sort(fromCommit)
-	fmt.Printf("\n## Job event stream: from a position's commit to the SSE client\n\n")
-	fmt.Printf("One 30-position batch at depth %d (cache off, several records), one SSE client; latency = when the client read the `position`\n", streamDepth)
-	fmt.Println("event minus when the commit that recorded it was heard (its NOTIFY on the jobs topic, by a listener in the bench; issue 13's measure),")
-	fmt.Println("and minus the recorded time of its JobPositionAnalysed event, set when the record appends it, before its transaction commits (the stream waits for the jobs projection's NOTIFY).")
-	fmt.Println()
-	fmt.Println("| positions | **from the commit: median ms** | p90 ms | max ms | from the record's timestamp: median ms | p90 ms | max ms |")
-	fmt.Println("|---|---|---|---|---|---|---|")
-	fmt.Printf("| %d | **%.1f** | %.1f | %.1f | %.1f | %.1f | %.1f |\n", len(fromCommit), ms(fromCommit[len(fromCommit)/2]),
-		ms(fromCommit[len(fromCommit)*9/10]), ms(fromCommit[len(fromCommit)-1]), ms(lat[len(lat)/2]), ms(lat[len(lat)*9/10]), ms(lat[len(lat)-1]))
-	if len(toClient) > 0 {
-		fmt.Printf("\nWhere it goes (medians over %d positions, ms; from NOTIFYs heard by a listener in the bench): "+
-			"record's timestamp to its commit %.1f, commit to the jobs projection's commit %.1f, that to the client %.1f.\n",
-			len(toClient), ms(median(toCommit)), ms(median(toProject)), ms(median(toClient)))
+	run, where := "alone", "–"
+	if settling {
+		run = fmt.Sprintf("settling beside (%d a second)", settlingRate)
 	}
+	if len(toClient) > 0 {
+		where = fmt.Sprintf("%.1f / %.1f / %.1f", ms(median(toCommit)), ms(median(toProject)), ms(median(toClient)))
+	}
+	fmt.Printf("| %s | %d | **%.1f** | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n", run, len(fromCommit), ms(fromCommit[len(fromCommit)/2]),
+		ms(fromCommit[len(fromCommit)*9/10]), ms(fromCommit[len(fromCommit)-1]), ms(lat[len(lat)/2]), ms(lat[len(lat)*9/10]), ms(lat[len(lat)-1]), where)
 	return nil
 }
