@@ -271,9 +271,9 @@ type Waiting struct {
 	Idle time.Duration
 	// Poll replaces Idle while notifications are not being received.
 	Poll time.Duration
-	// Gather is the least time between two queries of a subscriber that has caught up:
-	// a busy topic is then read in batches of what Gather brought, not once per
-	// commit. Zero for subscribers that must react at once.
+	// Gather is the least time between two queries that announcements started, for a
+	// subscriber that has caught up: a busy topic is then read in batches of what
+	// Gather brought, not once per commit. Zero for subscribers that must react at once.
 	Gather time.Duration
 	// Retry is the wait after a failed query.
 	Retry time.Duration
@@ -303,7 +303,7 @@ type wakeBackoff struct {
 	ch     <-chan struct{}
 	how    Waiting
 	errors wmsql.BackoffManager
-	last   time.Time // when the previous wait ended
+	last   time.Time // when the last wait that an announcement ended, ended
 	// announced: the previous wait ended on an announcement and no query has found
 	// nothing since; again: the wait after the next empty query while an announcement
 	// may still be unaccounted for (0: none is)
@@ -347,6 +347,7 @@ func (b *wakeBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, er
 	case <-b.ch:
 		b.announced, b.again = true, 0
 	case <-t.C:
+		return 0 // asking again, or Idle: not a read of what was announced, nothing to gather
 	case <-b.w.ctx.Done():
 		return 0
 	}
