@@ -291,7 +291,9 @@ type Waiting struct {
 // of sight until that one ends, and no second announcement comes when it does. A
 // query after an announcement that finds nothing therefore asks again soon: after
 // Poll, then twice as long each time while that is under half of Idle (with Idle 1 s
-// and Poll 10 ms, six queries in 630 ms), and only then waits Idle.
+// and Poll 10 ms, six queries in 630 ms), and only then waits Idle. When queries
+// after the announcement found messages, the first empty one asks again once, after
+// Poll (the announcement may stand for another commit not yet readable).
 func (w *Wakeups) Backoff(topic string, how Waiting) wmsql.BackoffManager {
 	ch, cancel := w.Subscribe(topic)
 	context.AfterFunc(w.ctx, cancel) // the listener may outlive this subscriber
@@ -304,11 +306,12 @@ type wakeBackoff struct {
 	how    Waiting
 	errors wmsql.BackoffManager
 	last   time.Time // when the last wait that an announcement ended, ended
-	// announced: the previous wait ended on an announcement and no query has found
-	// nothing since; again: the wait after the next empty query while an announcement
-	// may still be unaccounted for (0: none is)
-	announced bool
-	again     time.Duration
+	// announced: the last wait ended on an announcement and no query has found nothing
+	// since; found: a query since that announcement found messages; again: the wait
+	// after the next empty query while what was announced may still be out of sight
+	// (0: nothing is)
+	announced, found bool
+	again            time.Duration
 }
 
 func (b *wakeBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
@@ -321,9 +324,9 @@ func (b *wakeBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, er
 		return b.errors.HandleError(logger, noMsg, err)
 	}
 	if !noMsg {
-		// announced stays: an announcement's commit can be readable while another
-		// commit it stands for is not yet, so the first empty query asks again too
-		b.again = 0
+		// announced stays: one announcement can stand for commits of which some are
+		// readable and some not yet, so the first empty query asks again once too
+		b.found, b.again = true, 0
 		return 0
 	}
 	wait := b.how.Idle
@@ -331,9 +334,12 @@ func (b *wakeBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, er
 		wait = b.how.Poll
 	}
 	switch {
-	case b.announced: // what woke the subscriber is not readable yet
-		b.announced, b.again = false, max(b.how.Poll, time.Millisecond)
-		wait = min(wait, b.again)
+	case b.announced: // what woke the subscriber may not be readable yet
+		wait = min(wait, max(b.how.Poll, time.Millisecond))
+		b.announced, b.again = false, 0
+		if !b.found { // none of it was: ask again, and again, for longer
+			b.again = wait
+		}
 	case b.again > 0: // nor after the last asking again
 		if b.again *= 2; b.again >= b.how.Idle/2 {
 			b.again = 0
@@ -345,7 +351,7 @@ func (b *wakeBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, er
 	defer t.Stop()
 	select {
 	case <-b.ch:
-		b.announced, b.again = true, 0
+		b.announced, b.found, b.again = true, false, 0
 	case <-t.C:
 		return 0 // asking again, or Idle: not a read of what was announced, nothing to gather
 	case <-b.w.ctx.Done():

@@ -11,6 +11,7 @@ import (
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/postgres/pgtest"
 )
@@ -56,83 +57,161 @@ func TestWakeupsShareOneListener(t *testing.T) {
 // A commit announced while an older transaction is still open is out of Watermill's
 // sight (it reads below pg_snapshot_xmin) when the announcement wakes the subscriber,
 // and nothing announces the older transaction's end. The subscriber still reads the
-// commit soon after that end, not after its Idle wait (a minute here).
+// commit soon after that end, not after its Idle wait (a minute here): whether the
+// query after the announcement found nothing, or found another commit of the same
+// announcement that was readable (then it asks again once, after Poll).
 func TestASubscriberReadsAnAnnouncedCommitOnceOlderTransactionsEnd(t *testing.T) {
-	s := newStore(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	const topic = "wake_behind_older"
-	polls := &pollCounter{Beginner: wmsql.BeginnerFromPgx(s.pool)}
-	logger := watermill.NewSlogLogger(watchLogger())
-	sub, err := wmsql.NewSubscriber(polls, wmsql.SubscriberConfig{
-		ConsumerGroup:    "test",
-		SchemaAdapter:    wmsql.DefaultPostgreSQLSchema{GeneratePayloadType: BusSchema.GeneratePayloadType},
-		OffsetsAdapter:   wmsql.DefaultPostgreSQLOffsetsAdapter{},
-		BackoffManager:   Listen(ctx, s.pool, watchLogger()).Backoff(topic, Waiting{Idle: time.Minute, Poll: 50 * time.Millisecond, Retry: time.Second}),
-		InitializeSchema: true,
-	}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msgs, err := sub.Subscribe(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	publish := func(tx pgx.Tx, body string) {
-		t.Helper()
-		q, err := BusSchema.InsertQuery(wmsql.InsertQueryParams{Topic: topic, Msgs: message.Messages{message.NewMessage(watermill.NewUUID(), []byte(body))}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, q.Query, q.Args...); err != nil {
-			t.Fatal(err)
-		}
-		if err := Notify(ctx, tx, topic); err != nil {
-			t.Fatal(err)
-		}
-	}
-	receive := func(want string) {
-		t.Helper()
-		select {
-		case m := <-msgs:
-			m.Ack()
-			if got := string(m.Payload); got != want {
-				t.Fatalf("received %q, want %q", got, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%q not received within 10 s", want)
-		}
-	}
-	commit := func(body string) {
-		t.Helper()
-		if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { publish(tx, body); return nil }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	commit("first")
-	receive("first") // the subscriber has caught up and waits for announcements
+	f := newSubscribed(t, Waiting{Idle: time.Minute, Poll: 50 * time.Millisecond, Retry: time.Second})
+	f.commit("first")
+	f.receive("first") // the subscriber has caught up and waits for announcements
 
-	older, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer older.Rollback(ctx)                                                 //nolint:errcheck // committed below
-	if _, err := older.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil { // it holds back xmin from now on
-		t.Fatal(err)
-	}
-	commit("second")
-	polls.mark.Store(time.Now().UnixNano())
+	older := f.begin() // holds back xmin from now on
+	f.commit("second")
+	f.polls.mark.Store(time.Now().UnixNano())
 	// the announcement wakes the subscriber, whose query finds nothing yet
-	pgtest.WaitFor(t, "a query after the announced commit", func() bool { return polls.after.Load() > 0 })
+	pgtest.WaitFor(t, "a query after the announced commit", func() bool { return f.polls.after.Load() > 0 })
 	select {
-	case m := <-msgs:
+	case m := <-f.msgs:
 		t.Fatalf("%q read while an older transaction was open: the test no longer shows the case", m.Payload)
 	default:
 	}
-	if err := older.Commit(ctx); err != nil {
+	if err := older.Commit(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	receive("second")
+	f.receive("second")
+}
+
+// The waits after the queries that follow an announcement, by what the queries found:
+// nothing, and the subscriber asks again after Poll, twice as long each time while that
+// is under half of Idle, then waits Idle; something, then nothing, and it asks again
+// once (the announcement may stand for a commit not readable yet), then waits Idle.
+func TestBackoffAsksAgainAfterAnAnnouncementUntilItIsRead(t *testing.T) {
+	const poll, idle = 20 * time.Millisecond, 2 * time.Second
+	for _, tc := range []struct {
+		name    string
+		found   bool            // the first query after the announcement found messages
+		again   []time.Duration // the waits after the empty queries that follow, before one of Idle
+		pending bool
+	}{
+		{"nothing found", false, []time.Duration{poll, 2 * poll, 4 * poll, 8 * poll, 16 * poll, 32 * poll}, true},
+		{"something found, then nothing", true, []time.Duration{poll}, true},
+		{"no announcement", false, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			l := &listener{}
+			l.listening.Store(true)
+			ch := make(chan struct{}, 1)
+			b := &wakeBackoff{w: &Wakeups{l: l, ctx: ctx}, ch: ch, how: Waiting{Idle: idle, Poll: poll, Retry: time.Second}}
+			took := func(noMsg bool) time.Duration {
+				start := time.Now()
+				b.HandleError(nil, noMsg, nil)
+				return time.Since(start)
+			}
+			if tc.pending {
+				ch <- struct{}{}
+				if d := took(true); d > idle/2 {
+					t.Fatalf("the wait with an announcement pending took %v", d)
+				}
+			}
+			if tc.found {
+				took(false)
+			}
+			for i, want := range tc.again {
+				if d := took(true); d < want || d > want+idle/4 {
+					t.Fatalf("wait %d after the announcement took %v, want %v", i, d, want)
+				}
+			}
+			if d := took(true); d < idle {
+				t.Fatalf("the wait after asking again %d times took %v, want Idle (%v)", len(tc.again), d, idle)
+			}
+		})
+	}
+}
+
+// subscribed is a Watermill subscriber of one topic, waiting as the projections' do,
+// and what a test does with it.
+type subscribed struct {
+	t     *testing.T
+	ctx   context.Context
+	pool  *pgxpool.Pool
+	topic string
+	polls *pollCounter
+	msgs  <-chan *message.Message
+}
+
+func newSubscribed(t *testing.T, how Waiting) *subscribed {
+	s := newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f := &subscribed{t: t, ctx: ctx, pool: s.pool, topic: "wake_behind_older", polls: &pollCounter{Beginner: wmsql.BeginnerFromPgx(s.pool)}}
+	sub, err := wmsql.NewSubscriber(f.polls, wmsql.SubscriberConfig{
+		ConsumerGroup:    "test",
+		SchemaAdapter:    wmsql.DefaultPostgreSQLSchema{GeneratePayloadType: BusSchema.GeneratePayloadType},
+		OffsetsAdapter:   wmsql.DefaultPostgreSQLOffsetsAdapter{},
+		BackoffManager:   Listen(ctx, s.pool, watchLogger()).Backoff(f.topic, how),
+		InitializeSchema: true,
+	}, watermill.NewSlogLogger(watchLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.msgs, err = sub.Subscribe(ctx, f.topic); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// begin opens a transaction with a transaction id of its own (rolled back at the end
+// unless committed).
+func (f *subscribed) begin() pgx.Tx {
+	f.t.Helper()
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { tx.Rollback(context.Background()) }) //nolint:errcheck // committed, or never
+	if _, err := tx.Exec(f.ctx, `SELECT pg_current_xact_id()`); err != nil {
+		f.t.Fatal(err)
+	}
+	return tx
+}
+
+// publish puts body on the topic in tx and announces it at tx's commit.
+func (f *subscribed) publish(tx pgx.Tx, body string) {
+	f.t.Helper()
+	q, err := BusSchema.InsertQuery(wmsql.InsertQueryParams{Topic: f.topic, Msgs: message.Messages{message.NewMessage(watermill.NewUUID(), []byte(body))}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := tx.Exec(f.ctx, q.Query, q.Args...); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := Notify(f.ctx, tx, f.topic); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// commit publishes body in a transaction of its own.
+func (f *subscribed) commit(body string) {
+	f.t.Helper()
+	if err := pgx.BeginFunc(f.ctx, f.pool, func(tx pgx.Tx) error { f.publish(tx, body); return nil }); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// receive waits up to 10 s for the next message, which must be want.
+func (f *subscribed) receive(want string) {
+	f.t.Helper()
+	select {
+	case m := <-f.msgs:
+		m.Ack()
+		if got := string(m.Payload); got != want {
+			f.t.Fatalf("received %q, want %q", got, want)
+		}
+	case <-time.After(10 * time.Second):
+		f.t.Fatalf("%q not received within 10 s", want)
+	}
 }
 
 // pollCounter counts the subscriber's transactions (one a query) that began after
