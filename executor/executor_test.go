@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -223,7 +224,11 @@ func TestExecutorGivesBackWhatItWillNotReachSoon(t *testing.T) {
 	e.run(t, executor.Config{Worker: "w", Lease: 5 * time.Second, Scan: 200 * time.Millisecond, Parallel: 1, Ahead: 8})
 	key, other := signup(t, pool, e.cmds), signup(t, pool, e.cmds)
 
-	warm := submitAt(t, e.cmds, key, 4, []string{fenStart, fenStart, fenStart, fenStart})
+	// One search, then the cache's answers: the pace falls to a fraction of a search at
+	// depth 4, so that the next take holds Ahead (eight) however slow this machine's
+	// searches are (under -race beside other packages' tests, four left it above the
+	// 12.5 ms a search that eight in Horizon needs)
+	warm := submitAt(t, e.cmds, key, 4, slices.Repeat([]string{fenStart}, 16))
 	waitDone(t, pool, warm.ID())
 	// eight distinct positions (the cache would answer a repeated one at once)
 	deep := submitAt(t, e.cmds, key, 18, []string{
