@@ -92,17 +92,6 @@ func (in *inbox) messages() []received {
 	return append([]received(nil), in.got...)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 var tokenInBody = regexp.MustCompile(`ev_[0-9A-Za-z]+`)
 
 // A signup's verification message reaches a real SMTP server (after two refusals,
@@ -124,7 +113,7 @@ func TestVerificationMailOverSMTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the verification message", func() bool { return len(in.messages()) == 1 })
+	pgtest.WaitFor(t, "the verification message", func() bool { return len(in.messages()) == 1 })
 	msg := in.messages()[0]
 	if msg.from != "noreply@chessd.test" || len(msg.to) != 1 || msg.to[0] != "grace@example.com" ||
 		!strings.Contains(msg.data, "Subject: Verify your e-mail address for chessd") || !strings.Contains(msg.data, su.AccountID) {
@@ -136,7 +125,7 @@ func TestVerificationMailOverSMTP(t *testing.T) {
 		return pool.QueryRow(context.Background(), `SELECT attempts, sent_via FROM mail_outbox WHERE account_id = $1 AND sent_at IS NOT NULL`,
 			su.AccountID).Scan(&attempts, &via) == nil
 	}
-	waitFor(t, "the message to be marked sent", sent)
+	pgtest.WaitFor(t, "the message to be marked sent", sent)
 	if attempts != 3 || via != "smtp" {
 		t.Fatalf("sent after %d attempts via %q, want the third via smtp", attempts, via)
 	}
