@@ -52,7 +52,8 @@ func DecodeCursor(s string) (Cursor, error) {
 	bad := func() (Cursor, error) {
 		return Cursor{}, domain.Invalid("cursor", "is not a cursor this service handed out (use next_cursor as given)")
 	}
-	if len(s) != 11 && len(s) != 16 { // 8 or 12 bytes, unpadded
+	// 8 or 12 bytes, unpadded; the decoder skips line breaks, which no cursor holds
+	if len(s) != 11 && len(s) != 16 || strings.ContainsAny(s, "\r\n") {
 		return bad()
 	}
 	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
