@@ -381,22 +381,34 @@ func TestWorkerKilledMidJob(t *testing.T) {
 		}
 		return out
 	}
+	heldByVictim := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM job_queue WHERE job_id = $1 AND worker = 'victim'`, jobID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// the kill comes while the victim holds positions (between a record and its next
+	// take it may hold none for a moment)
 	deadline := time.Now().Add(60 * time.Second)
-	for by := byWorker(); by["victim"] < 2 || by["survivor"] < 1; by = byWorker() {
+	held := 0
+	for {
+		by := byWorker()
+		if by["victim"] >= 2 && by["survivor"] >= 1 {
+			if held = heldByVictim(); held > 0 {
+				break
+			}
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("both workers did not start on the job: %v", by)
+			t.Fatalf("both workers did not start on the job, or the victim holds none of it: %v, %d held by the victim", by, held)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	var heldByVictim int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM job_queue WHERE job_id = $1 AND worker = 'victim'`, jobID).Scan(&heldByVictim); err != nil {
-		t.Fatal(err)
 	}
 	victim.Process.Signal(syscall.SIGKILL) //nolint:errcheck // the point of the test
 	victim.Wait()                          //nolint:errcheck // killed
 	before := byWorker()
-	if before["victim"]+before["survivor"] >= 30 || heldByVictim == 0 {
-		t.Fatalf("nothing left to take over (%v, %d held by the victim): make the job longer", before, heldByVictim)
+	if before["victim"]+before["survivor"] >= 30 {
+		t.Fatalf("nothing left to take over (%v, %d held by the victim): make the job longer", before, held)
 	}
 	waitSucceeded(t, pool, jobID, func() string { return fmt.Sprint(byWorker()) })
 	after := byWorker()
