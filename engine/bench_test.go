@@ -141,7 +141,7 @@ func BenchmarkPoolDepth14(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		onlyProcess(b, pl) // the previous search's background reset is done
+		onlyProcess(b, pl) // the previous search's reset is done
 		b.StartTimer()
 		start := time.Now()
 		if _, err := pl.Search(ctx, Interactive, Search{FEN: benchFENs[i%len(benchFENs)], Depth: 14}); err != nil {

@@ -424,6 +424,44 @@ func testHandedOver(t *testing.T, pl *Pool) {
 	}
 }
 
+// TestOptionsIsolationWhileTheResetRuns: a process nobody waits for is idle as soon as
+// its reset is sent, so the next search's commands can reach the engine while it still
+// clears the hash; that search must still equal one on a fresh process (it would not,
+// node count first, if the reset were not sent or not in force before the search).
+func TestOptionsIsolationWhileTheResetRuns(t *testing.T) {
+	t.Parallel()
+	for _, e := range []struct {
+		id   string
+		path Path
+	}{{"sf-17.1", PathNative}, {"sf-17.1", PathWasm}, {"sf-15.1", PathNative}} {
+		t.Run(engineLabel(e.id, e.path), func(t *testing.T) {
+			t.Parallel()
+			pl := newPool(t, e.id, e.path, nil)
+			ctx := context.Background()
+			full := Search{FEN: fenMiddlegame, Depth: 12}
+			fresh, p := firstSearch(t, pl, full)
+			// the same position, so that a hash left over would change the next search
+			weak := Search{FEN: fenMiddlegame, Depth: 12, MultiPV: 2, Options: map[string]string{"Skill Level": "0", "Hash": "32"}}
+			for i := range 3 {
+				if _, err := pl.Search(ctx, Interactive, weak); err != nil {
+					t.Fatal(err)
+				}
+				again, err := pl.Search(ctx, Interactive, full) // at once: the reset is on its way
+				if err != nil {
+					t.Fatal(err)
+				}
+				if again.BestMove != fresh.BestMove || again.Nodes != fresh.Nodes || len(again.Lines) != 1 {
+					t.Errorf("round %d: search right after a weak one differs from a fresh one:\n fresh %s %d nodes\n again %s %d nodes (%d lines)",
+						i, fresh.BestMove, fresh.Nodes, again.BestMove, again.Nodes, len(again.Lines))
+				}
+			}
+			if onlyProcess(t, pl) != p {
+				t.Fatal("process replaced; the test needs the same one")
+			}
+		})
+	}
+}
+
 // firstSearch runs s on a size-1 pool's fresh process: the reference a later search of
 // s must equal, and the process, once it is idle again.
 func firstSearch(t *testing.T, pl *Pool, s Search) (*Result, *process) {

@@ -131,7 +131,8 @@ func search(t testing.TB, id string, path Path, s Search) *Result {
 }
 
 // onlyProcess returns the single process of a size-1 pool, waiting for it to be idle
-// (its reset runs in the background after a search).
+// and at rest: a process is idle as soon as its reset is sent, and the benchmarks time
+// a search, not the hash's clearing before it. Nothing else may use the pool meanwhile.
 func onlyProcess(t testing.TB, pl *Pool) *process {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -140,6 +141,12 @@ func onlyProcess(t testing.TB, pl *Pool) *process {
 		if len(pl.idle) == 1 && len(pl.all) == 1 {
 			p := pl.idle[0]
 			pl.mu.Unlock()
+			if err := p.send("isready"); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.readUntil(context.Background(), "readyok", 30*time.Second, nil); err != nil {
+				t.Fatal(err)
+			}
 			return p
 		}
 		pl.mu.Unlock()

@@ -100,12 +100,15 @@ func (c *PoolConfig) withDefaults() {
 //
 //   - Processes are started and handshaken up front and reused.
 //   - Every search starts on a reset process (options back to defaults, ucinewgame),
-//     so nothing leaks between requests. A process nobody waits for is reset in the
-//     background (with isready), off any request's latency path; one that a search
-//     waits for goes to it at once and is reset by the commands that start its
-//     search, so a busy engine goes from one search to the next without a round trip.
-//   - A process that dies, hangs, or fails its reset is killed and replaced in the
-//     background; the request gets ErrEngineFailed. The number of processes never
+//     so nothing leaks between requests. A process nobody waits for is sent its reset
+//     as its search ends and is available at once (the engine clears its hash while
+//     nobody needs it, and a search that comes meanwhile follows the reset in its
+//     input); one that a search waits for goes to it at once and is reset by the
+//     commands that start its search. Either way a busy engine goes from one search to
+//     the next without a round trip.
+//   - A process that dies or hangs is killed and replaced in the background; the
+//     request that finds it so gets ErrEngineFailed (one that died idle is replaced
+//     before any request gets it). The number of processes never
 //     exceeds Size: a replacement only takes a dead process's slot.
 //   - When all are busy a search queues up to QueueWait, by Priority, then gets
 //     ErrSaturated.
@@ -557,8 +560,7 @@ func (pl *Pool) preemptLocked() {
 // release takes a process back after a search: a dead one is replaced; a live one goes
 // straight to the first waiter, whose search resets it in the same write as its own
 // commands (the engine goes from one search to the next without waiting for us to
-// read a readyok); with nobody waiting it is reset in the background and then made
-// available.
+// read a readyok); with nobody waiting it is sent its reset and made available.
 func (pl *Pool) release(p *process) {
 	if p.quitting.Load() {
 		pl.forget(p) // Close is reaping it
@@ -575,19 +577,20 @@ func (pl *Pool) release(p *process) {
 		return
 	}
 	pl.mu.Unlock()
-	pl.bg.Add(1)
-	go func() {
-		defer pl.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), pl.cfg.StartTimeout)
-		defer cancel()
-		if err := p.reset(ctx); err != nil {
-			pl.log.Warn("engine reset failed; replacing", "pid", p.pid, "err", err)
-			p.kill()
-			pl.replace(p)
-			return
-		}
-		pl.put(p)
-	}()
+	// Nobody waits: the reset goes out now and the process is available at once. The
+	// engine reads its input in order, so the next search's commands, whenever they
+	// come, run on the reset engine: it goes from clearing its hash straight into that
+	// search, with no round trip for a readyok between them (which left a job's engine
+	// idle for half a millisecond a position: docs/BENCHMARKS.md, session 29). A
+	// process that dies meanwhile is found by acquire, one that hangs by that search's
+	// silence watch.
+	if err := p.sendReset(); err != nil {
+		pl.log.Warn("engine reset failed; replacing", "pid", p.pid, "err", err)
+		p.kill()
+		pl.replace(p)
+		return
+	}
+	pl.put(p)
 }
 
 // put makes a warm process available: to the first interactive waiter, else the first

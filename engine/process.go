@@ -374,20 +374,12 @@ func setoptionCmd(name, value string, button bool) string {
 	return "setoption name " + name + " value " + value
 }
 
-// reset returns every option changed since the handshake to its default, starts a new
-// game (clears hash and histories, so no request sees another's search) and waits for
-// readyok. It runs after a request has its answer, off the request's latency path.
-func (p *process) reset(ctx context.Context) error {
-	b := append(p.appendReset(p.cmdBuf[:0]), "isready\n"...)
-	p.cmdBuf = b
-	if err := p.sendBytes(b); err != nil {
-		p.kill()
-		return err
-	}
-	if err := p.readUntil(ctx, "readyok", p.cfg.startTimeout, nil); err != nil {
-		return fmt.Errorf("reset: %w", err)
-	}
-	return nil
+// sendReset writes the commands that return every changed option to its default and
+// start a new game (clearing hash and histories, so no request sees another's search),
+// without waiting for the engine: what it is sent next runs on the reset engine.
+func (p *process) sendReset() error {
+	p.cmdBuf = p.appendReset(p.cmdBuf[:0])
+	return p.sendBytes(p.cmdBuf)
 }
 
 // appendReset appends the commands that return every changed option to its default
