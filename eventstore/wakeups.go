@@ -290,8 +290,13 @@ type Waiting struct {
 // made while an older transaction runs (a settle, another worker's record) stays out
 // of sight until that one ends, and no second announcement comes when it does. A
 // query after an announcement that finds nothing therefore asks again soon: after
-// Poll, then twice as long each time while that is under half of Idle (with Idle 1 s
-// and Poll 10 ms, six queries in 630 ms), and only then waits Idle. When queries
+// Poll, steadyAsks times, then twice as long each time while that is under half of
+// Idle (with Idle 1 s and Poll 10 ms, fifteen queries in 720 ms), and only then waits
+// Idle. The first asks keep to Poll because what holds a commit back is usually a
+// transaction of a few milliseconds that a busy machine stretches to tens (a settle,
+// a record, another subscriber's read): doubling from the start read such a commit
+// up to twice that late (a job's SSE stream 64 ms after the commit beside 200 settles
+// a second, docs/BENCHMARKS.md session 29). When queries
 // after the announcement found messages, the first empty one asks again once, after
 // Poll (the announcement may stand for another commit not yet readable).
 func (w *Wakeups) Backoff(topic string, how Waiting) wmsql.BackoffManager {
@@ -309,10 +314,15 @@ type wakeBackoff struct {
 	// announced: the last wait ended on an announcement and no query has found nothing
 	// since; found: a query since that announcement found messages; again: the wait
 	// after the next empty query while what was announced may still be out of sight
-	// (0: nothing is)
+	// (0: nothing is); asked: the empty queries since the announcement
 	announced, found bool
 	again            time.Duration
+	asked            int
 }
+
+// steadyAsks is how many empty queries after an announcement ask again after Poll
+// before the waits double (see Backoff).
+const steadyAsks = 10
 
 func (b *wakeBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
 	if err != nil {
@@ -336,12 +346,15 @@ func (b *wakeBackoff) HandleError(logger watermill.LoggerAdapter, noMsg bool, er
 	switch {
 	case b.announced: // what woke the subscriber may not be readable yet
 		wait = min(wait, max(b.how.Poll, time.Millisecond))
-		b.announced, b.again = false, 0
-		if !b.found { // none of it was: ask again, and again, for longer
+		b.announced, b.again, b.asked = false, 0, 1
+		if !b.found { // none of it was: ask again, and again, then for longer
 			b.again = wait
 		}
 	case b.again > 0: // nor after the last asking again
-		if b.again *= 2; b.again >= b.how.Idle/2 {
+		if b.asked++; b.asked > steadyAsks {
+			b.again *= 2
+		}
+		if b.again >= b.how.Idle/2 {
 			b.again = 0
 		} else {
 			wait = min(wait, b.again)

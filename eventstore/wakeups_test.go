@@ -3,6 +3,7 @@ package eventstore
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,7 +94,7 @@ func TestBackoffAsksAgainAfterAnAnnouncementUntilItIsRead(t *testing.T) {
 		again   []time.Duration // the waits after the empty queries that follow, before one of Idle
 		pending bool
 	}{
-		{"nothing found", false, []time.Duration{poll, 2 * poll, 4 * poll, 8 * poll, 16 * poll, 32 * poll}, true},
+		{"nothing found", false, append(slices.Repeat([]time.Duration{poll}, steadyAsks), 2*poll, 4*poll, 8*poll, 16*poll, 32*poll), true},
 		{"something found, then nothing", true, []time.Duration{poll}, true},
 		{"no announcement", false, nil, false},
 	} {
