@@ -372,10 +372,7 @@ func TestOptionsIsolation(t *testing.T) {
 // cleared (the same nodes as a fresh search of the same position).
 func TestOptionsIsolationWhenHandedOver(t *testing.T) {
 	t.Parallel()
-	for _, e := range []struct {
-		id   string
-		path Path
-	}{{"sf-17.1", PathNative}, {"sf-17.1", PathWasm}, {"sf-15.1", PathNative}} {
+	for _, e := range everyBuild {
 		t.Run(engineLabel(e.id, e.path), func(t *testing.T) {
 			t.Parallel()
 			testHandedOver(t, newPool(t, e.id, e.path, nil))
@@ -430,10 +427,7 @@ func testHandedOver(t *testing.T, pl *Pool) {
 // node count first, if the reset were not sent or not in force before the search).
 func TestOptionsIsolationWhileTheResetRuns(t *testing.T) {
 	t.Parallel()
-	for _, e := range []struct {
-		id   string
-		path Path
-	}{{"sf-17.1", PathNative}, {"sf-17.1", PathWasm}, {"sf-15.1", PathNative}} {
+	for _, e := range everyBuild {
 		t.Run(engineLabel(e.id, e.path), func(t *testing.T) {
 			t.Parallel()
 			pl := newPool(t, e.id, e.path, nil)

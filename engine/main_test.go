@@ -157,3 +157,9 @@ func onlyProcess(t testing.TB, pl *Pool) *process {
 }
 
 func engineLabel(id string, path Path) string { return fmt.Sprintf("%s/%s", id, path) }
+
+// everyBuild is every engine build the service installs, for tests of what each must do.
+var everyBuild = []struct {
+	id   string
+	path Path
+}{{"sf-17.1", PathNative}, {"sf-17.1", PathWasm}, {"sf-15.1", PathNative}}
