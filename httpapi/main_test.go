@@ -144,7 +144,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	meterCtx, stopMeter := context.WithCancel(context.Background())
 	t.Cleanup(stopMeter)
 	// idle leases go back quickly, so that tests can set balances between calls
-	meter := ledger.NewMeter(meterCtx, store, logger, ledger.MeterConfig{LeaseIdle: 200 * time.Millisecond, Housekeeping: 50 * time.Millisecond})
+	meter := ledger.NewMeter(meterCtx, store, logger, ledger.MeterConfig{LeaseIdle: 200 * time.Millisecond, LeaseKeep: 200 * time.Millisecond, Housekeeping: 50 * time.Millisecond})
 	authn := auth.NewAuthenticator(pool, testPepper)
 	authn.Watch(meterCtx, logger) // as `chessd serve`: keys and accounts answered from memory
 	cmds := commands.New(store, testPepper)

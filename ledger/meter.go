@@ -77,8 +77,16 @@ type MeterConfig struct {
 	// LeaseTTL is how long a lease (or an Idempotency-Key claim) outlives its owner's
 	// last renewal (15 s): after it, any server releases it.
 	LeaseTTL time.Duration
-	// LeaseIdle is how long an unused lease is kept before its units are given back (2 s).
+	// LeaseIdle is how long an unused lease is kept before its units are given back
+	// when its last top-up was not granted in full (2 s): near a budget's end, units
+	// sitting in an idle lease could make another server refuse calls the budget has
+	// room for.
 	LeaseIdle time.Duration
+	// LeaseKeep is how long an unused lease whose last top-up the budgets granted in
+	// full (so it holds at most a quarter of what they have left) is kept (30 s): a
+	// client calling every few seconds is then reserved from memory, instead of waiting
+	// for a durable top-up before its search on every call.
+	LeaseKeep time.Duration
 	// MaxBacklog bounds what a crash can forgive: while the oldest answered call has
 	// waited this long to be settled (the database is slow or away), new calls wait
 	// for the settler (100 ms).
@@ -106,6 +114,9 @@ func (c *MeterConfig) defaults() {
 	}
 	if c.LeaseIdle <= 0 {
 		c.LeaseIdle = 2 * time.Second
+	}
+	if c.LeaseKeep <= 0 {
+		c.LeaseKeep = max(30*time.Second, c.LeaseIdle)
 	}
 	if c.MaxBacklog <= 0 {
 		c.MaxBacklog = 100 * time.Millisecond
@@ -137,6 +148,7 @@ type lease struct {
 	avail                      int64 // reserved in the database, not handed to a call
 	want                       int64 // what the next top-up asks for (lease sizing)
 	lowWater                   int64 // below it, a top-up starts ahead of need (0: never)
+	full                       bool  // the last top-up was granted all it asked (idle: LeaseKeep)
 	toppedAt                   time.Time
 	ahead                      bool  // a top-up ahead of need is in flight
 	inflight                   int   // reservations neither settled nor cancelled
@@ -352,8 +364,8 @@ func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64, ahe
 	// Top up ahead only while the budgets grant all that is asked: near a budget's end
 	// (a grant capped at a quarter of what is left) units taken ahead could sit in this
 	// lease while another server's calls are refused.
-	l.lowWater = 0
-	if granted >= want {
+	l.lowWater, l.full = 0, granted >= want
+	if l.full {
 		l.lowWater = granted / 2
 	}
 	l.toppedAt = time.Now()

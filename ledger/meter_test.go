@@ -170,6 +170,44 @@ func TestMeterLeaseGrowsAndTopsUpAhead(t *testing.T) {
 	}
 }
 
+// An idle lease whose last top-up was granted in full is kept for LeaseKeep, so that a
+// client calling every few seconds is reserved from memory; one whose grant a budget
+// capped goes back after LeaseIdle. Both leases below go idle together: the capped one
+// is given back while the full one is still held, and a meter that keeps full leases
+// only briefly gives its back too.
+func TestMeterKeepsAFullLeaseLongerThanACappedOne(t *testing.T) {
+	budget := int64(100) // 10 calls: a grant capped at a quarter of what is left
+	full, capped, short := newFixture(t, nil), newFixture(t, &budget), newFixture(t, nil)
+	cfg := ledger.MeterConfig{LeaseIdle: 100 * time.Millisecond, LeaseKeep: time.Hour, Housekeeping: 20 * time.Millisecond}
+	meters := []*ledger.Meter{full.meter(t, cfg), capped.meter(t, cfg)}
+	cfg.LeaseKeep = 200 * time.Millisecond
+	meters = append(meters, short.meter(t, cfg))
+	ctx := context.Background()
+	for i, f := range []*fixture{full, capped, short} {
+		r, err := meters[i].Reserve(ctx, f.evalCall(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Settle(answered()); err != nil {
+			t.Fatal(err)
+		}
+		if err := meters[i].Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if b := f.balance(t); b.leases == 0 || b.spent != 10 {
+			t.Fatalf("fixture %d after one call: %+v, want a lease and 10 units spent", i, b)
+		}
+	}
+	given := func(f *fixture) func() bool {
+		return func() bool { b := f.balance(t); return b.leases == 0 && b.held == 0 }
+	}
+	pgtest.WaitFor(t, "the capped lease given back", given(capped))
+	if b := full.balance(t); b.leases == 0 || b.held != b.leases {
+		t.Fatalf("the full lease, idle as long as the capped one, was given back: %+v", b)
+	}
+	pgtest.WaitFor(t, "the full lease of a meter that keeps them 200 ms given back", given(short))
+}
+
 // Flush waits for every call answered before it, however many batches the backlog
 // takes: with the settler held on the event chain's lock, 2,000 answered calls queue
 // behind its first batch, and once the lock goes Flush returns only after all of them

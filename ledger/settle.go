@@ -364,7 +364,11 @@ func (m *Meter) housekeeping(ctx context.Context) {
 	var idle []*lease
 	m.mu.Lock()
 	for lk, l := range m.leases {
-		if l.inflight == 0 && l.filling == 0 && l.pending == 0 && time.Since(l.lastUsed) > m.cfg.LeaseIdle {
+		keep := m.cfg.LeaseIdle
+		if l.full {
+			keep = m.cfg.LeaseKeep
+		}
+		if l.inflight == 0 && l.filling == 0 && l.pending == 0 && time.Since(l.lastUsed) > keep {
 			l.released = true
 			delete(m.leases, lk)
 			idle = append(idle, l)
