@@ -44,7 +44,7 @@ type PoolConfig struct {
 	QueueWait    time.Duration // how long a search waits for a free process; default 2 s
 	StopGrace    time.Duration // stop -> bestmove before a kill; default 1 s
 	HangTimeout  time.Duration // longest silence of a searching engine; default 60 s
-	StartTimeout time.Duration // handshake and reset limit; default 30 s
+	StartTimeout time.Duration // handshake limit (uci ... readyok), a replacement's too; default 30 s
 	BatchMaxWait time.Duration // longest a Batch search yields to interactive ones; default 1 s
 	NoPreempt    bool          // never stop a running Batch search for an interactive one
 
@@ -127,7 +127,7 @@ type Pool struct {
 	batches map[*process]*batchRun // running Batch searches that may be preempted
 	closed  bool
 	closing chan struct{}
-	bg      sync.WaitGroup // resets and heals
+	bg      sync.WaitGroup // replacements of dead processes
 
 	searches  atomic.Int64 // searches handed to a process
 	preempted atomic.Int64 // Batch searches stopped for interactive ones

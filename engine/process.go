@@ -47,7 +47,7 @@ func (id *Identity) option(name string) *Option {
 type procConfig struct {
 	path         string
 	args         []string
-	startTimeout time.Duration // handshake and reset (uci/uciok, isready/readyok)
+	startTimeout time.Duration // handshake (uci/uciok, isready/readyok)
 	stopGrace    time.Duration // from "stop" to "bestmove" before the process is killed
 	hangTimeout  time.Duration // longest silence of a searching engine
 	baseOptions  []optionValue // set after the handshake; they are this pool's defaults
