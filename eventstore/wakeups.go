@@ -296,9 +296,9 @@ type Waiting struct {
 // transaction of a few milliseconds that a busy machine stretches to tens (a settle,
 // a record, another subscriber's read): doubling from the start read such a commit
 // up to twice that late (a job's SSE stream 64 ms after the commit beside 200 settles
-// a second, docs/BENCHMARKS.md session 29). When queries
-// after the announcement found messages, the first empty one asks again once, after
-// Poll (the announcement may stand for another commit not yet readable).
+// a second, docs/BENCHMARKS.md session 29). When queries after the announcement found
+// messages, the first empty one asks again once, after Poll (the announcement may
+// stand for another commit not yet readable).
 func (w *Wakeups) Backoff(topic string, how Waiting) wmsql.BackoffManager {
 	ch, cancel := w.Subscribe(topic)
 	context.AfterFunc(w.ctx, cancel) // the listener may outlive this subscriber

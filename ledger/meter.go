@@ -116,8 +116,9 @@ func (c *MeterConfig) defaults() {
 		c.LeaseIdle = 2 * time.Second
 	}
 	if c.LeaseKeep <= 0 {
-		c.LeaseKeep = max(30*time.Second, c.LeaseIdle)
+		c.LeaseKeep = 30 * time.Second
 	}
+	c.LeaseKeep = max(c.LeaseKeep, c.LeaseIdle) // a full lease is never kept less than a capped one
 	if c.MaxBacklog <= 0 {
 		c.MaxBacklog = 100 * time.Millisecond
 	}
