@@ -191,7 +191,9 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.3f** | **%.3f**%s | %.2f | %.2f | %.3f | %+.2f | %s | %s | %s |\n", depth, conc, len(raw),
 				ms(median(raw)), ms(median(svc)), float64(median(svc))/float64(median(raw)), medianFloat(ratios), interval(ratios, "%.3f"),
 				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(), ms(medianDiff(svc, raw)), alone, bound, null)
-			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %+.2f | %+.1f | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |", depth, conc,
+			rawFirst, svcFirst := pairs.orderRatios()
+			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %s / %s | %+.2f | %+.1f | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |", depth, conc,
+				rawFirst, svcFirst,
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["engine"] - p.raw })),
 				ms(pairs.median(func(p pair) time.Duration { return p.svcOwn - p.rawOwn })),
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["total"] - p.phase["engine"] })),
@@ -209,6 +211,8 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	}
 	fmt.Println()
 	fmt.Println("Where the service's time goes, from its Server-Timing header (medians over the same pairs, ms):")
+	fmt.Println("by order: the median pair ratio of the pairs whose raw search went first, and of those whose service call did (the second")
+	fmt.Println("search of a pair runs on a process the first has left cold: at depth 14 its engine counts about 2 ms more, whichever side it is);")
 	fmt.Println("engine − raw: the pool's search (hand-over, options, position, go ... bestmove, parsing) against the raw process;")
 	fmt.Println("of it, search − raw search: the search's own time as the engines report it (info time, whole ms: the pool's process against the raw one);")
 	fmt.Println("own time: the service's time outside the engine by its Server-Timing header (total − engine: what issue 12's 1 ms is about);")
@@ -218,8 +222,8 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Println("HTTP split: the client's own send and receive (until the request is written, from the answer's first byte to its last),")
 	fmt.Println("and the server outside its total (from the request written to the answer's first byte, minus the handler's total).")
 	fmt.Println()
-	fmt.Println("| depth | concurrency | engine − raw | search − raw search | **own time** | outside the engine, client-side | HTTP | auth | request | conversion | after the answer | HTTP: client send + receive | HTTP: server outside its total |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| depth | concurrency | median pair ratio: raw first / service first | engine − raw | search − raw search | **own time** | outside the engine, client-side | HTTP | auth | request | conversion | after the answer | HTTP: client send + receive | HTTP: server outside its total |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, l := range breakdown {
 		fmt.Println(l)
 	}
@@ -235,6 +239,8 @@ type pair struct {
 	// trivial is a trivial Go handler's round trip after an idle wait as long as the
 	// raw search (concurrency 1 only): what HTTP alone costs the service here
 	trivial time.Duration
+	// svcFirst: the service's call went first (the order alternates, pair by pair)
+	svcFirst bool
 }
 
 type pairs []pair
@@ -293,12 +299,12 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 					}
 					p.raw = eng.search(work[i], depth)
 				}
-				if i%2 == 0 {
-					runRaw()
+				if p.svcFirst = i%2 == 1; p.svcFirst {
 					runSvc()
+					runRaw()
 				} else {
-					runSvc()
 					runRaw()
+					runSvc()
 				}
 				p.rawOwn = time.Duration(eng.timeMS) * time.Millisecond
 				if err == nil {
@@ -493,6 +499,26 @@ func medianDiff(svc, raw []time.Duration) time.Duration {
 		d[i] = svc[i] - raw[i]
 	}
 	return median(d)
+}
+
+// orderRatios is the median pair ratio of the pairs whose raw search went first, and
+// of those whose service call did ("–" for none).
+func (ps pairs) orderRatios() (rawFirst, svcFirst string) {
+	var r, s pairs
+	for _, p := range ps {
+		if p.svcFirst {
+			s = append(s, p)
+		} else {
+			r = append(r, p)
+		}
+	}
+	ratio := func(ps pairs) string {
+		if len(ps) == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.3f", medianFloat(pairRatios(ps.svc(), ps.raw())))
+	}
+	return ratio(r), ratio(s)
 }
 
 // pairRatios are svc[i] / raw[i], pair by pair.

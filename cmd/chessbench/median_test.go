@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 func TestMedianInterval(t *testing.T) {
@@ -43,6 +44,24 @@ func TestBinomialCoverage(t *testing.T) {
 	} {
 		if got := binomialCoverage(tc.n, tc.k); math.Abs(got-tc.want) > 1e-9 {
 			t.Errorf("coverage(%d, %d) = %v, want %v", tc.n, tc.k, got, tc.want)
+		}
+	}
+}
+
+func TestOrderRatios(t *testing.T) {
+	p := func(raw, svc time.Duration, svcFirst bool) pair { return pair{raw: raw, svc: svc, svcFirst: svcFirst} }
+	for _, tc := range []struct {
+		name               string
+		ps                 pairs
+		rawFirst, svcFirst string
+	}{
+		{"none", nil, "–", "–"},
+		{"raw first only", pairs{p(100, 110, false), p(100, 120, false), p(100, 130, false)}, "1.200", "–"},
+		{"both orders", pairs{p(100, 104, false), p(100, 98, true), p(100, 106, false), p(100, 96, true), p(100, 102, false)}, "1.040", "0.980"},
+	} {
+		r, s := tc.ps.orderRatios()
+		if r != tc.rawFirst || s != tc.svcFirst {
+			t.Errorf("%s: %s / %s, want %s / %s", tc.name, r, s, tc.rawFirst, tc.svcFirst)
 		}
 	}
 }
