@@ -6,7 +6,7 @@
 -- elements, three times a settle, under whatever plan the generic plan cache chose.
 -- After `make bench`'s cached and replica parts had left ~500 dead versions in leases,
 -- a one-key settle spent 22-25 ms in each of the three statements (pg_stat_statements
--- with track = all: 71 ms a meter_settle_all) and charges fell from 19,000 to 2,800-5,100
+-- with track = all: 71 ms a meter_settle_all) and charges fell from 15,000-19,000 to 2,800-5,100
 -- a second (docs/BENCHMARKS.md, session 30). The batch's distinct leases are now read
 -- once, by their primary key, and the locks taken on what they name. The locks, their
 -- order and everything else are as in 0026.
