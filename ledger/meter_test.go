@@ -516,6 +516,58 @@ func TestMeterSettleAllOutcomes(t *testing.T) {
 	}
 }
 
+// A settle reads every row it touches through its key, however few rows the planner
+// believes the tables hold: in a fresh database (no statistics yet) a batch of calls
+// with Idempotency-Keys made the claims' update scan idempotency and compare each row
+// with every key of the batch (migration 0039). The settle and the count of its scans
+// share one transaction (pg_stat_xact_user_tables counts the transaction's own).
+func TestMeterSettleAllReadsByKey(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	key, acct, day := f.key.ID(), f.key.AccountID(), time.Now().UTC().Format(time.DateOnly)
+	var outcome string
+	if err := f.pool.QueryRow(ctx, `SELECT outcome FROM meter_lease('lease_a', 'srv_x', $1, $2, 'live', $3, 1000, 1000, $4, 1000000, '1 minute')`,
+		key, acct, day, ledger.UnitPriceUSD).Scan(&outcome); err != nil || outcome != ledger.OutcomeOK {
+		t.Fatalf("lease: %s %v", outcome, err)
+	}
+	const n = 64
+	leases, units := make([]string, n), make([]int64, n)
+	scopes, keys, statuses, responses := make([]*string, n), make([]*string, n), make([]*int32, n), make([][]byte, n)
+	ok := int32(200)
+	for i := range n {
+		k := fmt.Sprintf("idem-%d", i)
+		if _, err := f.pool.Exec(ctx, `SELECT meter_claim($1, $2, 'h', 'srv_x', '1 minute')`, key, k); err != nil {
+			t.Fatal(err)
+		}
+		leases[i], units[i], scopes[i], keys[i], statuses[i], responses[i] = "lease_a", 1, &key, &k, &ok, []byte("{}")
+	}
+	tx, err := f.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // only read
+	var kept []bool
+	if err := tx.QueryRow(ctx, `SELECT meter_settle_all('srv_x', $1, $2, $3, $4, $5, $6, $7, now(), true)`,
+		leases, units, scopes, keys, statuses, responses, ledger.UnitPriceUSD).Scan(&kept); err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != n || slices.Contains(kept, false) {
+		t.Fatalf("kept %v, want all %d", kept, n)
+	}
+	rows, err := tx.Query(ctx, `SELECT relname || ' ' || seq_scan FROM pg_stat_xact_user_tables
+		 WHERE seq_scan > 0 AND relname IN ('idempotency', 'leases', 'key_balances', 'account_budgets', 'account_days') ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scanned, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(scanned) > 0 {
+		t.Fatalf("the settle scanned tables whole (table, scans): %v; want lookups by key only", scanned)
+	}
+}
+
 // holdChain takes the event chain's head in a transaction of its own, so that every
 // append (a settle) waits, until release commits it (or the test ends).
 func holdChain(t *testing.T, pool *pgxpool.Pool) (release func()) {
