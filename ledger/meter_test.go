@@ -545,7 +545,7 @@ func TestMeterSettleAllReadsByKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // only read
+	defer tx.Rollback(ctx) //nolint:errcheck // the settle is undone: only its scans are counted
 	var kept []bool
 	if err := tx.QueryRow(ctx, `SELECT meter_settle_all('srv_x', $1, $2, $3, $4, $5, $6, $7, now(), true)`,
 		leases, units, scopes, keys, statuses, responses, ledger.UnitPriceUSD).Scan(&kept); err != nil {
