@@ -91,6 +91,9 @@ type Executor struct {
 	waiting []*task                 // held and not yet searching, in the order taken
 	jobs    map[string]*jobRun      // the jobs of held positions
 	poke    chan struct{}           // something changed: look at the queue again
+	// fresh says the queue may have positions a take that found none did not see (a
+	// submission came by the command bus): set before the poke that tells it
+	fresh atomic.Bool
 
 	stats stats
 }
@@ -253,6 +256,7 @@ func (x *Executor) commandRouter(ctx context.Context, wake *eventstore.Wakeups) 
 			x.logger.Error("bad SubmitJob command", "err", err)
 			return nil // a command that cannot be read is dropped, not retried forever
 		}
+		x.fresh.Store(true)
 		x.nudge()
 		return nil
 	})
@@ -270,10 +274,21 @@ func (x *Executor) nudge() {
 // more than Parallel are waiting or searching here, enough for the engines' next
 // Horizon (ahead), and waits for a nudge (a submission, a position analysed or
 // dropped) or the scan interval otherwise.
+//
+// A take that found nothing free means the queue has nothing until a submission or a
+// release (both announced on the job commands' topic) or a lease running out (the
+// scan): until one of those, the positions analysed here do not send another take
+// after it. Without this, each of a job's last searches was followed by a take that
+// found nothing, about a millisecond of the database's CPU taken from the engines still
+// searching beside it (docs/BENCHMARKS.md, session 31).
 func (x *Executor) dispatch(ctx context.Context, ready chan<- *task, submitted <-chan struct{}) {
 	scan := time.NewTicker(x.cfg.Scan)
 	defer scan.Stop()
+	drained := false
 	for ctx.Err() == nil {
+		if x.fresh.Swap(false) {
+			drained = false
+		}
 		ahead := x.ahead()
 		x.mu.Lock()
 		want, idle := x.cfg.Parallel+ahead-x.pending, max(x.cfg.Parallel-x.pending, 0)
@@ -281,8 +296,10 @@ func (x *Executor) dispatch(ctx context.Context, ready chan<- *task, submitted <
 		got := 0
 		// once the engines have taken up the ones ahead: one query per take, while every
 		// engine still has a search to finish first
-		if want >= ahead {
-			got = x.take(ctx, want, idle, ready)
+		if want >= ahead && !drained {
+			var err error
+			got, err = x.take(ctx, want, idle, ready)
+			drained = got == 0 && err == nil
 		}
 		if got > 0 && got == want {
 			continue // there may be more
@@ -291,7 +308,9 @@ func (x *Executor) dispatch(ctx context.Context, ready chan<- *task, submitted <
 		case <-ctx.Done():
 		case <-x.poke:
 		case <-submitted:
+			drained = false
 		case <-scan.C:
+			drained = false
 		}
 	}
 }
@@ -311,16 +330,18 @@ func (x *Executor) ahead() int {
 
 // take takes up to n positions, need of them for idle engines and the rest within
 // this worker's share of the queue (commands.TakePositions), and hands them to the
-// engines; it returns how many. They count as searching before the first reaches an
-// engine, so that a record waiting for the rest of a job (record) knows of all of them.
-func (x *Executor) take(ctx context.Context, n, need int, ready chan<- *task) int {
+// engines; it returns how many the queue gave, or the take's error. They count as
+// searching before the first reaches an engine, so that a record waiting for the rest
+// of a job (record) knows of all of them.
+func (x *Executor) take(ctx context.Context, n, need int, ready chan<- *task) (int, error) {
 	taken, err := x.cmds.TakePositions(ctx, x.cfg.Worker, n, need, x.cfg.Lease)
 	if err != nil {
 		if ctx.Err() == nil {
 			x.logger.Warn("take positions", "err", err)
 		}
-		return 0
+		return 0, err
 	}
+	x.stats.took(len(taken))
 	tasks := make([]*task, 0, len(taken))
 	for _, t := range taken {
 		run, err := x.jobOf(ctx, t)
@@ -351,7 +372,7 @@ func (x *Executor) take(ctx context.Context, n, need int, ready chan<- *task) in
 	for _, tk := range tasks {
 		ready <- tk // never blocks: ready holds Parallel+Ahead and so many are pending at most
 	}
-	return len(taken)
+	return len(taken), nil
 }
 
 // jobOf returns what this worker knows of a taken position's job. The first time, it
@@ -805,17 +826,29 @@ func (x *Executor) fail(t *task, cause error) {
 // Stats says how the engines of this executor spent their time: a benchmark compares
 // Searching with the time a job took to see how long engines waited for work.
 type Stats struct {
-	Positions int64         // positions searched (analysed, failed or dropped)
-	Searching time.Duration // in analysis (acquiring a process, the search, conversion)
+	Positions  int64         // positions searched (analysed, failed or dropped)
+	Searching  time.Duration // in analysis (acquiring a process, the search, conversion)
+	Takes      int64         // queries of the queue (commands.TakePositions) that answered
+	EmptyTakes int64         // of them, those that found nothing to take
 }
 
 // Stats returns the counts so far.
 func (x *Executor) Stats() Stats { return x.stats.snapshot() }
 
 type stats struct {
-	positions atomic.Int64
-	searching atomic.Int64 // ns
-	recent    atomic.Int64 // ns a search, a moving average over the last ~8
+	positions  atomic.Int64
+	searching  atomic.Int64 // ns
+	recent     atomic.Int64 // ns a search, a moving average over the last ~8
+	takes      atomic.Int64
+	emptyTakes atomic.Int64
+}
+
+// took counts a take that answered with n positions.
+func (s *stats) took(n int) {
+	s.takes.Add(1)
+	if n == 0 {
+		s.emptyTakes.Add(1)
+	}
 }
 
 // add counts one position that spent searched in analysis.
@@ -842,5 +875,6 @@ func (s *stats) learn(searched time.Duration) {
 func (s *stats) pace() time.Duration { return time.Duration(s.recent.Load()) }
 
 func (s *stats) snapshot() Stats {
-	return Stats{Positions: s.positions.Load(), Searching: time.Duration(s.searching.Load())}
+	return Stats{Positions: s.positions.Load(), Searching: time.Duration(s.searching.Load()),
+		Takes: s.takes.Load(), EmptyTakes: s.emptyTakes.Load()}
 }

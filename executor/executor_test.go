@@ -137,6 +137,48 @@ func TestExecutorRecordsAJobsPositionsTogether(t *testing.T) {
 	}
 }
 
+// A take that finds the queue empty is the last until the queue has news (a
+// submission, a release, a lease running out): the searches still running do not
+// each send another take as they end. Sixteen searchers share one engine, so that the
+// first take holds all eight positions of the job (distinct, a few tens of
+// milliseconds each) and the queue is dry from then on; the scan is an hour away.
+// Counted from the worker's first take (an empty queue) to the job's end, the takes
+// that found nothing are the one after the first search and a few more for news that
+// came late (the listener's start, the submission's bus message: at most four in
+// all); without the rule, one after nearly every search.
+func TestExecutorStopsTakingFromAnEmptyQueue(t *testing.T) {
+	e := newEnv(t, 1)
+	x := e.run(t, executor.Config{Worker: "w", Scan: time.Hour, Parallel: 16, Ahead: 1})
+	key := signup(t, e.pool, e.cmds)
+	deadline := time.Now().Add(time.Minute)
+	for x.Stats().Takes == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker never looked at the queue")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := x.Stats()
+	fens := []string{ // after each of eight first moves
+		"rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1",
+		"rnbqkbnr/pppppppp/8/8/3P4/8/PPP1PPPP/RNBQKBNR b KQkq - 0 1",
+		"rnbqkbnr/pppppppp/8/8/2P5/8/PP1PPPPP/RNBQKBNR b KQkq - 0 1",
+		"rnbqkbnr/pppppppp/8/8/8/5N2/PPPPPPPP/RNBQKB1R b KQkq - 1 1",
+		"rnbqkbnr/pppppppp/8/8/8/6P1/PPPPPP1P/RNBQKBNR b KQkq - 0 1",
+		"rnbqkbnr/pppppppp/8/8/8/1P6/P1PPPPPP/RNBQKBNR b KQkq - 0 1",
+		"rnbqkbnr/pppppppp/8/8/5P2/8/PPPPP1PP/RNBQKBNR b KQkq - 0 1",
+		"rnbqkbnr/pppppppp/8/8/8/4P3/PPPP1PPP/RNBQKBNR b KQkq - 0 1",
+	}
+	j := submitAt(t, e.cmds, key, 11, fens)
+	if got := waitDone(t, e.pool, j.ID()); got.State() != domain.StateSucceeded || got.Done() != len(fens) {
+		t.Fatalf("job ended %s with %d done", got.State(), got.Done())
+	}
+	after := x.Stats()
+	takes, empty := after.Takes-before.Takes, after.EmptyTakes-before.EmptyTakes
+	if takes-empty < 1 || empty > 4 {
+		t.Fatalf("%d takes during the job, %d of them found nothing; want at most 4 that found nothing", takes, empty)
+	}
+}
+
 // A job is recorded once its own positions are done, not held back for another job's:
 // with RecordEvery far longer than the test, job B's first position (a finished game,
 // answered without an engine) waits for B's second (a deep search), while job A's only
