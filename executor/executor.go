@@ -231,6 +231,14 @@ func (x *Executor) Run(ctx context.Context) error {
 }
 
 // commandRouter consumes SubmitJob commands: each is a nudge to look at the queue.
+//
+// Nothing waits on this consumer: the submission's notification nudges the dispatch
+// directly (Run), and the scan looks at the queue while notifications are not heard.
+// So it asks again no sooner than once a second when an announcement found nothing
+// readable yet (an older transaction still open; eventstore.Backoff). At 50 ms, the
+// announcements of a two-worker job (its submission, the positions given back) had
+// both workers' consumers ask 14 times a job, each a transaction of three round
+// trips, for commands already acted on.
 func (x *Executor) commandRouter(ctx context.Context, wake *eventstore.Wakeups) (*message.Router, error) {
 	wlog := watermill.NewSlogLoggerWithLevelMapping(x.logger, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, wlog)
@@ -243,7 +251,7 @@ func (x *Executor) commandRouter(ctx context.Context, wake *eventstore.Wakeups) 
 		SchemaAdapter:  wmsql.DefaultPostgreSQLSchema{SubscribeBatchSize: 1, GeneratePayloadType: eventstore.BusSchema.GeneratePayloadType},
 		OffsetsAdapter: wmsql.DefaultPostgreSQLOffsetsAdapter{},
 		BackoffManager: wake.Backoff(commands.TopicJobCommands,
-			eventstore.Waiting{Idle: time.Second, Poll: 50 * time.Millisecond, Retry: time.Second}),
+			eventstore.Waiting{Idle: time.Second, Poll: time.Second, Retry: time.Second}),
 		ResendInterval: 100 * time.Millisecond,
 		AckDeadline:    &ack,
 	}, wlog)
