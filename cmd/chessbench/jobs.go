@@ -61,9 +61,11 @@ func (b *bench) jobs() error {
 		"Searching: raw, go to bestmove; the service, the executors' time in analysis (acquiring a process, the search, conversion). "+
 		"Engines idle: processes × run time − searching, per position (raw: resets between searches and the tail, where some processes have "+
 		"nothing left; the service: also the job's start and its last record). "+
-		"CPU outside the engines: what this process (the server, its executor and projections, the bench's client) and PostgreSQL used while the job ran, per position.\n\n", len(fens))
-	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw, median pair** [95 % interval] | pairs | engine ms per position, raw / service | nodes per position, raw / service | searching ms per position, raw / service | engines idle ms per position, raw / service | CPU ms per position outside the engines: chessd / PostgreSQL |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+		"CPU outside the engines: what this process (the server, its executor and projections, the bench's client) and PostgreSQL used while the job ran, per position; "+
+		"the same while the raw runs ran (the raw client's reading of the engines' output, and what the idle service and PostgreSQL spend anyway). "+
+		"Takes: the executors' queries of the queue a job (those that found nothing).\n\n", len(fens))
+	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw, median pair** [95 % interval] | pairs | engine ms per position, raw / service | nodes per position, raw / service | searching ms per position, raw / service | engines idle ms per position, raw / service | CPU ms per position outside the engines: chessd / PostgreSQL | the same during the raw runs | takes a job (empty) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	b.svc.DisableCache()
 	defer b.svc.EnableCache()
 	depths, err := intList(*jobDepths)
@@ -295,13 +297,16 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 	var rawTook, svcTook time.Duration
 	var rawCount, svcCount engineCount
 	var st execStats
-	var cpu cpuTime
+	var cpu, rawCPU cpuTime
 	var top []postgres.Statement
 	for round := range roundsAt(depth) {
 		var took time.Duration
 		var rc engineCount
 		raw := func() (err error) {
+			cpuBefore := b.cpuNow()
 			took, rc, err = b.runRawAll(depth, procs, fens)
+			used := b.cpuNow().since(cpuBefore)
+			rawCPU.self, rawCPU.pg = rawCPU.self+used.self, rawCPU.pg+used.pg
 			return err
 		}
 		// the raw run goes first in even rounds, the service's job in odd ones: neither
@@ -346,6 +351,7 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 		rawCount.add(rc)
 		svcCount.add(sc)
 		st.Positions, st.Searching = st.Positions+d.Positions, st.Searching+d.Searching
+		st.Takes, st.EmptyTakes = st.Takes+d.Takes, st.EmptyTakes+d.EmptyTakes
 		used := cpuAfter.since(cpuBefore)
 		cpu.self, cpu.pg = cpu.self+used.self, cpu.pg+used.pg
 	}
@@ -357,10 +363,11 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 	for i, r := range ratios {
 		pairs[i] = fmt.Sprintf("%.2f", r)
 	}
-	fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f**%s | %s | %.1f / %.1f | %d / %d | %.1f / %.1f | %.2f / %.2f | %.1f / %.1f |\n", workers, procs, depth,
+	fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f**%s | %s | %.1f / %.1f | %d / %d | %.1f / %.1f | %.2f / %.2f | %.1f / %.1f | %.1f / %.1f | %.1f (%.1f) |\n", workers, procs, depth,
 		n/rawTook.Seconds(), n/svcTook.Seconds(), medianFloat(ratios), interval(ratios, "%.2f"), strings.Join(pairs, ", "),
 		float64(rawCount.timeMS)/n, float64(svcCount.timeMS)/n, rawCount.nodes/int64(n), svcCount.nodes/int64(n),
-		ms(rawCount.busy)/n, per(st.Searching), ms(rawIdle)/n, per(idle), ms(cpu.self)/n, ms(cpu.pg)/n)
+		ms(rawCount.busy)/n, per(st.Searching), ms(rawIdle)/n, per(idle), ms(cpu.self)/n, ms(cpu.pg)/n, ms(rawCPU.self)/n, ms(rawCPU.pg)/n,
+		float64(st.Takes)/float64(len(ratios)), float64(st.EmptyTakes)/float64(len(ratios)))
 	return top, nil
 }
 
@@ -393,12 +400,15 @@ func statsOf(xs []*executor.Executor) execStats {
 		s := x.Stats()
 		out.Positions += s.Positions
 		out.Searching += s.Searching
+		out.Takes += s.Takes
+		out.EmptyTakes += s.EmptyTakes
 	}
 	return out
 }
 
 func (s execStats) minus(o execStats) execStats {
-	return execStats{Positions: s.Positions - o.Positions, Searching: s.Searching - o.Searching}
+	return execStats{Positions: s.Positions - o.Positions, Searching: s.Searching - o.Searching,
+		Takes: s.Takes - o.Takes, EmptyTakes: s.EmptyTakes - o.EmptyTakes}
 }
 
 // runJob submits a batch and returns the time from submission to the commit of its
