@@ -831,8 +831,9 @@ func (x *Executor) fail(t *task, cause error) {
 	x.dropJob(t.slot.JobID)
 }
 
-// Stats says how the engines of this executor spent their time: a benchmark compares
-// Searching with the time a job took to see how long engines waited for work.
+// Stats says how the engines of this executor spent their time (a benchmark compares
+// Searching with the time a job took to see how long engines waited for work) and how
+// often it looked at the queue.
 type Stats struct {
 	Positions  int64         // positions searched (analysed, failed or dropped)
 	Searching  time.Duration // in analysis (acquiring a process, the search, conversion)

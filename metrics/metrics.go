@@ -132,6 +132,7 @@ var (
 	refused          = desc("chessd_reservations_refused_total", "Calls the money path refused before any work (nothing reserved or charged), by reason.", "reason")
 	positionsDone    = desc("chessd_job_positions_done_total", "Job positions this process's executor finished searching (recorded, failed or given up).")
 	positionsSearch  = desc("chessd_job_search_seconds_total", "Time this process's executor spent analysing job positions (waiting for a process included).")
+	queueTakes       = desc("chessd_job_queue_takes_total", "Queries of the job queue by this process's executor, by whether they found positions to take.", "result")
 	positionsQueued  = desc("chessd_job_positions_queued", "Job positions on the queue, of every process: waiting for a worker, or held by one.", "state")
 	projectionLag    = desc("chessd_projection_lag_events", "Events of a projection's topic it has not applied yet (counted up to 100000).", "projection")
 	projectionPos    = desc("chessd_projection_position", "The highest event position a projection has applied.", "projection")
@@ -149,7 +150,7 @@ var (
 // stateDescs are the metrics state collects.
 var stateDescs = []*prometheus.Desc{engineProcesses, enginePoolSize, engineQueued, engineQueueWait, engineTimeouts,
 	engineSearches, engineNodes, enginePreempted, charges, chargedUnits, chargedUSD, refused, positionsDone,
-	positionsSearch, positionsQueued, projectionLag, projectionPos, projectionAside, eventsHead, dbConns, dbMaxConns,
+	positionsSearch, queueTakes, positionsQueued, projectionLag, projectionPos, projectionAside, eventsHead, dbConns, dbMaxConns,
 	dbAcquires, dbAcquireWaits, dbAcquireSeconds, dbAcquireCancel, scrapeErrors}
 
 func (s *state) Describe(ch chan<- *prometheus.Desc) {
@@ -198,6 +199,8 @@ func (s *state) Collect(ch chan<- prometheus.Metric) {
 		st := s.src.Executor.Stats()
 		counter(positionsDone, float64(st.Positions))
 		counter(positionsSearch, st.Searching.Seconds())
+		counter(queueTakes, float64(st.Takes-st.EmptyTakes), "found")
+		counter(queueTakes, float64(st.EmptyTakes), "empty")
 	}
 	if db := s.src.DB; db != nil {
 		st := db.Stat()

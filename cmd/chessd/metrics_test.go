@@ -243,6 +243,11 @@ func TestMetrics(t *testing.T) {
 	if d := delta(after, "chessd_db_acquires_total", nil); d <= 0 {
 		t.Errorf("chessd_db_acquires_total moved by %v", d)
 	}
+	// the job's positions came from at least one take, and at most one take per
+	// position found them
+	if d := delta(after, "chessd_job_queue_takes_total", labels{"result": "found"}); d < 1 || d > positions {
+		t.Errorf("chessd_job_queue_takes_total{result=found} moved by %v, want 1 to %v", d, positions)
+	}
 
 	// named by Prometheus' conventions, as its own linter checks them (the Go runtime's
 	// and the process's are the client library's)
