@@ -150,13 +150,7 @@ func TestExecutorStopsTakingFromAnEmptyQueue(t *testing.T) {
 	e := newEnv(t, 1)
 	x := e.run(t, executor.Config{Worker: "w", Scan: time.Hour, Parallel: 16, Ahead: 1})
 	key := signup(t, e.pool, e.cmds)
-	deadline := time.Now().Add(time.Minute)
-	for x.Stats().Takes == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the worker never looked at the queue")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	pgtest.WaitFor(t, "the worker's first look at the queue", func() bool { return x.Stats().Takes > 0 })
 	before := x.Stats()
 	fens := []string{ // after each of eight first moves
 		"rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1",
