@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -158,12 +160,16 @@ func (c *jobCache) keep(j *domain.Job) {
 // account) and reads each one's first 2n free positions (twice n: some may be in
 // another worker's hands this instant), whatever the length of the queue.
 func (h *Handler) TakePositions(ctx context.Context, worker string, n, need int, lease time.Duration) ([]Taken, error) {
-	// n, 2n and need are written into the statement, not passed: with them as
-	// parameters, PostgreSQL planned each take afresh (a custom plan, 0.3-0.5 ms, more
-	// than the take itself). Each text is a statement of its own, planned on each
-	// connection until PostgreSQL settles on its generic plan (after five): n is
-	// rounded down to a power of two, so that a worker whose takes vary in size uses a
-	// few of them, not one per size (planned at every take: 1.2 ms each).
+	// Everything is written into the statement, nothing passed: a statement without
+	// parameters is planned once on each connection and its plan kept (PostgreSQL has
+	// no custom plan to weigh against it), while one with parameters is planned afresh
+	// at each of its first five runs on a connection, and a take's plan costs more than
+	// the take (0.37 ms against 0.22 on an idle machine). With the worker and the lease
+	// passed, 17 of a two-worker job's 21 takes were planned (pg_stat_statements with
+	// track_planning, docs/BENCHMARKS.md, session 32): each size of take on each of the
+	// pool's connections is a statement of its own, and they never got past five runs.
+	// n is rounded down to a power of two, so that a worker whose takes vary in size
+	// uses a few statements, not one per size.
 	if n < 1 {
 		return nil, nil
 	}
@@ -191,9 +197,9 @@ func (h *Handler) TakePositions(ctx context.Context, worker string, n, need int,
 			 WHERE a.account_id IS NOT NULL
 		), others AS (
 			SELECT count(*) AS n FROM (
-			       SELECT worker FROM job_queue WHERE worker IS NOT NULL AND worker <> $1 AND lease_until >= now()
+			       SELECT worker FROM job_queue WHERE worker IS NOT NULL AND worker <> %[4]s AND lease_until >= now()
 			       UNION
-			       SELECT worker FROM job_workers WHERE worker <> $1 AND alive_until >= now()) w
+			       SELECT worker FROM job_workers WHERE worker <> %[4]s AND alive_until >= now()) w
 		), async AS (
 			-- a lease is neither money nor a record: this commit need not wait for the
 			-- WAL's flush. A crash that lost it frees the positions again: the worker's
@@ -214,9 +220,9 @@ func (h *Handler) TakePositions(ctx context.Context, worker string, n, need int,
 			          FOR UPDATE SKIP LOCKED) q
 			 LIMIT least(%[1]d, greatest(%[3]d, (SELECT ceil(count(*)::numeric / (1 + (SELECT n FROM others))) FROM free)))
 		)
-		UPDATE job_queue q SET worker = $1, lease_until = now() + $2::interval
+		UPDATE job_queue q SET worker = %[4]s, lease_until = now() + interval '%[5]d microseconds'
 		  FROM pick, async WHERE q.job_id = pick.job_id AND q.idx = pick.idx
-		RETURNING q.job_id, q.idx, pick.prior IS NOT NULL AND pick.prior <> $1`, n, 2*n, need), worker, lease.String())
+		RETURNING q.job_id, q.idx, pick.prior IS NOT NULL AND pick.prior <> %[4]s`, n, 2*n, need, sqlString(worker), lease.Microseconds()))
 	if err != nil {
 		return nil, fmt.Errorf("take positions: %w", err)
 	}
@@ -229,6 +235,17 @@ func (h *Handler) TakePositions(ctx context.Context, worker string, n, need int,
 		return nil, fmt.Errorf("take positions: %w", err)
 	}
 	return taken, nil
+}
+
+// sqlString is s as an SQL string constant. It is dollar-quoted with a tag that s does
+// not contain, so that nothing in s is read as anything but its characters, whatever
+// the server's standard_conforming_strings.
+func sqlString(s string) string {
+	tag := "$w$"
+	for i := 0; strings.Contains(s, tag) || strings.HasSuffix(s, tag[:len(tag)-1]); i++ {
+		tag = "$w" + strconv.Itoa(i) + "$"
+	}
+	return tag + s + tag
 }
 
 // WorkerAlive says worker is alive for the next d: until then, every take counts it

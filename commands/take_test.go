@@ -124,6 +124,33 @@ func TestTakePositionsFollowsTheSpec(t *testing.T) {
 	}
 }
 
+// A take writes its worker's name and lease into its statement (TakePositions): any
+// name is held as itself, however it is quoted, and the lease runs as long as asked.
+func TestTakeWritesAnyWorkerNameAsItself(t *testing.T) {
+	f := newFixture(t)
+	for i, worker := range []string{"host:1", "it's", `back\slash`, "$w$", "ends in $w", "$w$ and $w0$", "$", "w$", "ünïcode $w"} {
+		job := fmt.Sprintf("job-name-%d", i)
+		if _, err := f.pool.Exec(f.ctx, `INSERT INTO job_queue (job_id, idx, account_id, submitted_at) VALUES ($1, 0, $1, now())`, job); err != nil {
+			t.Fatal(err)
+		}
+		taken, err := f.h.TakePositions(f.ctx, worker, 1, 1, 90*time.Second)
+		if err != nil {
+			t.Fatalf("%q: %v", worker, err)
+		}
+		if len(taken) != 1 || taken[0].JobID != job || taken[0].TookOver {
+			t.Fatalf("%q took %+v", worker, taken)
+		}
+		var held string
+		var lease time.Duration
+		if err := f.pool.QueryRow(f.ctx, `SELECT worker, lease_until - now() FROM job_queue WHERE job_id = $1`, job).Scan(&held, &lease); err != nil {
+			t.Fatal(err)
+		}
+		if held != worker || lease < 80*time.Second || lease > 90*time.Second {
+			t.Errorf("%q: held by %q for %v", worker, held, lease)
+		}
+	}
+}
+
 // BenchmarkTakePositions takes two positions at a time from queues of many lengths
 // (ten accounts' 50-position jobs, none held): a take's cost should not follow the
 // queue's length.
