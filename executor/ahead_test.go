@@ -50,3 +50,24 @@ func TestPaceIsAMovingAverage(t *testing.T) {
 		t.Fatalf("after a search cut short: %v, want 26ms", got)
 	}
 }
+
+// A take asks for the power of two nearer to what is wanted (TakePositions rounds
+// down to one), never for more than there is room for.
+func TestTakeSizeIsTheNearerPowerOfTwo(t *testing.T) {
+	for _, c := range []struct{ want, room, size int }{
+		{0, 18, 0},
+		{1, 18, 1},
+		{2, 18, 2},
+		{3, 18, 4},
+		{5, 18, 4},
+		{6, 18, 8},
+		{11, 18, 8},
+		{12, 18, 16},
+		{6, 7, 7}, // TakePositions then takes 4
+		{6, 2, 2},
+	} {
+		if got := takeSize(c.want, c.room); got != c.size {
+			t.Errorf("takeSize(%d, %d) = %d, want %d", c.want, c.room, got, c.size)
+		}
+	}
+}
