@@ -10,16 +10,17 @@ import (
 )
 
 // cpuTime is CPU time (user + system) used so far by this process (the servers, the
-// trivial handlers, the projections, the bench itself) and by the bench's PostgreSQL
-// (the postmaster, its live children and those it reaped).
+// trivial handlers, the projections, the bench itself), by the bench's PostgreSQL
+// (the postmaster, its live children and those it reaped) and by the engines this
+// process started and are still running (the pools' and the raw ones).
 type cpuTime struct {
-	self, pg time.Duration
-	selfEnd  time.Duration // self when the reading ended: scanning /proc costs this process about 10 ms
+	self, pg, engines time.Duration
+	selfEnd           time.Duration // self when the reading ended: scanning /proc costs this process about 10 ms
 }
 
 // since is the CPU used from reading before to reading t, leaving out the readings' own.
 func (t cpuTime) since(before cpuTime) cpuTime {
-	return cpuTime{self: t.self - before.selfEnd, pg: t.pg - before.pg}
+	return cpuTime{self: t.self - before.selfEnd, pg: t.pg - before.pg, engines: t.engines - before.engines}
 }
 
 func rusageSelf() time.Duration {
@@ -36,6 +37,7 @@ func (b *bench) cpuNow() (t cpuTime) {
 		return t
 	}
 	master := strings.SplitN(string(raw), "\n", 2)[0]
+	self := strconv.Itoa(os.Getpid())
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range stats {
 		stat, err := os.ReadFile(p)
@@ -46,7 +48,17 @@ func (b *bench) cpuNow() (t cpuTime) {
 		s := string(stat)
 		pid := s[:strings.IndexByte(s, ' ')]
 		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 15 || (pid != master && f[1] != master) {
+		if len(f) < 15 {
+			continue
+		}
+		if f[1] == self && strings.Contains(s, "(stockfish)") {
+			for _, v := range f[11:13] {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				t.engines += time.Duration(n) * (time.Second / 100)
+			}
+			continue
+		}
+		if pid != master && f[1] != master {
 			continue
 		}
 		ticks := int64(0)

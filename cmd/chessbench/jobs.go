@@ -58,14 +58,15 @@ func (b *bench) jobs() error {
 		"Pairs: a raw run and a service job, raw first in every other pair; the interval is the median's 95 %% confidence interval from the pairs' order statistics "+
 		"(the machine's speed moves between pairs: a target inside it is within what the run can tell). "+
 		"Service time: submission until JobSucceeded is recorded. Engine ms and nodes: what the engines reported (info time, nodes). "+
+		"Engines' CPU: the user and system time the engine processes used while the raw runs, or the jobs, ran (from /proc: the same nodes on both sides). "+
 		"Searching: raw, go to bestmove; the service, the executors' time in analysis (acquiring a process, the search, conversion). "+
 		"Engines idle: processes × run time − searching, per position (raw: resets between searches and the tail, where some processes have "+
 		"nothing left; the service: also the job's start and its last record). "+
 		"CPU outside the engines: what this process (the server, its executor and projections, the bench's client) and PostgreSQL used while the job ran, per position; "+
 		"the same while the raw runs ran (the raw client's reading of the engines' output, and what the idle service and PostgreSQL spend anyway). "+
 		"Takes: the executors' queries of the queue a job (those that found nothing).\n\n", len(fens))
-	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw, median pair** [95 % interval] | pairs | engine ms per position, raw / service | nodes per position, raw / service | searching ms per position, raw / service | engines idle ms per position, raw / service | CPU ms per position outside the engines: chessd / PostgreSQL | the same during the raw runs | takes a job (empty) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw, median pair** [95 % interval] | pairs | engine ms per position, raw / service | engines' CPU ms per position, raw / service | nodes per position, raw / service | searching ms per position, raw / service | engines idle ms per position, raw / service | CPU ms per position outside the engines: chessd / PostgreSQL | the same during the raw runs | takes a job (empty) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	b.svc.DisableCache()
 	defer b.svc.EnableCache()
 	depths, err := intList(*jobDepths)
@@ -303,10 +304,14 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 		var took time.Duration
 		var rc engineCount
 		raw := func() (err error) {
+			// started outside the reading: loading a network is not a search's CPU
+			if err := b.startRawAll(procs); err != nil {
+				return err
+			}
 			cpuBefore := b.cpuNow()
 			took, rc, err = b.runRawAll(depth, procs, fens)
 			used := b.cpuNow().since(cpuBefore)
-			rawCPU.self, rawCPU.pg = rawCPU.self+used.self, rawCPU.pg+used.pg
+			rawCPU.self, rawCPU.pg, rawCPU.engines = rawCPU.self+used.self, rawCPU.pg+used.pg, rawCPU.engines+used.engines
 			return err
 		}
 		// the raw run goes first in even rounds, the service's job in odd ones: neither
@@ -353,7 +358,7 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 		st.Positions, st.Searching = st.Positions+d.Positions, st.Searching+d.Searching
 		st.Takes, st.EmptyTakes = st.Takes+d.Takes, st.EmptyTakes+d.EmptyTakes
 		used := cpuAfter.since(cpuBefore)
-		cpu.self, cpu.pg = cpu.self+used.self, cpu.pg+used.pg
+		cpu.self, cpu.pg, cpu.engines = cpu.self+used.self, cpu.pg+used.pg, cpu.engines+used.engines
 	}
 	n := float64(len(fens) * len(ratios))
 	per := func(d time.Duration) float64 { return ms(d) / float64(max(st.Positions, 1)) }
@@ -363,9 +368,9 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 	for i, r := range ratios {
 		pairs[i] = fmt.Sprintf("%.2f", r)
 	}
-	fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f**%s | %s | %.1f / %.1f | %d / %d | %.1f / %.1f | %.2f / %.2f | %.1f / %.1f | %.1f / %.1f | %.1f (%.1f) |\n", workers, procs, depth,
+	fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f**%s | %s | %.1f / %.1f | %.1f / %.1f | %d / %d | %.1f / %.1f | %.2f / %.2f | %.1f / %.1f | %.1f / %.1f | %.1f (%.1f) |\n", workers, procs, depth,
 		n/rawTook.Seconds(), n/svcTook.Seconds(), medianFloat(ratios), interval(ratios, "%.2f"), strings.Join(pairs, ", "),
-		float64(rawCount.timeMS)/n, float64(svcCount.timeMS)/n, rawCount.nodes/int64(n), svcCount.nodes/int64(n),
+		float64(rawCount.timeMS)/n, float64(svcCount.timeMS)/n, ms(rawCPU.engines)/n, ms(cpu.engines)/n, rawCount.nodes/int64(n), svcCount.nodes/int64(n),
 		ms(rawCount.busy)/n, per(st.Searching), ms(rawIdle)/n, per(idle), ms(cpu.self)/n, ms(cpu.pg)/n, ms(rawCPU.self)/n, ms(rawCPU.pg)/n,
 		float64(st.Takes)/float64(len(ratios)), float64(st.EmptyTakes)/float64(len(ratios)))
 	return top, nil
@@ -521,14 +526,8 @@ func (b *bench) runRawAll(depth, conc int, fens []string) (time.Duration, engine
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var next atomic.Int64
-	for len(b.raw) < conc {
-		eng, err := startRaw(b.binary)
-		if err != nil {
-			return 0, count, err
-		}
-		fmt.Fprintln(eng.in, "isready")
-		eng.until("readyok")
-		b.raw = append(b.raw, eng)
+	if err := b.startRawAll(conc); err != nil {
+		return 0, count, err
 	}
 	engines := b.raw[:conc]
 	start := time.Now()
@@ -552,6 +551,20 @@ func (b *bench) runRawAll(depth, conc int, fens []string) (time.Duration, engine
 	}
 	wg.Wait()
 	return time.Since(start), count, nil
+}
+
+// startRawAll starts raw processes until there are n, each ready (network loaded).
+func (b *bench) startRawAll(n int) error {
+	for len(b.raw) < n {
+		eng, err := startRaw(b.binary)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(eng.in, "isready")
+		eng.until("readyok")
+		b.raw = append(b.raw, eng)
+	}
+	return nil
 }
 
 // jobEngineCount sums what the engines reported for a job's positions.
