@@ -32,8 +32,8 @@ var benchFENs = []string{
 	"r4rk1/1pp1qppp/p1np1n2/2b1p1B1/2B1P1b1/P1NP1N2/1PP1QPPP/R4RK1 w - - 0 10",
 }
 
-// rawEngine drives a Stockfish process by hand, with nothing of this package: the
-// baseline the pool is measured against.
+// rawEngine drives a Stockfish process by hand, with nothing of this package but its
+// pipes: the baseline the pool is measured against.
 type rawEngine struct {
 	in  io.WriteCloser
 	out *bufio.Scanner
@@ -43,15 +43,20 @@ type rawEngine struct {
 func startRaw(tb testing.TB) *rawEngine {
 	tb.Helper()
 	cmd := exec.Command(enginePath(tb, "sf-17.1", PathNative))
-	in, _ := cmd.StdinPipe()
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
+	in, out, closeChild, err := Pipes(cmd) // the pool's pipes: the same cost to read a line
+	if err != nil {
+		tb.Fatal(err)
+	}
+	err = cmd.Start()
+	closeChild()
+	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
 		_, _ = io.WriteString(in, "quit\n")
 		_ = in.Close()
 		_ = cmd.Wait()
+		_ = out.Close()
 	})
 	r := &rawEngine{in: in, out: bufio.NewScanner(out), tb: tb}
 	r.send("uci")

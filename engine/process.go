@@ -136,17 +136,17 @@ func (p *process) isDead() bool {
 func startProcess(ctx context.Context, cfg *procConfig) (*process, error) {
 	cmd := exec.Command(cfg.path, cfg.args...)
 	setProcAttrs(cmd)
-	in, err := cmd.StdinPipe()
+	in, out, closeChild, err := Pipes(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("engine: stdin pipe: %w", err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("engine: stdout pipe: %w", err)
+		return nil, err
 	}
 	// stderr is left nil (discarded): engines write nothing useful there, and an
 	// unread pipe could block them.
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	closeChild()
+	if err != nil {
+		in.Close()
+		out.Close()
 		return nil, fmt.Errorf("engine: start %s: %w", cfg.path, err)
 	}
 	p := &process{
@@ -177,7 +177,7 @@ func startProcess(ctx context.Context, cfg *procConfig) (*process, error) {
 // readLoop forwards stdout lines until EOF, then reaps the process. After kill it
 // discards lines instead of blocking on a channel nobody reads, so the process is
 // always reaped (os/exec requires reads to finish before Wait).
-func (p *process) readLoop(out io.Reader) {
+func (p *process) readLoop(out io.ReadCloser) {
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 0, 16<<10), 1<<20)
 	for sc.Scan() {
@@ -197,6 +197,8 @@ func (p *process) readLoop(out io.Reader) {
 	}
 	close(p.lines)
 	p.waitErr = p.cmd.Wait()
+	out.Close()
+	p.in.Close() // closed already unless the engine ended on its own
 	close(p.exited)
 }
 

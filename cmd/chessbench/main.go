@@ -414,9 +414,10 @@ func (b *bench) timedPost(path, body, key string) (map[string]time.Duration, int
 // raw side's hash and histories warm in the caches (just cleared) and the pool's cold,
 // about 1 ms of a 100 ms depth-14 search at concurrency 1 (docs/BENCHMARKS.md, session 13).
 type rawEngine struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
+	cmd     *exec.Cmd
+	in      io.WriteCloser
+	outPipe io.Closer
+	out     *bufio.Scanner
 	// the engine's own count of its last search: nodes and time (ms), from its last
 	// info line with both
 	nodes, timeMS int64
@@ -424,12 +425,19 @@ type rawEngine struct {
 
 func startRaw(binary string) (*rawEngine, error) {
 	cmd := exec.Command(binary)
-	in, _ := cmd.StdinPipe()
-	outPipe, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
+	// the pools' pipes: reading a line costs the raw side what it costs the service
+	in, out, closeChild, err := engine.Pipes(cmd)
+	if err != nil {
 		return nil, err
 	}
-	e := &rawEngine{cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
+	err = cmd.Start()
+	closeChild()
+	if err != nil {
+		in.Close()
+		out.Close()
+		return nil, err
+	}
+	e := &rawEngine{cmd: cmd, in: in, outPipe: out, out: bufio.NewScanner(out)}
 	fmt.Fprintln(in, "uci")
 	e.until("uciok")
 	return e, nil
@@ -476,6 +484,8 @@ func (e *rawEngine) search(fen string, depth int) time.Duration {
 func (e *rawEngine) close() {
 	fmt.Fprintln(e.in, "quit")
 	e.cmd.Wait() //nolint:errcheck // exiting
+	e.in.Close()
+	e.outPipe.Close()
 }
 
 func sum(d []time.Duration) time.Duration {

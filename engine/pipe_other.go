@@ -1,0 +1,22 @@
+//go:build !linux
+
+package engine
+
+import (
+	"fmt"
+	"io"
+	"os/exec"
+)
+
+// Pipes connects the engine's stdin and stdout (see pipe_linux.go for why Linux
+// does more).
+func Pipes(cmd *exec.Cmd) (in io.WriteCloser, out io.ReadCloser, closeChild func(), err error) {
+	if in, err = cmd.StdinPipe(); err != nil {
+		return nil, nil, nil, fmt.Errorf("engine: stdin pipe: %w", err)
+	}
+	if out, err = cmd.StdoutPipe(); err != nil {
+		in.Close()
+		return nil, nil, nil, fmt.Errorf("engine: stdout pipe: %w", err)
+	}
+	return in, out, func() {}, nil
+}
