@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,26 +13,66 @@ import (
 // cpuTime is CPU time (user + system) used so far by this process (the servers, the
 // trivial handlers, the projections, the bench itself), by the bench's PostgreSQL
 // (the postmaster, its live children and those it reaped) and by the engines this
-// process started and are still running (the pools' and the raw ones).
+// process started and are still running (the pools' and the raw ones). With it, how
+// often they went to sleep to be woken again (voluntary context switches: this
+// process's threads, PostgreSQL's live processes) and how often the engines were
+// preempted (involuntary ones): on cores the engines keep busy, each wake-up of
+// something else takes a core from an engine, and costs more than its own work.
 type cpuTime struct {
 	self, pg, engines time.Duration
 	selfEnd           time.Duration // self when the reading ended: scanning /proc costs this process about 10 ms
+	wakes, wakesEnd   int64         // this process's voluntary switches, at the reading's start and end
+	pgWakes, preempts int64
 }
 
 // since is the CPU used from reading before to reading t, leaving out the readings' own.
 func (t cpuTime) since(before cpuTime) cpuTime {
-	return cpuTime{self: t.self - before.selfEnd, pg: t.pg - before.pg, engines: t.engines - before.engines}
+	return cpuTime{self: t.self - before.selfEnd, pg: t.pg - before.pg, engines: t.engines - before.engines,
+		wakes: t.wakes - before.wakesEnd, pgWakes: t.pgWakes - before.pgWakes, preempts: t.preempts - before.preempts}
 }
 
-func rusageSelf() time.Duration {
+// add sums two spans' usage.
+func (t cpuTime) add(o cpuTime) cpuTime {
+	return cpuTime{self: t.self + o.self, pg: t.pg + o.pg, engines: t.engines + o.engines,
+		wakes: t.wakes + o.wakes, pgWakes: t.pgWakes + o.pgWakes, preempts: t.preempts + o.preempts}
+}
+
+// wakesPer formats t's wake-ups and preemptions per position of n.
+func (t cpuTime) wakesPer(n float64) string {
+	return fmt.Sprintf("%.0f / %.0f / %.0f", float64(t.wakes)/n, float64(t.pgWakes)/n, float64(t.preempts)/n)
+}
+
+func rusageSelf() (time.Duration, int64) {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru) //nolint:errcheck // reported as 0
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Nvcsw
+}
+
+// switches reads a task's context switches from its status file.
+func switches(status string) (voluntary, involuntary int64) {
+	raw, err := os.ReadFile(status)
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		switch name {
+		case "voluntary_ctxt_switches":
+			voluntary = n
+		case "nonvoluntary_ctxt_switches":
+			involuntary = n
+		}
+	}
+	return voluntary, involuntary
 }
 
 func (b *bench) cpuNow() (t cpuTime) {
-	t.self = rusageSelf()
-	defer func() { t.selfEnd = rusageSelf() }()
+	t.self, t.wakes = rusageSelf()
+	defer func() { t.selfEnd, t.wakesEnd = rusageSelf() }()
 	raw, err := os.ReadFile(filepath.Join(b.cluster.Dir, "postmaster.pid"))
 	if err != nil {
 		return t
@@ -56,11 +97,18 @@ func (b *bench) cpuNow() (t cpuTime) {
 				n, _ := strconv.ParseInt(v, 10, 64)
 				t.engines += time.Duration(n) * (time.Second / 100)
 			}
+			tasks, _ := filepath.Glob(filepath.Join(filepath.Dir(p), "task", "*", "status"))
+			for _, task := range tasks {
+				_, inv := switches(task)
+				t.preempts += inv
+			}
 			continue
 		}
 		if pid != master && f[1] != master {
 			continue
 		}
+		vol, _ := switches(filepath.Join(filepath.Dir(p), "status"))
+		t.pgWakes += vol
 		ticks := int64(0)
 		fields := f[11:13] // utime, stime
 		if pid == master {

@@ -64,9 +64,11 @@ func (b *bench) jobs() error {
 		"nothing left; the service: also the job's start and its last record). "+
 		"CPU outside the engines: what this process (the server, its executor and projections, the bench's client) and PostgreSQL used while the job ran, per position; "+
 		"the same while the raw runs ran (the raw client's reading of the engines' output, and what the idle service and PostgreSQL spend anyway). "+
+		"Wake-ups: the times this process's threads and PostgreSQL's processes went to sleep and were woken (voluntary context switches), "+
+		"and the engines' threads were preempted (involuntary ones), per position: each takes a core from an engine for longer than its own work. "+
 		"Takes: the executors' queries of the queue a job (those that found nothing).\n\n", len(fens))
-	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw, median pair** [95 % interval] | pairs | engine ms per position, raw / service | engines' CPU ms per position, raw / service | nodes per position, raw / service | searching ms per position, raw / service | engines idle ms per position, raw / service | CPU ms per position outside the engines: chessd / PostgreSQL | the same during the raw runs | takes a job (empty) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| workers | processes | depth | raw positions/s | service positions/s | **service / raw, median pair** [95 % interval] | pairs | engine ms per position, raw / service | engines' CPU ms per position, raw / service | nodes per position, raw / service | searching ms per position, raw / service | engines idle ms per position, raw / service | CPU ms per position outside the engines: chessd / PostgreSQL | the same during the raw runs | wake-ups a position: chessd / PostgreSQL / engines preempted, service; raw | takes a job (empty) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	b.svc.DisableCache()
 	defer b.svc.EnableCache()
 	depths, err := intList(*jobDepths)
@@ -311,7 +313,7 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 			cpuBefore := b.cpuNow()
 			took, rc, err = b.runRawAll(depth, procs, fens)
 			used := b.cpuNow().since(cpuBefore)
-			rawCPU.self, rawCPU.pg, rawCPU.engines = rawCPU.self+used.self, rawCPU.pg+used.pg, rawCPU.engines+used.engines
+			rawCPU = rawCPU.add(used)
 			return err
 		}
 		// the raw run goes first in even rounds, the service's job in odd ones: neither
@@ -358,7 +360,7 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 		st.Positions, st.Searching = st.Positions+d.Positions, st.Searching+d.Searching
 		st.Takes, st.EmptyTakes = st.Takes+d.Takes, st.EmptyTakes+d.EmptyTakes
 		used := cpuAfter.since(cpuBefore)
-		cpu.self, cpu.pg, cpu.engines = cpu.self+used.self, cpu.pg+used.pg, cpu.engines+used.engines
+		cpu = cpu.add(used)
 	}
 	n := float64(len(fens) * len(ratios))
 	per := func(d time.Duration) float64 { return ms(d) / float64(max(st.Positions, 1)) }
@@ -368,10 +370,10 @@ func (b *bench) jobRow(workers, depth int, execs []*executor.Executor, fens []st
 	for i, r := range ratios {
 		pairs[i] = fmt.Sprintf("%.2f", r)
 	}
-	fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f**%s | %s | %.1f / %.1f | %.1f / %.1f | %d / %d | %.1f / %.1f | %.2f / %.2f | %.1f / %.1f | %.1f / %.1f | %.1f (%.1f) |\n", workers, procs, depth,
+	fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.2f**%s | %s | %.1f / %.1f | %.1f / %.1f | %d / %d | %.1f / %.1f | %.2f / %.2f | %.1f / %.1f | %.1f / %.1f | %s; %s | %.1f (%.1f) |\n", workers, procs, depth,
 		n/rawTook.Seconds(), n/svcTook.Seconds(), medianFloat(ratios), interval(ratios, "%.2f"), strings.Join(pairs, ", "),
 		float64(rawCount.timeMS)/n, float64(svcCount.timeMS)/n, ms(rawCPU.engines)/n, ms(cpu.engines)/n, rawCount.nodes/int64(n), svcCount.nodes/int64(n),
-		ms(rawCount.busy)/n, per(st.Searching), ms(rawIdle)/n, per(idle), ms(cpu.self)/n, ms(cpu.pg)/n, ms(rawCPU.self)/n, ms(rawCPU.pg)/n,
+		ms(rawCount.busy)/n, per(st.Searching), ms(rawIdle)/n, per(idle), ms(cpu.self)/n, ms(cpu.pg)/n, ms(rawCPU.self)/n, ms(rawCPU.pg)/n, cpu.wakesPer(n), rawCPU.wakesPer(n),
 		float64(st.Takes)/float64(len(ratios)), float64(st.EmptyTakes)/float64(len(ratios)))
 	return top, nil
 }
