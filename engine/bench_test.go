@@ -43,12 +43,7 @@ type rawEngine struct {
 func startRaw(tb testing.TB) *rawEngine {
 	tb.Helper()
 	cmd := exec.Command(enginePath(tb, "sf-17.1", PathNative))
-	in, out, closeChild, err := Pipes(cmd) // the pool's pipes: the same cost to read a line
-	if err != nil {
-		tb.Fatal(err)
-	}
-	err = cmd.Start()
-	closeChild()
+	in, out, err := StartPiped(cmd) // the pool's pipes: the same cost to read a line
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -9,18 +9,16 @@ import (
 	"unsafe"
 )
 
-// Pipes connects an engine's stdin and stdout (cmd, not started) to pipes whose ends
+// pipes connects an engine's stdin and stdout (cmd, not started) to pipes whose ends
 // this process reads and writes with raw system calls on the runtime's poller. A read
 // or write through os.File enters the Go scheduler's system-call path, which wakes its
 // monitor thread (sysmon) whenever the process was idle: with an engine's ~15 lines a
-// search and the cores busy with engines, those wake-ups cost about as much as the
-// reads themselves (docs/BENCHMARKS.md, session 33). The ends are non-blocking, so a
-// raw call never blocks; with nothing to read (or no room to write) the goroutine
-// parks on the poller as os.File's would. closeChild closes the child's ends: call it
-// once Start has returned. The pools use it, and so do the benchmarks' raw drivers: a
-// baseline driven through os/exec's pipes would spend more of the cores than the
-// service does.
-func Pipes(cmd *exec.Cmd) (in io.WriteCloser, out io.ReadCloser, closeChild func(), err error) {
+// search and the cores busy with engines, those wake-ups were a third of this
+// process's CPU for reading an engine (docs/BENCHMARKS.md, session 33). The ends are
+// non-blocking, so a raw call never blocks; with nothing to read (or no room to
+// write) the goroutine parks on the poller as os.File's would. closeChild closes the
+// child's ends: call it once Start has returned.
+func pipes(cmd *exec.Cmd) (in io.WriteCloser, out io.ReadCloser, closeChild func(), err error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("engine: stdin pipe: %w", err)
@@ -46,7 +44,7 @@ func Pipes(cmd *exec.Cmd) (in io.WriteCloser, out io.ReadCloser, closeChild func
 }
 
 // rawFile reads and writes a non-blocking pipe end with raw system calls (see
-// Pipes).
+// pipes).
 type rawFile struct {
 	f  *os.File
 	rc syscall.RawConn

@@ -9,16 +9,11 @@ import (
 	"testing"
 )
 
-// startCat runs cat on Pipes: what goes in comes back out.
+// startCat runs cat on StartPiped's pipes: what goes in comes back out.
 func startCat(t *testing.T) (*exec.Cmd, io.WriteCloser, io.ReadCloser) {
 	t.Helper()
 	cmd := exec.Command("cat")
-	in, out, closeChild, err := Pipes(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = cmd.Start()
-	closeChild()
+	in, out, err := StartPiped(cmd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,9 @@ import (
 	"os/exec"
 )
 
-// Pipes connects the engine's stdin and stdout (see pipe_linux.go for why Linux
+// pipes connects the engine's stdin and stdout (see pipe_linux.go for why Linux
 // does more).
-func Pipes(cmd *exec.Cmd) (in io.WriteCloser, out io.ReadCloser, closeChild func(), err error) {
+func pipes(cmd *exec.Cmd) (in io.WriteCloser, out io.ReadCloser, closeChild func(), err error) {
 	if in, err = cmd.StdinPipe(); err != nil {
 		return nil, nil, nil, fmt.Errorf("engine: stdin pipe: %w", err)
 	}

@@ -136,17 +136,10 @@ func (p *process) isDead() bool {
 func startProcess(ctx context.Context, cfg *procConfig) (*process, error) {
 	cmd := exec.Command(cfg.path, cfg.args...)
 	setProcAttrs(cmd)
-	in, out, closeChild, err := Pipes(cmd)
-	if err != nil {
-		return nil, err
-	}
 	// stderr is left nil (discarded): engines write nothing useful there, and an
 	// unread pipe could block them.
-	err = cmd.Start()
-	closeChild()
+	in, out, err := StartPiped(cmd)
 	if err != nil {
-		in.Close()
-		out.Close()
 		return nil, fmt.Errorf("engine: start %s: %w", cfg.path, err)
 	}
 	p := &process{

@@ -426,15 +426,8 @@ type rawEngine struct {
 func startRaw(binary string) (*rawEngine, error) {
 	cmd := exec.Command(binary)
 	// the pools' pipes: reading a line costs the raw side what it costs the service
-	in, out, closeChild, err := engine.Pipes(cmd)
+	in, out, err := engine.StartPiped(cmd)
 	if err != nil {
-		return nil, err
-	}
-	err = cmd.Start()
-	closeChild()
-	if err != nil {
-		in.Close()
-		out.Close()
 		return nil, err
 	}
 	e := &rawEngine{cmd: cmd, in: in, outPipe: out, out: bufio.NewScanner(out)}
