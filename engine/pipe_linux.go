@@ -21,13 +21,13 @@ import (
 func pipes(cmd *exec.Cmd) (in io.WriteCloser, out io.ReadCloser, closeChild func(), err error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("engine: stdin pipe: %w", err)
+		return nil, nil, nil, fmt.Errorf("stdin pipe: %w", err)
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
 		inW.Close()
-		return nil, nil, nil, fmt.Errorf("engine: stdout pipe: %w", err)
+		return nil, nil, nil, fmt.Errorf("stdout pipe: %w", err)
 	}
 	w, err := newRawFile(inW)
 	if err == nil {
@@ -40,7 +40,7 @@ func pipes(cmd *exec.Cmd) (in io.WriteCloser, out io.ReadCloser, closeChild func
 	for _, f := range []*os.File{inR, inW, outR, outW} {
 		f.Close()
 	}
-	return nil, nil, nil, fmt.Errorf("engine: pipes: %w", err)
+	return nil, nil, nil, fmt.Errorf("pipes: %w", err)
 }
 
 // rawFile reads and writes a non-blocking pipe end with raw system calls (see

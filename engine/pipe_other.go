@@ -12,11 +12,11 @@ import (
 // does more).
 func pipes(cmd *exec.Cmd) (in io.WriteCloser, out io.ReadCloser, closeChild func(), err error) {
 	if in, err = cmd.StdinPipe(); err != nil {
-		return nil, nil, nil, fmt.Errorf("engine: stdin pipe: %w", err)
+		return nil, nil, nil, fmt.Errorf("stdin pipe: %w", err)
 	}
 	if out, err = cmd.StdoutPipe(); err != nil {
 		in.Close()
-		return nil, nil, nil, fmt.Errorf("engine: stdout pipe: %w", err)
+		return nil, nil, nil, fmt.Errorf("stdout pipe: %w", err)
 	}
 	return in, out, func() {}, nil
 }
