@@ -517,8 +517,9 @@ func (b *bench) closeRaw() {
 
 // runRawAll runs fens on conc raw processes, splitting them, and returns the time
 // they took and what the engines reported. The processes live as long as the jobs
-// part, as the service's pool does: started and ready (network loaded) before their first
-// run, and reset after each search (ucinewgame). With four new processes a run (two
+// part, as the service's pool does: started and ready (network loaded, startRawAll)
+// before their first run, outside its CPU reading, and reset after each search
+// (ucinewgame). With four new processes a run (two
 // workers' row), a service job that followed a raw run ran at 0.80-0.82 of raw and
 // one that followed another job at 0.91-0.94; kept, 0.86 and 0.93 (session 26). The
 // likely cause: each new process loads its own copy of the network into fresh memory,
@@ -528,9 +529,6 @@ func (b *bench) runRawAll(depth, conc int, fens []string) (time.Duration, engine
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var next atomic.Int64
-	if err := b.startRawAll(conc); err != nil {
-		return 0, count, err
-	}
 	engines := b.raw[:conc]
 	start := time.Now()
 	for _, eng := range engines {
