@@ -97,6 +97,54 @@ func TestWhiteScore(t *testing.T) {
 	}
 }
 
+// convert takes the best move's SAN from the first line when the line opens with it,
+// and plays the move itself when it does not (a search stopped mid-iteration reports
+// the last exact line, whose first move may differ) or when there is no line; both
+// give what notnil writes for the move. An illegal best move is an error either way.
+func TestConvertBestMoveSAN(t *testing.T) {
+	const start = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+	const castle = "r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1"
+	const mate = "6k1/5ppp/8/8/8/8/8/3R2K1 w - - 0 1"
+	cases := []struct {
+		name, fen, best string
+		pv              []string // the first line's moves; nil: no line
+		wantSAN         string
+		wantErr         bool
+	}{
+		{"opens the line", start, "g1f3", []string{"g1f3", "d7d5"}, "Nf3", false},
+		{"opens the line, mate", mate, "d1d8", []string{"d1d8"}, "Rd8#", false},
+		{"opens the line, castling", castle, "e1g1", []string{"e1g1", "e8c8"}, "O-O", false},
+		{"not the line's first move", start, "e2e4", []string{"d2d4", "d7d5"}, "e4", false},
+		{"no line", mate, "d1d8", nil, "Rd8#", false},
+		{"illegal, no line", start, "e2e5", nil, "", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pos, err := position.Parse(tc.fen, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw := &engine.Result{BestMove: tc.best, Engine: "sf-17.1"}
+			if tc.pv != nil {
+				raw.Lines = []engine.Line{{MultiPV: 1, Depth: 10, PV: tc.pv}}
+			}
+			res, err := convert(pos, raw, "Stockfish 17.1")
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("illegal best move %s accepted: %+v", tc.best, res)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *res.BestMove != tc.best || *res.BestMoveSAN != tc.wantSAN {
+				t.Errorf("best move %s / %s, want %s / %s", *res.BestMove, *res.BestMoveSAN, tc.best, tc.wantSAN)
+			}
+		})
+	}
+}
+
 // A request that may use the cache waits for a running search of the same position
 // (other move counters) instead of starting its own, and is answered as a cache hit;
 // one that asks for more, or whose leader gives up, searches on its own.
