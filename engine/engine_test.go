@@ -456,6 +456,55 @@ func TestOptionsIsolationWhileTheResetRuns(t *testing.T) {
 	}
 }
 
+// TestResettingUntilReadyok: a process released with nobody waiting is idle at once
+// and counted as resetting until the engine has answered its reset's readyok, which
+// the reader takes (a later isready still gets its own readyok), and a search sent
+// meanwhile runs on the reset engine. The engine is held stopped (SIGSTOP) while the
+// reset is sent, so the count is seen before the engine can answer.
+func TestResettingUntilReadyok(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-17.1", PathNative, nil)
+	full := Search{FEN: fenMiddlegame, Depth: 12}
+	fresh, p := firstSearch(t, pl, full)
+	waitStats(t, pl, func(s PoolStats) bool { return s.Resetting == 0 })
+
+	got, _, err := pl.acquire(context.Background(), Interactive)
+	if err != nil || got != p {
+		t.Fatalf("acquire: %v (process %p, want %p)", err, got, p)
+	}
+	if err := syscall.Kill(p.pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	p.dirty = true // as after a search
+	pl.release(p)
+	if s := pl.Stats(); s.Resetting != 1 || s.Idle != 1 {
+		t.Errorf("released with its engine stopped: resetting %d, idle %d; want 1 and 1", s.Resetting, s.Idle)
+	}
+	again := make(chan *Result, 1)
+	go func() { // sent while the reset waits: it must run after it
+		res, err := pl.Search(context.Background(), Interactive, full)
+		if err != nil {
+			t.Error(err)
+		}
+		again <- res
+	}()
+	waitStats(t, pl, func(s PoolStats) bool { return s.Idle == 0 })
+	if err := syscall.Kill(p.pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	res := <-again
+	if res == nil {
+		t.FailNow()
+	}
+	if res.Nodes != fresh.Nodes || res.BestMove != fresh.BestMove {
+		t.Errorf("search sent during the reset differs from a fresh one: %s %d nodes, want %s %d", res.BestMove, res.Nodes, fresh.BestMove, fresh.Nodes)
+	}
+	waitStats(t, pl, func(s PoolStats) bool { return s.Resetting == 0 && s.Idle == 1 })
+	if onlyProcess(t, pl) != p { // its isready gets its own readyok
+		t.Fatal("process replaced; the test needs the same one")
+	}
+}
+
 // firstSearch runs s on a size-1 pool's fresh process: the reference a later search of
 // s must equal, and the process, once it is idle again.
 func firstSearch(t *testing.T, pl *Pool, s Search) (*Result, *process) {

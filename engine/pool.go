@@ -252,7 +252,10 @@ type PoolStats struct {
 	Live    int // processes alive (idle, busy or resetting)
 	Idle    int
 	Healing int // replacements being started
-	Waiting [numPriorities]int
+	// Resetting counts the live processes still clearing their hash after a search
+	// (idle ones among them: a search sent to one runs once the reset is done).
+	Resetting int
+	Waiting   [numPriorities]int
 	// Searches counts searches handed to a process since the pool started.
 	Searches int64
 	// Preempted counts Batch searches stopped to serve interactive ones.
@@ -309,6 +312,11 @@ func (pl *Pool) Stats() PoolStats {
 	defer pl.mu.Unlock()
 	s := PoolStats{Size: pl.cfg.Size, Live: len(pl.all), Idle: len(pl.idle), Healing: pl.healing, Searches: pl.searches.Load(),
 		Preempted: pl.preempted.Load(), Nodes: pl.nodes.Load()}
+	for p := range pl.all {
+		if p.resetting.Load() > 0 {
+			s.Resetting++
+		}
+	}
 	for i := range pl.waiting {
 		s.Waiting[i] = len(pl.waiting[i])
 		s.QueueWait[i] = pl.waits[i].snapshot()

@@ -109,6 +109,10 @@ type process struct {
 	// to a waiting one is not reset in between; the next search sends the reset's
 	// commands first, in the same write (see Pool.release).
 	dirty bool
+	// resetting counts the resets sent on their own (sendReset) whose readyok has not
+	// come back: the engine is still clearing its hash. Nothing waits for it (a search
+	// sent meanwhile runs after the reset); it tells PoolStats when an engine is quiet.
+	resetting atomic.Int32
 }
 
 // hasExited reports whether the process has already ended and been reaped.
@@ -176,6 +180,10 @@ func (p *process) readLoop(out io.ReadCloser) {
 	for sc.Scan() {
 		line := sc.Text()
 		if strings.HasPrefix(line, "info ") && p.takeInfo(line) {
+			continue
+		}
+		if line == "readyok" && p.resetting.Load() > 0 {
+			p.resetting.Add(-1) // a reset's: nobody reads it
 			continue
 		}
 		select {
@@ -371,9 +379,11 @@ func setoptionCmd(name, value string, button bool) string {
 
 // sendReset writes the commands that return every changed option to its default and
 // start a new game (clearing hash and histories, so no request sees another's search),
-// without waiting for the engine: what it is sent next runs on the reset engine.
+// without waiting for the engine: what it is sent next runs on the reset engine. Its
+// isready's readyok, taken by the reader, marks the reset done (resetting).
 func (p *process) sendReset() error {
-	p.cmdBuf = p.appendReset(p.cmdBuf[:0])
+	p.cmdBuf = append(p.appendReset(p.cmdBuf[:0]), "isready\n"...)
+	p.resetting.Add(1)
 	return p.sendBytes(p.cmdBuf)
 }
 

@@ -147,7 +147,8 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Printf("## Raw Stockfish vs POST /eval (cache off)\n\n")
 	fmt.Printf("Engine: %s native (%s), 1 thread, 16 MB hash; the service runs 2 processes.\n", b.engineID, b.binary)
 	fmt.Println("Paired: each worker runs each position on its own raw process and through the service, alternating which goes first;")
-	fmt.Println("every pair is a distinct position (cache off; both sides reset with ucinewgame after each search, untimed).")
+	fmt.Println("every pair is a distinct position (cache off; both sides reset with ucinewgame after each search, untimed: at concurrency 1 each")
+	fmt.Println("side's timed search starts once its engines' resets are done).")
 	fmt.Println("ratio of medians = median service time / median raw time; median pair ratio = median over pairs of service / raw (the same position")
 	fmt.Println("on both sides: positions that take long and short do not mix into it), with its 95 % interval (order statistics); ratio of totals = total service / total raw; added = median over pairs of (service − raw).")
 	fmt.Println("HTTP alone (concurrency 1): after the pairs, for each, the client waits as long as its raw search took and times one POST to a")
@@ -285,6 +286,15 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 				var p pair
 				var err, restErr error
 				runSvc := func() {
+					// Alone, the call waits for the service's engines to finish their
+					// resets, as the raw search starts after its own (rawEngine.search):
+					// both sides' resets untimed. A call within ~2 ms of the previous
+					// answer otherwise caught that answer's reset, the raw side never.
+					if conc == 1 {
+						if err = b.atRest(); err != nil {
+							return
+						}
+					}
 					t0 := time.Now()
 					var reported int64
 					p.phase, reported, err = b.timedPost("/eval", fmt.Sprintf(`{"fen":%q,"depth":%d,"engine":%q,"path":"native"}`, work[i], depth, b.engineID), b.key)
@@ -350,17 +360,17 @@ func (b *bench) httpAlone(ps pairs, depth int) error {
 	return nil
 }
 
-// atRest waits until every process of the service's native pool is idle: the
-// background reset after its last search is done.
+// atRest waits until every process of the service's native pool is idle and done
+// with the reset after its last search (its readyok read).
 func (b *bench) atRest() error {
 	pool, err := b.catalog.Pool(context.Background(), b.engineID, engine.PathNative)
 	if err != nil {
 		return err
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for s := pool.Stats(); s.Idle < s.Live; s = pool.Stats() {
+	for s := pool.Stats(); s.Idle < s.Live || s.Resetting > 0; s = pool.Stats() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the service's engines are not at rest after 10 s: %d of %d idle", s.Idle, s.Live)
+			return fmt.Errorf("the service's engines are not at rest after 10 s: %d of %d idle, %d resetting", s.Idle, s.Live, s.Resetting)
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
