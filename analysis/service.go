@@ -282,7 +282,8 @@ func convert(pos *position.Position, raw *engine.Result, engineName string) (*Re
 	if raw.BestMove != "" {
 		// The best move opens the first line (a UCI engine's bestmove is its PV's
 		// first move): that line's SAN is already written and checked. Playing it
-		// again, for a position we would throw away, cost ~45 µs on the answer's path.
+		// again, for a position we would throw away, cost about 15 µs on the answer's
+		// path (docs/BENCHMARKS.md, session 35).
 		if pv := res.PVs; len(pv) > 0 && len(pv[0].Moves) > 0 && pv[0].Moves[0] == raw.BestMove {
 			best, san := raw.BestMove, pv[0].MovesSAN[0]
 			res.BestMove, res.BestMoveSAN = &best, &san
