@@ -100,3 +100,79 @@ func TestRememberedReadsOnlyWhatChanged(t *testing.T) {
 		})
 	}
 }
+
+// Vouched answers from memory only what its watcher vouches for: never a secret not
+// checked in the database before, nor anything without a watcher, nor a key whose key
+// or account changed since its check; Remembered's next check makes it vouched again.
+func TestVouched(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool := pgtest.NewDB(t)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	cmds := commands.New(eventstore.NewStore(pool, logger), testPepper)
+	signup, err := cmds.Signup(ctx, domain.Signup{Email: "vouched@example.com"}, "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _, err := NewAuthenticator(pool, testPepper).Authenticate(ctx, signup.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, secret, err := cmds.CreateKey(ctx, commands.Actor{Key: admin, RequestID: "req-2"},
+		domain.KeySettings{Label: "vouched", Scopes: []domain.Scope{domain.ScopeEval}, Env: domain.EnvLive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watching, unwatched := NewAuthenticator(pool, testPepper), NewAuthenticator(pool, testPepper)
+	watching.Watch(ctx, logger)
+	vouching(t, watching)
+	check := func(a *Authenticator) func() error {
+		return func() error { _, _, err := a.Remembered(ctx, secret); return err }
+	}
+	plan := func(p domain.Plan) func() error {
+		return func() error { return cmds.ChangePlan(ctx, signup.AccountID, p, "test") }
+	}
+	revoke := func() error {
+		_, err := cmds.RevokeKey(ctx, commands.Actor{Key: admin, RequestID: "req-3"}, key.ID())
+		return err
+	}
+	for _, step := range []struct {
+		name    string
+		first   func() error // a check in the database, or a change from another server
+		a       *Authenticator
+		vouched bool
+		plan    domain.Plan // the account's, when vouched
+	}{
+		{"never checked", nil, watching, false, domain.Plan{}},
+		{"checked", check(watching), watching, true, signup.Plan},
+		{"checked, without a watcher", check(unwatched), unwatched, false, domain.Plan{}},
+		{"after a plan change", plan(domain.PlanPro), watching, false, domain.Plan{}},
+		{"checked again", check(watching), watching, true, domain.PlanPro},
+		{"after another plan change", plan(domain.PlanHobby), watching, false, domain.Plan{}},
+		{"checked once more", check(watching), watching, true, domain.PlanHobby},
+		{"after a revocation", revoke, watching, false, domain.Plan{}},
+	} {
+		if step.first != nil {
+			if err := step.first(); err != nil {
+				t.Fatalf("%s: %v", step.name, err)
+			}
+		}
+		k, acct, vouched, err := step.a.Vouched(secret)
+		switch {
+		case err != nil:
+			t.Fatalf("%s: %v", step.name, err)
+		case vouched != step.vouched:
+			t.Fatalf("%s: vouched %v, want %v", step.name, vouched, step.vouched)
+		case vouched && (k.ID() != key.ID() || acct.Plan() != step.plan):
+			t.Fatalf("%s: vouched for key %s on plan %v, want %s on %v", step.name, k.ID(), acct.Plan(), key.ID(), step.plan)
+		case !vouched && k != nil:
+			t.Fatalf("%s: not vouched, yet gave key %s", step.name, k.ID())
+		}
+	}
+	if _, _, err := watching.Remembered(ctx, secret); domain.ErrorCode(err) != domain.CodeBadCredential {
+		t.Fatalf("after the revocation, Remembered: %v, want it refused", err)
+	}
+	if _, _, vouched, _ := watching.Vouched(secret); vouched {
+		t.Fatal("a refused secret is vouched for")
+	}
+}

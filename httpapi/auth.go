@@ -33,6 +33,23 @@ func (s *Server) authenticateRemembered(r *http.Request) (*domain.Key, error) {
 	return s.authenticateWith(r, s.auth.Remembered)
 }
 
+// authenticateVouched is authenticateRemembered when memory alone can answer
+// (auth.Authenticator.Vouched); vouched false: it cannot, and nothing was decided.
+func (s *Server) authenticateVouched(r *http.Request) (key *domain.Key, vouched bool, err error) {
+	secret, present, err := bearer(r)
+	if err != nil || !present {
+		return nil, false, nil // authenticateRemembered tells
+	}
+	key, acct, vouched, err := s.auth.Vouched(secret)
+	if !vouched || err != nil {
+		return nil, vouched, err
+	}
+	if box, _ := r.Context().Value(ctxPrincipal).(*principalBox); box != nil {
+		box.key, box.account = key, acct
+	}
+	return key, true, nil
+}
+
 func (s *Server) authenticateWith(r *http.Request, auth func(context.Context, string) (*domain.Key, *domain.Account, error)) (*domain.Key, error) {
 	secret, present, err := bearer(r)
 	if err != nil || !present {

@@ -104,17 +104,24 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	stream := newEventStream(w, r) // nil: the plain JSON answer
 	fail := func(err error) { s.fail(w, r, stream, err) }
 	timing := newServerTiming()
-	// The body is read, checked and looked up in the cache while the key's versions are
-	// read (one round trip): neither needs the other, and nothing of the body's is
-	// answered before the credentials are.
+	// Nothing of the body's is answered before the credentials are. When memory vouches
+	// for the key, the body is read after it: a goroutine beside a check of a few
+	// microseconds cost more than it saved (a wake-up of an idle core: docs/BENCHMARKS.md,
+	// session 36). Otherwise it is read, checked and looked up in the cache while the
+	// key's versions are read (one round trip): neither needs the other.
 	var key *domain.Key
 	var p prepared
 	if _, present, _ := bearer(r); present {
-		prep := make(chan prepared, 1)
-		go func() { prep <- s.prepare(r) }()
+		var vouched bool
 		var err error
-		key, err = s.authenticateRemembered(r)
-		p = <-prep
+		if key, vouched, err = s.authenticateVouched(r); vouched && err == nil {
+			p = s.prepare(r)
+		} else if !vouched {
+			prep := make(chan prepared, 1)
+			go func() { prep <- s.prepare(r) }()
+			key, err = s.authenticateRemembered(r)
+			p = <-prep
+		}
 		if err != nil {
 			fail(err)
 			return
@@ -280,8 +287,13 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
 	w.Write(body) //nolint:errcheck // the client went away
+	// Sent now, whole (its length is set: no chunks), rather than once this handler and
+	// the middleware around it return: the access log line, the metrics and the
+	// deferred clean-up run after the client has its answer.
+	http.NewResponseController(w).Flush() //nolint:errcheck // the client went away
 }
 
 // prepared is what a costed call's request says, before its credentials are known.

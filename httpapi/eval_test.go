@@ -148,6 +148,10 @@ func TestEvalWithRealEngines(t *testing.T) {
 			if r.Body["cost_units"].(float64) < 1 {
 				t.Fatalf("cost_units %v", r.Body["cost_units"])
 			}
+			// flushed by the handler, the answer still goes out whole: its length, no chunks
+			if cl := r.Header.Get("Content-Length"); cl != strconv.Itoa(len(r.Raw)) {
+				t.Fatalf("Content-Length %q for an answer of %d bytes", cl, len(r.Raw))
+			}
 			tc.check(t, r)
 		})
 	}
