@@ -115,10 +115,14 @@ func (a *Authenticator) Vouched(secret string) (key *domain.Key, acct *domain.Ac
 	}
 	hash := domain.HashSecret(a.pepper, secret)
 	v, ok := a.remembered.Load(string(hash))
-	if !ok || !a.vouches(v.(remembered)) {
+	if !ok {
 		return nil, nil, false, nil
 	}
-	key, acct, err = a.checked(v.(remembered), hash)
+	r := v.(remembered)
+	if !a.vouches(r) {
+		return nil, nil, false, nil
+	}
+	key, acct, err = a.checked(r, hash)
 	return key, acct, true, err
 }
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/eventstore"
@@ -30,23 +32,37 @@ func vouching(t *testing.T, a *Authenticator) {
 	}
 }
 
+// world is what these tests start from: a database, a command handler whose changes
+// come as from another server, and an account with its admin key.
+type world struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	cmds   *commands.Handler
+	signup commands.SignupResult
+	admin  *domain.Key
+}
+
+func newWorld(ctx context.Context, t *testing.T, email string) world {
+	t.Helper()
+	w := world{pool: pgtest.NewDB(t), logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
+	w.cmds = commands.New(eventstore.NewStore(w.pool, w.logger), testPepper)
+	var err error
+	if w.signup, err = w.cmds.Signup(ctx, domain.Signup{Email: email}, "req-1"); err != nil {
+		t.Fatal(err)
+	}
+	if w.admin, _, err = NewAuthenticator(w.pool, testPepper).Authenticate(ctx, w.signup.Secret); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // Remembered answers from memory while its watcher vouches for it, and still sees every
 // change on the next call; without a watcher it reads the versions on every call.
 func TestRememberedReadsOnlyWhatChanged(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pool := pgtest.NewDB(t)
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	// the changes come from another handler, as from another server
-	cmds := commands.New(eventstore.NewStore(pool, logger), testPepper)
-	signup, err := cmds.Signup(ctx, domain.Signup{Email: "remembered@example.com"}, "req-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, _, err := NewAuthenticator(pool, testPepper).Authenticate(ctx, signup.Secret)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWorld(ctx, t, "remembered@example.com")
+	pool, logger, cmds, signup, admin := w.pool, w.logger, w.cmds, w.signup, w.admin
 	for _, tt := range []struct {
 		name  string
 		watch bool
@@ -107,17 +123,8 @@ func TestRememberedReadsOnlyWhatChanged(t *testing.T) {
 func TestVouched(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pool := pgtest.NewDB(t)
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	cmds := commands.New(eventstore.NewStore(pool, logger), testPepper)
-	signup, err := cmds.Signup(ctx, domain.Signup{Email: "vouched@example.com"}, "req-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, _, err := NewAuthenticator(pool, testPepper).Authenticate(ctx, signup.Secret)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWorld(ctx, t, "vouched@example.com")
+	pool, logger, cmds, signup, admin := w.pool, w.logger, w.cmds, w.signup, w.admin
 	key, secret, err := cmds.CreateKey(ctx, commands.Actor{Key: admin, RequestID: "req-2"},
 		domain.KeySettings{Label: "vouched", Scopes: []domain.Scope{domain.ScopeEval}, Env: domain.EnvLive})
 	if err != nil {

@@ -106,9 +106,9 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	timing := newServerTiming()
 	// Nothing of the body's is answered before the credentials are. When memory vouches
 	// for the key, the body is read after it: a goroutine beside a check of a few
-	// microseconds cost more than it saved (a wake-up of an idle core: docs/BENCHMARKS.md,
-	// session 36). Otherwise it is read, checked and looked up in the cache while the
-	// key's versions are read (one round trip): neither needs the other.
+	// microseconds cost about 30 µs at concurrency 1, waking an idle core
+	// (docs/BENCHMARKS.md, session 36). Otherwise it is read, checked and looked up in
+	// the cache while the key's versions are read (one round trip): neither needs the other.
 	var key *domain.Key
 	var p prepared
 	if _, present, _ := bearer(r); present {
