@@ -55,7 +55,7 @@ func main() {
 // run does the work, so that the cluster and engines are stopped on every return.
 func run() error {
 	depths := flag.String("depths", "10,14,18", "depths to compare")
-	nPairs := flag.Int("pairs", 40, "distinct positions per depth and concurrency in the paired comparison (depth 18: half)")
+	nPairs := flag.Int("pairs", 120, "distinct positions per depth and concurrency in the paired comparison and its null (depth 18: at most 20)")
 	nullRounds := flag.Int("null-rounds", 4, "rounds of the null part, each with fresh processes")
 	cachedFor := flag.Duration("cached", 5*time.Second, "duration of each wrk run")
 	conns := flag.String("conns", "4,16,32,64", "wrk connections of the one-server cached runs")
@@ -143,12 +143,14 @@ func run() error {
 // pairedAll compares raw Stockfish with POST /eval at each depth, concurrency 1 and 2,
 // each pair on a position not searched before at that depth and concurrency.
 func (b *bench) pairedAll(depths string, nPairs int) error {
-	fresh := append(append([]string(nil), positions...), jobPositions()...)
+	fresh := freshPositions()
 	fmt.Printf("## Raw Stockfish vs POST /eval (cache off)\n\n")
 	fmt.Printf("Engine: %s native (%s), 1 thread, 16 MB hash; the service runs 2 processes.\n", b.engineID, b.binary)
 	fmt.Println("Paired: each worker runs each position on its own raw process and through the service, alternating which goes first;")
 	fmt.Println("every pair is a distinct position (cache off; both sides reset with ucinewgame after each search, untimed: at concurrency 1 each")
 	fmt.Println("side's timed search starts once its engines' resets are done).")
+	fmt.Println("Positions: the fixed ones and the two games', then the same with the colours swapped (freshPositions); 120 pairs a row")
+	fmt.Println("(depth 18: 20): with 40, the null part's ratio spread 0.97-1.02 from round to round, with 120 0.99-1.01 (session 37).")
 	fmt.Println("ratio of medians = median service time / median raw time; median pair ratio = median over pairs of service / raw (the same position")
 	fmt.Println("on both sides: positions that take long and short do not mix into it), with its 95 % interval (order statistics); ratio of totals = total service / total raw; added = median over pairs of (service − raw).")
 	fmt.Println("HTTP alone (concurrency 1): after the pairs, for each, the client waits as long as its raw search took and times one POST to a")
@@ -164,8 +166,8 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 		var depth int
 		fmt.Sscan(d, &depth)
 		n := min(nPairs, len(fresh))
-		if depth >= 18 {
-			n = max(1, n/2)
+		if depth >= 18 { // four times as long a search: 20 pairs keep the part within a minute or two
+			n = max(1, min(n/2, 20))
 		}
 		for _, conc := range []int{1, 2} {
 			pairs, err := b.paired(depth, conc, fresh[:n])

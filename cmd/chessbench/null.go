@@ -11,7 +11,7 @@ import (
 // nothing. The spread of its ratio from round to round is the finest difference one
 // run of the paired part can tell on this machine.
 func (b *bench) nullAll(depths string, nPairs, rounds int) error {
-	fresh := append(append([]string(nil), positions...), jobPositions()...)
+	fresh := freshPositions()
 	fmt.Printf("## Raw Stockfish against raw Stockfish (the paired part's null)\n\n")
 	fmt.Println("Two raw processes A and B, both as the paired part's raw side (position + go, timed; ucinewgame and isready after, untimed),")
 	fmt.Println("search each position in turn, alternating which goes first; fresh processes each round. B / A = median over pairs of B's time")
