@@ -87,17 +87,40 @@ func (s *Server) keep(r *http.Request, st *ledger.Stored, status int, body []byt
 		s.meter.Unclaim(r.Context(), *st)
 		return
 	}
-	var m map[string]any
-	if json.Unmarshal(body, &m) == nil {
-		if _, ok := m["api_key"]; ok {
-			m["api_key"] = "(shown once; rotate the key to get a new secret)"
-			body, _ = json.Marshal(m)
-		}
-	}
-	st.Status, st.Response = status, body
+	st.Status, st.Response = status, redactSecrets(body)
 	if err := s.meter.Store(r.Context(), *st); err != nil {
 		s.logger.WarnContext(r.Context(), "store idempotent response", "err", err)
 	}
+}
+
+// shownOnce are the answer fields that carry a secret (a key's, a webhook's signing
+// secret), with what a replay says in their place: a stored answer is a copy of the
+// database, which must not hold a usable secret.
+var shownOnce = map[string]string{
+	"api_key": "(shown once; rotate the key to get a new secret)",
+	"secret":  "(shown once; delete the webhook and create it again to get a new secret)",
+}
+
+// redactSecrets is body with every shownOnce field replaced.
+func redactSecrets(body []byte) []byte {
+	var m map[string]any
+	if json.Unmarshal(body, &m) != nil {
+		return body
+	}
+	changed := false
+	for field, text := range shownOnce {
+		if _, ok := m[field]; ok {
+			m[field], changed = text, true
+		}
+	}
+	if !changed {
+		return body
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return body
+	}
+	return out
 }
 
 // idempotent wraps a POST handler that moves no money: replays and conflicts are

@@ -254,6 +254,17 @@ func TestIdempotency(t *testing.T) {
 	if k1.Status != 201 || k2.Status != 201 || k1.Body["key_id"] != k2.Body["key_id"] || k2.Body["api_key"] == k1.Body["api_key"] {
 		t.Fatalf("create replay: %s / %s", k1.Raw, k2.Raw)
 	}
+	h1 := e.withIdem("/v1/webhooks", key, "hook-1", `{"url":"https://example.com/hook"}`)
+	h2 := e.withIdem("/v1/webhooks", key, "hook-1", `{"url":"https://example.com/hook"}`)
+	secret, _ := h1.Body["secret"].(string)
+	if h1.Status != 201 || h2.Status != 201 || h1.Body["id"] != h2.Body["id"] || !strings.HasPrefix(secret, "whsec_") || h2.Body["secret"] == secret {
+		t.Fatalf("webhook replay: %s / %s", h1.Raw, h2.Raw)
+	}
+	var leaked int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency WHERE position($1::bytea IN response) > 0 OR position($2::bytea IN response) > 0`,
+		[]byte(secret), []byte(k1.Body["api_key"].(string))).Scan(&leaked); err != nil || leaked != 0 {
+		t.Fatalf("%d stored answers hold a secret (%v)", leaked, err)
+	}
 	wantProblem(t, e.withIdem("/v1/eval", key, strings.Repeat("x", 300), body), 400, "fix_request")
 }
 
