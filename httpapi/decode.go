@@ -64,7 +64,9 @@ type member struct {
 // newline and carriage return).
 func decodeBytes(body []byte, v any) error {
 	if plainJSON(body) && strictUnmarshalOne(body, v) == nil {
-		return nil // the common case, in one pass: no string in it can break the text rules
+		if _, twice := memberTwice(body); !twice {
+			return nil // the common case, in one pass: no string in it can break the text rules
+		}
 	}
 	reflect.ValueOf(v).Elem().SetZero()
 	return decodeFields(body, v)
@@ -78,6 +80,9 @@ func decodeFields(body []byte, v any) error {
 		return err
 	}
 	var p domain.Problems
+	if path, twice := memberTwice(body); twice {
+		p.Add(path, "is given twice")
+	}
 	if rv.Kind() != reflect.Struct {
 		for _, m := range members {
 			if len(p) >= maxProblems {
@@ -97,16 +102,96 @@ func decodeFields(body []byte, v any) error {
 	return p.Err()
 }
 
+// memberTwice finds the first member name given twice in one object of body, which is
+// well-formed JSON, and returns its path ("depth", "options.elo", "items[2].fen"). Names
+// are compared as the decoder matches them to fields: without regard to case. The
+// decoders themselves would take the last one, so that {"depth":1,"depth":30} read as
+// depth 30 where another parser reads 1.
+func memberTwice(body []byte) (string, bool) {
+	type frame struct {
+		object   bool
+		path     string
+		names    []string // an object's names so far
+		nameNext bool     // an object expects a name (after '{' or ',')
+		last     string   // an object's latest name, whose value may open a frame
+		index    int      // an array's current element
+	}
+	var stack []frame
+	child := func() string {
+		if len(stack) == 0 {
+			return ""
+		}
+		top := &stack[len(stack)-1]
+		if top.object {
+			return joinPath(top.path, top.last)
+		}
+		return fmt.Sprintf("%s[%d]", top.path, top.index)
+	}
+	for i := 0; i < len(body); i++ {
+		switch c := body[i]; c {
+		case '{', '[':
+			stack = append(stack, frame{object: c == '{', path: child(), nameNext: c == '{'})
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+		case ',':
+			if top := &stack[len(stack)-1]; top.object {
+				top.nameNext = true
+			} else {
+				top.index++
+			}
+		case ':':
+			stack[len(stack)-1].nameNext = false
+		case '"':
+			j, escaped := i+1, false
+			for ; body[j] != '"'; j++ {
+				if body[j] == '\\' {
+					j, escaped = j+1, true
+				}
+			}
+			if n := len(stack); n > 0 && stack[n-1].nameNext {
+				top := &stack[n-1]
+				name := string(body[i+1 : j])
+				if escaped {
+					json.Unmarshal(body[i:j+1], &name) //nolint:errcheck // a checked string
+				}
+				for _, seen := range top.names {
+					if strings.EqualFold(seen, name) {
+						return joinPath(top.path, name), true
+					}
+				}
+				top.names, top.last = append(top.names, name), name
+			}
+			i = j
+		}
+	}
+	return "", false
+}
+
+func joinPath(prefix, name string) string {
+	if prefix == "" {
+		return name
+	}
+	return prefix + "." + name
+}
+
 // plainJSON reports whether body is an object made of printable ASCII and JSON white
 // space without a backslash: then none of its strings can hold a control character,
-// an escape or invalid UTF-8.
+// an escape or invalid UTF-8. Nor a run of more than 18 digits: goccy reads an integer
+// past int64 without an error (9227000000000000000 into an int; FuzzDecodeBodies), and
+// no number of 18 digits or fewer is past it.
 func plainJSON(body []byte) bool {
 	body = bytes.TrimLeft(body, " \t\r\n")
 	if len(body) == 0 || body[0] != '{' {
 		return false
 	}
+	digits := 0
 	for _, c := range body {
 		if c == '\\' || c >= 0x7f || c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return false
+		}
+		if c < '0' || c > '9' {
+			digits = 0
+		} else if digits++; digits > 18 {
 			return false
 		}
 	}

@@ -47,12 +47,24 @@ func FuzzDecodeBodies(f *testing.F) {
 	} {
 		f.Add(s)
 	}
+	f.Add(`{"depth":1,"Depth":30}`)
+	f.Add(`{"options":{"elo":1,"x":{"a":[{"b":1,"b":2}]}}}`)
+	f.Add(`{"fen":"a","f\u0065n":"b"}`)
 	f.Fuzz(func(t *testing.T, body string) {
+		if json.Valid([]byte(body)) {
+			_, twice := memberTwice([]byte(body))
+			if want := givenTwice(t, body); twice != want {
+				t.Fatalf("%q: memberTwice says %v, the token walk %v", body, twice, want)
+			}
+		}
 		for name, mk := range requestTypes {
 			v, slow := mk(), mk()
 			err, slowErr := decodeBytes([]byte(body), v), decodeFields([]byte(body), slow)
 			if (err == nil) != (slowErr == nil) || err == nil && !reflect.DeepEqual(v, slow) {
 				t.Fatalf("%s: %q: one pass gives %v %+v, field by field %v %+v", name, body, err, v, slowErr, slow)
+			}
+			if err == nil && givenTwice(t, body) {
+				t.Fatalf("%s: %q accepted with a member given twice", name, body)
 			}
 			if err != nil {
 				if domain.ErrorCode(err) != domain.CodeInvalid {
@@ -73,6 +85,53 @@ func FuzzDecodeBodies(f *testing.F) {
 			}
 		}
 	})
+}
+
+// givenTwice is memberTwice's reference: encoding/json's token stream, one set of
+// names per object.
+func givenTwice(t *testing.T, body string) bool {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(body))
+	type frame struct {
+		object, nameNext bool
+		names            []string
+	}
+	var stack []*frame
+	valueDone := func() {
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].nameNext = true
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false // the end, or not JSON: nothing given twice was seen
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{', '[':
+				stack = append(stack, &frame{object: v == '{', nameNext: v == '{'})
+			default:
+				stack = stack[:len(stack)-1]
+				valueDone()
+			}
+		case string:
+			if n := len(stack); n > 0 && stack[n-1].nameNext {
+				top := stack[n-1]
+				for _, seen := range top.names {
+					if strings.EqualFold(seen, v) {
+						return true
+					}
+				}
+				top.names, top.nameNext = append(top.names, v), false
+				continue
+			}
+			valueDone()
+		default:
+			valueDone()
+		}
+	}
 }
 
 // assertStorable walks v and fails on any string that breaks the text rules.
