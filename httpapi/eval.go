@@ -161,7 +161,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 				"without a key, depth is capped at %d and multipv at %d; sign up for a key (POST /v1/signup)", KeylessMaxDepth, KeylessMaxMultiPV))
 			return
 		}
-		if keyless, err = s.meter.ReserveKeyless(r.Context(), clientIP(r), s.keyless); err != nil {
+		if keyless, err = s.meter.ReserveKeyless(r.Context(), limitAddr(r), s.keyless); err != nil {
 			fail(err)
 			return
 		}
@@ -342,6 +342,18 @@ func clientIP(r *http.Request) netip.Addr {
 		return netip.IPv4Unspecified()
 	}
 	return ip.Unmap()
+}
+
+// limitAddr is the address that per-address limits and the keyless allowance count:
+// the client's IPv4 address, or its IPv6 address's /64, the block one subscriber
+// usually gets whole (RFC 6177), so that rotating within it does not multiply them.
+func limitAddr(r *http.Request) netip.Addr {
+	ip := clientIP(r)
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.Addr()
+	}
+	return ip
 }
 
 func (s *Server) engines(w http.ResponseWriter, r *http.Request) {
