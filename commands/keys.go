@@ -246,7 +246,7 @@ func (h *Handler) UpdateAccount(ctx context.Context, actor Actor, c AccountChang
 			return nil
 		}
 		if c.Timezone != nil {
-			if err := h.setTimezone(ctx, tx, a, *c.Timezone, appendEvent); err != nil {
+			if err := h.setTimezone(ctx, tx, a, *c.Timezone, by, appendEvent); err != nil {
 				return err
 			}
 		}
@@ -268,7 +268,7 @@ func (h *Handler) UpdateAccount(ctx context.Context, actor Actor, c AccountChang
 }
 
 // setTimezone moves account a to zone tz inside tx (nothing when it is there already).
-func (h *Handler) setTimezone(ctx context.Context, tx *eventstore.Tx, a *domain.Account, tz string, appendEvent func(domain.Event) error) error {
+func (h *Handler) setTimezone(ctx context.Context, tx *eventstore.Tx, a *domain.Account, tz string, by *domain.Key, appendEvent func(domain.Event) error) error {
 	// the database computes the periods: it must know the zone too
 	var known bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $1)`, tz).Scan(&known); err != nil {
@@ -277,7 +277,7 @@ func (h *Handler) setTimezone(ctx context.Context, tx *eventstore.Tx, a *domain.
 	if !known {
 		return domain.Invalid("timezone", "is not a time zone this service's database knows")
 	}
-	e, err := a.SetTimezone(tz, h.now())
+	e, err := a.SetTimezone(tz, by, h.now())
 	if err != nil || e == nil {
 		return err
 	}

@@ -109,13 +109,19 @@ func (a *Account) SetBudget(env Env, c BudgetChange, actor *Key, now time.Time) 
 	return &AccountBudgetSet{Env: env.String(), BudgetUnits: b.Units, BudgetUSD: b.USD, Period: b.Period, SetAt: now}, nil
 }
 
-// SetTimezone moves the account to zone tz; nil when it is already there.
-func (a *Account) SetTimezone(tz string, now time.Time) (*TimezoneSet, error) {
+// SetTimezone moves the account to zone tz; nil when it is already there. Only a key
+// without a budget of its own may: the zone's midnights start budgets by period, and
+// a budgeted key that moved them an hour before each end would start its own budget
+// over every hour.
+func (a *Account) SetTimezone(tz string, actor *Key, now time.Time) (*TimezoneSet, error) {
 	if err := ValidateTimezone(tz); err != nil {
 		return nil, err
 	}
 	if tz == a.Timezone() {
 		return nil, nil
+	}
+	if actor != nil && (actor.budgetUnits != nil || actor.budgetUSD != nil) {
+		return nil, Errorf(CodeScope, "this key has a budget of its own, so it cannot change the account's time zone")
 	}
 	return &TimezoneSet{Timezone: tz, SetAt: now}, nil
 }

@@ -227,6 +227,13 @@ func TestAccountBudget(t *testing.T) {
 	if r := e.do("PATCH", "/v1/me", capped, map[string]any{"budget_units": nil}); r.Status != 403 {
 		t.Fatalf("a budgeted key lifting the account's budget: %d %s", r.Status, r.Raw)
 	}
+	// nor move the midnights that start its budget over
+	if r := e.do("PATCH", "/v1/me", capped, map[string]any{"timezone": "Pacific/Kiritimati"}); r.Status != 403 {
+		t.Fatalf("a budgeted key moving the account's zone: %d %s", r.Status, r.Raw)
+	}
+	if r := e.do("PATCH", "/v1/me", capped, map[string]any{"timezone": "UTC"}); r.Status != 200 {
+		t.Fatalf("a budgeted key naming the zone already in force: %d %s", r.Status, r.Raw)
+	}
 	// all or nothing: a bad budget leaves the zone given with it unchanged
 	if r := e.do("PATCH", "/v1/me", owner, map[string]any{"timezone": "Europe/Paris", "budget_units": -1}); r.Status != 400 {
 		t.Fatalf("PATCH /me with a negative budget: %d %s", r.Status, r.Raw)
