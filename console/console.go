@@ -46,6 +46,9 @@ type Handler struct {
 	indexTag string
 	built    bool
 	assets   fs.FS
+	// NotFound answers a request for a file the bundle does not hold; nil: a plain
+	// 404. The API sets its own, so that every error it serves is problem+json.
+	NotFound http.Handler
 }
 
 // New reads the embedded build.
@@ -88,13 +91,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // asset serves a file of the bundle. Its name holds its content's hash, so a browser
 // may keep it for a year: a new build has new names.
 func (h *Handler) asset(w http.ResponseWriter, r *http.Request, name string) {
-	if h.assets == nil || name == "" || !fs.ValidPath(name) || strings.Contains(name, "/") {
-		http.Error(w, "no such file", http.StatusNotFound)
-		return
+	var b []byte
+	var err error = fs.ErrNotExist
+	if h.assets != nil && name != "" && fs.ValidPath(name) && !strings.Contains(name, "/") {
+		b, err = fs.ReadFile(h.assets, name)
 	}
-	b, err := fs.ReadFile(h.assets, name)
 	if err != nil {
-		http.Error(w, "no such file", http.StatusNotFound)
+		if h.NotFound != nil {
+			h.NotFound.ServeHTTP(w, r)
+		} else {
+			http.Error(w, "no such file", http.StatusNotFound)
+		}
 		return
 	}
 	ctype := mime.TypeByExtension(path.Ext(name))

@@ -31,6 +31,10 @@ func TestRouterErrorsAreProblems(t *testing.T) {
 		t.Fatalf("Allow = %q", allow)
 	}
 	wantProblem(t, e.do("GET", "/v1/signup", "", nil), 405, "fix_request")
+	// the console's bundle answers a file it lacks the same way
+	for _, path := range []string{"/assets/no-such-file.js", "/assets/"} {
+		wantProblem(t, e.do("GET", path, "", nil), 404, "fix_request")
+	}
 }
 
 func TestProblemTypesResolve(t *testing.T) {

@@ -144,6 +144,9 @@ func (s *Server) routes() {
 	// The web console, outside /v1 (docs/API.md "Console"): its pages and its bundle.
 	// Any other path stays a problem+json 404.
 	pages := console.New()
+	pages.NotFound = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, domain.Errorf(domain.CodeNotFound, "the console's bundle holds no file %s", r.URL.Path))
+	})
 	for _, p := range console.Pages {
 		root.Handle(p, pages).Methods("GET", "HEAD")
 	}
