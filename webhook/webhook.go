@@ -197,8 +197,10 @@ func Verify(secret, header string, body []byte, now time.Time, tolerance time.Du
 	return hmac.Equal([]byte(want), []byte(header))
 }
 
-// publicOnly refuses connections to loopback, private, link-local and unspecified
-// addresses: a customer's URL must not reach inside our network.
+// publicOnly refuses connections to loopback, private, link-local, unspecified,
+// multicast and other special-purpose addresses (nonPublic): a customer's URL must not
+// reach inside our network. The error does not name the address: the delivery log
+// would tell a customer what a name resolves to inside our network.
 func publicOnly(_, address string, _ syscall.RawConn) error {
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {
@@ -210,7 +212,29 @@ func publicOnly(_, address string, _ syscall.RawConn) error {
 	}
 	ip = ip.Unmap()
 	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() {
-		return fmt.Errorf("webhook: %s is not a public address", ip)
+		return errors.New("webhook: the address is not public")
+	}
+	for _, p := range nonPublic {
+		if p.Contains(ip) {
+			return errors.New("webhook: the address is not public")
+		}
 	}
 	return nil
 }
+
+// nonPublic are the special-purpose ranges (IANA's registries) that Go's address
+// predicates leave out: shared address space (carrier-grade NAT, and some clouds'
+// metadata services), protocol assignments, documentation, benchmarking, reserved,
+// and the IPv6 ranges that carry an IPv4 address inside (NAT64, 6to4, Teredo), which
+// could lead to any of the others.
+var nonPublic = func() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range []string{
+		"0.0.0.0/8", "100.64.0.0/10", "192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15", "198.51.100.0/24",
+		"203.0.113.0/24", "240.0.0.0/4",
+		"64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/32", "2001:db8::/32", "2002::/16",
+	} {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}()

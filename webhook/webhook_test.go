@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -23,9 +25,23 @@ func TestPublicOnly(t *testing.T) {
 		{"[fe80::1]:443", false},
 		{"0.0.0.0:443", false},
 		{"[::ffff:127.0.0.1]:443", false},
+		{"100.100.100.200:80", false}, // shared address space: a cloud's metadata service
+		{"100.63.255.255:443", true},
+		{"198.18.0.1:443", false},
+		{"240.0.0.1:443", false},
+		{"255.255.255.255:443", false},
+		{"[64:ff9b::a9fe:a9fe]:80", false}, // NAT64 of 169.254.169.254
+		{"[2002:a00:1::1]:443", false},     // 6to4 of 10.0.0.1
+		{"[2001:0:4136:e378::1]:443", false},
+		{"[2001:db8::1]:443", false},
+		{"[2a00:1450:4001:82b::200e]:443", true},
 	} {
-		if err := publicOnly("tcp", tc.addr, nil); (err == nil) != tc.ok {
+		err := publicOnly("tcp", tc.addr, nil)
+		if (err == nil) != tc.ok {
 			t.Errorf("%s: %v, want allowed %v", tc.addr, err, tc.ok)
+		}
+		if host, _, _ := net.SplitHostPort(tc.addr); err != nil && strings.Contains(err.Error(), strings.Trim(host, "[]")) {
+			t.Errorf("%s: the error %q names the address", tc.addr, err)
 		}
 	}
 }
