@@ -266,6 +266,10 @@ func (s *Server) ownJob(r *http.Request) (*domain.Job, error) {
 	return j, nil
 }
 
+// streamWriteTimeout bounds each write of a job's event stream (jobEvents): twice the
+// keep-alive's period, so that a reading client never meets it.
+const streamWriteTimeout = 30 * time.Second
+
 // Jobs' list: GET /jobs.
 const (
 	defaultJobsLimit = 20
@@ -424,8 +428,12 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	// A stream outlives the server's write timeout; each write gets streamWriteTimeout
+	// instead, so that a client that stops reading (with its connection open) is cut
+	// off rather than holding this goroutine and its subscription for ever.
 	rc := http.NewResponseController(w)
-	rc.SetWriteDeadline(time.Time{}) //nolint:errcheck // a stream outlives the server's write timeout
+	writing := func() { rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)) } //nolint:errcheck // best effort
+	writing()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -436,6 +444,7 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
 	for {
+		writing()
 		for _, e := range pending {
 			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, e.Data); err != nil {
 				return // the client went away
@@ -452,6 +461,7 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 			case <-ctx.Done():
 				return
 			case <-keepAlive.C:
+				writing()
 				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 					return
 				}
