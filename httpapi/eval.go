@@ -115,10 +115,10 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		var vouched bool
 		var err error
 		if key, vouched, err = s.authenticateVouched(r); vouched && err == nil {
-			p = s.prepare(r)
+			p = s.prepare(r, false)
 		} else if !vouched {
 			prep := make(chan prepared, 1)
-			go func() { prep <- s.prepare(r) }()
+			go func() { prep <- s.prepare(r, false) }()
 			key, err = s.authenticateRemembered(r)
 			p = <-prep
 		}
@@ -127,7 +127,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 			return
 		}
 	} else {
-		p = s.prepare(r)
+		p = s.prepare(r, true)
 	}
 	if key != nil && !key.HasScope(domain.ScopeEval) {
 		fail(domain.Errorf(domain.CodeScope, "this key lacks the scope \"eval\""))
@@ -305,8 +305,9 @@ type prepared struct {
 	err   error            // the request's problem, answered after the credentials'
 }
 
-// prepare reads, checks and looks up a costed call's body.
-func (s *Server) prepare(r *http.Request) prepared {
+// prepare reads, checks and looks up a costed call's body. A keyless call's depth
+// defaults to the keyless cap, so that a body with the defaults works without a key.
+func (s *Server) prepare(r *http.Request, keyless bool) prepared {
 	var p prepared
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -320,6 +321,9 @@ func (s *Server) prepare(r *http.Request) prepared {
 	}
 	if p.spec, p.err = analysis.Validate(req, s.analysis.Catalog()); p.err != nil {
 		return p
+	}
+	if keyless && req.Depth == nil {
+		p.spec.Depth = min(p.spec.Depth, KeylessMaxDepth)
 	}
 	p.known, p.hit, p.err = s.analysis.Lookup(r.Context(), p.spec)
 	return p

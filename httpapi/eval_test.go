@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"chessd/engine"
+	"chessd/httpapi"
 )
 
 // evalBody builds an /eval request body.
@@ -296,17 +297,21 @@ func TestKeyless(t *testing.T) {
 	wantProblem(t, e.do("POST", "/v1/eval", "", evalBody(startFEN, `"depth":13`)), 402, "sign_up")
 	wantProblem(t, e.do("POST", "/v1/bestmove", "", evalBody(startFEN, `"depth":8,"multipv":4`)), 402, "sign_up")
 	wantProblem(t, e.do("POST", "/v1/eval", "ce_live_"+strings.Repeat("x", 43), evalBody(startFEN, `"depth":8`)), 401, "fix_request")
+	// the defaults work without a key: the depth is the keyless cap's
+	if r := e.do("POST", "/v1/eval", "", `{"fen":"`+startFEN+`"}`); r.Status != 200 || r.Body["depth"] != float64(httpapi.KeylessMaxDepth) {
+		t.Fatalf("keyless eval with the defaults: %d %s", r.Status, r.Raw)
+	}
 	// a failed call gives its allowance back
 	e.do("POST", "/v1/eval", "", evalBody("8/8/8/8/8/8/8/8 w - - 0 1", ""))
 	// the server takes the allowance in blocks and gives an idle block's unused calls
-	// back: then the database counts the one answered call, not the refused ones
+	// back: then the database counts the two answered calls, not the refused ones
 	deadline := time.Now().Add(10 * time.Second)
-	for calls := -1; calls != 1; {
+	for calls := -1; calls != 2; {
 		if err := e.pool.QueryRow(context.Background(), `SELECT calls FROM keyless_usage`).Scan(&calls); err != nil {
 			t.Fatal(err)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("allowance used %d, want 1: refused calls must not count", calls)
+			t.Fatalf("allowance used %d, want 2: refused calls must not count", calls)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
