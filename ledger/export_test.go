@@ -19,3 +19,24 @@ func TopUps(m *Meter) (dry, ahead int64) { return m.topUps[0].Load(), m.topUps[1
 
 // ReadOnly is readOnly: one snapshot of the read model, taken after any swap of its tables.
 var ReadOnly = readOnly
+
+// Held is what m's leases on keyID hold in memory: units not handed to a call, and
+// those of calls answered and not yet settled.
+func Held(m *Meter, keyID string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for _, l := range m.leases {
+		if l.keyID == keyID {
+			n += l.avail + l.pending
+		}
+	}
+	return n
+}
+
+// Claims is how many Idempotency-Key claims m renews.
+func Claims(m *Meter) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.claims)
+}

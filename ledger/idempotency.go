@@ -13,7 +13,9 @@ import (
 // costed call, in the group commit that charges it); a retry at any server gets the
 // stored answer and is charged nothing; the same key with another request is refused
 // (422), and while the first request still runs, a retry is told to wait (409). A claim
-// whose server died expires (MeterConfig.LeaseTTL) and a retry takes it over.
+// whose server died expires (MeterConfig.LeaseTTL) and a retry takes it over; so does
+// one its server will not answer (a failed Store or Unclaim, a call forgiven, a Claim
+// whose caller saw an error): a server renews only the claims it still means to answer.
 
 // Claim takes st's key for this request. It returns nil, nil when claimed: the caller
 // must later Store an answer, Settle with it, or Unclaim. It returns the first answer
@@ -30,6 +32,10 @@ func (m *Meter) Claim(ctx context.Context, st Stored) (*Stored, error) {
 	}
 	switch outcome {
 	case "claimed":
+		m.mu.Lock()
+		m.claimGen++
+		m.claims[claimKey{st.Scope, st.Key}] = m.claimGen // renewed until answered or given back
+		m.mu.Unlock()
 		return nil, nil // st is claimed; its Owner is m.Owner()
 	case "done":
 		first := st
@@ -47,6 +53,7 @@ const storeAnswer = `UPDATE idempotency SET state = 'done', status = $3, respons
 // Store records the answer of a claimed key (requests that move no money; costed calls
 // store theirs with the charge, Answered.Idempotency).
 func (m *Meter) Store(ctx context.Context, st Stored) error {
+	defer m.unclaimed(st) // stored, or nobody will: it expires
 	st.Owner = m.owner
 	_, err := StoreAnswer(ctx, m.pool, st)
 	return err
@@ -65,10 +72,21 @@ func StoreAnswer(ctx context.Context, q eventstore.Querier, st Stored) (bool, er
 // Unclaim gives a claimed key back when its request produced no answer to keep (an
 // error): a retry runs afresh.
 func (m *Meter) Unclaim(ctx context.Context, st Stored) {
+	defer m.unclaimed(st) // given back, or it expires
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := m.pool.Exec(ctx, `DELETE FROM idempotency WHERE scope = $1 AND idem_key = $2 AND owner = $3 AND state = 'running'`,
 		st.Scope, st.Key, m.owner); err != nil {
 		m.logger.Warn("give back Idempotency-Key (it will expire)", "err", err)
 	}
+}
+
+// claimKey names an Idempotency-Key claim.
+type claimKey struct{ scope, key string }
+
+// unclaimed stops renewing st's claim: this server will not answer it any more.
+func (m *Meter) unclaimed(st Stored) {
+	m.mu.Lock()
+	delete(m.claims, claimKey{st.Scope, st.Key})
+	m.mu.Unlock()
 }

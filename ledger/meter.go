@@ -45,6 +45,15 @@ type Meter struct {
 	mu      sync.Mutex
 	leases  map[leaseKey]*lease
 	keyless map[keylessKey]*keylessBlock
+	// releasing are the leases no call may use any more whose rows wait for their calls
+	// to settle (release): housekeeping renews their rows and m.leases' only, so that a
+	// row nobody here tracks (its release failed) expires and is recovered.
+	releasing map[*lease]struct{}
+	// claims are the Idempotency-Key claims this server holds and means to answer, from
+	// Claim until Store, Unclaim or the settle of their call (each with a generation):
+	// only these are renewed, so that an orphan expires and a retry takes it over.
+	claims   map[claimKey]uint64
+	claimGen uint64
 
 	queue    chan *settlement
 	flushReq chan chan error
@@ -170,6 +179,7 @@ func NewMeter(ctx context.Context, store *eventstore.Store, logger *slog.Logger,
 		store: store, pool: store.Pool(), logger: logger, cfg: cfg, owner: "srv_" + randomHex(8),
 		now:    func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
 		leases: map[leaseKey]*lease{}, keyless: map[keylessKey]*keylessBlock{}, queue: make(chan *settlement, 4096), flushReq: make(chan chan error),
+		releasing: map[*lease]struct{}{}, claims: map[claimKey]uint64{},
 		stopped: make(chan struct{}), settled: make(chan struct{}),
 	}
 	go m.loop(ctx)
@@ -344,6 +354,10 @@ func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64, ahe
 		need, counted = units, &m.topUps[1]
 	}
 	counted.Add(1)
+	// Not on the caller's context: a statement cut off while it waits on a row lock may
+	// still commit, its grant unknown here. Bounded all the same.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.LeaseTTL/3)
+	defer cancel()
 	var outcome string
 	var granted int64
 	for attempt := 0; ; attempt++ {
@@ -354,6 +368,9 @@ func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64, ahe
 			break
 		}
 		if !postgres.IsRetryable(err) || attempt == 5 {
+			// the row may hold more than avail: nothing more is taken from this lease,
+			// and its row, whatever it holds, goes back once its calls settle
+			m.retire(ctx, l)
 			return fmt.Errorf("reserve: %w", err)
 		}
 	}
@@ -455,6 +472,9 @@ func (r *Reservation) Settle(a Answered) error {
 		m.mu.Lock()
 		r.l.pending -= units
 		m.unsettled = m.unsettled[1:] // nothing else will take it off
+		if a.Idempotency != nil {
+			delete(m.claims, claimKey{a.Idempotency.Scope, a.Idempotency.Key})
+		}
 		m.mu.Unlock()
 	}
 	return nil

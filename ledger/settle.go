@@ -233,17 +233,13 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	}
 	if n := countTrue(forgiven); n > 0 {
 		m.logger.Warn("calls whose lease was lost or whose Idempotency-Key a retry took over were not charged", "calls", n)
-		m.mu.Lock()
 		for i, f := range forgiven {
-			if l := batch[i].lease; f && !l.released {
-				// its lease may be gone: take a new one for later calls
-				l.released = true
-				if m.leases[leaseKey{l.keyID, l.day}] == l {
-					delete(m.leases, leaseKey{l.keyID, l.day})
-				}
+			if f {
+				// its lease may be gone: later calls take a new one, and its row, if
+				// any, goes back (it is no longer renewed)
+				m.retire(ctx, batch[i].lease)
 			}
 		}
-		m.mu.Unlock()
 	}
 	for i, s := range batch {
 		if !forgiven[i] {
@@ -343,12 +339,15 @@ func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, queue func(
 }
 
 // forget drops the batch's units from the leases' pending counts once committed (or
-// given up).
+// given up), and its claims from those renewed: stored with the charge, or forgiven.
 func (m *Meter) forget(batch []*settlement) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range batch {
 		s.lease.pending -= s.line.Units
+		if s.idem != nil {
+			delete(m.claims, claimKey{s.idem.Scope, s.idem.Key})
+		}
 	}
 	// the queue is first in, first out, and so is unsettled
 	m.unsettled = m.unsettled[min(len(batch), len(m.unsettled)):]
@@ -374,19 +373,45 @@ func (m *Meter) housekeeping(ctx context.Context) {
 			idle = append(idle, l)
 		}
 	}
+	// Only what this server still uses is renewed: a row or claim it lost track of
+	// (a failed release or Unclaim, a call forgiven) expires like a dead server's.
+	leases := make([]string, 0, len(m.leases)+len(m.releasing))
+	for _, l := range m.leases {
+		leases = append(leases, l.id)
+	}
+	for l := range m.releasing {
+		leases = append(leases, l.id)
+	}
+	claimed := make(map[claimKey]uint64, len(m.claims))
+	scopes, keys := make([]string, 0, len(m.claims)), make([]string, 0, len(m.claims))
+	for k, gen := range m.claims {
+		claimed[k] = gen
+		scopes, keys = append(scopes, k.scope), append(keys, k.key)
+	}
 	m.mu.Unlock()
 	for _, l := range idle {
 		m.releaseRow(ctx, l)
 	}
 	m.releaseKeyless(ctx, false)
 	b := &pgx.Batch{}
-	b.Queue(`UPDATE leases SET expires_at = now() + $2 WHERE owner = $1`, m.owner, m.cfg.LeaseTTL)
-	b.Queue(`UPDATE idempotency SET expires_at = now() + $2 WHERE owner = $1 AND state = 'running'`, m.owner, m.cfg.LeaseTTL)
+	b.Queue(`UPDATE leases SET expires_at = now() + $2 WHERE owner = $1 AND lease_id = ANY ($3)`, m.owner, m.cfg.LeaseTTL, leases)
+	b.Queue(`UPDATE idempotency SET expires_at = now() + $2
+		WHERE owner = $1 AND state = 'running' AND (scope, idem_key) IN (SELECT * FROM unnest($3::text[], $4::text[]))
+		RETURNING scope, idem_key`, m.owner, m.cfg.LeaseTTL, scopes, keys)
 	b.Queue(`SELECT coalesce(sum(meter_release(lease_id, NULL, $1)), 0) FROM
 		(SELECT lease_id FROM leases WHERE expires_at < now() ORDER BY expires_at LIMIT 100) expired`, UnitPriceUSD)
 	br := m.pool.SendBatch(ctx, b)
 	_, err1 := br.Exec()
-	_, err2 := br.Exec()
+	var err2 error
+	if rows, err := br.Query(); err != nil {
+		err2 = err
+	} else {
+		var k claimKey
+		_, err2 = pgx.ForEachRow(rows, []any{&k.scope, &k.key}, func() error {
+			delete(claimed, k) // still running and ours
+			return nil
+		})
+	}
 	var recovered int64
 	err3 := br.QueryRow().Scan(&recovered)
 	if err := errors.Join(err1, err2, err3, br.Close()); err != nil {
@@ -395,14 +420,48 @@ func (m *Meter) housekeeping(ctx context.Context) {
 		}
 		return
 	}
+	// A claim not renewed is answered (a job's, stored in its own transaction), given
+	// back or taken over: not this server's to renew any more, unless claimed again.
+	m.mu.Lock()
+	for k, gen := range claimed {
+		if m.claims[k] == gen {
+			delete(m.claims, k)
+		}
+	}
+	m.mu.Unlock()
 	if recovered > 0 {
-		m.logger.Info("released the expired leases of a stopped server", "units", recovered)
+		m.logger.Info("released expired leases (a stopped server's, or rows given up on)", "units", recovered)
 	}
 }
 
-// release ends a lease that no call may use any more, once its calls are settled.
+// retire stops new calls from using l (later ones take a new lease) and releases it.
+func (m *Meter) retire(ctx context.Context, l *lease) {
+	m.mu.Lock()
+	retired := !l.released
+	if retired {
+		l.released = true
+		if lk := (leaseKey{l.keyID, l.day}); m.leases[lk] == l {
+			delete(m.leases, lk)
+		}
+	}
+	m.mu.Unlock()
+	if retired {
+		m.release(ctx, l)
+	}
+}
+
+// release ends a lease that no call may use any more, once its calls are settled; its
+// row is renewed until then.
 func (m *Meter) release(ctx context.Context, l *lease) {
+	m.mu.Lock()
+	m.releasing[l] = struct{}{}
+	m.mu.Unlock()
 	go func() {
+		defer func() {
+			m.mu.Lock()
+			delete(m.releasing, l)
+			m.mu.Unlock()
+		}()
 		// calls still holding it settle first; then its units go back
 		for {
 			m.mu.Lock()
