@@ -783,10 +783,7 @@ func (x *Executor) position(t *task) (commands.Position, error) {
 	if err != nil {
 		return commands.Position{}, err
 	}
-	units := price.PerPosition
-	if res.Cached || res.Terminal != "" {
-		units = price.CachedUnits
-	}
+	units := price.Charged(res.Cached || res.Terminal != "")
 	body, err := json.Marshal(res)
 	if err != nil {
 		return commands.Position{}, err

@@ -246,10 +246,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 			fail(err)
 			return
 		}
-		units = price.Units
-		if cached {
-			units = price.CachedUnits
-		}
+		units = price.Charged(cached)
 	}
 	// goccy/go-json writes the JSON encoding/json does (FuzzAnswersEncodeAsEncodingJSON), faster:
 	// a cached answer is mostly this
@@ -452,7 +449,7 @@ func (s *Server) price(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"endpoint": ep, "units": price.Units, "usd": usd(price.USD),
-		"cached_units": price.CachedUnits * int64(call.Positions), "cached_usd": usd(ledger.UnitsUSD(price.CachedUnits * int64(call.Positions))),
+		"cached_units": price.Charged(true), "cached_usd": usd(ledger.UnitsUSD(price.Charged(true))),
 		"breakdown": map[string]any{
 			"depth": call.Depth, "multipv": call.MultiPV, "movetime_ms": call.MoveTimeMS, "positions": call.Positions,
 			"units_per_position": price.PerPosition, "cached_units_per_position": price.CachedUnits,

@@ -72,10 +72,7 @@ func SeedBenchCharges(ctx context.Context, pool *pgxpool.Pool, account string, k
 			return err
 		}
 		cached := r.IntN(10) < 3
-		units := q.Units
-		if cached {
-			units = q.CachedUnits * int64(p.Positions)
-		}
+		units := q.Charged(cached)
 		engine := "sf-17.1"
 		if r.IntN(100) < 15 {
 			engine = "sf-15.1"

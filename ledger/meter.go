@@ -233,10 +233,7 @@ func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
 	if err := m.waitBacklog(ctx); err != nil {
 		return nil, err
 	}
-	units := price.Units
-	if call.Cached {
-		units = price.CachedUnits * int64(call.Price.Positions)
-	}
+	units := price.Charged(call.Cached)
 	k := call.Key
 	day := m.now().Format(time.DateOnly)
 	for {
@@ -433,7 +430,7 @@ type Answered struct {
 // Units is what the call is charged once answered: the fresh or the cached price.
 func (r *Reservation) Units(cached bool) int64 {
 	if cached && !r.call.Cached {
-		return r.price.CachedUnits * int64(r.call.Price.Positions)
+		return r.price.Charged(true)
 	}
 	return r.units
 }

@@ -18,6 +18,16 @@ type Price struct {
 	CachedUnits int64           // what one position costs when served from the cache
 	CachedUSD   decimal.Decimal
 	PerPosition int64 // fresh units of one position
+	Positions   int   // the call's positions
+}
+
+// Charged is what an answered call priced p costs: every position searched, or (cached)
+// every position served without a search at the cached price.
+func (p Price) Charged(cached bool) int64 {
+	if cached {
+		return p.CachedUnits * int64(p.Positions)
+	}
+	return p.Units
 }
 
 // Quote is the one pricing function: every quote of GET /price, every reservation and
@@ -43,6 +53,7 @@ func Quote(c domain.Call) (Price, error) {
 	total := units * int64(c.Positions)
 	return Price{
 		Units: total, USD: UnitsUSD(total), CachedUnits: cached, CachedUSD: UnitsUSD(cached), PerPosition: units,
+		Positions: c.Positions,
 	}, nil
 }
 

@@ -41,6 +41,9 @@ func TestQuote(t *testing.T) {
 			if p.CachedUnits >= p.PerPosition && p.PerPosition > 1 {
 				t.Fatal("a cached result must cost less than a fresh one")
 			}
+			if n := int64(tc.call.Positions); p.Charged(false) != tc.units || p.Charged(true) != tc.cached*n {
+				t.Fatalf("charged fresh %d, cached %d; want %d and %d", p.Charged(false), p.Charged(true), tc.units, tc.cached*n)
+			}
 		})
 	}
 	for _, bad := range []domain.Call{priced(domain.EndpointEval, 0, 1, 0, 1), priced(domain.EndpointEval, 10, 0, 0, 1), priced(domain.EndpointEval, 10, 1, -1, 1), priced(domain.EndpointBatch, 10, 1, 0, 0)} {

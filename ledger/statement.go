@@ -326,10 +326,7 @@ func Reprice(c ChargeLine) PriceCheck {
 		return pc
 	}
 	pc.Quote, pc.DepthUnits = q, d.PerPosition
-	pc.Units = q.Units
-	if c.Cached {
-		pc.Units = q.CachedUnits * int64(call.Positions)
-	}
+	pc.Units = q.Charged(c.Cached)
 	pc.USD = UnitsUSD(pc.Units)
 	return pc
 }
