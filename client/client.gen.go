@@ -1076,6 +1076,7 @@ type Env string
 
 // EvalRequest defines model for EvalRequest.
 type EvalRequest struct {
+	// Depth Without a key the default is 12, the keyless cap.
 	Depth *int `json:"depth,omitempty"`
 
 	// Engine An id of GET /engines (`sf-17.1`, `sf-15.1`), or `latest` (the default).
