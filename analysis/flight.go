@@ -3,6 +3,8 @@ package analysis
 import (
 	"context"
 	"sync"
+
+	"chessd/engine"
 )
 
 // flights are the searches running in this process that a request for the same
@@ -18,20 +20,23 @@ type flights struct {
 // flight is one running search; done closes once res or err is set.
 type flight struct {
 	depth, multipv int
+	prio           engine.Priority
 	done           chan struct{}
 	res            *Result
 	err            error
 }
 
 // join returns the running search for key and false when it answers depth and
-// multipv; otherwise it returns a new flight and true when none runs for key (the
-// caller searches, then calls land), or nil and true when one runs that does not
-// answer the request (the caller searches on its own).
-func (f *flights) join(key string, depth, multipv int) (fl *flight, lead bool) {
+// multipv at a priority at least prio's (an interactive request does not wait for a
+// job's search, which may still be queued behind other jobs' work); otherwise it
+// returns a new flight and true when none runs for key (the caller searches, then
+// calls land), or nil and true when one runs that does not answer the request (the
+// caller searches on its own).
+func (f *flights) join(key string, depth, multipv int, prio engine.Priority) (fl *flight, lead bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if cur := f.running[key]; cur != nil {
-		if cur.depth >= depth && cur.multipv >= multipv {
+		if cur.depth >= depth && cur.multipv >= multipv && cur.prio <= prio {
 			return cur, false
 		}
 		return nil, true
@@ -39,7 +44,7 @@ func (f *flights) join(key string, depth, multipv int) (fl *flight, lead bool) {
 	if f.running == nil {
 		f.running = map[string]*flight{}
 	}
-	fl = &flight{depth: depth, multipv: multipv, done: make(chan struct{})}
+	fl = &flight{depth: depth, multipv: multipv, prio: prio, done: make(chan struct{})}
 	f.running[key] = fl
 	return fl, true
 }

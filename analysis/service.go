@@ -121,9 +121,11 @@ func (s *Service) analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 	}
 	key := cacheKey(parsed, spec)
 	var fl *flight
-	if useCache && progress == nil && s.cacheable(spec) {
+	// A request with a time limit of its own neither waits for another's search (which
+	// may take a minute) nor has others wait for one that may stop short.
+	if useCache && progress == nil && s.cacheable(spec) && spec.MoveTimeMS == 0 {
 		var lead bool
-		if fl, lead = s.flights.join(key, spec.Depth, spec.MultiPV); !lead {
+		if fl, lead = s.flights.join(key, spec.Depth, spec.MultiPV, prio); !lead {
 			if res, ok := fl.wait(ctx, spec.Depth, spec.MultiPV); ok {
 				return trim(res, parsed, spec, true), nil
 			}
@@ -178,7 +180,10 @@ func (s *Service) answer(ctx context.Context, pos *position.Position, key string
 		return nil, false, err
 	}
 	res.Search = searched
-	if s.cacheable(spec) {
+	// A search stopped by its time limit short of its depth reports the depth it was
+	// in, not one it completed: it would answer a later request for that depth with
+	// a line that depth's whole search may not choose.
+	if s.cacheable(spec) && res.Depth >= spec.Depth {
 		s.cache.Put(key, spec.MultiPV, res)
 	}
 	return res, false, nil

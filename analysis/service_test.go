@@ -154,14 +154,20 @@ func TestRepeatsWaitForTheRunningSearch(t *testing.T) {
 	cases := []struct {
 		name           string
 		depth, multipv int // the repeat's
+		moveTimeMS     int
+		prio           engine.Priority // the repeat's; the leader is a job's (Batch), or lead's
+		lead           engine.Priority
 		leaderGivesUp  bool
 		wantCached     bool
 	}{
-		{"same request", 16, 1, false, true},
-		{"shallower, fewer lines", 12, 1, false, true},
-		{"deeper", 17, 1, false, false},
-		{"more lines", 16, 2, false, false},
-		{"leader gives up", 16, 1, true, false},
+		{"same request", 16, 1, 0, engine.Batch, engine.Batch, false, true},
+		{"shallower, fewer lines", 12, 1, 0, engine.Batch, engine.Batch, false, true},
+		{"deeper", 17, 1, 0, engine.Batch, engine.Batch, false, false},
+		{"more lines", 16, 2, 0, engine.Batch, engine.Batch, false, false},
+		{"leader gives up", 16, 1, 0, engine.Batch, engine.Batch, true, false},
+		{"a time limit of its own", 16, 1, 30000, engine.Batch, engine.Batch, false, false},
+		{"interactive behind a job's search", 16, 1, 0, engine.Interactive, engine.Batch, false, false},
+		{"a job's behind an interactive search", 16, 1, 0, engine.Batch, engine.Interactive, false, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -170,7 +176,7 @@ func TestRepeatsWaitForTheRunningSearch(t *testing.T) {
 			defer giveUp()
 			led := make(chan error, 1)
 			go func() {
-				_, err := svc.Analyse(leadCtx, spec(t, Request{FEN: &fen, Depth: ptr(16)}), engine.Batch, true)
+				_, err := svc.Analyse(leadCtx, spec(t, Request{FEN: &fen, Depth: ptr(16)}), c.lead, true)
 				led <- err
 			}()
 			for deadline := time.Now().Add(10 * time.Second); svc.running() == 0; time.Sleep(time.Millisecond) {
@@ -180,7 +186,11 @@ func TestRepeatsWaitForTheRunningSearch(t *testing.T) {
 			}
 			repeat := make(chan *Result, 1)
 			go func() {
-				res, err := svc.Analyse(context.Background(), spec(t, Request{FEN: &again, Depth: ptr(c.depth), MultiPV: ptr(c.multipv)}), engine.Batch, true)
+				req := Request{FEN: &again, Depth: ptr(c.depth), MultiPV: ptr(c.multipv)}
+				if c.moveTimeMS > 0 {
+					req.MoveTimeMS = ptr(c.moveTimeMS)
+				}
+				res, err := svc.Analyse(context.Background(), spec(t, req), c.prio, true)
 				if err != nil {
 					t.Error(err)
 				}
@@ -189,7 +199,9 @@ func TestRepeatsWaitForTheRunningSearch(t *testing.T) {
 			if c.leaderGivesUp {
 				giveUp()
 			}
-			if err := <-led; (err != nil) != c.leaderGivesUp {
+			// an interactive search may preempt a job's (the test's pool is small)
+			preempts := c.prio < c.lead
+			if err := <-led; (err != nil) != c.leaderGivesUp && !preempts {
 				t.Fatalf("leader: %v", err)
 			}
 			res := <-repeat
@@ -207,3 +219,24 @@ func TestRepeatsWaitForTheRunningSearch(t *testing.T) {
 }
 
 func (s *Service) running() int { return s.flights.count() }
+
+// A search its time limit stopped short of its depth is not cached: the depth it
+// reports was not completed. One that completes its depth within its limit is.
+func TestTimeStoppedSearchesAreNotCached(t *testing.T) {
+	svc := NewService(catalog, pgtest.NewDB(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx := context.Background()
+	fen := "r1bq1rk1/ppp2ppp/2np1n2/2b1p3/2B1P3/2NP1N2/PPP2PPP/R1BQ1RK1 w - - 0 7"
+	res, err := svc.Analyse(ctx, spec(t, Request{FEN: &fen, Depth: ptr(30), MoveTimeMS: ptr(100)}), engine.Interactive, true)
+	if err != nil || res.Depth >= 30 {
+		t.Fatalf("a 100 ms search to depth 30: %v, depth %d", err, res.Depth)
+	}
+	if _, ok, err := svc.Lookup(ctx, spec(t, Request{FEN: &fen, Depth: ptr(res.Depth)})); ok || err != nil {
+		t.Fatalf("depth %d of a search stopped on time was cached (%v)", res.Depth, err)
+	}
+	if _, err := svc.Analyse(ctx, spec(t, Request{FEN: &fen, Depth: ptr(6), MoveTimeMS: ptr(30000)}), engine.Interactive, true); err != nil {
+		t.Fatal(err)
+	}
+	if hit, ok, err := svc.Lookup(ctx, spec(t, Request{FEN: &fen, Depth: ptr(6)})); !ok || err != nil || hit.Depth < 6 {
+		t.Fatalf("a search that completed depth 6 within its limit was not cached: %v %v", ok, err)
+	}
+}
