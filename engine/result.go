@@ -127,6 +127,13 @@ func (c *lineCollector) add(in *Info) {
 	}
 }
 
+func firstMove(l Line) string {
+	if len(l.PV) == 0 {
+		return ""
+	}
+	return l.PV[0]
+}
+
 func (c *lineCollector) result(best, ponder string) *Result {
 	r := &Result{BestMove: best, Ponder: ponder, Nodes: c.nodes, TimeMS: c.time}
 	for _, l := range c.exact {
@@ -138,6 +145,29 @@ func (c *lineCollector) result(best, ponder string) *Result {
 		}
 	}
 	sort.Slice(r.Lines, func(i, j int) bool { return r.Lines[i].MultiPV < r.Lines[j].MultiPV })
+	// A search stopped while a new best move failed high leaves the old best's exact
+	// line at rank 1 and the engine's bestmove only in a deeper bound line: rank 1 is
+	// then that line, bound and all, so that the answer's line starts with its move.
+	if len(r.Lines) > 0 && best != "" && firstMove(r.Lines[0]) != best {
+		if b, ok := c.bound[1]; ok && firstMove(b) == best && b.Depth >= r.Lines[0].Depth {
+			r.Lines[0] = b
+		}
+	}
+	// Ranks taken from different depths may repeat a first move: each move keeps its
+	// best rank, and the ranks close up.
+	seen := make(map[string]bool, len(r.Lines))
+	kept := r.Lines[:0]
+	for _, l := range r.Lines {
+		if m := firstMove(l); m != "" {
+			if seen[m] {
+				continue
+			}
+			seen[m] = true
+		}
+		l.MultiPV = len(kept) + 1
+		kept = append(kept, l)
+	}
+	r.Lines = kept
 	if len(r.Lines) > 0 {
 		r.Depth = r.Lines[0].Depth
 		r.SelDepth = r.Lines[0].SelDepth

@@ -215,6 +215,7 @@ func TestLineCollector(t *testing.T) {
 		wantDepth []int
 		wantScore []Score
 		nodes     int64
+		best      string // the engine's bestmove; e2e4 when empty
 	}{
 		{
 			name: "deepest exact wins over later deeper bound",
@@ -252,6 +253,30 @@ func TestLineCollector(t *testing.T) {
 			wantScore: []Score{{Value: 22}, {Value: 10}, {Value: 5}},
 		},
 		{
+			name: "stopped while a new best move failed high",
+			lines: []string{
+				"info depth 11 multipv 1 score cp 20 pv d2d4 d7d5",
+				"info depth 11 multipv 2 score cp 10 pv e2e4 e7e5",
+				"info depth 12 multipv 1 score cp 35 lowerbound pv e2e4 c7c5",
+				"info depth 12 multipv 2 score cp 18 pv d2d4 g8f6",
+			},
+			best:      "e2e4",
+			wantRanks: []int{1, 2}, wantDepth: []int{12, 12},
+			wantScore: []Score{{Value: 35, Bound: BoundLower}, {Value: 18}},
+		},
+		{
+			name: "a first move two ranks repeat keeps its best rank",
+			lines: []string{
+				"info depth 11 multipv 1 score cp 20 pv d2d4 d7d5",
+				"info depth 11 multipv 2 score cp 10 pv e2e4 e7e5",
+				"info depth 11 multipv 3 score cp 5 pv c2c4 e7e5",
+				"info depth 12 multipv 2 score cp 18 pv d2d4 g8f6",
+			},
+			best:      "d2d4",
+			wantRanks: []int{1, 2}, wantDepth: []int{11, 11},
+			wantScore: []Score{{Value: 20}, {Value: 5}},
+		},
+		{
 			name:      "mated position",
 			lines:     []string{"info depth 0 score mate 0"},
 			wantRanks: []int{1}, wantDepth: []int{0}, wantScore: []Score{{Mate: true}},
@@ -268,7 +293,11 @@ func TestLineCollector(t *testing.T) {
 				}
 				c.add(&in)
 			}
-			r := c.result("e2e4", "")
+			best := tt.best
+			if best == "" {
+				best = "e2e4"
+			}
+			r := c.result(best, "")
 			if len(r.Lines) != len(tt.wantRanks) {
 				t.Fatalf("got %d lines, want %d: %+v", len(r.Lines), len(tt.wantRanks), r.Lines)
 			}
