@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"chessd/postgres"
 )
 
@@ -58,8 +60,26 @@ type VerifyReport struct {
 
 // Verify walks the whole log in position order and checks that positions have no gaps,
 // each stream's versions run 1, 2, 3..., every hash matches its content and predecessor,
-// and the chain head matches the last event.
-func Verify(ctx context.Context, q postgres.Querier) (VerifyReport, error) {
+// and the chain head matches the last event. Given a pool (anything that begins
+// transactions), it reads the head and the log in one read-only REPEATABLE READ
+// transaction: a live service appends all the time, and an event committed after the
+// head was read would otherwise read as one past the head, an edit.
+func Verify(ctx context.Context, q postgres.Querier) (rep VerifyReport, err error) {
+	if b, ok := q.(interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+	}); ok {
+		tx, err := b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return rep, fmt.Errorf("verify: %w", err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // read only
+		return verify(ctx, tx)
+	}
+	return verify(ctx, q)
+}
+
+// verify is Verify on one snapshot.
+func verify(ctx context.Context, q postgres.Querier) (VerifyReport, error) {
 	var rep VerifyReport
 	var headHash []byte
 	if err := q.QueryRow(ctx, `SELECT position, hash FROM event_chain`).Scan(&rep.Head, &headHash); err != nil {

@@ -421,3 +421,45 @@ func TestAnyVersionAppendsTakeContiguousVersions(t *testing.T) {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }
+
+// Verify reads one snapshot: a log that grows while it walks reads as intact, not as
+// an event past the chain head.
+func TestVerifyWhileAppending(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	for i := range 2500 { // more than one page of the walk
+		if err := appendOne(ctx, s, fmt.Sprintf("pre-%d", i%50), int64(i/50), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	appended := make(chan int)
+	go func() {
+		n := 0
+		defer func() { appended <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := appendOne(ctx, s, "live", int64(n), n); err != nil {
+				t.Error(err)
+				return
+			}
+			n++
+		}
+	}()
+	for range 5 {
+		rep, err := Verify(ctx, s.Pool())
+		if err != nil || rep.Tamper != nil {
+			close(stop)
+			<-appended
+			t.Fatalf("verify while appending: %+v %v", rep.Tamper, err)
+		}
+	}
+	close(stop)
+	if n := <-appended; n == 0 {
+		t.Fatal("nothing was appended while verify ran")
+	}
+}
