@@ -2,6 +2,8 @@ package eventstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -138,14 +140,30 @@ func (l *listener) run(ctx context.Context) {
 	}
 }
 
+// A connection a NAT or a firewall has forgotten (half-open) returns no error until TCP
+// gives up, minutes later, while announcements are lost: the listener announces itself
+// a heartbeat every listenPing and takes the connection for dead when nothing at all
+// has been heard on it for listenDead, below maxAwait, so that a commit waiting for
+// this server's watcher is released by its lapse, not by giving up.
+const (
+	listenPing     = time.Second
+	listenDead     = 4 * time.Second
+	heartbeatTopic = "listener.heartbeat"
+)
+
 func (l *listener) listen(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	pc, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	conn := pc.Hijack() // LISTEN belongs to the session: it never goes back to the pool
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel+"; LISTEN "+WatchChannel); err != nil {
+	listening, stop := context.WithTimeout(ctx, listenDead) // a half-open connection never answers
+	_, err = conn.Exec(listening, "LISTEN "+NotifyChannel+"; LISTEN "+WatchChannel)
+	stop()
+	if err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -156,16 +174,46 @@ func (l *listener) listen(ctx context.Context) error {
 		w.begin()
 	}
 	l.wakeAll() // anything announced before we listened
+	var heard atomic.Int64
+	heard.Store(time.Now().UnixNano())
+	go l.heartbeat(ctx, &heard, cancel)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
+			if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil && !errors.Is(cause, context.Canceled) {
+				return cause
+			}
 			return err
 		}
+		heard.Store(time.Now().UnixNano())
 		if n.Channel == WatchChannel {
 			l.announce(n.Payload)
 			continue
 		}
 		l.wake(n.Payload)
+	}
+}
+
+// heartbeat announces heartbeatTopic every listenPing through another connection and
+// ends the listening (cancel) once nothing has been heard for listenDead.
+func (l *listener) heartbeat(ctx context.Context, heard *atomic.Int64, cancel context.CancelCauseFunc) {
+	tick := time.NewTicker(listenPing)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if quiet := time.Since(time.Unix(0, heard.Load())); quiet > listenDead {
+			cancel(fmt.Errorf("the listening connection heard nothing, not even its heartbeat, for %v", quiet.Round(time.Millisecond)))
+			return
+		}
+		go func() { // on its own: a ping stuck on a dead connection must not stop the count
+			ctx, stop := context.WithTimeout(ctx, listenDead)
+			defer stop()
+			Notify(ctx, l.pool, heartbeatTopic) //nolint:errcheck // the silence decides
+		}()
 	}
 }
 

@@ -245,3 +245,30 @@ func (t *countedTx) ended() {
 		t.p.after.Add(1)
 	}
 }
+
+// A listening connection that goes silent without an error (half-open: a NAT or a
+// firewall forgot it) is taken for dead within listenDead, so that nobody trusts
+// announcements it no longer carries, and the listener listens again once the
+// database can be reached. A healthy one, idle, is not.
+func TestListenerNoticesASilentConnection(t *testing.T) {
+	proxy, url := pgtest.NewProxy(t, pgtest.URL(t))
+	pool := pgtest.NewDBAt(t, url)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := Listen(ctx, pool, watchLogger())
+	pgtest.WaitFor(t, "listening", w.Listening)
+	for end := time.Now().Add(listenDead + 2*listenPing); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if !w.Listening() {
+			t.Fatal("an idle, healthy listening connection was taken for dead")
+		}
+	}
+	proxy.Silence()
+	silenced := time.Now()
+	pgtest.WaitFor(t, "the silent connection taken for dead", func() bool { return !w.Listening() })
+	if took := time.Since(silenced); took > listenDead+2*listenPing {
+		t.Fatalf("a silent connection was trusted for %v", took)
+	}
+	proxy.Down() // the forgotten connections go; new ones pass
+	proxy.Up()
+	pgtest.WaitFor(t, "listening again", w.Listening)
+}

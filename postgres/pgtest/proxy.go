@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -96,6 +97,17 @@ func (p *Proxy) Down() {
 	}
 }
 
+// Silence makes every open connection half-open: from now on nothing passes either
+// way and nothing is closed, as when a NAT or a firewall forgets a connection. New
+// connections pass.
+func (p *Proxy) Silence() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.silent.Store(true)
+	}
+}
+
 // Up lets connections through again.
 func (p *Proxy) Up() {
 	p.mu.Lock()
@@ -153,6 +165,7 @@ type proxyConn struct {
 	mu             sync.Mutex
 	cutting        *cutRule      // set once the COMMIT went out in AfterCommit mode
 	serverDone     chan struct{} // closed when fromServer has ended
+	silent         atomic.Bool   // half-open (Silence): messages are dropped both ways
 }
 
 func (c *proxyConn) close() {
@@ -206,6 +219,9 @@ func (c *proxyConn) fromClient() {
 				<-c.serverDone
 				return
 			}
+			continue
+		}
+		if c.silent.Load() {
 			continue
 		}
 		if _, err := c.server.Write(msg); err != nil {
@@ -275,6 +291,9 @@ func (c *proxyConn) fromServer() {
 				close(rule.fired)
 				return
 			}
+			continue
+		}
+		if c.silent.Load() {
 			continue
 		}
 		if _, err := c.client.Write(msg); err != nil {
