@@ -100,6 +100,12 @@ var errReadModelBehind = errors.New("the read model is behind")
 // retryAfterer is an error that knows when to try again.
 type retryAfterer interface{ RetryAfter() time.Duration }
 
+// retryAfterSeconds is a wait in Retry-After's whole seconds, rounded up (at least 1):
+// a client that waits what it is told is not refused again.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
 // writeError answers err as problem+json. Unexpected errors are logged with the request
 // id and reported without internals.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -141,7 +147,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case dbAway:
 		w.Header().Set("Retry-After", strconv.Itoa(int(databaseRetryAfter/time.Second)))
 	case errors.As(err, &ra):
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(ra.RetryAfter().Round(time.Second)/time.Second))))
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(ra.RetryAfter())))
 	case kind.next == "retry_after":
 		w.Header().Set("Retry-After", "1")
 	}
