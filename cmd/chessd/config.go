@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -81,8 +82,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 		{"CHESSD_SCHEMA_CHECK", &c.SchemaCheck},
 	} {
 		if v := getenv(d.name); v != "" {
-			if *d.dst, err = time.ParseDuration(v); err != nil {
-				return c, fmt.Errorf("%s: %w", d.name, err)
+			// every one of them is a wait or a period: zero or less would stop a ticker
+			// with a panic or a wait before it began
+			if *d.dst, err = time.ParseDuration(v); err != nil || *d.dst <= 0 {
+				return c, fmt.Errorf("%s must be a positive duration such as 10s, got %q", d.name, v)
 			}
 		}
 	}
@@ -150,14 +153,27 @@ func loadConfig(getenv func(string) string) (config, error) {
 }
 
 // pepper returns the configured pepper, or one generated once and kept in the data
-// directory, so a development server's keys survive restarts.
+// directory, so a development server's keys survive restarts. The file appears whole
+// or not at all (written aside, synced, then linked into place), so a process starting
+// beside the one that creates it never reads it half written, and one read back is
+// held to the environment variable's rule.
 func (c *config) pepper(logger *slog.Logger) ([]byte, error) {
 	if c.KeyPepper != nil {
 		return c.KeyPepper, nil
 	}
 	path := filepath.Join(c.DataDir, "key-pepper")
-	if b, err := os.ReadFile(path); err == nil {
-		return []byte(strings.TrimSpace(string(b))), nil
+	read := func() ([]byte, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if p := strings.TrimSpace(string(b)); len(p) >= 16 {
+			return []byte(p), nil
+		}
+		return nil, fmt.Errorf("%s holds no usable pepper (at least 16 characters): delete it, or set CHESSD_KEY_PEPPER", path)
+	}
+	if p, err := read(); !errors.Is(err, fs.ErrNotExist) {
+		return p, err
 	}
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return nil, err
@@ -167,15 +183,24 @@ func (c *config) pepper(logger *slog.Logger) ([]byte, error) {
 		return nil, err
 	}
 	p := hex.EncodeToString(buf)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	tmp, err := os.CreateTemp(c.DataDir, ".key-pepper-*")
 	if err != nil {
-		if errors.Is(err, os.ErrExist) { // another process won the race
-			return c.pepper(logger)
-		}
 		return nil, err
 	}
-	defer f.Close()
-	if _, err := f.WriteString(p + "\n"); err != nil {
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(p + "\n")
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
+		return read() // another process put its own in place first
+	} else if err != nil {
 		return nil, err
 	}
 	logger.Warn("CHESSD_KEY_PEPPER not set: generated one in the data directory; set it in production", "path", path)

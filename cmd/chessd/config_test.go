@@ -1,6 +1,10 @@
 package main
 
 import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -28,6 +32,8 @@ func TestLoadConfig(t *testing.T) {
 		"pool size":    {"CHESSD_ENGINE_POOL_SIZE": "0"},
 		"duration":     {"CHESSD_ENGINE_HANG_TIMEOUT": "soon"},
 		"record every": {"CHESSD_JOB_RECORD_EVERY": "often"},
+		"schema check": {"CHESSD_SCHEMA_CHECK": "0"}, // a ticker of zero panics
+		"negative":     {"CHESSD_LEASE_TTL": "-15s"},
 		"rate limits":  {"CHESSD_RATE_LIMITS": "maybe"},
 		"worker jobs":  {"CHESSD_WORKER_JOBS": "-1"},
 		"hash":         {"CHESSD_ENGINE_MAX_HASH_MB": "0"},
@@ -36,6 +42,52 @@ func TestLoadConfig(t *testing.T) {
 	} {
 		if _, err := loadConfig(env(kv)); err == nil {
 			t.Errorf("%s: %v accepted", name, kv)
+		}
+	}
+}
+
+// Without CHESSD_KEY_PEPPER, every process on one data directory gets the same
+// generated pepper, however many start at once, and a file that holds no usable pepper
+// is an error, never a pepper.
+func TestGeneratedPepper(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	c := config{DataDir: t.TempDir()}
+	const starts = 8
+	got := make([][]byte, starts)
+	errs := make([]error, starts)
+	var wg sync.WaitGroup
+	for i := range starts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := c
+			got[i], errs[i] = c.pepper(logger)
+		}()
+	}
+	wg.Wait()
+	for i := range starts {
+		if errs[i] != nil || len(got[i]) != 64 || string(got[i]) != string(got[0]) {
+			t.Fatalf("start %d: %q %v; start 0: %q", i, got[i], errs[i], got[0])
+		}
+	}
+	path := filepath.Join(c.DataDir, "key-pepper")
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("pepper file: %v %v", fi.Mode(), err)
+	}
+	if again, err := c.pepper(logger); err != nil || string(again) != string(got[0]) {
+		t.Fatalf("read again: %q %v", again, err)
+	}
+	for name, setup := range map[string]func(string) error{
+		"empty":     func(p string) error { return os.WriteFile(p, nil, 0o600) },
+		"short":     func(p string) error { return os.WriteFile(p, []byte("abc\n"), 0o600) },
+		"directory": func(p string) error { return os.Mkdir(p, 0o700) },
+	} {
+		c := config{DataDir: t.TempDir()}
+		if err := setup(filepath.Join(c.DataDir, "key-pepper")); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := c.pepper(logger); err == nil {
+			t.Errorf("%s pepper file: got %q, want an error", name, p)
 		}
 	}
 }
