@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -1010,4 +1011,33 @@ func niceOf(t *testing.T, stat string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// An engine starts without chessd's configuration and credentials in its environment:
+// it needs none of them.
+func TestEnginesGetNoSecrets(t *testing.T) {
+	t.Setenv("CHESSD_KEY_PEPPER", "not-for-engines-0123456789")
+	t.Setenv("DATABASE_URL", "postgres://u:secret@h/db")
+	pl := newPool(t, "sf-17.1", PathNative, nil)
+	pl.mu.Lock()
+	var pids []int
+	for p := range pl.all {
+		pids = append(pids, p.pid)
+	}
+	pl.mu.Unlock()
+	if len(pids) == 0 {
+		t.Fatal("no engine process")
+	}
+	for _, pid := range pids {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(env, []byte("CHESSD_KEY_PEPPER")) || bytes.Contains(env, []byte("secret@")) {
+			t.Fatalf("engine %d's environment holds a secret", pid)
+		}
+		if !bytes.Contains(env, []byte("PATH=")) {
+			t.Fatalf("engine %d's environment lost PATH: %q", pid, env)
+		}
+	}
 }

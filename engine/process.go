@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"chessd/procenv"
 )
 
 // Identity is what an engine says about itself in answer to "uci".
@@ -139,6 +141,7 @@ func (p *process) isDead() bool {
 // options and waits for readyok. The result is warm: ready to search.
 func startProcess(ctx context.Context, cfg *procConfig) (*process, error) {
 	cmd := exec.Command(cfg.path, cfg.args...)
+	cmd.Env = procenv.Environ() // an engine needs none of our secrets
 	setProcAttrs(cmd)
 	// stderr is left nil (discarded): engines write nothing useful there, and an
 	// unread pipe could block them.

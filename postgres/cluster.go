@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"chessd/procenv"
 )
 
 // Cluster is a PostgreSQL server this process started (or found running) in Dir.
@@ -148,6 +150,7 @@ func (c *Cluster) Watchdog(removeDir string) {
 pid=$(head -n 1 %q/postmaster.pid 2>/dev/null) && kill -INT "$pid" 2>/dev/null
 sleep 2; rm -rf %q`, os.Getpid(), c.Dir, removeDir)
 	cmd := exec.Command("sh", "-c", script)
+	cmd.Env = procenv.Environ()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // not killed with our process group
 	if err := cmd.Start(); err == nil {
 		go cmd.Wait() //nolint:errcheck // reaped if we outlive it
@@ -200,11 +203,12 @@ func (c *Cluster) run(ctx context.Context, tool string, args ...string) error {
 	cmd.Dir = c.Dir // the postgres user may not be allowed into the caller's cwd
 	// A terminal's Ctrl-C must reach us, not the server: we stop it ourselves.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = procenv.Environ() // the server outlives us: none of our secrets
 	if c.runAs != nil {
 		uid, _ := strconv.Atoi(c.runAs.Uid)
 		gid, _ := strconv.Atoi(c.runAs.Gid)
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		cmd.Env = append(os.Environ(), "HOME="+c.runAs.HomeDir, "USER=postgres", "LOGNAME=postgres")
+		cmd.Env = append(cmd.Env, "HOME="+c.runAs.HomeDir, "USER=postgres", "LOGNAME=postgres")
 	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
