@@ -28,6 +28,7 @@ var layer = map[string]int{
 	"engine":          1, // UCI processes: no database, no domain
 	"ratelimit":       1, // its own table, through any connection
 	"gctune":          1, // the garbage collector's target of chessd's processes (reads GOGC)
+	"procenv":         1, // the environment of the processes chessd starts, without its secrets
 	"eventstore":      2,
 	"commands":        3,
 	"ledger":          3,
@@ -48,7 +49,7 @@ var layer = map[string]int{
 	"openapi/openapitest": 1, // checks traffic against the document, for every package's tests
 	"console":             1, // the web console's built assets (embedded) and how they are served: imports nothing of ours
 	"client":              1, // the Go client generated from the OpenAPI document: imports nothing of ours
-	"ucibridge":           1, // UCI on stdin/stdout to the API, through client (chess rules: domain/position)
+	"ucibridge":           1, // UCI on stdin/stdout to the API, through client (chess rules: domain/position; the plans' caps: domain)
 	"cli":                 1, // the binary's client commands (eval, usage, uci, …), through client
 	"examples/eval":       7, // an example program of the client
 }
