@@ -7,13 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"chessd/client"
+	"chessd/domain"
 	"chessd/domain/position"
 )
 
@@ -38,11 +41,17 @@ type Bridge struct {
 	out     *lineWriter
 	debug   bool
 	set     map[string]string // options the GUI set, by lower-case name
-	offered []option          // what `uci` announced
-	engines *client.Engines   // GET /engines, fetched once per server
-	caps    *limits           // what a search may ask, fetched once per server and key
+	offered []option          // what `uci` announced (or the Server option's server offers)
 	pos     *position.Position
-	cur     *search
+	posErr  error   // why pos is nil: the last position line could not be read or played
+	cur     *search // the last search started; its bestmove may still be to come
+
+	// Searches read and learn these beside the command loop, which only resets them.
+	mu      sync.Mutex
+	gen     int             // counts Server and Key changes: what older reads found is dropped
+	engines *client.Engines // GET /engines, once read for this server
+	caps    *limits         // GET /engines and GET /me, once both answered for this server and key
+	learned limits          // caps the service named when it refused a search (0: none)
 }
 
 // New is a bridge to the service cfg names.
@@ -74,7 +83,12 @@ func (b *Bridge) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 			}
 		}
 	}()
-	defer b.stopSearch()
+	defer func() { // the last search ends after every earlier one
+		if b.cur != nil {
+			b.cur.halt()
+			<-b.cur.done
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -93,8 +107,14 @@ func (b *Bridge) handle(ctx context.Context, line string) bool {
 	if errors.Is(err, errEmpty) {
 		return false
 	}
-	if err != nil {
+	// A go is searched without what could not be read (its search tells it): a GUI
+	// waits for bestmove.
+	if err != nil && c.Kind != CmdGo {
 		b.out.printf("info string %s", err)
+		if c.Kind == CmdPosition { // the GUI's position is not the one before: none to search
+			b.stopSearch()
+			b.pos, b.posErr = nil, err
+		}
 		return false
 	}
 	switch c.Kind {
@@ -103,7 +123,7 @@ func (b *Bridge) handle(ctx context.Context, line string) bool {
 	case CmdDebug:
 		b.debug = c.On
 	case CmdIsReady:
-		b.out.printf("readyok") // nothing is ever pending that must finish first
+		b.out.printf("readyok") // searches and their lookups run beside the command loop
 	case CmdSetOption:
 		b.setOption(c.Name, c.Value)
 	case CmdNewGame:
@@ -114,7 +134,7 @@ func (b *Bridge) handle(ctx context.Context, line string) bool {
 		b.position(c.FEN, c.Moves)
 	case CmdGo:
 		b.stopSearch()
-		b.goSearch(ctx, c.Go)
+		b.goSearch(ctx, c.Go, err)
 	case CmdStop:
 		b.stopSearch()
 	case CmdPonderHit:
@@ -128,7 +148,11 @@ func (b *Bridge) handle(ctx context.Context, line string) bool {
 }
 
 func (b *Bridge) api() (*client.ClientWithResponses, error) {
-	return client.NewClientWithResponses(b.server(), client.WithHTTPClient(b.cfg.HTTP), client.WithKey(b.key()))
+	return b.apiFor(b.server(), b.key())
+}
+
+func (b *Bridge) apiFor(server, key string) (*client.ClientWithResponses, error) {
+	return client.NewClientWithResponses(server, client.WithHTTPClient(b.cfg.HTTP), client.WithKey(key))
 }
 
 func (b *Bridge) server() string {
@@ -148,7 +172,8 @@ func (b *Bridge) key() string {
 // uci announces the engine and its options (those of GET /engines).
 func (b *Bridge) uci(ctx context.Context) {
 	name := "chessd"
-	if e, err := b.fetchEngines(ctx); err != nil {
+	e, err := b.engineList(ctx)
+	if err != nil {
 		b.out.printf("info string cannot read the engines of %s: %s", b.server(), err)
 	} else {
 		for _, v := range e.Versions {
@@ -157,7 +182,7 @@ func (b *Bridge) uci(ctx context.Context) {
 			}
 		}
 	}
-	b.offered = optionsOf(b.engines, b.server())
+	b.offered = optionsOf(e, b.server())
 	b.out.printf("id name %s", name)
 	b.out.printf("id author the Stockfish developers; hosted by chessd")
 	for _, o := range b.offered {
@@ -166,13 +191,23 @@ func (b *Bridge) uci(ctx context.Context) {
 	b.out.printf("uciok")
 }
 
-func (b *Bridge) fetchEngines(ctx context.Context) (*client.Engines, error) {
-	if b.engines != nil {
-		return b.engines, nil
-	}
+// engineList is GET /engines of the current server, from the command loop.
+func (b *Bridge) engineList(ctx context.Context) (*client.Engines, error) {
 	api, err := b.api()
 	if err != nil {
 		return nil, err
+	}
+	return b.fetchEngines(ctx, api, b.gen)
+}
+
+// fetchEngines is GET /engines, read once per server; gen is the session's when the
+// caller chose api (a read for a server since left is not kept).
+func (b *Bridge) fetchEngines(ctx context.Context, api *client.ClientWithResponses, gen int) (*client.Engines, error) {
+	b.mu.Lock()
+	e := b.engines
+	b.mu.Unlock()
+	if e != nil {
+		return e, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -183,14 +218,23 @@ func (b *Bridge) fetchEngines(ctx context.Context) (*client.Engines, error) {
 	if err := client.Check(res.HTTPResponse, res.Body); err != nil {
 		return nil, err
 	}
-	b.engines = res.JSON200
-	return b.engines, nil
+	if res.JSON200 == nil {
+		return nil, errors.New("GET /engines: no engine list in the answer")
+	}
+	b.mu.Lock()
+	if b.gen == gen {
+		b.engines = res.JSON200
+	}
+	b.mu.Unlock()
+	return res.JSON200, nil
 }
 
 func (b *Bridge) setOption(name, value string) {
 	lower := strings.ToLower(name)
 	if b.offered == nil {
+		b.mu.Lock()
 		b.offered = optionsOf(b.engines, b.server())
+		b.mu.Unlock()
 	}
 	var o *option
 	for i := range b.offered {
@@ -225,10 +269,21 @@ func (b *Bridge) setOption(name, value string) {
 	}
 	b.set[lower] = value
 	switch lower {
-	case "server":
-		b.engines, b.caps = nil, nil
-	case "key":
-		b.caps = nil
+	case "server", "key":
+		b.mu.Lock()
+		b.gen++
+		b.caps, b.learned = nil, limits{}
+		if lower == "server" {
+			b.engines = nil
+		}
+		b.mu.Unlock()
+		if lower == "server" { // the options are the new server's (as `uci` reads them)
+			e, err := b.engineList(context.Background())
+			if err != nil {
+				b.out.printf("info string cannot read the engines of %s: %s", b.server(), err)
+			}
+			b.offered = optionsOf(e, b.server())
+		}
 	case "uci_chess960":
 		b.pos = startPos() // the GUI sends the position again in the new mode
 	}
@@ -245,8 +300,9 @@ func (b *Bridge) position(fen string, moves []string) {
 		pos, _, err = pos.Play(moves[i])
 	}
 	if err != nil {
-		b.out.printf("info string position: %s", err)
-		b.pos = nil
+		err = fmt.Errorf("position: %w", err)
+		b.out.printf("info string %s", err)
+		b.pos, b.posErr = nil, err
 		return
 	}
 	b.pos = pos
@@ -263,37 +319,137 @@ func startPos() *position.Position {
 }
 
 // limits are what a search may ask of the service: the plan's caps (GET /me) within
-// the service's limits (GET /engines), or the keyless caps.
+// the service's limits (GET /engines), or the keyless caps; 0 in learned: not known.
 type limits struct {
 	depth, multipv, movetime int
 }
 
-func (b *Bridge) limits(ctx context.Context) limits {
-	if b.caps != nil {
-		return *b.caps
+// The service's limits and the keyless caps when GET /engines does not answer (its
+// documented values); a refusal teaches the real ones.
+var (
+	serviceLimits = limits{depth: 30, multipv: 10, movetime: 60000}
+	keylessLimits = limits{depth: 12, multipv: 3, movetime: 60000}
+)
+
+// within is l lowered to m's known (non-zero) caps.
+func (l limits) within(m limits) limits {
+	low := func(a, b int) int {
+		if b > 0 {
+			return min(a, b)
+		}
+		return a
 	}
-	l := limits{depth: 30, multipv: 10, movetime: 60000}
-	if e, err := b.fetchEngines(ctx); err == nil {
+	return limits{low(l.depth, m.depth), low(l.multipv, m.multipv), low(l.movetime, m.movetime)}
+}
+
+// limits is what a search with key may ask. The reads are cached only once both got an
+// answer (a failed one is tried again at the next `go`); gen is the session's when the
+// search began.
+func (b *Bridge) limits(ctx context.Context, api *client.ClientWithResponses, key string, gen int) limits {
+	b.mu.Lock()
+	caps, learned := b.caps, b.learned
+	b.mu.Unlock()
+	if caps == nil {
+		l, ok := b.readLimits(ctx, api, key, gen)
+		if ok {
+			b.mu.Lock()
+			if b.gen == gen {
+				b.caps = &l
+			}
+			b.mu.Unlock()
+		}
+		caps = &l
+	}
+	return caps.within(learned)
+}
+
+func (b *Bridge) readLimits(ctx context.Context, api *client.ClientWithResponses, key string, gen int) (limits, bool) {
+	l := serviceLimits
+	if key == "" {
+		l = keylessLimits
+	}
+	e, err := b.fetchEngines(ctx, api, gen)
+	ok := err == nil
+	if ok {
 		l = limits{depth: e.Limits.Depth.Max, multipv: e.Limits.Multipv.Max, movetime: e.Limits.MovetimeMs.Max}
-		if b.key() == "" {
+		if key == "" {
 			l.depth, l.multipv = e.Limits.Keyless.MaxDepth, e.Limits.Keyless.MaxMultipv
 		}
 	}
-	if b.key() != "" {
-		// GET /me needs `usage:read`; a key without it keeps the service's limits, and a
-		// search above its plan's caps is refused with 402 (told as info string).
-		if api, err := b.api(); err == nil {
-			mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			res, err := api.GetMeWithResponse(mctx, nil)
-			cancel()
-			if err == nil && res.JSON200 != nil {
-				c := res.JSON200.Caps
-				l.depth, l.multipv, l.movetime = min(l.depth, c.MaxDepth), min(l.multipv, c.MaxMultipv), min(l.movetime, c.MaxMovetimeMs)
+	if key != "" {
+		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := api.GetMeWithResponse(mctx, nil)
+		cancel()
+		switch {
+		case err == nil && res.JSON200 != nil:
+			c := res.JSON200.Caps
+			l.depth, l.multipv, l.movetime = min(l.depth, c.MaxDepth), min(l.multipv, c.MaxMultipv), min(l.movetime, c.MaxMovetimeMs)
+		case err == nil && res.StatusCode() == http.StatusForbidden:
+			// no `usage:read` (an eval-only key): an answer too; a search above the
+			// plan's caps is refused with 402, and lowered() learns them from it
+		default:
+			ok = false
+		}
+	}
+	return l, ok
+}
+
+// The refusals of a search above a cap (httpapi: domain.PlanLimits.CheckCaps and the
+// keyless check) name the cap in their detail.
+var (
+	planCapRe    = regexp.MustCompile(`\b(depth|multipv|movetime_ms) \d+ is above the .*cap of (\d+)`)
+	keylessCapRe = regexp.MustCompile(`depth is capped at (\d+) and multipv at (\d+)`)
+)
+
+// lowered is what to ask after p refused req, asked within l: l with the cap p names,
+// else (a plan-limit without a readable cap) within the caps of the most generous plan
+// that refuses req. false: p is no cap's refusal, or nothing lower is known.
+func lowered(p *client.Problem, req client.EvalRequest, l limits) (limits, bool) {
+	if p.Status != http.StatusPaymentRequired {
+		return l, false
+	}
+	next := l
+	if m := planCapRe.FindStringSubmatch(p.Detail); m != nil {
+		n, _ := strconv.Atoi(m[2])
+		switch m[1] {
+		case "depth":
+			next.depth = n
+		case "multipv":
+			next.multipv = n
+		default:
+			next.movetime = n
+		}
+	} else if m := keylessCapRe.FindStringSubmatch(p.Detail); m != nil {
+		next.depth, _ = strconv.Atoi(m[1])
+		next.multipv, _ = strconv.Atoi(m[2])
+	} else if strings.HasSuffix(p.Type, "/plan-limit") {
+		asked := func(v *int, def int) int {
+			if v == nil {
+				return def
+			}
+			return *v
+		}
+		depth, multipv, movetime := asked(req.Depth, 0), asked(req.Multipv, 1), asked(req.MovetimeMs, 0)
+		for _, plan := range []domain.Plan{domain.PlanPro, domain.PlanHobby, domain.PlanFree} {
+			c := plan.Limits()
+			if depth > c.MaxDepth || multipv > c.MaxMultiPV || movetime > c.MaxMoveTimeMS {
+				next = l.within(limits{c.MaxDepth, c.MaxMultiPV, c.MaxMoveTimeMS})
+				break
 			}
 		}
 	}
-	b.caps = &l
-	return l
+	next = l.within(next)
+	return next, next != l && next.depth > 0 && next.multipv > 0 && next.movetime > 0
+}
+
+// learn keeps caps the service named for the rest of the session (for this server and
+// key), so that later searches ask within them at once.
+func (b *Bridge) learn(gen int, l limits) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gen == gen {
+		b.learned = l.within(b.learned)
+	}
 }
 
 // request turns `go` into the service's search: a depth (the deepest allowed when the
@@ -369,97 +525,125 @@ func budget(g Go, blackToMove bool) int {
 	return max(t, 1)
 }
 
-// search is the running `go`.
+// search is one `go`: it runs beside the command loop, which goes on answering
+// (isready, stop, …), and writes its info lines and bestmove itself.
 type search struct {
 	stopOnce, releaseOnce sync.Once
 	stop                  chan struct{} // closed by `stop` (or a new command that needs the engine)
 	released              chan struct{} // closed by `ponderhit`: a held bestmove may be told
 	done                  chan struct{} // closed once bestmove is written
+	prev                  *search       // the search before: its bestmove is written first
 }
 
 func (s *search) halt()    { s.stopOnce.Do(func() { close(s.stop) }) }
 func (s *search) release() { s.releaseOnce.Do(func() { close(s.released) }) }
 
-// stopSearch stops the running search, if any, and waits for its bestmove.
+// stopSearch stops the running search, if any, without waiting for its bestmove (up to
+// stopGrace away): the next search writes nothing before it.
 func (b *Bridge) stopSearch() {
-	if b.cur == nil {
-		return
+	if b.cur != nil {
+		b.cur.halt()
 	}
-	b.cur.halt()
-	<-b.cur.done
-	b.cur = nil
 }
 
-func (b *Bridge) goSearch(ctx context.Context, g Go) {
-	if b.pos == nil {
-		b.out.printf("info string no valid position: send position first")
-		b.out.printf("%s", bestMoveLine("", ""))
-		return
+// job is what a search needs of the session, taken when `go` came.
+type job struct {
+	g           Go
+	unread      error // what the go line held that could not be read
+	pos         *position.Position
+	posErr      error
+	set         map[string]string
+	offered     []option
+	server, key string
+	gen         int
+	debug       bool
+}
+
+func (b *Bridge) goSearch(ctx context.Context, g Go, unread error) {
+	j := job{g: g, unread: unread, pos: b.pos, posErr: b.posErr, set: maps.Clone(b.set), offered: b.offered,
+		server: b.server(), key: b.key(), gen: b.gen, debug: b.debug}
+	s := &search{stop: make(chan struct{}), released: make(chan struct{}), done: make(chan struct{}), prev: b.cur}
+	b.cur = s
+	go b.run(ctx, s, j)
+}
+
+// run answers one `go`: info lines, then bestmove. An infinite or ponder search holds
+// its bestmove until stop or ponderhit, as UCI says, also when there was nothing to
+// search.
+func (b *Bridge) run(ctx context.Context, s *search, j job) {
+	defer close(s.done)
+	if s.prev != nil {
+		<-s.prev.done
+		s.prev = nil
 	}
-	pos := b.pos
+	if j.unread != nil {
+		for _, l := range strings.Split(j.unread.Error(), "\n") {
+			b.out.printf("info string %s", l)
+		}
+	}
+	best, ponder, stopped := b.answer(ctx, s, j)
+	if (j.g.Infinite || j.g.Ponder) && !stopped {
+		select { // UCI: bestmove only after stop or ponderhit
+		case <-s.stop:
+		case <-s.released:
+		case <-ctx.Done():
+		}
+	}
+	b.out.printf("%s", bestMoveLine(best, ponder))
+}
+
+// answer writes a search's info lines and returns its move: a finished game or no
+// position is answered without a call; otherwise the service's search is streamed, an
+// info line per line of each completed depth. A stop before the answer leaves the
+// stream: the service stops the search and charges nothing.
+func (b *Bridge) answer(ctx context.Context, s *search, j job) (best, ponder string, stopped bool) {
+	pos := j.pos
+	if pos == nil {
+		b.out.printf("info string no position to search (%v): send position again", j.posErr)
+		return "", "", false
+	}
 	switch pos.Status() {
 	case position.Checkmate:
 		b.out.printf("info depth 0 score mate 0")
-		b.out.printf("%s", bestMoveLine("", ""))
-		return
+		return "", "", false
 	case position.Stalemate:
 		b.out.printf("info depth 0 score cp 0")
-		b.out.printf("%s", bestMoveLine("", ""))
-		return
+		return "", "", false
 	}
-	api, err := b.api()
+	api, err := b.apiFor(j.server, j.key)
 	if err != nil {
 		b.out.printf("info string %s", err)
-		b.out.printf("%s", bestMoveLine("", ""))
-		return
+		return "", "", false
 	}
 	black := pos.SideToMove() == position.Black
-	req := request(pos.FEN(), g, b.set, b.offered, b.limits(ctx), black)
-	if b.debug {
-		raw, _ := json.Marshal(req)
-		b.out.printf("info string POST %s/eval %s", b.server(), raw)
-	}
-	s := &search{stop: make(chan struct{}), released: make(chan struct{}), done: make(chan struct{})}
-	b.cur = s
-	go b.run(ctx, api, s, req, pos, g.Infinite || g.Ponder, b.debug)
-}
-
-// run streams one search: an info line per line of each completed depth, then
-// bestmove. hold keeps bestmove until stop or ponderhit (infinite, ponder). A stop
-// before the answer leaves the stream: the service stops the search and charges
-// nothing.
-func (b *Bridge) run(ctx context.Context, api *client.ClientWithResponses, s *search, req client.EvalRequest, pos *position.Position, hold, debug bool) {
-	defer close(s.done)
-	black := pos.SideToMove() == position.Black
-	showWDL := req.Options != nil && req.Options.ShowWdl != nil && *req.Options.ShowWdl
+	showWDL := j.set["uci_showwdl"] == "true"
 	reqCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	events := make(chan client.StreamEvent, 64)
+	events := make(chan event, 64)
 	ended := make(chan error, 1)
 	go func() {
-		res, err := api.Eval(reqCtx, nil, req, client.Accept(client.MediaNDJSON))
-		if err == nil {
-			err = client.ReadStream(res, func(ev client.StreamEvent) error {
-				select {
-				case events <- ev:
-					return nil
-				case <-reqCtx.Done():
-					return reqCtx.Err()
-				}
-			})
-		}
-		ended <- err
+		ended <- b.stream(reqCtx, api, j, func(ev event) error {
+			select {
+			case events <- ev:
+				return nil
+			case <-reqCtx.Done():
+				return reqCtx.Err()
+			}
+		})
 	}()
 
-	var best, ponder string
 	lastDepth := 0
 	failed := false
-	stopped := false
 	var grace <-chan time.Time
 	stop := s.stop // nil once seen
 	// handle takes one event; true when the search is over.
-	handle := func(ev client.StreamEvent) bool {
+	handle := func(e event) bool {
+		if e.note != "" {
+			b.out.printf("info string %s", e.note)
+			return false
+		}
+		ev := e.StreamEvent
 		switch ev.Event {
 		case "depth":
 			var d client.DepthProgress
@@ -495,7 +679,7 @@ func (b *Bridge) run(ctx context.Context, api *client.ClientWithResponses, s *se
 					ponder = *r.Ponder
 				}
 			}
-			if debug {
+			if j.debug {
 				b.out.printf("info string charged %d units (%s USD)", r.CostUnits, r.CostUsd)
 			}
 			return true
@@ -539,19 +723,52 @@ func (b *Bridge) run(ctx context.Context, api *client.ClientWithResponses, s *se
 	}
 	cancel() // leaves the stream if the answer has not come: no charge
 
-	if hold && !stopped {
-		select { // UCI: bestmove only after stop or ponderhit
-		case <-s.stop:
-		case <-s.released:
-		case <-ctx.Done():
-		}
-	}
 	if best == "" && !failed {
 		if ms := pos.LegalMoves(); len(ms) > 0 {
 			best = ms[0].UCI // stopped before the first depth: any legal move
 		}
 	}
-	b.out.printf("%s", bestMoveLine(best, ponder))
+	return best, ponder, stopped
+}
+
+// event is a stream's event, or a note for the GUI from the search (an info string).
+type event struct {
+	client.StreamEvent
+	note string
+}
+
+// stream reads the limits and streams the search to send. A search refused for a cap
+// the service names is asked again within it (a key without `usage:read` does not
+// learn its plan's caps from GET /me), and the cap is kept for the session.
+func (b *Bridge) stream(ctx context.Context, api *client.ClientWithResponses, j job, send func(event) error) error {
+	l := b.limits(ctx, api, j.key, j.gen)
+	black := j.pos.SideToMove() == position.Black
+	for tries := 0; ; tries++ {
+		req := request(j.pos.FEN(), j.g, j.set, j.offered, l, black)
+		if j.debug {
+			raw, _ := json.Marshal(req)
+			if err := send(event{note: fmt.Sprintf("POST %s/eval %s", j.server, raw)}); err != nil {
+				return err
+			}
+		}
+		res, err := api.Eval(ctx, nil, req, client.Accept(client.MediaNDJSON))
+		if err == nil {
+			err = client.ReadStream(res, func(ev client.StreamEvent) error { return send(event{StreamEvent: ev}) })
+		}
+		var p *client.Problem
+		if tries < 3 && errors.As(err, &p) { // depth, multipv and movetime: one cap each
+			if next, ok := lowered(p, req, l); ok {
+				b.learn(j.gen, next)
+				note := fmt.Sprintf("%s; searching within depth %d, multipv %d, movetime %d ms from now on", p.Error(), next.depth, next.multipv, next.movetime)
+				if err := send(event{note: note}); err != nil {
+					return err
+				}
+				l = next
+				continue
+			}
+		}
+		return err
+	}
 }
 
 // lineMoves is a line's first move and the reply it expects.

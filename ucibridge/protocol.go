@@ -68,7 +68,9 @@ var errEmpty = errors.New("no command")
 
 // Parse reads one line from the GUI. As UCI asks, unknown words before the command are
 // skipped ("joho debug on" is `debug on`), and so are unknown tokens inside `go`. A
-// blank or unknown line is an error the caller ignores.
+// blank or unknown line is an error the caller ignores. A `go` comes back with its
+// Kind even with an error (the parameters it names are left out), and so does a
+// `position` (whose error means there is no position to search).
 func Parse(line string) (Command, error) {
 	f := strings.Fields(line)
 	for len(f) > 0 {
@@ -153,8 +155,15 @@ func parsePosition(args []string) (Command, error) {
 var goNumbers = map[string]bool{"wtime": true, "btime": true, "winc": true, "binc": true, "movestogo": true,
 	"depth": true, "nodes": true, "mate": true, "movetime": true}
 
+// goClocks are read as 0 when negative: GUIs send a clock below zero once an engine
+// overran its time, and time that is up still wants a move.
+var goClocks = map[string]bool{"wtime": true, "btime": true, "winc": true, "binc": true}
+
+// parseGo reads a `go` line. A parameter without a readable number is left out and
+// told in the error, but the Go is still searched: a GUI waits for a bestmove.
 func parseGo(args []string) (Go, error) {
 	var g Go
+	var errs []error
 	for i := 0; i < len(args); i++ {
 		w := args[i]
 		switch {
@@ -163,24 +172,34 @@ func parseGo(args []string) (Go, error) {
 		case w == "ponder":
 			g.Ponder = true
 		case w == "searchmoves":
-			for i+1 < len(args) && !goNumbers[args[i+1]] && args[i+1] != "infinite" && args[i+1] != "ponder" {
+			for i+1 < len(args) && !goKeyword(args[i+1]) {
 				i++
 				g.SearchMoves = append(g.SearchMoves, args[i])
 			}
 		case goNumbers[w]:
-			if i+1 >= len(args) {
-				return g, fmt.Errorf("go %s: no value", w)
+			if i+1 >= len(args) || goKeyword(args[i+1]) {
+				errs = append(errs, fmt.Errorf("go %s: no value, ignored", w))
+				continue
 			}
 			i++
 			n, err := strconv.Atoi(args[i])
+			if err == nil && n < 0 && goClocks[w] {
+				n = 0
+			}
 			if err != nil || n < 0 {
-				return g, fmt.Errorf("go %s: %q is not a number of at least 0", w, clip(args[i]))
+				errs = append(errs, fmt.Errorf("go %s: %q is not a number of at least 0, ignored", w, clip(args[i])))
+				continue
 			}
 			g.set(w, n)
 		}
 		// anything else: an unknown token, skipped
 	}
-	return g, nil
+	return g, errors.Join(errs...)
+}
+
+// goKeyword is a word that starts a `go` parameter (so it is no parameter's value).
+func goKeyword(w string) bool {
+	return goNumbers[w] || w == "infinite" || w == "ponder" || w == "searchmoves"
 }
 
 func (g *Go) set(word string, n int) {

@@ -1,0 +1,546 @@
+package ucibridge
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"chessd/client"
+	"chessd/domain"
+	"chessd/domain/position"
+)
+
+// fakeAPI answers GET /engines, GET /me and the streamed POST /eval as the service
+// does (the same problem documents, the plans' caps of domain/plans.go), with faults
+// on demand. Its searches play the last legal move, so that a move from a search is
+// told from the bridge's own (the first legal move).
+type fakeAPI struct {
+	t    *testing.T
+	base string
+
+	plan        domain.Plan // a key's plan
+	meAnswers   bool        // GET /me answers (the key holds usage:read); else 403
+	meDown      int         // the first meDown GET /me answer 503
+	enginesDown int         // the first enginesDown GET /engines answer 503 (-1: all)
+	unreadable  bool        // a plan-limit refusal without its cap in the detail
+	options     []client.EngineOption
+	lookupGate  chan struct{} // when set, GET /engines and /me wait for it to close
+	searchGate  chan struct{} // when set, a search waits for it to close before its first depth
+	started     chan struct{} // told when a search has come
+
+	mu                  sync.Mutex
+	evals               []client.EvalRequest
+	meCalls, engineCall int
+}
+
+func newFakeAPI(t *testing.T, f *fakeAPI) *fakeAPI {
+	t.Helper()
+	f.t = t
+	if f.plan == (domain.Plan{}) {
+		f.plan = domain.PlanPro
+	}
+	f.started = make(chan struct{}, 100)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/engines", f.engines)
+	mux.HandleFunc("GET /v1/me", f.me)
+	mux.HandleFunc("POST /v1/eval", f.eval)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	f.base = srv.URL + "/v1"
+	return f
+}
+
+func problem(w http.ResponseWriter, status int, slug, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"type": "http://chessd.test/v1/problems/" + slug, "title": title, //nolint:errcheck
+		"status": status, "detail": detail, "next_action": "retry_after"})
+}
+
+func wait(r *http.Request, gate chan struct{}) {
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+		}
+	}
+}
+
+func (f *fakeAPI) engines(w http.ResponseWriter, r *http.Request) {
+	wait(r, f.lookupGate)
+	f.mu.Lock()
+	f.engineCall++
+	down := f.enginesDown < 0 || f.engineCall <= f.enginesDown
+	f.mu.Unlock()
+	if down {
+		problem(w, 503, "engine-unavailable", "Engine unavailable", "restarting")
+		return
+	}
+	e := client.Engines{Default: "sf-17.1", Options: &f.options}
+	e.Limits.Depth = client.Range{Min: 1, Max: 30}
+	e.Limits.Multipv = client.Range{Min: 1, Max: 10}
+	e.Limits.MovetimeMs = client.Range{Min: 50, Max: 60000}
+	e.Limits.Keyless.MaxDepth, e.Limits.Keyless.MaxMultipv = 12, 3
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(e) //nolint:errcheck
+}
+
+func (f *fakeAPI) me(w http.ResponseWriter, r *http.Request) {
+	wait(r, f.lookupGate)
+	f.mu.Lock()
+	f.meCalls++
+	down := f.meCalls <= f.meDown
+	f.mu.Unlock()
+	switch {
+	case down:
+		problem(w, 503, "service-unavailable", "Service unavailable", "the database is out of reach for a moment; retry")
+	case !f.meAnswers:
+		problem(w, 403, "missing-scope", "Scope missing", `this key lacks the scope "usage:read"`)
+	default:
+		c := f.plan.Limits()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"caps": map[string]int{ //nolint:errcheck
+			"max_depth": c.MaxDepth, "max_multipv": c.MaxMultiPV, "max_movetime_ms": c.MaxMoveTimeMS}})
+	}
+}
+
+func (f *fakeAPI) eval(w http.ResponseWriter, r *http.Request) {
+	var req client.EvalRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		problem(w, 400, "invalid-request", "Invalid request", err.Error())
+		return
+	}
+	f.mu.Lock()
+	f.evals = append(f.evals, req)
+	f.mu.Unlock()
+	f.started <- struct{}{}
+	depth, multipv, movetime := 12, 1, 0 // the keyless default depth
+	if req.Depth != nil {
+		depth = *req.Depth
+	}
+	if req.Multipv != nil {
+		multipv = *req.Multipv
+	}
+	if req.MovetimeMs != nil {
+		movetime = *req.MovetimeMs
+	}
+	if r.Header.Get("Authorization") == "" {
+		if depth > 12 || multipv > 3 { // httpapi/eval.go's words
+			problem(w, 402, "keyless-allowance-exhausted", "Keyless allowance used up",
+				"without a key, depth is capped at 12 and multipv at 3; sign up for a key (POST /v1/signup)")
+			return
+		}
+	} else if err := f.plan.Limits().CheckCaps(f.plan, depth, multipv, movetime); err != nil {
+		detail := err.Error()
+		if f.unreadable {
+			detail = "that is more than your plan allows"
+		}
+		problem(w, 402, "plan-limit", "Plan limit", detail)
+		return
+	}
+	pos, err := position.Parse(string(req.Fen), false)
+	if err != nil {
+		problem(w, 400, "invalid-request", "Invalid request", err.Error())
+		return
+	}
+	ms := pos.LegalMoves()
+	best := ms[len(ms)-1].UCI
+	after, _, _ := pos.Play(best)
+	line := []string{best, after.LegalMoves()[0].UCI}
+	wait(r, f.searchGate)
+	w.Header().Set("Content-Type", client.MediaNDJSON)
+	for d := 1; d <= depth; d++ {
+		pv := client.PV{Rank: 1, Depth: d, Seldepth: d, Eval: client.Score{Type: client.ScoreTypeCp, Value: 20}, Moves: &line}
+		data, _ := json.Marshal(client.DepthProgress{Depth: d, Seldepth: d, Nodes: 100 * d, Nps: 1000, Pvs: []client.PV{pv}})
+		fmt.Fprintf(w, `{"event":"depth","data":%s}`+"\n", data)
+		w.(http.Flusher).Flush()
+	}
+	data, _ := json.Marshal(client.Evaluation{Bestmove: &line[0], Ponder: &line[1], Depth: depth, CostUsd: "0"})
+	fmt.Fprintf(w, `{"event":"result","data":%s}`+"\n", data)
+}
+
+// asked is what the searches asked so far: "depth/multipv" each.
+func (f *fakeAPI) asked() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, r := range f.evals {
+		mpv := 1
+		if r.Multipv != nil {
+			mpv = *r.Multipv
+		}
+		out = append(out, fmt.Sprintf("%d/%d", *r.Depth, mpv))
+	}
+	return out
+}
+
+func (f *fakeAPI) last() client.EvalRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.evals) == 0 {
+		f.t.Fatal("no search was asked")
+	}
+	return f.evals[len(f.evals)-1]
+}
+
+// session is a bridge on pipes, driven as a GUI drives it.
+type session struct {
+	t     *testing.T
+	in    *io.PipeWriter
+	lines chan string
+}
+
+func newSession(t *testing.T, cfg Config) *session {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	s := &session{t: t, in: inW, lines: make(chan string, 1000)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		New(cfg).Run(context.Background(), inR, outW) //nolint:errcheck // ends with its input
+		outW.Close()
+	}()
+	go func() {
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			s.lines <- sc.Text()
+		}
+		close(s.lines)
+	}()
+	t.Cleanup(func() { inW.Close(); <-done })
+	return s
+}
+
+func (s *session) send(cmds ...string) {
+	s.t.Helper()
+	for _, c := range cmds {
+		if _, err := io.WriteString(s.in, c+"\n"); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+}
+
+// until returns the lines up to and including the first that matches, failing the
+// test if none comes within d.
+func (s *session) until(d time.Duration, match func(string) bool) []string {
+	s.t.Helper()
+	var seen []string
+	deadline := time.After(d)
+	for {
+		select {
+		case l, ok := <-s.lines:
+			if !ok {
+				s.t.Fatalf("the bridge ended; it said:\n%s", strings.Join(seen, "\n"))
+			}
+			seen = append(seen, l)
+			if match(l) {
+				return seen
+			}
+		case <-deadline:
+			s.t.Fatalf("no such line within %s; the bridge said:\n%s", d, strings.Join(seen, "\n"))
+		}
+	}
+}
+
+func is(p string) func(string) bool { return func(l string) bool { return strings.HasPrefix(l, p) } }
+
+// searched is the bestmove of a search of the fake (its last legal move) in pos.
+func searched(t *testing.T, fen string, moves ...string) string {
+	t.Helper()
+	pos, err := position.Parse(fen, false)
+	for _, m := range moves {
+		if err == nil {
+			pos, _, err = pos.Play(m)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := pos.LegalMoves()
+	return ms[len(ms)-1].UCI
+}
+
+func bestOf(lines []string) string { return strings.Fields(lines[len(lines)-1])[1] }
+
+func infoStrings(lines []string) string {
+	var out []string
+	for _, l := range lines {
+		if s, ok := strings.CutPrefix(l, "info string "); ok {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, " | ")
+}
+
+// Every `go` gets a bestmove from a search: a negative clock is time that is up (the
+// shortest search), a parameter without a readable number is told and left out, and a
+// go the bridge cannot read still stops the search before it.
+func TestEveryGoIsAnswered(t *testing.T) {
+	f := newFakeAPI(t, &fakeAPI{})
+	startFEN := "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+	tests := []struct {
+		name     string
+		before   []string // sent first, each answered with a bestmove
+		line     string
+		told     string // in an info string ("" none)
+		movetime int    // asked of the service (0: none)
+		depth    int
+	}{
+		{"white's clock below zero", nil, "go wtime -35 btime 12000", "", 50, 12},
+		{"black's clock below zero", []string{"position startpos moves e2e4"}, "go wtime 1000 btime -1 winc -5 binc 0", "", 50, 12},
+		{"depth not a number", nil, "go depth abc", `go depth: "abc" is not a number`, 0, 12},
+		{"negative depth", nil, "go depth -3 movetime 300", `go depth: "-3"`, 300, 12},
+		{"movetime without a value", nil, "go movetime", "go movetime: no value", 0, 12},
+		{"depth without a value before another", nil, "go depth movetime 300", "go depth: no value", 300, 12},
+		{"after an infinite search", []string{"go infinite"}, "go depth x", `go depth: "x"`, 0, 12},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSession(t, Config{Server: f.base})
+			var moves []string
+			for _, l := range tt.before {
+				s.send(l)
+				if m, ok := strings.CutPrefix(l, "position startpos moves "); ok {
+					moves = strings.Fields(m)
+				}
+			}
+			s.send(tt.line)
+			if slices.Contains(tt.before, "go infinite") {
+				// the infinite search's bestmove first (the new go stopped it), then this one's
+				if first := s.until(5*time.Second, is("bestmove")); bestOf(first) != searched(t, startFEN) {
+					t.Errorf("the infinite search: %q", first)
+				}
+			}
+			lines := s.until(5*time.Second, is("bestmove"))
+			if got := infoStrings(lines); (tt.told == "") != (got == "") || !strings.Contains(got, tt.told) {
+				t.Errorf("told %q, want %q", got, tt.told)
+			}
+			if got, want := bestOf(lines), searched(t, startFEN, moves...); got != want {
+				t.Errorf("bestmove %s, want the search's %s: %q", got, want, lines)
+			}
+			req := f.last()
+			movetime := 0
+			if req.MovetimeMs != nil {
+				movetime = *req.MovetimeMs
+			}
+			if movetime != tt.movetime || *req.Depth != tt.depth {
+				t.Errorf("asked depth %d movetime %d, want %d and %d", *req.Depth, movetime, tt.depth, tt.movetime)
+			}
+		})
+	}
+}
+
+// A search refused for a cap is asked again within it, and later searches ask within
+// it at once: an eval-only key (GET /me refused) does not leave a plan below pro with
+// bestmove (none), nor does keyless use whose GET /engines failed.
+func TestCapsLearnedFromRefusals(t *testing.T) {
+	tests := []struct {
+		name    string
+		api     *fakeAPI
+		key     string
+		multipv string   // the MultiPV option ("" not set)
+		first   []string // depth/multipv of each search asked by the first go
+		then    []string // by the second
+		told    string
+	}{
+		{"free plan", &fakeAPI{plan: domain.PlanFree}, "ce_k", "", []string{"30/1", "20/1"}, []string{"20/1"}, "the free plan's cap of 20"},
+		{"hobby plan", &fakeAPI{plan: domain.PlanHobby}, "ce_k", "", []string{"30/1", "26/1"}, []string{"26/1"}, "the hobby plan's cap of 26"},
+		{"free plan, depth and multipv", &fakeAPI{plan: domain.PlanFree}, "ce_k", "5",
+			[]string{"30/5", "20/5", "20/3"}, []string{"20/3"}, "multipv 5 is above the free plan's cap of 3"},
+		{"a refusal that names no cap: the plans' caps in turn", &fakeAPI{plan: domain.PlanFree, unreadable: true}, "ce_k", "",
+			[]string{"30/1", "26/1", "20/1"}, []string{"20/1"}, "more than your plan allows"},
+		{"keyless, GET /engines down: the keyless caps", &fakeAPI{enginesDown: -1}, "", "5", []string{"12/3"}, []string{"12/3"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeAPI(t, tt.api)
+			s := newSession(t, Config{Server: f.base, Key: tt.key})
+			if tt.multipv != "" {
+				s.send("setoption name MultiPV value " + tt.multipv)
+			}
+			s.send("position startpos", "go")
+			lines := s.until(10*time.Second, is("bestmove"))
+			if got := infoStrings(lines); !strings.Contains(got, tt.told) || (tt.told == "") != (got == "") {
+				t.Errorf("told %q, want %q", got, tt.told)
+			}
+			want := searched(t, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1")
+			if bestOf(lines) != want {
+				t.Errorf("bestmove is not the search's %s: %q", want, lines)
+			}
+			if got := f.asked(); !slices.Equal(got, tt.first) {
+				t.Errorf("the first go asked %v, want %v", got, tt.first)
+			}
+			s.send("go")
+			if lines := s.until(10*time.Second, is("bestmove")); bestOf(lines) != want {
+				t.Errorf("the second go: %q", lines)
+			}
+			if got := f.asked()[min(len(tt.first), len(f.asked())):]; !slices.Equal(got, tt.then) {
+				t.Errorf("the second go asked %v, want %v (what the refusals taught)", got, tt.then)
+			}
+		})
+	}
+}
+
+// The limits are cached only once GET /engines and GET /me answered: a failed read is
+// tried again at the next go.
+func TestLimitsReadAgainAfterAFailure(t *testing.T) {
+	f := newFakeAPI(t, &fakeAPI{plan: domain.PlanHobby, meAnswers: true, meDown: 1, enginesDown: 1})
+	s := newSession(t, Config{Server: f.base, Key: "ce_k"})
+	for range 3 {
+		s.send("go depth 26")
+		s.until(10*time.Second, is("bestmove"))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.meCalls != 2 || f.engineCall != 2 {
+		t.Errorf("GET /me read %d times, GET /engines %d, want 2 each (once failed, once answered, then cached)", f.meCalls, f.engineCall)
+	}
+}
+
+// isready is answered while a search is still starting: while its limits are read,
+// and while a stop (or a command that stops it) waits for its first depth. Each
+// bestmove still comes after its own search's info lines, before the next search's.
+func TestIsReadyWhileASearchStarts(t *testing.T) {
+	startFEN := "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+	tests := []struct {
+		name   string
+		slow   string // "lookup" or "search": what waits until readyok has come
+		stopBy string // sent before isready
+	}{
+		{"the first go reads the limits", "lookup", ""},
+		{"stop before the first depth", "search", "stop"},
+		{"position before the first depth", "search", "position startpos moves e2e4"},
+		{"ucinewgame before the first depth", "search", "ucinewgame"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gate := make(chan struct{})
+			api := &fakeAPI{meAnswers: true}
+			if tt.slow == "lookup" {
+				api.lookupGate = gate
+			} else {
+				api.searchGate = gate
+			}
+			f := newFakeAPI(t, api)
+			s := newSession(t, Config{Server: f.base, Key: "ce_k"})
+			s.send("position startpos", "go depth 3")
+			if tt.stopBy != "" {
+				<-f.started
+				s.send(tt.stopBy)
+			}
+			s.send("isready")
+			// the lookups time out after 10 s, stop's wait after 5 s: readyok comes first
+			lines := s.until(4*time.Second, func(l string) bool { return l == "readyok" || is("bestmove")(l) })
+			if lines[len(lines)-1] != "readyok" {
+				t.Fatalf("bestmove before readyok: %q", lines)
+			}
+			s.send("go depth 2") // after position: Black's move; else White's again
+			close(gate)
+			var moves []string
+			if strings.HasPrefix(tt.stopBy, "position") {
+				moves = []string{"e2e4"}
+			}
+			// each bestmove after its own search's info lines (at least its first depth)
+			for i, want := range []string{searched(t, startFEN), searched(t, startFEN, moves...)} {
+				lines := s.until(10*time.Second, is("bestmove"))
+				if bestOf(lines) != want {
+					t.Errorf("search %d: bestmove is not its search's %s: %q", i+1, want, lines)
+				}
+				for _, l := range lines[:len(lines)-1] {
+					if !strings.HasPrefix(l, "info depth ") || !strings.Contains(l, " pv "+want+" ") {
+						t.Errorf("search %d: a line not of its search before its bestmove: %q", i+1, lines)
+					}
+				}
+				if !strings.HasPrefix(lines[0], "info depth 1 ") {
+					t.Errorf("search %d: no info line before its bestmove: %q", i+1, lines)
+				}
+			}
+		})
+	}
+}
+
+// A position line that cannot be read or played leaves no position: the next go
+// answers bestmove (none) and says why, without a search; an infinite one waits for
+// stop like any infinite search.
+func TestUnreadablePositionIsNone(t *testing.T) {
+	f := newFakeAPI(t, &fakeAPI{})
+	tests := []struct{ line, why string }{
+		{"position fen", "no FEN"},
+		{"position startpos xyz", `expected moves, not "xyz"`},
+		{"position e2e4", "expected startpos or fen"},
+		{"position fen 8/8/8/8/8/8/8/8 w - - 0 1", "position:"},
+		{"position startpos moves e2e5", "e2e5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.line, func(t *testing.T) {
+			s := newSession(t, Config{Server: f.base})
+			s.send("position startpos moves e2e4", tt.line, "go depth 3")
+			lines := s.until(5*time.Second, is("bestmove"))
+			if lines[len(lines)-1] != "bestmove (none)" {
+				t.Errorf("a search of the position before: %q", lines)
+			}
+			if got := lines[len(lines)-2]; !strings.HasPrefix(got, "info string no position to search") || !strings.Contains(got, tt.why) {
+				t.Errorf("not told why: %q", lines)
+			}
+		})
+	}
+	if len(f.asked()) != 0 {
+		t.Errorf("searched %v", f.asked())
+	}
+}
+
+// An infinite or ponder search with nothing to search still answers only after stop
+// (ponderhit for ponder), as UCI says.
+func TestInfiniteWithNothingToSearchWaits(t *testing.T) {
+	mated := "position fen 6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1 moves d1d8"
+	tests := []struct{ position, first, goLine, release string }{
+		{mated, "info depth 0 score mate 0", "go infinite", "stop"},
+		{mated, "info depth 0 score mate 0", "go ponder", "ponderhit"},
+		{"position startpos moves e2e5", "info string no position to search", "go infinite", "stop"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.goLine+" "+tt.release+" "+tt.first, func(t *testing.T) {
+			s := newSession(t, Config{Server: "http://127.0.0.1:1/v1"}) // nothing to ask
+			s.send(tt.position, tt.goLine)
+			s.until(5*time.Second, is(tt.first))
+			s.send("isready")
+			if lines := s.until(5*time.Second, func(l string) bool { return l == "readyok" || is("bestmove")(l) }); lines[len(lines)-1] != "readyok" {
+				t.Fatalf("bestmove before %s: %q", tt.release, lines)
+			}
+			s.send(tt.release)
+			if lines := s.until(5*time.Second, is("bestmove")); lines[len(lines)-1] != "bestmove (none)" {
+				t.Errorf("after %s: %q", tt.release, lines)
+			}
+		})
+	}
+}
+
+// setoption Server offers the new server's engine options.
+func TestServerOptionOffersTheNewServersOptions(t *testing.T) {
+	zero, twenty := 0, 20
+	a := newFakeAPI(t, &fakeAPI{})
+	b := newFakeAPI(t, &fakeAPI{options: []client.EngineOption{
+		{Name: client.EngineOptionNameSkillLevel, Type: client.EngineOptionTypeInteger, UciOption: "Skill Level", Default: 20, Min: &zero, Max: &twenty}}})
+	s := newSession(t, Config{Server: a.base})
+	s.send("uci")
+	s.until(5*time.Second, is("uciok"))
+	s.send("setoption name Server value "+b.base, "setoption name Skill Level value 5", "isready")
+	if lines := s.until(5*time.Second, is("readyok")); len(lines) != 1 {
+		t.Errorf("setoption: %q", lines)
+	}
+	s.send("go depth 3")
+	s.until(5*time.Second, is("bestmove"))
+	if o := b.last().Options; o == nil || o.SkillLevel == nil || *o.SkillLevel != 5 {
+		t.Errorf("the new server was not sent Skill Level 5: %+v", o)
+	}
+}
