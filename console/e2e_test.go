@@ -42,7 +42,8 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatal("the console is not built into console/dist: run `make web`")
 	}
 	chromium := chromiumPath(t)
-	base := validated(t, startServer(t))
+	cut := &streamCut{}
+	base := cut.front(t, validated(t, startServer(t)))
 	key := signup(t, base, "console@example.com")
 	// the console's pages beside the API, whose unknown paths stay problem+json
 	for path, want := range map[string]string{"/keys": "text/html; charset=utf-8", "/v1/keys/nope/x": "application/problem+json", "/nope": "application/problem+json"} {
@@ -106,6 +107,24 @@ func TestConsoleInChromium(t *testing.T) {
 	b.click("[data-testid=undo]")
 	b.wait(`document.querySelector('[data-testid=moves]').children.length === 3`)
 
+	// The analysed position shows its best move as an arrow; a new position drops the
+	// analysis: after analysing a position set by FEN, the start position (no moves
+	// either) shows neither its arrow nor its evaluation.
+	const arrows = `document.querySelectorAll('[data-testid=board] svg.cg-shapes line').length`
+	b.wait(arrows + ` === 1`)
+	b.setValue("[data-testid=fen]", "4k3/8/8/8/8/8/4P3/4K3 w - - 0 1")
+	b.eval(`document.querySelector('[data-testid=fen]').form.requestSubmit(), ''`)
+	b.wait(`document.querySelector('[data-testid=game-status]').textContent === 'White to move' && document.querySelector('[data-testid=moves]').children.length === 0`)
+	b.click("[data-testid=analyse]")
+	b.wait(`!!document.querySelector('[data-testid=charged-units]') && ` + arrows + ` === 1`)
+	b.click("[data-testid=start-position]")
+	b.wait(`document.querySelectorAll('cg-board piece').length === 32`)
+	b.wait(arrows + ` === 0 && document.querySelector('[data-testid=eval]').textContent === '–' && !document.querySelector('[data-testid=pv]')`)
+	// back to 1.e4 e5 2.Nf3 by PGN, for what follows
+	b.setValue("textarea[name=pgn]", "1. e4 e5 2. Nf3")
+	b.eval(`document.querySelector('textarea[name=pgn]').form.requestSubmit(), ''`)
+	b.wait(`document.querySelector('[data-testid=moves]').textContent === 'e4e5Nf3'`)
+
 	// With a key: the price before, MultiPV 2, and what was charged after.
 	b.setValue("#key-input", key)
 	b.click(".keyform button[type=submit]")
@@ -151,6 +170,40 @@ func TestConsoleInChromium(t *testing.T) {
 	b.wait(`document.querySelector('[data-testid=review-caption]').textContent.startsWith('Position 3 of 10 (1… e5)')`)
 	b.screenshot(shots, "jobs.png")
 	b.tabThrough("jobs")
+
+	// A proxy ends the job's event stream cleanly, without `end`, again and again: the
+	// page reconnects no sooner than the server's retry: hint (1 s), not in a tight
+	// loop, and follows the job to its end once the stream gets through.
+	cut.set(true)
+	b.click("[data-testid=jobs-list] button")
+	b.wait(`document.querySelector('[data-testid=job-positions]').children.length === 0`)
+	time.Sleep(2500 * time.Millisecond)
+	asked := cut.set(false)
+	if len(asked) < 2 || len(asked) > 4 {
+		t.Errorf("in 2.5 s of cut streams the page asked for the job's events %d times, want 2 to 4", len(asked))
+	}
+	for i := 1; i < len(asked); i++ {
+		if gap := asked[i].Sub(asked[i-1]); gap < 950*time.Millisecond {
+			t.Errorf("the page reconnected to a cut stream after %v, before the server's retry: 1000", gap)
+			break
+		}
+	}
+	b.wait(`document.querySelector('[data-testid=job-state-name]')?.textContent === 'succeeded' && document.querySelector('[data-testid=job-positions]').children.length === 10`)
+
+	// Another account's key: the page starts afresh, neither following the first
+	// account's job (its events would answer 404) nor showing its PGN.
+	other := signup(t, base, "other@example.com")
+	b.click("#keybar button")
+	b.setValue("#key-input", other)
+	b.click(".keyform button[type=submit]")
+	b.wait(`document.querySelector('[data-testid=jobs-list]')?.textContent === 'No jobs yet.'`)
+	if got := b.eval(`JSON.stringify([document.querySelector('[data-testid=job-input]').value, document.querySelector('section.job').hidden])`); got != `["",true]` {
+		t.Errorf("with another account's key the jobs page shows [input, job hidden] %s, want a fresh page", got)
+	}
+	b.click("#keybar button")
+	b.setValue("#key-input", key)
+	b.click(".keyform button[type=submit]")
+	b.wait(`!!document.querySelector('[data-testid=jobs-list] button')`)
 
 	// Keys: a refusal shown as the API gave it, a key created, used, revoked, refused.
 	b.click(`nav a[href="/keys"]`)
@@ -244,6 +297,52 @@ func checkSAN(t *testing.T, moves []string) {
 			t.Fatalf("the PV %v holds %q, which is not SAN", moves, m)
 		}
 	}
+}
+
+// streamCut stands in front of the server as a proxy could: while on, it ends every job
+// event stream cleanly at once, after the server's retry: hint and without `end`, and
+// notes when each was asked for.
+type streamCut struct {
+	mu    sync.Mutex
+	on    bool
+	asked []time.Time
+}
+
+// set turns the cutting on or off, answering when the streams cut so far were asked for.
+func (c *streamCut) set(on bool) []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	asked := c.asked
+	c.on, c.asked = on, nil
+	return asked
+}
+
+func (c *streamCut) front(t *testing.T, base string) string {
+	t.Helper()
+	target, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/jobs/") && strings.HasSuffix(r.URL.Path, "/events") {
+			c.mu.Lock()
+			on := c.on
+			if on {
+				c.asked = append(c.asked, time.Now())
+			}
+			c.mu.Unlock()
+			if on {
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprint(w, "retry: 1000\n\n")
+				return
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // chromiumPath is Debian's chromium, installed by `make chromium` (scripts/install-chromium.sh).

@@ -72,9 +72,10 @@ export async function download(path, query, filename) {
 }
 
 // stream reads a text/event-stream answer, calling onEvent(name, data, id) per event
-// with its JSON data. It resolves when the stream ends (false when the server answered
-// 204: nothing left to send) and throws a Problem when the answer is not a stream.
-export async function stream(method, path, { body, signal, onEvent, lastEventId }) {
+// with its JSON data, and onRetry(ms) for the server's reconnection delay (`retry:`).
+// It resolves when the stream ends (false when the server answered 204: nothing left to
+// send) and throws a Problem when the answer is not a stream.
+export async function stream(method, path, { body, signal, onEvent, onRetry, lastEventId }) {
   const headers = lastEventId ? { 'Last-Event-ID': lastEventId } : {};
   const res = await request(method, path, { body, signal, accept: 'text/event-stream', headers });
   if (!res.ok) throw await problemOf(res);
@@ -100,6 +101,7 @@ export async function stream(method, path, { body, signal, onEvent, lastEventId 
         if (field === 'event') name = val;
         else if (field === 'data') data.push(val);
         else if (field === 'id') id = val;
+        else if (field === 'retry' && /^\d+$/.test(val)) onRetry?.(+val);
       }
       if (data.length) onEvent(name, JSON.parse(data.join('\n')), id);
     }

@@ -20,14 +20,17 @@ const SAMPLE = `[Event "Opera game"]
 
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
 
-// The job of this tab, kept across visits of the page.
-const state = { input: '', kind: 'pgn', depth: 10, multipv: 1, engine: '', jobId: null };
+// The job of this tab, kept across visits of the page while the key stays the same:
+// another key may be another account, which cannot see this one's job or input.
+const state = { key: '', input: '', kind: 'pgn', depth: 10, multipv: 1, engine: '', jobId: null };
 
 export function mount(root) {
   if (!session.key) {
     replace(root, h('h1', {}, 'Jobs'), needKey('Submitting a job'));
     return null;
   }
+  const key = session.key;
+  if (state.key !== key) Object.assign(state, { key, input: '', kind: 'pgn', jobId: null });
   const problems = alertBox();
   const kindPgn = h('input', { type: 'radio', name: 'kind', value: 'pgn', checked: state.kind === 'pgn' });
   const kindFens = h('input', { type: 'radio', name: 'kind', value: 'fens', checked: state.kind === 'fens' });
@@ -169,6 +172,7 @@ export function mount(root) {
     submitBtn.disabled = true;
     try {
       const j = await api('POST', endpoint, { body });
+      if (session.key !== key) return; // the key changed meanwhile: the page is gone
       state.jobId = j.job_id;
       loadJobs(false);
       follow(j.job_id);
@@ -186,19 +190,30 @@ export function mount(root) {
     ctl = mine;
     job = null;
     positions = [];
+    replace(jobHead);
     rows.replaceChildren();
+    // The last job's review goes with it: its board, kept while hidden, would redraw
+    // its arrow at size 0 (NaN coordinates: console errors).
+    viewer?.destroy();
+    graph?.destroy();
+    viewer = graph = null;
+    replace(review);
     review.hidden = true;
     jobEl.hidden = false;
     setProgress(0, 1);
     let last = null;
     let ended = false;
-    for (let attempt = 0; !ended && !mine.signal.aborted; attempt++) {
+    let retry = 0; // the server's retry: hint, the least wait before reconnecting
+    let drops = 0; // connections in a row that ended without an event
+    for (;;) {
       try {
         const more = await stream('GET', `/jobs/${id}/events`, {
           signal: mine.signal,
           lastEventId: last,
+          onRetry: (ms) => { retry = ms; },
           onEvent: (name, data, eid) => {
             if (eid) last = eid;
+            drops = 0; // the connection worked: a later drop starts the backoff afresh
             onJobEvent(name, data);
             if (name === 'end') ended = true;
           },
@@ -210,8 +225,11 @@ export function mount(root) {
           showProblem(problems, err);
           return;
         }
-        await new Promise((r) => setTimeout(r, Math.min(5000, 500 * 2 ** attempt)));
       }
+      if (ended || mine.signal.aborted) break;
+      // A dropped connection, or one ended cleanly without `end` (a proxy's cut, a
+      // restart): wait before reconnecting, or a stream cut at once loops without pause.
+      await new Promise((r) => setTimeout(r, Math.max(retry, Math.min(5000, 500 * 2 ** drops++))));
     }
     if (!mine.signal.aborted) {
       loadJobs(false); // the list shows the job's final state

@@ -88,7 +88,7 @@ export function mount(root) {
           grow(field('Play a move', moveInput, 'SAN or UCI, then Enter')), h('button', { type: 'submit' }, 'Play')),
         h('div', { class: 'row' },
           h('button', { type: 'button', onclick: undo, 'data-testid': 'undo' }, 'Undo'),
-          h('button', { type: 'button', onclick: () => setPosition(START, []) }, 'Start position'),
+          h('button', { type: 'button', onclick: () => setPosition(START, []), 'data-testid': 'start-position' }, 'Start position'),
           h('button', { type: 'button', onclick: () => { board.flip(); state.orientation = board.cg.state.orientation; } }, 'Flip board'),
           field('Promote to', promotion)),
         movesEl),
@@ -133,7 +133,8 @@ export function mount(root) {
   function redraw() {
     const hist = chess.history({ verbose: true });
     const last = hist.at(-1);
-    const best = analysis && sameLine(analysis.sans) ? analysis.lines?.[0]?.moves?.[0] : null;
+    // the best move only on the position analysed (base position and moves alike)
+    const best = analysis && analysis.fen === chess.fen() ? analysis.lines?.[0]?.moves?.[0] : null;
     board.show(chess, last ? [last.from, last.to] : undefined, [arrow(best)].filter(Boolean));
     fenInput.value = chess.fen();
     const ply0 = new Chess(state.baseFen).turn() === 'w' ? 0 : 1;
@@ -144,10 +145,6 @@ export function mount(root) {
     else if (chess.isDraw()) st = 'Draw';
     else if (chess.inCheck()) st += ' (check)';
     status.textContent = st;
-  }
-
-  function sameLine(sans) {
-    return sans.length === state.sans.length && sans.every((m, i) => m === state.sans[i]);
   }
 
   function afterMove() {
@@ -192,7 +189,21 @@ export function mount(root) {
     state.sans = sans;
     chess = rebuild();
     clearBox(problems);
+    // A new position (Set FEN, Start position, Load PGN) drops the old analysis: its
+    // evaluation and lines belong to another game. Moves played keep it (its lines
+    // stay playable from where it was analysed).
+    if (analysis && analysis.fen !== chess.fen()) clearAnalysis();
     redraw();
+  }
+
+  function clearAnalysis() {
+    running?.abort();
+    analysis = null;
+    evalEl.textContent = '–';
+    barFill.style.height = '';
+    bar.setAttribute('aria-label', 'Evaluation bar');
+    logSummary.textContent = 'Search log';
+    for (const el of [statsEl, linesEl, chargeEl, logBody]) replace(el);
   }
 
   function loadFen() {
