@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -133,7 +134,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		fail(domain.Errorf(domain.CodeScope, "this key lacks the scope \"eval\""))
 		return
 	}
-	scope := "ip:" + clientIP(r).String()
+	scope := "ip:" + s.clientIP(r).String()
 	if key != nil {
 		scope = key.ID()
 	}
@@ -161,7 +162,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 				"without a key, depth is capped at %d and multipv at %d; sign up for a key (POST /v1/signup)", KeylessMaxDepth, KeylessMaxMultiPV))
 			return
 		}
-		if keyless, err = s.meter.ReserveKeyless(r.Context(), limitAddr(r), s.keyless); err != nil {
+		if keyless, err = s.meter.ReserveKeyless(r.Context(), s.limitAddr(r), s.keyless); err != nil {
 			fail(err)
 			return
 		}
@@ -331,9 +332,43 @@ type claimResult struct {
 	err   error
 }
 
-// clientIP is the connection's peer address. Behind a proxy, configure it to pass the
-// real address; we do not trust X-Forwarded-For from the open internet.
-func clientIP(r *http.Request) netip.Addr {
+// clientIP is the client's address: the connection's peer, or, when the peer is one
+// of Config.TrustedProxies, the right-most X-Forwarded-For address that is not one
+// (each proxy appends the address it saw, so a client can forge only entries to the
+// left of those its proxies wrote). From any other peer X-Forwarded-For is ignored.
+func (s *Server) clientIP(r *http.Request) netip.Addr {
+	ip := peerIP(r)
+	if !s.trusted(ip) {
+		return ip
+	}
+	hops := r.Header.Values("X-Forwarded-For")
+	for i := len(hops) - 1; i >= 0; i-- {
+		list := strings.Split(hops[i], ",")
+		for j := len(list) - 1; j >= 0; j-- {
+			hop, err := netip.ParseAddr(strings.TrimSpace(list[j]))
+			if err != nil {
+				return ip // unreadable: the proxy's own address, not a guess
+			}
+			if hop = hop.Unmap(); !s.trusted(hop) {
+				return hop
+			}
+			ip = hop
+		}
+	}
+	return ip
+}
+
+func (s *Server) trusted(ip netip.Addr) bool {
+	for _, p := range s.cfg.TrustedProxies {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// peerIP is the connection's peer address.
+func peerIP(r *http.Request) netip.Addr {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
@@ -348,8 +383,8 @@ func clientIP(r *http.Request) netip.Addr {
 // limitAddr is the address that per-address limits and the keyless allowance count:
 // the client's IPv4 address, or its IPv6 address's /64, the block one subscriber
 // usually gets whole (RFC 6177), so that rotating within it does not multiply them.
-func limitAddr(r *http.Request) netip.Addr {
-	ip := clientIP(r)
+func (s *Server) limitAddr(r *http.Request) netip.Addr {
+	ip := s.clientIP(r)
 	if ip.Is6() {
 		p, _ := ip.Prefix(64)
 		return p.Addr()

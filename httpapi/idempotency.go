@@ -127,7 +127,7 @@ func redactSecrets(body []byte) []byte {
 // answered before it runs, and its response is kept after.
 func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		scope := "ip:" + clientIP(r).String()
+		scope := "ip:" + s.clientIP(r).String()
 		if k := principal(r.Context()); k != nil {
 			scope = k.ID()
 		}

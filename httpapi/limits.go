@@ -19,7 +19,7 @@ func (s *Server) signupLimit(w http.ResponseWriter, r *http.Request) bool {
 	if s.limiter == nil {
 		return true
 	}
-	d := s.limiter.Allow(r.Context(), "ip:"+limitAddr(r).String(), ratelimit.Policy{Name: "signup", Limit: SignupsPerHour, Window: time.Hour})
+	d := s.limiter.Allow(r.Context(), "ip:"+s.limitAddr(r).String(), ratelimit.Policy{Name: "signup", Limit: SignupsPerHour, Window: time.Hour})
 	ratelimit.SetHeaders(w.Header(), d)
 	if d.Allowed {
 		return true
@@ -45,7 +45,7 @@ func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.K
 		}
 		d = s.limiter.Allow(r.Context(), "key:"+key.ID(), ratelimit.Policy{Name: "key", Limit: perMinute, Window: time.Minute})
 	} else {
-		d = s.limiter.Allow(r.Context(), "ip:"+limitAddr(r).String(), ratelimit.Policy{Name: "ip", Limit: KeylessPerMinute, Window: time.Minute})
+		d = s.limiter.Allow(r.Context(), "ip:"+s.limitAddr(r).String(), ratelimit.Policy{Name: "ip", Limit: KeylessPerMinute, Window: time.Minute})
 	}
 	ratelimit.SetHeaders(w.Header(), d)
 	if d.Allowed {

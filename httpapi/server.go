@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -39,6 +40,10 @@ type Config struct {
 	// KeyRequestsPerMinute, when set, replaces every plan's requests per minute (tests
 	// of the limit; the plans' own rates are in domain/plans.go).
 	KeyRequestsPerMinute int
+	// TrustedProxies are the proxies (load balancers) whose X-Forwarded-For tells the
+	// client's address (clientIP); without them every client behind one would share
+	// its per-address limits.
+	TrustedProxies []netip.Prefix
 	// KeylessPerDay, when set, replaces the keyless daily allowance per address
 	// (KeylessPerDay; load tests, whose every call comes from 127.0.0.1).
 	KeylessPerDay int

@@ -57,8 +57,18 @@ type Meter struct {
 
 	queue    chan *settlement
 	flushReq chan chan error
+	stopReq  chan context.Context // Stop: its context bounds the wait for reserved calls
 	stopped  chan struct{}
 	cursor   eventstore.Cursor
+
+	// outstanding counts the reservations neither settled nor cancelled (under mu).
+	// Once stopping, no call is reserved any more and idle is closed when none is left;
+	// once final (the final drain has begun), a Settle is refused, never queued: every
+	// settlement the final drain waits for was queued before.
+	outstanding int
+	idle        chan struct{}
+	stopping    atomic.Bool // set under mu
+	final       bool
 
 	// unsettled holds when each answered, not yet committed call was answered, oldest
 	// first (under mu); settled is closed and replaced after each commit.
@@ -112,6 +122,12 @@ type MeterConfig struct {
 	// client 0.4 ms later (depth 14, concurrency 1, docs/BENCHMARKS.md session 27); the
 	// calls answered meanwhile join the commit. Well within MaxBacklog.
 	Gather time.Duration
+	// StopGrace bounds how long a stopping meter waits for the calls it reserved to be
+	// settled or cancelled before its final drain (75 s: the longest search, 60 s, and
+	// its queueing). Meanwhile it reserves nothing more and goes on settling and renewing
+	// its leases and claims. A call answered after the final drain is not charged: its
+	// Settle is refused (OutcomeStoppedUnsettled), counted and logged.
+	StopGrace time.Duration
 }
 
 func (c *MeterConfig) defaults() {
@@ -136,6 +152,9 @@ func (c *MeterConfig) defaults() {
 	}
 	if c.Gather == 0 {
 		c.Gather = 2 * time.Millisecond
+	}
+	if c.StopGrace <= 0 {
+		c.StopGrace = 75 * time.Second
 	}
 	if c.Housekeeping <= 0 {
 		// renew well within the lease's life: a live server's lease must never expire
@@ -168,8 +187,9 @@ type lease struct {
 	released                   bool
 }
 
-// NewMeter starts the settler; it stops when ctx ends, after settling what is queued
-// and giving back its leases.
+// NewMeter starts the settler; it stops when ctx ends (or Stop): it reserves nothing
+// more, waits (StopGrace at most) for the calls it reserved to be settled or cancelled,
+// settles every call answered by then, and gives back its leases.
 func NewMeter(ctx context.Context, store *eventstore.Store, logger *slog.Logger, cfg MeterConfig) *Meter {
 	cfg.defaults()
 	if logger == nil {
@@ -179,6 +199,7 @@ func NewMeter(ctx context.Context, store *eventstore.Store, logger *slog.Logger,
 		store: store, pool: store.Pool(), logger: logger, cfg: cfg, owner: "srv_" + randomHex(8),
 		now:    func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
 		leases: map[leaseKey]*lease{}, keyless: map[keylessKey]*keylessBlock{}, queue: make(chan *settlement, 4096), flushReq: make(chan chan error),
+		stopReq:   make(chan context.Context),
 		releasing: map[*lease]struct{}{}, claims: map[claimKey]uint64{},
 		stopped: make(chan struct{}), settled: make(chan struct{}),
 	}
@@ -225,10 +246,8 @@ func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case <-m.stopped:
+	if m.isStopping() {
 		return nil, refusal(OutcomeStopped)
-	default:
 	}
 	if err := m.waitBacklog(ctx); err != nil {
 		return nil, err
@@ -244,7 +263,9 @@ func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
 			m.release(ctx, l)
 			continue
 		}
-		if m.take(l, call, units) {
+		if ok, err := m.take(l, call, units); err != nil {
+			return nil, err
+		} else if ok {
 			return &Reservation{m: m, l: l, call: call, price: price, units: units}, nil
 		}
 		if err := m.topUp(ctx, l, call, units, false); err != nil {
@@ -253,10 +274,22 @@ func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
 			}
 			return nil, err
 		}
-		if m.take(l, call, units) {
+		if ok, err := m.take(l, call, units); err != nil {
+			return nil, err
+		} else if ok {
 			return &Reservation{m: m, l: l, call: call, price: price, units: units}, nil
 		}
 	}
+}
+
+// isStopping says the meter reserves nothing more: it was asked to stop, or stopped.
+func (m *Meter) isStopping() bool {
+	select {
+	case <-m.stopped:
+		return true
+	default:
+	}
+	return m.stopping.Load()
 }
 
 var errLeaseGone = errors.New("lease released meanwhile")
@@ -283,22 +316,36 @@ func (m *Meter) leaseFor(k *domain.Key, acct *domain.Account, day string) (*leas
 }
 
 // take hands units of the lease to call when it has them, and starts topUpAhead when
-// the lease runs low.
-func (m *Meter) take(l *lease, call Call, units int64) bool {
+// the lease runs low. A stopping meter refuses (OutcomeStopped).
+func (m *Meter) take(l *lease, call Call, units int64) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.stopping.Load() {
+		return false, refusal(OutcomeStopped)
+	}
 	if l.released || l.avail < units {
-		return false
+		return false, nil
 	}
 	l.avail -= units
 	l.inflight++
+	m.outstanding++
 	l.lastUsed = time.Now()
 	if !l.ahead && !m.closing && l.avail < l.lowWater {
 		l.ahead = true
 		m.aheads.Add(1)
 		go m.topUpAhead(l, call, units)
 	}
-	return true
+	return true, nil
+}
+
+// finished counts a reservation settled or cancelled (under mu), and tells a stopping
+// meter when none is left.
+func (m *Meter) finished() {
+	m.outstanding--
+	if m.outstanding == 0 && m.idle != nil {
+		close(m.idle)
+		m.idle = nil
+	}
 }
 
 // topUpAhead tops a busy lease that runs low up in the background, so that its calls
@@ -412,6 +459,7 @@ func (r *Reservation) Cancel() {
 	m.mu.Lock()
 	r.l.avail += r.units
 	r.l.inflight--
+	m.finished()
 	m.mu.Unlock()
 }
 
@@ -437,7 +485,10 @@ func (r *Reservation) Units(cached bool) int64 {
 
 // Settle records an answered call: it is charged in the settler's next group commit,
 // a line of its key's next ChargesSettled. It returns at once (the charge is not yet
-// durable).
+// durable). After the meter's final drain (it stopped, and StopGrace or Stop's context
+// ran out before this call was answered) nothing can be charged any more: the call is
+// refused (OutcomeStoppedUnsettled: 503, nothing charged, retry), counted and logged,
+// and its answer must not be given.
 func (r *Reservation) Settle(a Answered) error {
 	if !r.done.CompareAndSwap(false, true) {
 		return errors.New("reservation already settled or cancelled")
@@ -457,14 +508,28 @@ func (r *Reservation) Settle(a Answered) error {
 		return err
 	}
 	m.mu.Lock()
+	if m.final {
+		// the final drain has begun: whatever it waits for was queued before this
+		r.l.avail += r.units
+		r.l.inflight--
+		m.finished()
+		m.mu.Unlock()
+		m.logger.Warn("a call answered after the meter's final drain is not charged; its answer is withheld",
+			"request_id", line.RequestID, "key_id", r.l.keyID, "units", units)
+		return refusal(OutcomeStoppedUnsettled)
+	}
 	r.l.avail += r.units - units
 	r.l.inflight--
+	m.finished()
 	r.l.pending += units
-	m.unsettled = append(m.unsettled, time.Now())
+	m.unsettled = append(m.unsettled, time.Now()) // counted by the final drain from here
 	m.mu.Unlock()
 	select {
 	case m.queue <- &settlement{lease: r.l, line: line, encoded: encoded, idem: a.Idempotency}:
-	case <-m.stopped: // shutting down: the answer stands, the charge is forgiven
+	case <-m.stopped:
+		// Only a crashed meter (Crash) stops without receiving it: the final drain of
+		// a stopping one receives every call counted in unsettled before it closes
+		// stopped. A crash forgives what it had not settled; the answer stands.
 		m.logger.Warn("meter stopped before a call was settled; it is forgiven", "request_id", line.RequestID)
 		m.mu.Lock()
 		r.l.pending -= units
@@ -510,6 +575,23 @@ func (m *Meter) waitBacklog(ctx context.Context) error {
 // Done is closed once the meter has stopped: what was answered is settled and the
 // leases are given back.
 func (m *Meter) Done() <-chan struct{} { return m.stopped }
+
+// Stop stops the meter as the end of its context does, and returns once it has
+// stopped: it reserves nothing more and waits for the calls it reserved to be settled
+// or cancelled until ctx ends or StopGrace has passed, whichever comes first; then it
+// settles every call answered so far and gives its leases back. A call answered later
+// is not charged (Settle refuses it).
+func (m *Meter) Stop(ctx context.Context) {
+	select {
+	case m.stopReq <- ctx:
+	case <-m.stopped:
+	}
+	<-m.stopped
+}
+
+// StopGrace is how long a stopping meter waits for the calls it reserved
+// (MeterConfig.StopGrace): how long a stopping server waits for its requests.
+func (m *Meter) StopGrace() time.Duration { return m.cfg.StopGrace }
 
 // Owner names this server in its leases and claims.
 func (m *Meter) Owner() string { return m.owner }

@@ -19,6 +19,9 @@ const (
 	OutcomeIdemMismatch = "idempotency_mismatch"
 	OutcomeIdemRunning  = "idempotency_running"
 	OutcomeStopped      = "stopped"
+	// OutcomeStoppedUnsettled: a call answered after its meter's final drain (its
+	// answer withheld, nothing charged).
+	OutcomeStoppedUnsettled = "stopped_unsettled"
 )
 
 // outcomeRow is one row of the table of outcomes: what the client is told, by domain
@@ -46,6 +49,8 @@ var outcomes = map[string]outcomeRow{
 	OutcomeIdemRunning: {domain.CodeInProgress, "a request with this Idempotency-Key is still running; retry after it finished",
 		ErrIdempotencyRunning, time.Second},
 	OutcomeStopped: {domain.CodeUnavailable, "this server is shutting down; nothing was charged, retry", ErrStopped, time.Second},
+	OutcomeStoppedUnsettled: {domain.CodeUnavailable, "this server stopped before this call's charge could be recorded; nothing was charged, retry",
+		ErrStopped, time.Second},
 }
 
 // More refusals (ErrBudget and ErrAllowance are in charge.go).

@@ -29,12 +29,30 @@ const maxSettleBatch = 512
 // as the previous commit is done (under load, the calls answered during one commit make
 // up the next), and keeps the leases: renews this server's, releases idle ones,
 // recovers expired ones of servers that died.
+//
+// Asked to stop (ctx ends, or Stop), it reserves nothing more and goes on settling and
+// renewing until no reserved call is left (each settled or cancelled), StopGrace has
+// passed or Stop's context ends; then the final drain (shutdown). A crashed meter
+// (Crash) stops at once and forgives what it had not settled.
 func (m *Meter) loop(ctx context.Context) {
 	defer close(m.stopped)
 	defer m.cursor.Close()
 	tick := time.NewTicker(m.cfg.Housekeeping)
 	defer tick.Stop()
 	var waiting []*flushWait
+	asked, keep := ctx.Done(), ctx
+	var idle <-chan struct{}   // closed once no reserved call is left
+	var grace <-chan time.Time // StopGrace after the stop was asked for
+	var bound <-chan struct{}  // Stop's context
+	stopping := func() {
+		if idle != nil {
+			return
+		}
+		keep = context.WithoutCancel(ctx) // renew while the reserved calls finish
+		idle = m.beginStop()
+		t := time.NewTimer(m.cfg.StopGrace)
+		grace = t.C
+	}
 	for {
 		var batch []*settlement
 		select {
@@ -49,21 +67,56 @@ func (m *Meter) loop(ctx context.Context) {
 			m.mu.Unlock()
 			waiting = append(waiting, &flushWait{done: done, left: left})
 		case <-tick.C:
-			m.housekeeping(ctx)
+			m.housekeeping(keep)
 			continue
-		case <-ctx.Done():
-			if !m.crashed.Load() {
-				m.shutdown()
+		case <-asked:
+			asked = nil
+			if m.crashed.Load() {
+				return
 			}
+			stopping()
+			continue
+		case sctx := <-m.stopReq:
+			bound = sctx.Done()
+			stopping()
+			continue
+		case <-idle:
+			m.shutdown(waiting)
+			return
+		case <-grace:
+			m.shutdown(waiting)
+			return
+		case <-bound:
+			m.shutdown(waiting)
 			return
 		}
 		batch = m.drain(batch)
-		err := m.settle(ctx, batch)
-		if err != nil {
-			m.logger.Error("settle", "calls", len(batch), "err", err)
-		}
-		waiting = slices.DeleteFunc(waiting, func(w *flushWait) bool { return w.settled(len(batch), err) })
+		waiting = m.settleBatch(ctx, batch, waiting)
 	}
+}
+
+// settleBatch settles batch and answers the Flushes it completes.
+func (m *Meter) settleBatch(ctx context.Context, batch []*settlement, waiting []*flushWait) []*flushWait {
+	err := m.settle(ctx, batch)
+	if err != nil {
+		m.logger.Error("settle", "calls", len(batch), "err", err)
+	}
+	return slices.DeleteFunc(waiting, func(w *flushWait) bool { return w.settled(len(batch), err) })
+}
+
+// beginStop stops new reservations and returns a channel closed once no reserved call
+// is left.
+func (m *Meter) beginStop() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stopping.Store(true)
+	idle := make(chan struct{})
+	if m.outstanding == 0 {
+		close(idle)
+	} else {
+		m.idle = idle
+	}
+	return idle
 }
 
 // gather lets the answer of the call just queued leave before its settle begins, and
@@ -488,22 +541,27 @@ func (m *Meter) releaseRow(ctx context.Context, l *lease) {
 	}
 }
 
-// shutdown settles what is queued and gives every lease back.
-func (m *Meter) shutdown() {
+// shutdown is the final drain: from its start a Settle is refused (Reservation.Settle,
+// m.final), and every call settled before is received and committed, whether already
+// queued or still on its way to the queue (each is counted in unsettled, under mu, before
+// it is sent, and taken off once committed). Then every lease is given back.
+func (m *Meter) shutdown(waiting []*flushWait) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var batch []*settlement
-queued:
-	for {
-		select {
-		case s := <-m.queue:
-			batch = append(batch, s)
-		default:
-			break queued
-		}
+	m.mu.Lock()
+	m.final = true
+	left, running := len(m.unsettled), m.outstanding
+	m.mu.Unlock()
+	if running > 0 {
+		m.logger.Warn("the meter stops with calls still running: those answered from now on are not charged", "calls", running)
 	}
-	if err := m.settle(ctx, batch); err != nil {
-		m.logger.Error("settle at shutdown", "err", err)
+	for left > 0 {
+		batch := make([]*settlement, 0, min(left, maxSettleBatch))
+		for len(batch) < cap(batch) {
+			batch = append(batch, <-m.queue) // counted: it comes
+		}
+		left -= len(batch)
+		waiting = m.settleBatch(ctx, batch, waiting)
 	}
 	m.mu.Lock()
 	m.closing = true

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -38,8 +39,11 @@ type config struct {
 	// InsecureWebhooks accepts http:// webhook URLs and delivers to private addresses
 	// (development only).
 	InsecureWebhooks bool
-	NoExecutor       bool
-	Meter            ledger.MeterConfig
+	// TrustedProxies are the load balancers whose X-Forwarded-For names the client
+	// (CHESSD_TRUSTED_PROXIES: addresses or CIDR prefixes, comma-separated).
+	TrustedProxies []netip.Prefix
+	NoExecutor     bool
+	Meter          ledger.MeterConfig
 	// MetricsAddr is the metrics' own listener (CHESSD_METRICS_ADDR); empty: /metrics on
 	// the API's listener (serve) or none (worker); "off": no metrics.
 	MetricsAddr  string
@@ -77,6 +81,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		{"CHESSD_ENGINE_START_TIMEOUT", &c.Engines.StartTimeout},
 		{"CHESSD_LEASE_TTL", &c.Meter.LeaseTTL},
 		{"CHESSD_MAX_SETTLE_BACKLOG", &c.Meter.MaxBacklog},
+		{"CHESSD_STOP_GRACE", &c.Meter.StopGrace},
 		{"CHESSD_JOB_LEASE", &c.Executor.Lease},
 		{"CHESSD_JOB_RECORD_EVERY", &c.Executor.RecordEvery},
 		{"CHESSD_SCHEMA_CHECK", &c.SchemaCheck},
@@ -114,6 +119,19 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.Mail = mail.Config{SMTPAddr: getenv("CHESSD_SMTP_ADDR"), From: getenv("CHESSD_SMTP_FROM"),
 		Username: getenv("CHESSD_SMTP_USERNAME"), Password: getenv("CHESSD_SMTP_PASSWORD")}
 	c.InsecureWebhooks = getenv("CHESSD_WEBHOOKS_INSECURE") == "true"
+	for _, v := range strings.Split(getenv("CHESSD_TRUSTED_PROXIES"), ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(v)
+		if a, aerr := netip.ParseAddr(v); err != nil && aerr == nil {
+			p, err = a.Unmap().Prefix(a.Unmap().BitLen())
+		}
+		if err != nil {
+			return c, fmt.Errorf("CHESSD_TRUSTED_PROXIES: %q is neither an address nor a prefix such as 10.0.0.0/8", v)
+		}
+		c.TrustedProxies = append(c.TrustedProxies, p.Masked())
+	}
 	c.MetricsAddr, c.MetricsToken = getenv("CHESSD_METRICS_ADDR"), getenv("CHESSD_METRICS_TOKEN")
 	if a := c.MetricsAddr; a != "" && a != "off" {
 		if _, _, err := net.SplitHostPort(a); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,10 +19,11 @@ func TestLoadConfig(t *testing.T) {
 	}
 	c, err = loadConfig(env(map[string]string{"PORT": "9000", "CHESSD_ENGINE_POOL_SIZE": "3", "CHESSD_ENGINE_QUEUE_WAIT": "5s",
 		"CHESSD_ENGINE_MAX_HASH_MB": "64", "CHESSD_ENGINE_BOOST": "-1", "CHESSD_RATE_LIMITS": "off", "CHESSD_WORKER_JOBS": "0", "LOG_LEVEL": "warn",
-		"CHESSD_JOB_RECORD_EVERY": "400ms",
-		"CHESSD_KEY_PEPPER":       "0123456789abcdef0123"}))
+		"CHESSD_JOB_RECORD_EVERY": "400ms", "CHESSD_STOP_GRACE": "20s", "CHESSD_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.1,2001:db8::/32",
+		"CHESSD_KEY_PEPPER": "0123456789abcdef0123"}))
 	if err != nil || c.Port != 9000 || c.Engines.PoolSize != 3 || c.Engines.QueueWait != 5*time.Second || c.Engines.MaxHashMB != 64 ||
-		c.Engines.Boost != -1 || !c.NoRateLimits || !c.NoExecutor || c.Executor.Parallel != 3 || c.Executor.RecordEvery != 400*time.Millisecond || string(c.KeyPepper) != "0123456789abcdef0123" {
+		c.Engines.Boost != -1 || !c.NoRateLimits || !c.NoExecutor || c.Executor.Parallel != 3 || c.Executor.RecordEvery != 400*time.Millisecond || c.Meter.StopGrace != 20*time.Second || string(c.KeyPepper) != "0123456789abcdef0123" ||
+		fmt.Sprint(c.TrustedProxies) != "[10.0.0.0/8 192.0.2.1/32 2001:db8::/32]" {
 		t.Fatalf("set: %+v %v", c, err)
 	}
 	for name, kv := range map[string]map[string]string{
@@ -33,6 +35,7 @@ func TestLoadConfig(t *testing.T) {
 		"duration":     {"CHESSD_ENGINE_HANG_TIMEOUT": "soon"},
 		"record every": {"CHESSD_JOB_RECORD_EVERY": "often"},
 		"schema check": {"CHESSD_SCHEMA_CHECK": "0"}, // a ticker of zero panics
+		"proxies":      {"CHESSD_TRUSTED_PROXIES": "10.0.0.0/8,lb.internal"},
 		"negative":     {"CHESSD_LEASE_TTL": "-15s"},
 		"rate limits":  {"CHESSD_RATE_LIMITS": "maybe"},
 		"worker jobs":  {"CHESSD_WORKER_JOBS": "-1"},

@@ -80,7 +80,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	db, store, cmds, svc, pepper := c.db, c.store, c.cmds, c.svc, c.pepper
 	cmds.APIURL = cfg.BaseURL // named in the verification mail
 	// The meter outlives request handling: it settles the last answers and gives its
-	// leases back once the server has stopped taking requests.
+	// leases back once the requests have returned (stopServing).
 	meterCtx, stopMeter := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopMeter()
 	meter := ledger.NewMeter(meterCtx, store, logger, cfg.Meter)
@@ -95,7 +95,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	authn := auth.NewAuthenticator(db.pool, pepper)
 	authn.Watch(meterCtx, logger) // keys and accounts answered from memory while no server changes them
 	mx := metrics.New(metrics.Sources{Engines: c.catalog, DB: db.pool, Executor: exec, Projections: allProjections(), Logger: logger})
-	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL, NoRateLimits: cfg.NoRateLimits, InsecureWebhooks: cfg.InsecureWebhooks}, httpapi.Deps{
+	api := httpapi.New(httpapi.Config{BaseURL: cfg.BaseURL, NoRateLimits: cfg.NoRateLimits, InsecureWebhooks: cfg.InsecureWebhooks,
+		TrustedProxies: cfg.TrustedProxies}, httpapi.Deps{
 		Pool: db.pool, Commands: cmds, ObserveRequest: mx.ObserveRequest,
 		Auth:           authn,
 		Analysis:       svc,
@@ -134,9 +135,11 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 			return err
 		}
 	}
+	streams, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
 	srv := &http.Server{
 		Addr:              fmt.Sprintf(":%d", cfg.Port),
-		Handler:           handler,
+		Handler:           httpapi.EndingStreams(streams, handler),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      90 * time.Second, // a search may take 60 s plus queueing
@@ -163,13 +166,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		err = fmt.Errorf("projections stopped: %w", err)
 	case <-ctx.Done():
 	}
-	shutdownCtx, stop := context.WithTimeout(context.Background(), 15*time.Second)
-	defer stop()
-	if shutErr := srv.Shutdown(shutdownCtx); shutErr != nil {
-		logger.Error("shutdown", "err", shutErr)
-	}
-	stopMeter()
-	<-meter.Done() // the last answers settled, the leases given back
+	stopServing(srv, endStreams, meter, meter.StopGrace(), logger)
+	stopMeter() // what the handlers used: keys' changes, job streams' wake-ups
 	cancel()
 	if !runnerStopped {
 		<-runnerDone
@@ -180,6 +178,25 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	logger.Info("stopped")
 	return err
+}
+
+// stopServing stops srv and then the meter, so that every call answered is charged
+// (docs/BILLING.md): the long-lived streams end at once (a job's event stream would hold
+// the server for as long as its job runs; its client reconnects, with Last-Event-ID, to
+// another server), the server takes no new request, and the requests running (a search
+// takes up to a minute) are waited for until they have returned or grace (the meter's
+// StopGrace) is over. Only then does the meter stop: it settles what they answered and
+// gives its leases back. A call still running after grace is not charged: the meter
+// refuses its Settle, so its client is told to retry (503), not answered free.
+func stopServing(srv *http.Server, endStreams func(), meter *ledger.Meter, grace time.Duration, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	endStreams()
+	if err := srv.Shutdown(ctx); err != nil {
+		logger.Error("stopping: requests still running after the grace; calls answered from now on are not charged",
+			"grace", grace, "err", err)
+	}
+	meter.Stop(ctx) // the last answers settled, the leases given back
 }
 
 // expireOldRows has, every 10 minutes, each package delete what of its own has

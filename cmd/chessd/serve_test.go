@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"chessd/auth"
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/httpapi"
+	"chessd/ledger"
+	"chessd/postgres/pgtest"
+)
+
+// stopRig is a server as serve stops it (stopServing): its handler behind
+// httpapi.EndingStreams, a meter on a fresh database, and an account's key to charge.
+type stopRig struct {
+	t          *testing.T
+	srv        *http.Server
+	base       string
+	client     *http.Client
+	endStreams func()
+	meter      *ledger.Meter
+	count      func() int // the key's charges
+}
+
+// newStopRig serves GET /stream (an event stream open until its request's context
+// ends) and POST /search (a costed call: reserved, answered when answer is closed,
+// settled; 503 when the meter refuses the settle).
+func newStopRig(t *testing.T, searching chan<- struct{}, answer <-chan struct{}) *stopRig {
+	t.Helper()
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	store := eventstore.NewStore(pool, nil)
+	pepper := []byte("pepper-for-the-stop-test")
+	su, err := commands.New(store, pepper).Signup(ctx, domain.Signup{Email: "stop@example.com"}, "req")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, acct, err := auth.NewAuthenticator(pool, pepper).Authenticate(ctx, su.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meterCtx, stopMeter := context.WithCancel(ctx)
+	meter := ledger.NewMeter(meterCtx, store, nil, ledger.MeterConfig{})
+	t.Cleanup(func() { stopMeter(); <-meter.Done() })
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stream", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, "retry: 1000\n\n")
+		http.NewResponseController(w).Flush() //nolint:errcheck // the test reads it
+		<-r.Context().Done()
+	})
+	mux.HandleFunc("POST /search", func(w http.ResponseWriter, r *http.Request) {
+		res, err := meter.Reserve(r.Context(), ledger.Call{RequestID: "req-search", Key: key, Account: acct,
+			Price: domain.Call{Endpoint: domain.EndpointEval, Depth: 8, MultiPV: 1, Positions: 1}})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		searching <- struct{}{}
+		<-answer
+		if err := res.Settle(ledger.Answered{Endpoint: domain.EndpointEval, Engine: "sf-17.1", Path: "native",
+			Params: ledger.Params{Depth: 8, MultiPV: 1, Positions: 1}}); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, "answer")
+	})
+	streams, endStreams := context.WithCancel(ctx)
+	t.Cleanup(endStreams)
+	srv := &http.Server{Handler: httpapi.EndingStreams(streams, mux)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends with Shutdown
+	t.Cleanup(func() { srv.Close() })
+	// not http.DefaultTransport: TestMain checks its traffic against chessd's OpenAPI
+	client := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
+	return &stopRig{t: t, srv: srv, base: "http://" + ln.Addr().String(), client: client, endStreams: endStreams, meter: meter,
+		count: func() int {
+			var n int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM charge_lines() WHERE key_id = $1`, key.ID()).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}}
+}
+
+type reply struct {
+	status int
+	body   string
+	err    error
+}
+
+// search posts /search and returns where its reply will come.
+func (s *stopRig) search() <-chan reply {
+	replied := make(chan reply, 1)
+	go func() {
+		resp, err := s.client.Post(s.base+"/search", "text/plain", nil)
+		if err != nil {
+			replied <- reply{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		replied <- reply{resp.StatusCode, string(b), err}
+	}()
+	return replied
+}
+
+// stop runs stopServing with grace and returns a channel closed once it has returned.
+func (s *stopRig) stop(grace time.Duration) <-chan struct{} {
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		stopServing(s.srv, s.endStreams, s.meter, grace, slog.New(slog.DiscardHandler))
+	}()
+	return stopped
+}
+
+func within[T any](t *testing.T, what string, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// A stopping server ends its open event streams at once (they held its stop for 15 s),
+// waits for a search still running, and stops the meter only once that search has been
+// answered: its charge is committed before stopServing returns.
+func TestStopServingEndsStreamsAndChargesRunningCalls(t *testing.T) {
+	searching, answer := make(chan struct{}, 1), make(chan struct{})
+	s := newStopRig(t, searching, answer)
+	resp, err := s.client.Get(s.base + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "retry: 1000\n" {
+		t.Fatalf("stream: %q %v", line, err)
+	}
+	replied := s.search()
+	within(t, "the search to be reserved", searching)
+	stopped := s.stop(time.Minute)
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
+	if err := within(t, "the event stream to end", ended); err != nil {
+		t.Fatalf("the event stream ended with %v, want its end", err)
+	}
+	select {
+	case <-stopped:
+		t.Fatal("stopServing returned while a search was running")
+	case <-s.meter.Done():
+		t.Fatal("the meter stopped while a search was running")
+	default:
+	}
+	close(answer)
+	if r := within(t, "the search's reply", replied); r.err != nil || r.status != http.StatusOK || r.body != "answer" {
+		t.Fatalf("the search answered %d %q %v, want 200", r.status, r.body, r.err)
+	}
+	within(t, "stopServing to return", stopped)
+	if n := s.count(); n != 1 {
+		t.Fatalf("%d charges once stopped, want the search answered while stopping charged", n)
+	}
+}
+
+// A search still running when the grace is over is not answered free: the meter has
+// stopped, its Settle is refused and its client told to retry (503), nothing charged.
+func TestStopServingAfterTheGraceChargesNothingAnsweredLate(t *testing.T) {
+	searching, answer := make(chan struct{}, 1), make(chan struct{})
+	s := newStopRig(t, searching, answer)
+	replied := s.search()
+	within(t, "the search to be reserved", searching)
+	within(t, "stopServing to give up waiting", s.stop(100*time.Millisecond))
+	close(answer) // answered after the meter's final drain
+	r := within(t, "the search's reply", replied)
+	if r.err != nil || r.status != http.StatusServiceUnavailable {
+		t.Fatalf("the late search answered %d %q %v, want 503", r.status, r.body, r.err)
+	}
+	if n := s.count(); n != 0 {
+		t.Fatalf("%d charges for a call whose answer was withheld, want 0", n)
+	}
+}
