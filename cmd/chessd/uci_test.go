@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -254,7 +255,37 @@ func TestUCIBridgeCases(t *testing.T) {
 	bin := buildBinary(t)
 	dbURL := pgtest.URL(t)
 	_, su := account(t, dbURL, "uci-cases@example.com", domain.PlanPro) // before the server: its read models have it
+	_, free := account(t, dbURL, "uci-free@example.com", domain.PlanFree)
 	srv := startServer(t, bin, dbURL, freePort(t))
+
+	t.Run("an eval-only key of the free plan: a search over its cap is searched within it", func(t *testing.T) {
+		// GET /me needs usage:read, so the bridge cannot read the plan's caps: it learns
+		// depth 20 from the server's refusal of 25 and asks again.
+		req, _ := http.NewRequest("POST", srv.base+"/keys", strings.NewReader(`{"label":"bridge","scopes":["eval"]}`))
+		req.Header.Set("Authorization", "Bearer "+free.Secret)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var created struct {
+			APIKey string `json:"api_key"`
+		}
+		err = json.NewDecoder(res.Body).Decode(&created)
+		res.Body.Close()
+		if err != nil || res.StatusCode != http.StatusCreated || created.APIKey == "" {
+			t.Fatalf("an eval-only key: %d %v", res.StatusCode, err)
+		}
+		s := newUCISession(t, ucibridge.Config{Server: srv.base, Key: created.APIKey})
+		s.send("uci")
+		s.until(prefix("uciok"))
+		s.send("position startpos")
+		s.send("go depth 25")
+		lines := s.until(prefix("bestmove"))
+		if last := lines[len(lines)-2]; !strings.HasPrefix(last, "info depth 20 ") {
+			t.Errorf("the last info is not depth 20 (the free plan's cap): %q", last)
+		}
+		legal(t, "startpos", nil, strings.Fields(lines[len(lines)-1])[1])
+	})
 
 	t.Run("keyless: depth within the keyless cap, scores for the side to move", func(t *testing.T) {
 		s := newUCISession(t, ucibridge.Config{Server: srv.base})
