@@ -305,6 +305,27 @@ func TestUCIBridgeCases(t *testing.T) {
 		legal(t, "startpos", []string{"e2e4"}, strings.Fields(lines[len(lines)-1])[1])
 	})
 
+	t.Run("every go gets a bestmove: an overrun clock, a value it cannot read, a position it cannot read", func(t *testing.T) {
+		s := newUCISession(t, ucibridge.Config{Server: srv.base, Key: su.Secret})
+		s.send("uci")
+		s.until(prefix("uciok"))
+		s.send("position startpos moves e2e4")
+		s.send("go wtime -35 btime 12000") // a GUI's clock once the engine overran its time
+		lines := s.until(prefix("bestmove"))
+		legal(t, "startpos", []string{"e2e4"}, strings.Fields(lines[len(lines)-1])[1])
+		s.send("go depth abc movetime 200")
+		lines = s.until(prefix("bestmove"))
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "info string") && strings.Contains(l, "abc") }) {
+			t.Errorf("the unreadable depth is not told: %q", lines)
+		}
+		legal(t, "startpos", []string{"e2e4"}, strings.Fields(lines[len(lines)-1])[1])
+		s.send("position startpos xyz")
+		s.send("go depth 5")
+		if lines = s.until(prefix("bestmove")); lines[len(lines)-1] != "bestmove (none)" {
+			t.Errorf("a search of the position before an unreadable one: %q", lines)
+		}
+	})
+
 	t.Run("a finished game needs no call", func(t *testing.T) {
 		s := newUCISession(t, ucibridge.Config{Server: "http://127.0.0.1:1/v1"}) // nothing listens there
 		s.send("position fen 6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1 moves d1d8")
