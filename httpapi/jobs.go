@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -417,7 +418,13 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		listening = s.wakeups.Listening
 	}
-	ctx := r.Context()
+	if s.streams.Err() != nil {
+		s.writeError(w, r, domain.Errorf(domain.CodeUnavailable, "this server is stopping; reconnect (with Last-Event-ID) to get the rest"))
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(s.streams, cancel)() // the server is stopping (EndStreams)
 	pending, ended, err := projections.JobStreamAfter(ctx, s.pool, j.ID(), last)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -725,5 +726,45 @@ func TestListJobs(t *testing.T) {
 		if r.Status != 400 || !strings.Contains(r.Raw, `"`+tc.field+`"`) {
 			t.Errorf("GET /jobs?%s: %d %s, want 400 naming %s", tc.query, r.Status, r.Raw, tc.field)
 		}
+	}
+}
+
+// A stopping server ends its open job event streams at once (EndStreams), and any
+// opened after: they would hold its stop for as long as their jobs run.
+func TestEndStreamsEndsJobEventStreams(t *testing.T) {
+	e := newEnv(t, withWorkers(0)) // no worker: the job stays queued, its stream open
+	key := e.signupPro("end-streams@example.com")
+	r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(2), "depth": 5})
+	if r.Status != 202 {
+		t.Fatal(r.Raw)
+	}
+	id := r.Body["job_id"].(string)
+	e.waitJob(key, id, func(map[string]any) bool { return true })
+	res := openSSE(t, e, key, id, "", time.Minute)
+	defer res.Body.Close()
+	br := bufio.NewReader(res.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "retry: 1000\n" {
+		t.Fatalf("stream: %q %v", line, err)
+	}
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, br); ended <- err }()
+	select {
+	case err := <-ended:
+		t.Fatalf("the stream ended before EndStreams: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	e.api.EndStreams()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("the stream ended with %v, want its end", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream is still open after EndStreams")
+	}
+	later := openSSE(t, e, key, id, "", time.Minute)
+	later.Body.Close()
+	if later.StatusCode != http.StatusServiceUnavailable || later.Header.Get("Retry-After") == "" {
+		t.Fatalf("a stream opened after EndStreams: %d, Retry-After %q; want 503 and when to come back", later.StatusCode, later.Header.Get("Retry-After"))
 	}
 }

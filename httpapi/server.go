@@ -53,23 +53,27 @@ type Config struct {
 
 // Server holds the handlers' dependencies.
 type Server struct {
-	baseURL  string
-	maxBody  int64
-	cfg      Config
-	pool     *pgxpool.Pool
-	commands *commands.Handler
-	auth     *auth.Authenticator
-	analysis *analysis.Service
-	meter    *ledger.Meter
-	wakeups  *eventstore.Wakeups
-	billing  BillingProvider
-	limiter  *ratelimit.Limiter
-	keyRate  int // Config.KeyRequestsPerMinute
-	keyless  int // keyless calls per address and day: Config.KeylessPerDay or KeylessPerDay
-	logger   *slog.Logger
-	router   *mux.Router
-	observe  func(route, method string, status int, took time.Duration) // Deps.ObserveRequest
-	hooks    *webhook.Secrets
+	baseURL string
+	maxBody int64
+	cfg     Config
+	// streams ends (EndStreams) when the server stops: the job event streams, which
+	// would hold its stop for as long as their jobs run, end with it.
+	streams    context.Context
+	endStreams context.CancelFunc
+	pool       *pgxpool.Pool
+	commands   *commands.Handler
+	auth       *auth.Authenticator
+	analysis   *analysis.Service
+	meter      *ledger.Meter
+	wakeups    *eventstore.Wakeups
+	billing    BillingProvider
+	limiter    *ratelimit.Limiter
+	keyRate    int // Config.KeyRequestsPerMinute
+	keyless    int // keyless calls per address and day: Config.KeylessPerDay or KeylessPerDay
+	logger     *slog.Logger
+	router     *mux.Router
+	observe    func(route, method string, status int, took time.Duration) // Deps.ObserveRequest
+	hooks      *webhook.Secrets
 }
 
 // Deps are the parts the server is built from.
@@ -93,6 +97,10 @@ type Deps struct {
 }
 
 // New builds the server and its routes.
+// EndStreams ends every open job event stream, and any opened later, at once: the server
+// is stopping. Their clients reconnect, with Last-Event-ID, to another server.
+func (s *Server) EndStreams() { s.endStreams() }
+
 func New(cfg Config, d Deps) *Server {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 1 << 20
@@ -105,6 +113,7 @@ func New(cfg Config, d Deps) *Server {
 	if s.billing == nil {
 		s.billing = billingDisabled{}
 	}
+	s.streams, s.endStreams = context.WithCancel(context.Background())
 	s.keyless = KeylessPerDay
 	if cfg.KeylessPerDay > 0 {
 		s.keyless = cfg.KeylessPerDay

@@ -135,11 +135,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 			return err
 		}
 	}
-	streams, endStreams := context.WithCancel(context.Background())
-	defer endStreams()
 	srv := &http.Server{
 		Addr:              fmt.Sprintf(":%d", cfg.Port),
-		Handler:           httpapi.EndingStreams(streams, handler),
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      90 * time.Second, // a search may take 60 s plus queueing
@@ -166,7 +164,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		err = fmt.Errorf("projections stopped: %w", err)
 	case <-ctx.Done():
 	}
-	stopServing(srv, endStreams, meter, meter.StopGrace(), logger)
+	stopServing(srv, api.EndStreams, meter, meter.StopGrace(), logger)
 	stopMeter() // what the handlers used: keys' changes, job streams' wake-ups
 	cancel()
 	if !runnerStopped {

@@ -15,13 +15,14 @@ import (
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/eventstore"
-	"chessd/httpapi"
 	"chessd/ledger"
 	"chessd/postgres/pgtest"
 )
 
-// stopRig is a server as serve stops it (stopServing): its handler behind
-// httpapi.EndingStreams, a meter on a fresh database, and an account's key to charge.
+// stopRig is a server as serve stops it (stopServing): a stream that ends when the
+// server ends its streams (as httpapi.Server.EndStreams ends the job event streams,
+// TestEndStreamsEndsJobEventStreams), a meter on a fresh database, and an account's
+// key to charge.
 type stopRig struct {
 	t          *testing.T
 	srv        *http.Server
@@ -32,8 +33,7 @@ type stopRig struct {
 	count      func() int // the key's charges
 }
 
-// newStopRig serves GET /stream (an event stream open until its request's context
-// ends) and POST /search (a costed call: reserved, answered when answer is closed,
+// newStopRig serves GET /stream (an event stream open until the streams end) and POST /search (a costed call: reserved, answered when answer is closed,
 // settled; 503 when the meter refuses the settle).
 func newStopRig(t *testing.T, searching chan<- struct{}, answer <-chan struct{}) *stopRig {
 	t.Helper()
@@ -52,13 +52,18 @@ func newStopRig(t *testing.T, searching chan<- struct{}, answer <-chan struct{})
 	meterCtx, stopMeter := context.WithCancel(ctx)
 	meter := ledger.NewMeter(meterCtx, store, nil, ledger.MeterConfig{})
 	t.Cleanup(func() { stopMeter(); <-meter.Done() })
+	streams, endStreams := context.WithCancel(ctx)
+	t.Cleanup(endStreams)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stream", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
 		fmt.Fprint(w, "retry: 1000\n\n")
 		http.NewResponseController(w).Flush() //nolint:errcheck // the test reads it
-		<-r.Context().Done()
+		select {
+		case <-r.Context().Done():
+		case <-streams.Done():
+		}
 	})
 	mux.HandleFunc("POST /search", func(w http.ResponseWriter, r *http.Request) {
 		res, err := meter.Reserve(r.Context(), ledger.Call{RequestID: "req-search", Key: key, Account: acct,
@@ -76,9 +81,7 @@ func newStopRig(t *testing.T, searching chan<- struct{}, answer <-chan struct{})
 		}
 		fmt.Fprint(w, "answer")
 	})
-	streams, endStreams := context.WithCancel(ctx)
-	t.Cleanup(endStreams)
-	srv := &http.Server{Handler: httpapi.EndingStreams(streams, mux)}
+	srv := &http.Server{Handler: mux}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
