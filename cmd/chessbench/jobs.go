@@ -542,8 +542,8 @@ func (b *bench) runRawAll(depth, conc int, fens []string) (time.Duration, engine
 				}
 				busy := eng.search(fens[i], depth)
 				mu.Lock()
-				count.nodes += eng.nodes
-				count.timeMS += eng.timeMS
+				count.nodes += eng.last.nodes
+				count.timeMS += eng.last.timeMS
 				count.busy += busy
 				mu.Unlock()
 			}

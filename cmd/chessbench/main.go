@@ -146,9 +146,10 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fresh := freshPositions()
 	fmt.Printf("## Raw Stockfish vs POST /eval (cache off)\n\n")
 	fmt.Printf("Engine: %s native (%s), 1 thread, 16 MB hash; the service runs 2 processes.\n", b.engineID, b.binary)
-	fmt.Println("Paired: each worker runs each position on its own raw process and through the service, alternating which goes first;")
-	fmt.Println("every pair is a distinct position (cache off; both sides reset with ucinewgame after each search, untimed: at concurrency 1 each")
-	fmt.Println("side's timed search starts once its engines' resets are done).")
+	fmt.Println("Paired: each worker runs each position raw, on a process of the service's pool lent to the bench (engine.Pool.Lend: at")
+	fmt.Println("concurrency 1 the very process the service's calls run on, so the two sides differ by the service alone, not by two processes'")
+	fmt.Println("speeds), and through the service, alternating which goes first; every pair is a distinct position (cache off; both sides")
+	fmt.Println("reset with ucinewgame after each search, untimed: at concurrency 1 each side's timed search starts once the resets are done).")
 	fmt.Println("Positions: the fixed ones and the two games', then the same with the colours swapped (freshPositions); 120 pairs a row")
 	fmt.Println("(depth 18: 20): with 40, the null part's ratio spread 0.97-1.02 from round to round, with 120 0.99-1.01 (session 37).")
 	fmt.Println("ratio of medians = median service time / median raw time; median pair ratio = median over pairs of service / raw (the same position")
@@ -156,8 +157,8 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Println("HTTP alone (concurrency 1): after the pairs, for each, the client waits as long as its raw search took and times one POST to a")
 	fmt.Println("trivial Go JSON handler on loopback (the machine's round trip after an idle wait: a service's least cost here); bound = median")
 	fmt.Println("pair ratio of (raw + that round trip) / raw, what a service with no time of its own could reach on this machine.")
-	fmt.Println("Null (concurrency 1): then the same positions on two fresh raw processes, paired alike (-parts null): the median pair")
-	fmt.Println("ratio of raw against raw, with its interval, what this run reads for a service that costs nothing at all.")
+	fmt.Println("Null (concurrency 1): then the same positions raw on both sides, on the same lent process, paired alike (-parts null): the")
+	fmt.Println("median pair ratio of raw against raw, with its interval, what this run reads for a service that costs nothing at all.")
 	fmt.Println()
 	fmt.Println("| depth | concurrency | pairs | raw median ms | service median ms | **ratio of medians** | **median pair ratio** | raw total s | service total s | ratio of totals | added median ms | HTTP alone ms | bound | null: raw / raw |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -178,7 +179,7 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 			ratios := pairRatios(svc, raw)
 			alone, bound, null := "–", "–", "–"
 			if conc == 1 {
-				n, err := b.null(depth, fresh[:n])
+				n, err := b.null(depth, fresh[:n], true)
 				if err != nil {
 					return fmt.Errorf("null: %w", err)
 				}
@@ -216,8 +217,8 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Println("Where the service's time goes, from its Server-Timing header (medians over the same pairs, ms):")
 	fmt.Println("by order: the median pair ratio of the pairs whose raw search went first, and of those whose service call did (the second")
 	fmt.Println("search of a pair runs on a process the first has left cold: at depth 14 its engine counts about 2 ms more, whichever side it is);")
-	fmt.Println("engine − raw: the pool's search (hand-over, options, position, go ... bestmove, parsing) against the raw process;")
-	fmt.Println("of it, search − raw search: the search's own time as the engines report it (info time, whole ms: the pool's process against the raw one);")
+	fmt.Println("engine − raw: the pool's search (hand-over, options, position, go ... bestmove, parsing) against the raw search;")
+	fmt.Println("of it, search − raw search: the search's own time as the engine reports it (info time, whole ms: the service's search against the raw one);")
 	fmt.Println("own time: the service's time outside the engine by its Server-Timing header (total − engine: what issue 12's 1 ms is about);")
 	fmt.Println("outside the engine: the client's whole time minus the pool's search; of it, HTTP (client time minus handler time),")
 	fmt.Println("auth (key from memory, vouched for by the watcher, scope), request (decode, validate, caps, lookup, reserve from the lease),")
@@ -261,9 +262,9 @@ func (ps pairs) each(f func(pair) time.Duration) []time.Duration {
 
 func (ps pairs) median(f func(pair) time.Duration) time.Duration { return median(ps.each(f)) }
 
-// paired runs work on conc workers; each worker has its own raw Stockfish process and
-// runs every position both raw and through the service (cache off), alternating the
-// order. It returns the raw and service times of each pair.
+// paired runs work on conc workers; each runs every position both raw, on a process of
+// the service's own pool lent to it (lentSearch), and through the service (cache off),
+// alternating the order. It returns the raw and service times of each pair.
 func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 	b.svc.DisableCache()
 	var mu sync.Mutex
@@ -272,24 +273,19 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 	var out pairs
 	errs := make(chan error, conc)
 	for range conc {
-		eng, err := startRaw(b.binary)
-		if err != nil {
-			return nil, err
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer eng.close()
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(work) {
 					return
 				}
 				var p pair
-				var err, restErr error
+				var err, rawErr error
 				runSvc := func() {
 					// Alone, the call waits for the service's engines to finish their
-					// resets, as the raw search starts after its own (rawEngine.search):
+					// resets, as the raw search starts after its own (lentSearch):
 					// both sides' resets untimed. A call within ~2 ms of the previous
 					// answer otherwise caught that answer's reset, the raw side never.
 					if conc == 1 {
@@ -307,9 +303,13 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 					// their resets: it must not share the machine with the service's
 					// leftovers (at concurrency 2 the other worker's calls share it anyway).
 					if conc == 1 {
-						restErr = b.atRest()
+						if rawErr = b.atRest(); rawErr != nil {
+							return
+						}
 					}
-					p.raw = eng.search(work[i], depth)
+					var s rawSearch
+					s, rawErr = b.lentSearch(work[i], depth)
+					p.raw, p.rawOwn = s.took, time.Duration(s.timeMS)*time.Millisecond
 				}
 				if p.svcFirst = i%2 == 1; p.svcFirst {
 					runSvc()
@@ -318,9 +318,8 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 					runRaw()
 					runSvc()
 				}
-				p.rawOwn = time.Duration(eng.timeMS) * time.Millisecond
 				if err == nil {
-					err = restErr
+					err = rawErr
 				}
 				if err != nil {
 					errs <- err
@@ -419,20 +418,78 @@ func (b *bench) timedPost(path, body, key string) (map[string]time.Duration, int
 	return phases, answer.TimeMS, nil
 }
 
-// rawEngine is Stockfish driven directly over UCI, as a client without our service
-// would: position + go until bestmove, timed, then ucinewgame and isready, untimed,
-// ready for the next position. The reset comes after the search, as the service's pool
-// resets a process after each request: a reset right before the timed search left the
-// raw side's hash and histories warm in the caches (just cleared) and the pool's cold,
-// about 1 ms of a 100 ms depth-14 search at concurrency 1 (docs/BENCHMARKS.md, session 13).
+// rawSearch is one raw search: its time by the client's clock, and the engine's own
+// count of it (nodes and time, from its last info line with both).
+type rawSearch struct {
+	took          time.Duration
+	nodes, timeMS int64
+}
+
+// count takes the nodes and time of an info line that has both.
+func (s *rawSearch) count(line string) {
+	f := strings.Fields(line)
+	var nodes, ms int64
+	for i := 0; i+1 < len(f); i++ {
+		switch f[i] {
+		case "nodes":
+			nodes, _ = strconv.ParseInt(f[i+1], 10, 64)
+		case "time":
+			ms, _ = strconv.ParseInt(f[i+1], 10, 64)
+		}
+	}
+	if nodes > 0 {
+		s.nodes, s.timeMS = nodes, ms
+	}
+}
+
+// lentSearch is the paired part's raw side: Stockfish driven over UCI as a client
+// without our service would (position + go until bestmove, timed; then ucinewgame and
+// isready, untimed), on a process of the service's own native pool lent to the bench
+// (engine.Pool.Lend). At rest the pool lends the process it took back last and gives
+// its next search the process lent last, so at concurrency 1 both sides of every pair
+// run on one process: two processes of one binary differ by 1-3 % in speed on this
+// VM (the null part), as much as the service's own cost. Nothing of the pool's runs
+// between the bench and the engine but the goroutine that reads the engine's output,
+// which hands the info lines to count as it reads them (as it does a search's).
+func (b *bench) lentSearch(fen string, depth int) (rawSearch, error) {
+	pool, err := b.catalog.Pool(context.Background(), b.engineID, engine.PathNative)
+	if err != nil {
+		return rawSearch{}, err
+	}
+	var s rawSearch
+	err = pool.Lend(context.Background(), func(l *engine.Lent) error {
+		ctx := context.Background()
+		start := time.Now()
+		if err := l.Send("position fen "+fen, fmt.Sprintf("go depth %d", depth)); err != nil {
+			return err
+		}
+		if _, err := l.Until(ctx, "bestmove", s.count); err != nil {
+			return err
+		}
+		s.took = time.Since(start)
+		if err := l.Send("ucinewgame", "isready"); err != nil {
+			return err
+		}
+		_, err := l.Until(ctx, "readyok", nil)
+		return err
+	})
+	return s, err
+}
+
+// rawEngine is Stockfish driven directly over UCI on a process of its own, as a client
+// without our service would: position + go until bestmove, timed, then ucinewgame and
+// isready, untimed, ready for the next position. The reset comes after the search, as
+// the service's pool resets a process after each request: a reset right before the
+// timed search left the raw side's hash and histories warm in the caches (just
+// cleared) and the pool's cold, about 1 ms of a 100 ms depth-14 search at concurrency
+// 1 (docs/BENCHMARKS.md, session 13). The jobs part and the null part's two-process
+// rows use it.
 type rawEngine struct {
 	cmd     *exec.Cmd
 	in      io.WriteCloser
 	outPipe io.Closer
 	out     *bufio.Scanner
-	// the engine's own count of its last search: nodes and time (ms), from its last
-	// info line with both
-	nodes, timeMS int64
+	last    rawSearch // the last search's counts
 }
 
 func startRaw(binary string) (*rawEngine, error) {
@@ -462,6 +519,7 @@ func (e *rawEngine) search(fen string, depth int) time.Duration {
 		fmt.Fprintln(e.in, "isready")
 		e.until("readyok")
 	}()
+	e.last = rawSearch{}
 	start := time.Now()
 	fmt.Fprintf(e.in, "position fen %s\ngo depth %d\n", fen, depth)
 	for e.out.Scan() {
@@ -469,21 +527,10 @@ func (e *rawEngine) search(fen string, depth int) time.Duration {
 		if strings.HasPrefix(line, "bestmove") {
 			break
 		}
-		f := strings.Fields(line)
-		var nodes, ms int64
-		for i := 0; i+1 < len(f); i++ {
-			switch f[i] {
-			case "nodes":
-				nodes, _ = strconv.ParseInt(f[i+1], 10, 64)
-			case "time":
-				ms, _ = strconv.ParseInt(f[i+1], 10, 64)
-			}
-		}
-		if nodes > 0 {
-			e.nodes, e.timeMS = nodes, ms
-		}
+		e.last.count(line)
 	}
-	return time.Since(start)
+	e.last.took = time.Since(start)
+	return e.last.took
 }
 
 func (e *rawEngine) close() {

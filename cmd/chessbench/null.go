@@ -6,29 +6,39 @@ import (
 	"time"
 )
 
-// nullAll runs the paired comparison with a raw process on both sides, in rounds of
-// fresh processes: what the paired part's ratio reads for a service that costs
-// nothing. The spread of its ratio from round to round is the finest difference one
-// run of the paired part can tell on this machine.
+// nullAll runs the paired comparison with a raw search on both sides, in rounds: on two
+// fresh processes of their own, and on the one process of the service's pool that the
+// paired part's raw side is lent (lentSearch). What the paired part reads for a service
+// that costs nothing is the second; the first shows what pairing two processes reads.
+// The spread of a ratio from round to round is the finest difference one run of the
+// paired part can tell on this machine.
 func (b *bench) nullAll(depths string, nPairs, rounds int) error {
 	fresh := freshPositions()
 	fmt.Printf("## Raw Stockfish against raw Stockfish (the paired part's null)\n\n")
-	fmt.Println("Two raw processes A and B, both as the paired part's raw side (position + go, timed; ucinewgame and isready after, untimed),")
-	fmt.Println("search each position in turn, alternating which goes first; fresh processes each round. B / A = median over pairs of B's time")
-	fmt.Println("over A's, with its 95 % interval; own count: median over pairs of B's info time minus A's; nodes: pairs whose node counts differ.")
+	fmt.Println("Two raw sides A and B, both as the paired part's raw side (position + go, timed; ucinewgame and isready after, untimed),")
+	fmt.Println("search each position in turn, alternating which goes first, each round on two fresh processes of their own (two processes),")
+	fmt.Println("then both on the process of the service's pool the paired part's raw side is lent (one process: what the paired part reads")
+	fmt.Println("for a service that costs nothing). B / A = median over pairs of B's time over A's, with its 95 % interval; own count: median")
+	fmt.Println("over pairs of B's info time minus A's; nodes: pairs whose node counts differ.")
 	fmt.Println()
-	fmt.Println("| depth | round | pairs | A median ms | B median ms | **B / A, median pair ratio** | own count B − A ms | nodes differ |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| depth | round | processes | pairs | A median ms | B median ms | **B / A, median pair ratio** | own count B − A ms | nodes differ |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, d := range strings.Split(depths, ",") {
 		var depth int
 		fmt.Sscan(d, &depth)
 		for r := range rounds {
-			n, err := b.null(depth, fresh[:min(nPairs, len(fresh))])
-			if err != nil {
-				return err
+			for _, one := range []bool{false, true} {
+				n, err := b.null(depth, fresh[:min(nPairs, len(fresh))], one)
+				if err != nil {
+					return err
+				}
+				procs := "two"
+				if one {
+					procs = "one"
+				}
+				fmt.Printf("| %d | %d | %s | %d | %.1f | %.1f | **%.3f**%s | %+.1f | %d |\n", depth, r+1, procs, len(n.a),
+					ms(median(n.a)), ms(median(n.b)), medianFloat(n.ratios), interval(n.ratios, "%.3f"), ms(median(n.own)), n.nodesDiffer)
 			}
-			fmt.Printf("| %d | %d | %d | %.1f | %.1f | **%.3f**%s | %+.1f | %d |\n", depth, r+1, len(n.a),
-				ms(median(n.a)), ms(median(n.b)), medianFloat(n.ratios), interval(n.ratios, "%.3f"), ms(median(n.own)), n.nodesDiffer)
 		}
 	}
 	fmt.Println()
@@ -43,26 +53,40 @@ type nullPairs struct {
 	nodesDiffer int
 }
 
-// null searches work on two fresh raw processes, alternating which goes first.
-func (b *bench) null(depth int, work []string) (*nullPairs, error) {
-	var engs [2]*rawEngine
-	for i := range engs {
+// null searches work on two raw sides, alternating which goes first: two fresh
+// processes of their own, or (one) both on the process of the service's pool that
+// lentSearch gets.
+func (b *bench) null(depth int, work []string, one bool) (*nullPairs, error) {
+	var side [2]func(fen string) (rawSearch, error)
+	for i := range side {
+		if one {
+			side[i] = func(fen string) (rawSearch, error) { return b.lentSearch(fen, depth) }
+			continue
+		}
 		e, err := startRaw(b.binary)
 		if err != nil {
 			return nil, err
 		}
 		defer e.close()
-		engs[i] = e
+		side[i] = func(fen string) (rawSearch, error) {
+			e.search(fen, depth)
+			return e.last, nil
+		}
 	}
 	var n nullPairs
 	for i, fen := range work {
 		first, second := i%2, 1-i%2
-		var t [2]time.Duration
-		t[first] = engs[first].search(fen, depth)
-		t[second] = engs[second].search(fen, depth)
-		n.a, n.b = append(n.a, t[0]), append(n.b, t[1])
-		n.own = append(n.own, time.Duration(engs[1].timeMS-engs[0].timeMS)*time.Millisecond)
-		if engs[0].nodes != engs[1].nodes {
+		var s [2]rawSearch
+		var err error
+		if s[first], err = side[first](fen); err != nil {
+			return nil, err
+		}
+		if s[second], err = side[second](fen); err != nil {
+			return nil, err
+		}
+		n.a, n.b = append(n.a, s[0].took), append(n.b, s[1].took)
+		n.own = append(n.own, time.Duration(s[1].timeMS-s[0].timeMS)*time.Millisecond)
+		if s[0].nodes != s[1].nodes {
 			n.nodesDiffer++
 		}
 	}
