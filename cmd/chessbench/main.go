@@ -55,6 +55,7 @@ func main() {
 // run does the work, so that the cluster and engines are stopped on every return.
 func run() error {
 	depths := flag.String("depths", "10,14,18", "depths to compare")
+	concs := flag.String("concurrencies", "1,2", "concurrencies of the paired comparison")
 	nPairs := flag.Int("pairs", 120, "distinct positions per depth and concurrency in the paired comparison and its null (depth 18: at most 20)")
 	nullRounds := flag.Int("null-rounds", 4, "rounds of the null part, each with fresh processes")
 	cachedFor := flag.Duration("cached", 5*time.Second, "duration of each wrk run")
@@ -87,7 +88,7 @@ func run() error {
 
 	run := func(part string) bool { return strings.Contains(*parts, part) }
 	if run("paired") {
-		if err := b.pairedAll(*depths, *nPairs); err != nil {
+		if err := b.pairedAll(*depths, *concs, *nPairs); err != nil {
 			return err
 		}
 	}
@@ -142,7 +143,7 @@ func run() error {
 
 // pairedAll compares raw Stockfish with POST /eval at each depth, concurrency 1 and 2,
 // each pair on a position not searched before at that depth and concurrency.
-func (b *bench) pairedAll(depths string, nPairs int) error {
+func (b *bench) pairedAll(depths, concs string, nPairs int) error {
 	fresh := freshPositions()
 	fmt.Printf("## Raw Stockfish vs POST /eval (cache off)\n\n")
 	fmt.Printf("Engine: %s native (%s), 1 thread, 16 MB hash; the service runs 2 processes.\n", b.engineID, b.binary)
@@ -170,7 +171,9 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 		if depth >= 18 { // four times as long a search: 20 pairs keep the part within a minute or two
 			n = max(1, min(n/2, 20))
 		}
-		for _, conc := range []int{1, 2} {
+		for _, c := range strings.Split(concs, ",") {
+			var conc int
+			fmt.Sscan(c, &conc)
 			pairs, err := b.paired(depth, conc, fresh[:n])
 			if err != nil {
 				return fmt.Errorf("paired: %w", err)
@@ -196,10 +199,11 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 				ms(median(raw)), ms(median(svc)), float64(median(svc))/float64(median(raw)), medianFloat(ratios), interval(ratios, "%.3f"),
 				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(), ms(medianDiff(svc, raw)), alone, bound, null)
 			rawFirst, svcFirst := pairs.orderRatios()
-			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %s / %s | %+.2f | %+.1f | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |", depth, conc,
+			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %s / %s | %+.2f | %+.1f | %d | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |", depth, conc,
 				rawFirst, svcFirst,
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["engine"] - p.raw })),
 				ms(pairs.median(func(p pair) time.Duration { return p.svcOwn - p.rawOwn })),
+				pairs.nodesDiffer(),
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["total"] - p.phase["engine"] })),
 				ms(pairs.median(func(p pair) time.Duration { return p.svc - p.phase["engine"] })),
 				ms(pairs.median(func(p pair) time.Duration { return p.svc - p.phase["total"] })),
@@ -219,6 +223,7 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Println("search of a pair runs on a process the first has left cold: at depth 14 its engine counts about 2 ms more, whichever side it is);")
 	fmt.Println("engine − raw: the pool's search (hand-over, options, position, go ... bestmove, parsing) against the raw search;")
 	fmt.Println("of it, search − raw search: the search's own time as the engine reports it (info time, whole ms: the service's search against the raw one);")
+	fmt.Println("nodes differ: pairs whose two searches reported different node counts (0: both sides searched alike);")
 	fmt.Println("own time: the service's time outside the engine by its Server-Timing header (total − engine: what issue 12's 1 ms is about);")
 	fmt.Println("outside the engine: the client's whole time minus the pool's search; of it, HTTP (client time minus handler time),")
 	fmt.Println("auth (key from memory, vouched for by the watcher, scope), request (decode, validate, caps, lookup, reserve from the lease),")
@@ -226,8 +231,8 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 	fmt.Println("HTTP split: the client's own send and receive (until the request is written, from the answer's first byte to its last),")
 	fmt.Println("and the server outside its total (from the request written to the answer's first byte, minus the handler's total).")
 	fmt.Println()
-	fmt.Println("| depth | concurrency | median pair ratio: raw first / service first | engine − raw | search − raw search | **own time** | outside the engine, client-side | HTTP | auth | request | conversion | after the answer | HTTP: client send + receive | HTTP: server outside its total |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| depth | concurrency | median pair ratio: raw first / service first | engine − raw | search − raw search | nodes differ | **own time** | outside the engine, client-side | HTTP | auth | request | conversion | after the answer | HTTP: client send + receive | HTTP: server outside its total |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, l := range breakdown {
 		fmt.Println(l)
 	}
@@ -239,6 +244,8 @@ func (b *bench) pairedAll(depths string, nPairs int) error {
 type pair struct {
 	raw, svc       time.Duration
 	rawOwn, svcOwn time.Duration
+	// each side's node count: the same search does the same work
+	rawNodes, svcNodes int64
 	phase          map[string]time.Duration
 	// trivial is a trivial Go handler's round trip after an idle wait as long as the
 	// raw search (concurrency 1 only): what HTTP alone costs the service here
@@ -295,7 +302,7 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 					}
 					t0 := time.Now()
 					var reported int64
-					p.phase, reported, err = b.timedPost("/eval", fmt.Sprintf(`{"fen":%q,"depth":%d,"engine":%q,"path":"native"}`, work[i], depth, b.engineID), b.key)
+					p.phase, reported, p.svcNodes, err = b.timedPost("/eval", fmt.Sprintf(`{"fen":%q,"depth":%d,"engine":%q,"path":"native"}`, work[i], depth, b.engineID), b.key)
 					p.svc, p.svcOwn = time.Since(t0), time.Duration(reported)*time.Millisecond
 				}
 				runRaw := func() {
@@ -309,7 +316,7 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 					}
 					var s rawSearch
 					s, rawErr = b.lentSearch(work[i], depth)
-					p.raw, p.rawOwn = s.took, time.Duration(s.timeMS)*time.Millisecond
+					p.raw, p.rawOwn, p.rawNodes = s.took, time.Duration(s.timeMS)*time.Millisecond, s.nodes
 				}
 				if p.svcFirst = i%2 == 1; p.svcFirst {
 					runSvc()
@@ -378,9 +385,9 @@ func (b *bench) atRest() error {
 	return nil
 }
 
-// timedPost posts body and returns the answer's Server-Timing phases and its time_ms
-// (the engine's own count of the search).
-func (b *bench) timedPost(path, body, key string) (map[string]time.Duration, int64, error) {
+// timedPost posts body and returns the answer's Server-Timing phases, its time_ms (the
+// engine's own count of the search) and its nodes.
+func (b *bench) timedPost(path, body, key string) (map[string]time.Duration, int64, int64, error) {
 	req, _ := http.NewRequest("POST", b.url+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	// the client's side of the exchange: until the request is written, and from the
@@ -393,13 +400,13 @@ func (b *bench) timedPost(path, body, key string) (map[string]time.Duration, int
 	}))
 	res, err := b.client.Do(req)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	end := time.Now()
 	if res.StatusCode >= 300 {
-		return nil, 0, fmt.Errorf("%s: %d %s", path, res.StatusCode, raw)
+		return nil, 0, 0, fmt.Errorf("%s: %d %s", path, res.StatusCode, raw)
 	}
 	phases := map[string]time.Duration{"client:send": wrote.Sub(start), "client:wait": first.Sub(wrote), "client:receive": end.Sub(first)}
 	for _, m := range strings.Split(res.Header.Get("Server-Timing"), ",") {
@@ -411,11 +418,12 @@ func (b *bench) timedPost(path, body, key string) (map[string]time.Duration, int
 	}
 	var answer struct {
 		TimeMS int64 `json:"time_ms"`
+		Nodes  int64 `json:"nodes"`
 	}
 	if err := json.Unmarshal(raw, &answer); err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", path, err)
+		return nil, 0, 0, fmt.Errorf("%s: %w", path, err)
 	}
-	return phases, answer.TimeMS, nil
+	return phases, answer.TimeMS, answer.Nodes, nil
 }
 
 // rawSearch is one raw search: its time by the client's clock, and the engine's own
@@ -561,6 +569,17 @@ func medianDiff(svc, raw []time.Duration) time.Duration {
 		d[i] = svc[i] - raw[i]
 	}
 	return median(d)
+}
+
+// nodesDiffer counts the pairs whose sides' node counts differ.
+func (ps pairs) nodesDiffer() int {
+	n := 0
+	for _, p := range ps {
+		if p.rawNodes != p.svcNodes {
+			n++
+		}
+	}
+	return n
 }
 
 // orderRatios is the median pair ratio of the pairs whose raw search went first, and
