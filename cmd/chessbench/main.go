@@ -246,7 +246,7 @@ type pair struct {
 	rawOwn, svcOwn time.Duration
 	// each side's node count: the same search does the same work
 	rawNodes, svcNodes int64
-	phase          map[string]time.Duration
+	phase              map[string]time.Duration
 	// trivial is a trivial Go handler's round trip after an idle wait as long as the
 	// raw search (concurrency 1 only): what HTTP alone costs the service here
 	trivial time.Duration
