@@ -2,11 +2,11 @@ package commands
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"chessd/domain"
 	"chessd/eventstore"
+	"chessd/ledger"
 )
 
 // SignupResult is what POST /signup answers: the secret appears here and nowhere else.
@@ -51,7 +51,7 @@ func (h *Handler) Signup(ctx context.Context, s domain.Signup, requestID string)
 		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, md, event(key)); err != nil {
 			return err
 		}
-		if err := openBalance(ctx, tx, key); err != nil {
+		if err := ledger.OpenKeyBalance(ctx, tx, key); err != nil {
 			return err
 		}
 		return h.queueVerification(ctx, tx, accountID, created.Email, now)
@@ -79,7 +79,7 @@ func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettin
 		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, actor.meta(), event(created)); err != nil {
 			return err
 		}
-		return openBalance(ctx, tx, created)
+		return ledger.OpenKeyBalance(ctx, tx, created)
 	})
 	if err != nil {
 		return nil, "", err
@@ -129,26 +129,8 @@ func acting(ctx context.Context, tx *eventstore.Tx, actor Actor) (*domain.Key, d
 	if by.Status() != domain.StatusActive {
 		return nil, domain.Headroom{}, domain.Errorf(domain.CodeBadCredential, "this API key is revoked")
 	}
-	left, err := headroom(ctx, tx, by.ID())
+	left, err := ledger.KeyHeadroom(ctx, tx, by.ID())
 	return by, left, err
-}
-
-// headroom is what a key has left this period, from key_balances (budget less the
-// period's spend, never below 0; nil without a budget), read in the command's
-// transaction. Reservations are left
-// out: they are the key's own calls' leases and jobs' holds, which come and go with
-// its traffic, and a rule of key management must not depend on that timing.
-func headroom(ctx context.Context, tx *eventstore.Tx, keyID string) (domain.Headroom, error) {
-	var h domain.Headroom
-	// greatest() skips NULLs, so the CASE keeps "no budget" apart from "nothing left"
-	err := tx.QueryRow(ctx, `SELECT
-			CASE WHEN budget_units IS NOT NULL THEN greatest(0, budget_units - period_units) END,
-			CASE WHEN budget_usd IS NOT NULL THEN greatest(0, budget_usd - period_usd) END
-		FROM key_periods WHERE key_id = $1`, keyID).Scan(&h.Units, &h.USD)
-	if err != nil {
-		return h, fmt.Errorf("balance of key %s: %w", keyID, err)
-	}
-	return h, nil
 }
 
 // onKey loads one of the actor's keys, decides, and appends at the version it loaded.
@@ -169,7 +151,7 @@ func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide f
 		if !by.Sees(k) {
 			return domain.Errorf(domain.CodeNotFound, "no key %q on this account", keyID)
 		}
-		own, err := headroom(ctx, tx, keyID)
+		own, err := ledger.KeyHeadroom(ctx, tx, keyID)
 		if err != nil {
 			return err
 		}
@@ -185,28 +167,13 @@ func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide f
 			return err
 		}
 		k.Apply(e)
-		if u, ok := e.(*domain.KeyUpdated); ok {
+		if _, ok := e.(*domain.KeyUpdated); ok {
 			// The budget the charge path checks moves with the key, in this transaction.
-			if _, err := tx.Exec(ctx, `SELECT meter_set_budget($1, $2, $3, $4)`,
-				keyID, u.BudgetUnits, u.BudgetUSD, string(k.BudgetPeriod())); err != nil {
-				return err
-			}
+			return ledger.SetKeyBudget(ctx, tx, k)
 		}
 		return nil
 	})
 	return out, err
-}
-
-// openBalance creates the row the charge path checks budgets against, with its first
-// period in the account's zone. It is write-side state kept with the key's events in
-// one transaction (docs/ARCHITECTURE.md).
-func openBalance(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated) error {
-	_, err := tx.Exec(ctx, `INSERT INTO key_balances (key_id, account_id, env, budget_units, budget_usd, budget_period,
-			period_start, period_end)
-		SELECT $1, $2, $3, $4, $5, $6, n.period_start, n.period_end
-		  FROM (SELECT) one LEFT JOIN budget_period_bounds($6, account_tz($2), now()) n ON true`,
-		k.KeyID, k.AccountID, k.Env, k.BudgetUnits, k.BudgetUSD, string(k.BudgetPeriod))
-	return err
 }
 
 // AccountChange is a PATCH of the account's settings: nil fields stay as they are.
@@ -260,9 +227,7 @@ func (h *Handler) UpdateAccount(ctx context.Context, actor Actor, c AccountChang
 		if err := appendEvent(e); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT meter_set_account_budget($1, $2, $3, $4, $5)`,
-			a.ID(), e.Env, e.BudgetUnits, e.BudgetUSD, string(e.Period))
-		return err
+		return ledger.SetAccountBudget(ctx, tx, a.ID(), e)
 	})
 	return out, err
 }
@@ -270,8 +235,8 @@ func (h *Handler) UpdateAccount(ctx context.Context, actor Actor, c AccountChang
 // setTimezone moves account a to zone tz inside tx (nothing when it is there already).
 func (h *Handler) setTimezone(ctx context.Context, tx *eventstore.Tx, a *domain.Account, tz string, by *domain.Key, appendEvent func(domain.Event) error) error {
 	// the database computes the periods: it must know the zone too
-	var known bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $1)`, tz).Scan(&known); err != nil {
+	known, err := ledger.ZoneKnown(ctx, tx, tz)
+	if err != nil {
 		return err
 	}
 	if !known {
@@ -284,9 +249,7 @@ func (h *Handler) setTimezone(ctx context.Context, tx *eventstore.Tx, a *domain.
 	if err := appendEvent(e); err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO account_zones (account_id, tz) VALUES ($1, $2)
-		ON CONFLICT (account_id) DO UPDATE SET tz = excluded.tz`, a.ID(), tz)
-	return err
+	return ledger.SetAccountZone(ctx, tx, a.ID(), tz)
 }
 
 // ChangePlan moves an account to another plan: an operator's command while paid

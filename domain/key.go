@@ -248,8 +248,8 @@ func validateLabel(p *Problems, label string) {
 
 // Headroom is what a key has left, per kind: its budget less what it spent (never
 // below 0; reservations come and go with its traffic and are left out); nil where it
-// has no budget of that kind. Commands read it from
-// key_balances in their own transaction and hand it in.
+// has no budget of that kind. Commands read it in their own transaction
+// (ledger.KeyHeadroom) and hand it in.
 type Headroom struct {
 	Units *int64
 	USD   *decimal.Decimal

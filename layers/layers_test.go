@@ -127,12 +127,14 @@ func TestArrowsPointDown(t *testing.T) {
 	}
 }
 
+// sqlText is a statement: keywords in capitals, as all our SQL is written (prose, "With a
+// key ...", passes).
+var sqlText = regexp.MustCompile(`(?s)^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ALTER|DROP|TRUNCATE|LOCK|COPY|BEGIN|COMMIT)\s`)
+
 // TestCmdAndHTTPAPIHoldNoSQL: cmd/ only wires and httpapi only speaks HTTP; what they
 // read and write they reach through the package that owns the table. Checked on the
 // source of every non-test file: no SQL text, and no call that sends a statement.
 func TestCmdAndHTTPAPIHoldNoSQL(t *testing.T) {
-	// keywords in capitals, as all our SQL is written: prose ("With a key ...") passes
-	sqlText := regexp.MustCompile(`(?s)^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ALTER|DROP|TRUNCATE|LOCK|COPY|BEGIN|COMMIT)\s`)
 	// r.URL.Query() takes no argument; a database call takes at least a context.
 	statements := map[string]bool{"Query": true, "QueryRow": true, "Exec": true, "SendBatch": true, "CopyFrom": true, "Begin": true, "BeginTx": true}
 	fset := token.NewFileSet()
@@ -167,5 +169,47 @@ func TestCmdAndHTTPAPIHoldNoSQL(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no source files found under cmd/ and httpapi/")
+	}
+}
+
+// moneyState names the tables, views and functions of the money path's state: budgets
+// and their zones, balances and allowance days, leases and holds, idempotency, charges
+// and credits, and the meter's functions.
+var moneyState = regexp.MustCompile(`\b(key_balances|key_periods|account_days|account_budgets|account_zones|leases|idempotency|keyless_usage|charges|charge_batches|charge_batch_hours|credits|credited_charges|ledger_entries|meter_[a-z_]+)\b`)
+
+// TestMoneyHasOneHome: no statement outside ledger names the money path's state (tests
+// aside: they check it from outside). Key and account commands change budgets through
+// ledger's functions, in their own transactions.
+func TestMoneyHasOneHome(t *testing.T) {
+	fset := token.NewFileSet()
+	statements := 0
+	for rel, p := range packages(t) {
+		if rel == "ledger" {
+			continue
+		}
+		for _, name := range p.GoFiles {
+			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				lit, ok := n.(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					return true
+				}
+				s, err := strconv.Unquote(lit.Value)
+				if err != nil || !sqlText.MatchString(s) {
+					return true
+				}
+				statements++
+				if m := moneyState.FindString(s); m != "" {
+					t.Errorf("%s: a statement outside ledger names %s: %.60q", fset.Position(lit.Pos()), m, s)
+				}
+				return true
+			})
+		}
+	}
+	if statements < 20 {
+		t.Fatalf("found only %d statements outside ledger", statements)
 	}
 }

@@ -1,0 +1,88 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+
+	"chessd/domain"
+	"chessd/eventstore"
+)
+
+// The budgets the money path checks calls against (key_balances, the accounts' budgets
+// and zones) are write-side state of this package. Key and account commands change
+// them through these functions, in the transaction that appends the event saying so:
+// the budget a call is reserved against moves with the key's or account's events, and
+// no other package writes these tables.
+
+// OpenKeyBalance creates the row a new key's calls are reserved against, with its
+// budgets and its first period in the account's zone.
+func OpenKeyBalance(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated) error {
+	_, err := tx.Exec(ctx, `INSERT INTO key_balances (key_id, account_id, env, budget_units, budget_usd, budget_period,
+			period_start, period_end)
+		SELECT $1, $2, $3, $4, $5, $6, n.period_start, n.period_end
+		  FROM (SELECT) one LEFT JOIN budget_period_bounds($6, account_tz($2), now()) n ON true`,
+		k.KeyID, k.AccountID, k.Env, k.BudgetUnits, k.BudgetUSD, string(k.BudgetPeriod))
+	if err != nil {
+		return fmt.Errorf("open the balance of key %s: %w", k.KeyID, err)
+	}
+	return nil
+}
+
+// SetKeyBudget gives key k the budgets it has after a change (k with the event
+// applied).
+func SetKeyBudget(ctx context.Context, tx *eventstore.Tx, k *domain.Key) error {
+	_, err := tx.Exec(ctx, `SELECT meter_set_budget($1, $2, $3, $4)`, k.ID(), k.BudgetUnits(), k.BudgetUSD(), string(k.BudgetPeriod()))
+	if err != nil {
+		return fmt.Errorf("set the budget of key %s: %w", k.ID(), err)
+	}
+	return nil
+}
+
+// SetAccountBudget gives account accountID the budget of e, for e's env.
+func SetAccountBudget(ctx context.Context, tx *eventstore.Tx, accountID string, e *domain.AccountBudgetSet) error {
+	_, err := tx.Exec(ctx, `SELECT meter_set_account_budget($1, $2, $3, $4, $5)`,
+		accountID, e.Env, e.BudgetUnits, e.BudgetUSD, string(e.Period))
+	if err != nil {
+		return fmt.Errorf("set the budget of account %s: %w", accountID, err)
+	}
+	return nil
+}
+
+// ZoneKnown tells whether the database knows zone tz: it computes the budgets' periods,
+// so an account may only move to a zone it knows.
+func ZoneKnown(ctx context.Context, tx *eventstore.Tx, tz string) (bool, error) {
+	var known bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = $1)`, tz).Scan(&known); err != nil {
+		return false, fmt.Errorf("zone %q: %w", tz, err)
+	}
+	return known, nil
+}
+
+// SetAccountZone makes tz the zone whose midnights start account accountID's budget
+// periods, from their next period on.
+func SetAccountZone(ctx context.Context, tx *eventstore.Tx, accountID, tz string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO account_zones (account_id, tz) VALUES ($1, $2)
+		ON CONFLICT (account_id) DO UPDATE SET tz = excluded.tz`, accountID, tz)
+	if err != nil {
+		return fmt.Errorf("set the zone of account %s: %w", accountID, err)
+	}
+	return nil
+}
+
+// KeyHeadroom is what key keyID has left this period: its budget less the period's
+// spend, never below 0, nil without a budget of that kind, read in the command's
+// transaction. Reservations are left out: they are the key's own calls' leases and
+// jobs' holds, which come and go with its traffic, and a rule of key management must
+// not depend on that timing.
+func KeyHeadroom(ctx context.Context, tx *eventstore.Tx, keyID string) (domain.Headroom, error) {
+	var h domain.Headroom
+	// greatest() skips NULLs, so the CASE keeps "no budget" apart from "nothing left"
+	err := tx.QueryRow(ctx, `SELECT
+			CASE WHEN budget_units IS NOT NULL THEN greatest(0, budget_units - period_units) END,
+			CASE WHEN budget_usd IS NOT NULL THEN greatest(0, budget_usd - period_usd) END
+		FROM key_periods WHERE key_id = $1`, keyID).Scan(&h.Units, &h.USD)
+	if err != nil {
+		return h, fmt.Errorf("balance of key %s: %w", keyID, err)
+	}
+	return h, nil
+}
