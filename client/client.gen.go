@@ -1180,7 +1180,10 @@ type FEN = string
 
 // FieldError defines model for FieldError.
 type FieldError struct {
-	Field  string `json:"field"`
+	Field string `json:"field"`
+
+	// Max The largest value this field may have for the caller, when the refusal is of a cap (a plan's, 402 `plan-limit`; the keyless one, 402 `keyless-allowance-exhausted`): ask again within it.
+	Max    *int   `json:"max,omitempty"`
 	Reason string `json:"reason"`
 }
 

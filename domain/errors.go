@@ -34,10 +34,13 @@ const (
 	CodeInProgress Code = "in_progress"
 )
 
-// FieldError names one invalid field of a request.
+// FieldError names one invalid field of a request. Max, when set, is the largest
+// value the field may have for this caller (a plan's or the keyless cap): a client
+// can ask again within it without reading the reason.
 type FieldError struct {
 	Field  string `json:"field"`
 	Reason string `json:"reason"`
+	Max    *int   `json:"max,omitempty"`
 }
 
 // Error is an error the client is told about.
@@ -54,9 +57,14 @@ func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// AboveCap is an error of code about one field whose value is above the cap max.
+func AboveCap(code Code, field, reason string, max int, message string) *Error {
+	return &Error{Code: code, Message: message, Fields: []FieldError{{Field: field, Reason: reason, Max: &max}}}
+}
+
 // Invalid is a 400-class error about one field.
 func Invalid(field, reason string) *Error {
-	return &Error{Code: CodeInvalid, Message: field + ": " + reason, Fields: []FieldError{{field, reason}}}
+	return &Error{Code: CodeInvalid, Message: field + ": " + reason, Fields: []FieldError{{Field: field, Reason: reason}}}
 }
 
 // ErrorCode is the code of err, CodeInternal for anything that is not an *Error.
@@ -72,7 +80,9 @@ func ErrorCode(err error) Code {
 type Problems []FieldError
 
 // Add records a problem with field.
-func (p *Problems) Add(field, reason string) { *p = append(*p, FieldError{field, reason}) }
+func (p *Problems) Add(field, reason string) {
+	*p = append(*p, FieldError{Field: field, Reason: reason})
+}
 
 // Err is nil when nothing was added, else one CodeInvalid error listing every field.
 func (p Problems) Err() error {

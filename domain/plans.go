@@ -21,15 +21,20 @@ var planLimits = map[Plan]PlanLimits{
 // Limits is the plan's row of the table.
 func (p Plan) Limits() PlanLimits { return planLimits[p] }
 
-// CheckCaps refuses a request above the plan's caps (402 upgrade).
+// CheckCaps refuses a request above the plan's caps (402 upgrade). The refusal names
+// the field and its cap (FieldError.Max).
 func (l PlanLimits) CheckCaps(plan Plan, depth, multipv, movetimeMS int) error {
+	above := func(field string, asked, limit int) error {
+		reason := fmt.Sprintf("above the %s plan's cap of %d", plan, limit)
+		return AboveCap(CodeUpgrade, field, reason, limit, fmt.Sprintf("%s %d is %s", field, asked, reason))
+	}
 	switch {
 	case depth > l.MaxDepth:
-		return Errorf(CodeUpgrade, "depth %d is above the %s plan's cap of %d", depth, plan, l.MaxDepth)
+		return above("depth", depth, l.MaxDepth)
 	case multipv > l.MaxMultiPV:
-		return Errorf(CodeUpgrade, "multipv %d is above the %s plan's cap of %d", multipv, plan, l.MaxMultiPV)
+		return above("multipv", multipv, l.MaxMultiPV)
 	case movetimeMS > l.MaxMoveTimeMS:
-		return Errorf(CodeUpgrade, "movetime_ms %d is above the %s plan's cap of %d", movetimeMS, plan, l.MaxMoveTimeMS)
+		return above("movetime_ms", movetimeMS, l.MaxMoveTimeMS)
 	}
 	return nil
 }

@@ -158,8 +158,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	var keyless func(answered bool)
 	if key == nil {
 		if spec.Depth > KeylessMaxDepth || spec.MultiPV > KeylessMaxMultiPV {
-			fail(domain.Errorf(domain.CodeKeylessExhausted,
-				"without a key, depth is capped at %d and multipv at %d; sign up for a key (POST /v1/signup)", KeylessMaxDepth, KeylessMaxMultiPV))
+			fail(keylessCaps())
 			return
 		}
 		if keyless, err = s.meter.ReserveKeyless(r.Context(), s.limitAddr(r), s.keyless); err != nil {
@@ -292,6 +291,18 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	// the middleware around it return: the access log line, the metrics and the
 	// deferred clean-up run after the client has its answer.
 	http.NewResponseController(w).Flush() //nolint:errcheck // the client went away
+}
+
+// keylessCaps refuses a keyless call above the keyless caps, naming both (FieldError.Max).
+func keylessCaps() error {
+	e := domain.Errorf(domain.CodeKeylessExhausted,
+		"without a key, depth is capped at %d and multipv at %d; sign up for a key (POST /v1/signup)", KeylessMaxDepth, KeylessMaxMultiPV)
+	depth, multipv := KeylessMaxDepth, KeylessMaxMultiPV
+	e.Fields = []domain.FieldError{
+		{Field: "depth", Reason: fmt.Sprintf("capped at %d without a key", depth), Max: &depth},
+		{Field: "multipv", Reason: fmt.Sprintf("capped at %d without a key", multipv), Max: &multipv},
+	}
+	return e
 }
 
 // prepared is what a costed call's request says, before its credentials are known.

@@ -1,9 +1,10 @@
 package httpapi_test
 
 import (
-	"chessd/postgres/pgtest"
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"chessd/domain"
 	"chessd/engine"
 	"chessd/httpapi"
+	"chessd/postgres/pgtest"
 )
 
 // evalBody builds an /eval request body.
@@ -294,8 +297,13 @@ func TestKeyless(t *testing.T) {
 	if r.Status != 200 {
 		t.Fatalf("keyless eval: %d %s", r.Status, r.Raw)
 	}
-	wantProblem(t, e.do("POST", "/v1/eval", "", evalBody(startFEN, `"depth":13`)), 402, "sign_up")
-	wantProblem(t, e.do("POST", "/v1/bestmove", "", evalBody(startFEN, `"depth":8,"multipv":4`)), 402, "sign_up")
+	for _, r := range []response{
+		e.do("POST", "/v1/eval", "", evalBody(startFEN, `"depth":13`)),
+		e.do("POST", "/v1/bestmove", "", evalBody(startFEN, `"depth":8,"multipv":4`)),
+	} {
+		wantProblem(t, r, 402, "sign_up")
+		wantCaps(t, r, map[string]int{"depth": 12, "multipv": 3})
+	}
 	wantProblem(t, e.do("POST", "/v1/eval", "ce_live_"+strings.Repeat("x", 43), evalBody(startFEN, `"depth":8`)), 401, "fix_request")
 	// the defaults work without a key: the depth is the keyless cap's
 	if r := e.do("POST", "/v1/eval", "", `{"fen":"`+startFEN+`"}`); r.Status != 200 || r.Body["depth"] != float64(httpapi.KeylessMaxDepth) {
@@ -471,4 +479,44 @@ func TestEngineFailureAndDisconnect(t *testing.T) {
 			t.Fatalf("next request: %d %s", r.Status, r.Raw)
 		}
 	})
+}
+
+// A refusal above a plan's cap names the field and its cap in errors[].max, so that a
+// client (the UCI bridge) asks again within it without reading the detail.
+func TestCapRefusalsNameTheCap(t *testing.T) {
+	e := newEnv(t)
+	key, _ := e.signup("caps@example.com") // the free plan: depth 20, multipv 3, movetime 10 s
+	for _, tt := range []struct {
+		body  string
+		field string
+		max   int
+	}{
+		{`"depth":25`, "depth", 20},
+		{`"depth":10,"multipv":5`, "multipv", 3},
+		{`"movetime_ms":20000`, "movetime_ms", 10000},
+	} {
+		r := e.do("POST", "/v1/eval", key, evalBody(startFEN, tt.body))
+		wantProblem(t, r, 402, "upgrade")
+		wantCaps(t, r, map[string]int{tt.field: tt.max})
+	}
+}
+
+// wantCaps checks that problem r names exactly these fields' caps in errors[].max.
+func wantCaps(t *testing.T, r response, caps map[string]int) {
+	t.Helper()
+	var p struct {
+		Errors []domain.FieldError `json:"errors"`
+	}
+	if err := json.Unmarshal([]byte(r.Raw), &p); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, e := range p.Errors {
+		if e.Max != nil {
+			got[e.Field] = *e.Max
+		}
+	}
+	if !maps.Equal(got, caps) {
+		t.Errorf("caps named %v, want %v: %s", got, caps, r.Raw)
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -394,35 +393,32 @@ func (b *Bridge) readLimits(ctx context.Context, api *client.ClientWithResponses
 	return l, ok
 }
 
-// The refusals of a search above a cap (httpapi: domain.PlanLimits.CheckCaps and the
-// keyless check) name the cap in their detail.
-var (
-	planCapRe    = regexp.MustCompile(`\b(depth|multipv|movetime_ms) \d+ is above the .*cap of (\d+)`)
-	keylessCapRe = regexp.MustCompile(`depth is capped at (\d+) and multipv at (\d+)`)
-)
-
-// lowered is what to ask after p refused req, asked within l: l with the cap p names,
-// else (a plan-limit without a readable cap) within the caps of the most generous plan
-// that refuses req. false: p is no cap's refusal, or nothing lower is known.
+// lowered is what to ask after p refused req, asked within l: l with the caps p names
+// (errors[].max of a refusal above a plan's or the keyless cap), else (a plan-limit
+// without one) within the caps of the most generous plan that refuses req. false: p
+// is no cap's refusal, or nothing lower is known.
 func lowered(p *client.Problem, req client.EvalRequest, l limits) (limits, bool) {
 	if p.Status != http.StatusPaymentRequired {
 		return l, false
 	}
 	next := l
-	if m := planCapRe.FindStringSubmatch(p.Detail); m != nil {
-		n, _ := strconv.Atoi(m[2])
-		switch m[1] {
-		case "depth":
-			next.depth = n
-		case "multipv":
-			next.multipv = n
-		default:
-			next.movetime = n
+	named := false
+	if p.Errors != nil {
+		for _, e := range *p.Errors {
+			if e.Max == nil {
+				continue
+			}
+			switch e.Field {
+			case "depth":
+				next.depth, named = *e.Max, true
+			case "multipv":
+				next.multipv, named = *e.Max, true
+			case "movetime_ms":
+				next.movetime, named = *e.Max, true
+			}
 		}
-	} else if m := keylessCapRe.FindStringSubmatch(p.Detail); m != nil {
-		next.depth, _ = strconv.Atoi(m[1])
-		next.multipv, _ = strconv.Atoi(m[2])
-	} else if strings.HasSuffix(p.Type, "/plan-limit") {
+	}
+	if !named && strings.HasSuffix(p.Type, "/plan-limit") {
 		asked := func(v *int, def int) int {
 			if v == nil {
 				return def

@@ -59,11 +59,15 @@ func newFakeAPI(t *testing.T, f *fakeAPI) *fakeAPI {
 	return f
 }
 
-func problem(w http.ResponseWriter, status int, slug, title, detail string) {
+func problem(w http.ResponseWriter, status int, slug, title, detail string, fields ...domain.FieldError) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"type": "http://chessd.test/v1/problems/" + slug, "title": title, //nolint:errcheck
-		"status": status, "detail": detail, "next_action": "retry_after"})
+	p := map[string]any{"type": "http://chessd.test/v1/problems/" + slug, "title": title,
+		"status": status, "detail": detail, "next_action": "retry_after"}
+	if len(fields) > 0 {
+		p["errors"] = fields
+	}
+	json.NewEncoder(w).Encode(p) //nolint:errcheck
 }
 
 func wait(r *http.Request, gate chan struct{}) {
@@ -134,17 +138,20 @@ func (f *fakeAPI) eval(w http.ResponseWriter, r *http.Request) {
 		movetime = *req.MovetimeMs
 	}
 	if r.Header.Get("Authorization") == "" {
-		if depth > 12 || multipv > 3 { // httpapi/eval.go's words
+		if depth > 12 || multipv > 3 { // httpapi/eval.go's keylessCaps
+			d, m := 12, 3
 			problem(w, 402, "keyless-allowance-exhausted", "Keyless allowance used up",
-				"without a key, depth is capped at 12 and multipv at 3; sign up for a key (POST /v1/signup)")
+				"without a key, depth is capped at 12 and multipv at 3; sign up for a key (POST /v1/signup)",
+				domain.FieldError{Field: "depth", Reason: "capped at 12 without a key", Max: &d},
+				domain.FieldError{Field: "multipv", Reason: "capped at 3 without a key", Max: &m})
 			return
 		}
 	} else if err := f.plan.Limits().CheckCaps(f.plan, depth, multipv, movetime); err != nil {
-		detail := err.Error()
 		if f.unreadable {
-			detail = "that is more than your plan allows"
+			problem(w, 402, "plan-limit", "Plan limit", "that is more than your plan allows")
+			return
 		}
-		problem(w, 402, "plan-limit", "Plan limit", detail)
+		problem(w, 402, "plan-limit", "Plan limit", err.Error(), err.(*domain.Error).Fields...)
 		return
 	}
 	pos, err := position.Parse(string(req.Fen), false)
