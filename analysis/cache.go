@@ -38,7 +38,17 @@ type Cache struct {
 
 type cacheEntry struct {
 	key     string
-	results []*Result // per stored MultiPV, deepest kept
+	results []stored // per stored MultiPV, deepest kept
+}
+
+// stored is a whole result with the number of lines its search was asked for. A
+// position with fewer legal moves than that has a line per move, and its result
+// answers every request up to the number asked: counting its lines instead missed it
+// in memory at every repeat, which then read it from PostgreSQL (whose rows keep the
+// number asked).
+type stored struct {
+	res     *Result
+	multipv int
 }
 
 // NewCache makes a cache holding up to limit positions in memory.
@@ -46,24 +56,30 @@ func NewCache(pool *pgxpool.Pool, limit int, logger *slog.Logger) *Cache {
 	return &Cache{pool: pool, logger: logger, limit: limit, items: map[string]*list.Element{}, order: list.New()}
 }
 
-func satisfies(r *Result, depth, multipv int) bool { return r.Depth >= depth && len(r.PVs) >= multipv }
+// satisfies says whether a result searched to r's depth for asked lines answers a
+// request for depth and multipv. A cached or shared result is a whole search (one cut
+// short by a time limit is neither), with min(asked, legal moves) lines.
+func satisfies(r *Result, asked, depth, multipv int) bool {
+	return r.Depth >= depth && asked >= multipv
+}
 
 // Get finds a stored result at least depth deep with at least multipv lines.
 func (c *Cache) Get(ctx context.Context, key string, depth, multipv int) (*Result, bool) {
 	c.mu.Lock()
 	if el, ok := c.items[key]; ok {
 		c.order.MoveToFront(el)
-		for _, r := range el.Value.(*cacheEntry).results {
-			if satisfies(r, depth, multipv) {
+		for _, st := range el.Value.(*cacheEntry).results {
+			if satisfies(st.res, st.multipv, depth, multipv) {
 				c.mu.Unlock()
-				return r, true
+				return st.res, true
 			}
 		}
 	}
 	c.mu.Unlock()
 	var raw []byte
-	err := c.pool.QueryRow(ctx, `SELECT result FROM eval_cache WHERE pos_key = $1 AND depth >= $2 AND multipv >= $3
-		ORDER BY depth DESC, multipv DESC LIMIT 1`, key, depth, multipv).Scan(&raw)
+	var asked int
+	err := c.pool.QueryRow(ctx, `SELECT result, multipv FROM eval_cache WHERE pos_key = $1 AND depth >= $2 AND multipv >= $3
+		ORDER BY depth DESC, multipv DESC LIMIT 1`, key, depth, multipv).Scan(&raw, &asked)
 	if err != nil {
 		if !errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil {
 			c.logger.Warn("eval cache read failed", "err", err)
@@ -74,14 +90,14 @@ func (c *Cache) Get(ctx context.Context, key string, depth, multipv int) (*Resul
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, false
 	}
-	c.remember(key, &r)
+	c.remember(key, stored{&r, asked})
 	return &r, true
 }
 
 // Put stores a result in memory at once and in PostgreSQL in the background: the
 // answer to the client does not wait for the write.
 func (c *Cache) Put(key string, multipv int, r *Result) {
-	c.remember(key, r)
+	c.remember(key, stored{r, multipv})
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -103,7 +119,7 @@ func (c *Cache) store(ctx context.Context, key string, multipv int, r *Result) e
 }
 
 // remember keeps r in memory, replacing a stored result it is at least as good as.
-func (c *Cache) remember(key string, r *Result) {
+func (c *Cache) remember(key string, r stored) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.items[key]
@@ -120,7 +136,7 @@ func (c *Cache) remember(key string, r *Result) {
 	e := el.Value.(*cacheEntry)
 	kept := e.results[:0]
 	for _, have := range e.results {
-		if !satisfies(r, have.Depth, len(have.PVs)) {
+		if !satisfies(r.res, r.multipv, have.res.Depth, have.multipv) {
 			kept = append(kept, have) // have still answers something r does not
 		}
 	}

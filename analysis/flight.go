@@ -68,7 +68,7 @@ func (fl *flight) wait(ctx context.Context, depth, multipv int) (*Result, bool) 
 		return nil, false
 	case <-fl.done:
 	}
-	if fl.err != nil || !satisfies(fl.res, depth, multipv) {
+	if fl.err != nil || !satisfies(fl.res, fl.multipv, depth, multipv) {
 		return nil, false
 	}
 	return fl.res, true

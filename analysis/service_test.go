@@ -240,3 +240,33 @@ func TestTimeStoppedSearchesAreNotCached(t *testing.T) {
 		t.Fatalf("a search that completed depth 6 within its limit was not cached: %v %v", ok, err)
 	}
 }
+
+// A position with fewer legal moves than the lines asked has a line per move. Its
+// result answers the same request again from memory (a lookup whose context has ended
+// cannot read PostgreSQL), and a request waiting for its search gets it.
+func TestFewerMovesThanLines(t *testing.T) {
+	svc := NewService(catalog, pgtest.NewDB(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	fen := "R6k/8/8/8/8/8/8/7K b - - 0 1" // in check: Kg7 and Kh7 only
+	req := Request{FEN: &fen, Depth: ptr(10), MultiPV: ptr(3)}
+	res, err := svc.Analyse(context.Background(), spec(t, req), engine.Interactive, true)
+	if err != nil || res.Cached || len(res.PVs) != 2 {
+		t.Fatalf("the first search: %v, cached %v, %d lines, want a fresh one with 2", err, res != nil && res.Cached, len(res.PVs))
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, multipv := range []int{1, 2, 3} {
+		hit, ok, err := svc.Lookup(ended, spec(t, Request{FEN: &fen, Depth: ptr(10), MultiPV: ptr(multipv)}))
+		if !ok || err != nil || len(hit.PVs) != min(multipv, 2) {
+			t.Errorf("multipv %d from memory: found %v (%v)", multipv, ok, err)
+		}
+	}
+	if _, ok, _ := svc.Lookup(ended, spec(t, Request{FEN: &fen, Depth: ptr(10), MultiPV: ptr(4)})); ok {
+		t.Error("a result searched for 3 lines answered a request for 4")
+	}
+
+	fl := &flight{depth: 10, multipv: 3, done: make(chan struct{}), res: res}
+	close(fl.done)
+	if got, ok := fl.wait(context.Background(), 10, 3); !ok || got != res {
+		t.Error("a request for 3 lines did not take the running search's result of 2 (all the moves)")
+	}
+}
