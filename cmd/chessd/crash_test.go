@@ -388,24 +388,36 @@ func TestWorkerKilledMidJob(t *testing.T) {
 		}
 		return n
 	}
-	// the kill comes while the victim holds positions (between a record and its next
-	// take it may hold none for a moment)
+	// The kill comes while the victim holds positions. Not once both have recorded
+	// some: a worker records its positions in batches, so a worker's first record may
+	// come when nothing is left to take (the wait then outlived the job: a flake).
 	deadline := time.Now().Add(60 * time.Second)
 	held := 0
-	for {
-		by := byWorker()
-		if by["victim"] >= 2 && by["survivor"] >= 1 {
-			if held = heldByVictim(); held > 0 {
-				break
-			}
-		}
+	for held = heldByVictim(); held == 0; held = heldByVictim() {
 		if time.Now().After(deadline) {
-			t.Fatalf("both workers did not start on the job, or the victim holds none of it: %v, %d held by the victim", by, held)
+			t.Fatalf("the victim never held a position of the job: %v", byWorker())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
+	}
+	sessions := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, workerApp("victim")).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if sessions() == 0 {
+		t.Fatal("the victim's database sessions are not named: the wait for their end below would see none")
 	}
 	victim.Process.Signal(syscall.SIGKILL) //nolint:errcheck // the point of the test
 	victim.Wait()                          //nolint:errcheck // killed
+	// A COMMIT the victim sent just before it died still commits: its records are all
+	// in once its database sessions are gone, not before.
+	for deadline := time.Now().Add(30 * time.Second); sessions() > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed worker's database sessions did not end")
+		}
+	}
 	before := byWorker()
 	if before["victim"]+before["survivor"] >= 30 {
 		t.Fatalf("nothing left to take over (%v, %d held by the victim): make the job longer", before, held)
@@ -453,7 +465,7 @@ func startWorker(t *testing.T, bin, dbURL, name string, env ...string) *exec.Cmd
 	t.Helper()
 	w := exec.Command(bin, "worker")
 	w.Env = append(append(os.Environ(), "DATABASE_URL="+dbURL, "LOG_LEVEL=error", "CHESSD_KEY_PEPPER=crash-test-pepper-0123456789",
-		"CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_WORKER_NAME="+name, "CHESSD_DATA_DIR="+t.TempDir()), env...)
+		"CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_WORKER_NAME="+name, "CHESSD_DATA_DIR="+t.TempDir(), "PGAPPNAME="+workerApp(name)), env...)
 	w.Stderr = os.Stderr
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
@@ -461,6 +473,10 @@ func startWorker(t *testing.T, bin, dbURL, name string, env ...string) *exec.Cmd
 	t.Cleanup(func() { w.Process.Signal(syscall.SIGTERM); w.Wait() }) //nolint:errcheck // stopping
 	return w
 }
+
+// workerApp is the application_name of worker name's database sessions (pgx reads
+// PGAPPNAME), by which a test finds them in pg_stat_activity.
+func workerApp(name string) string { return "chessd-worker-" + name }
 
 // waitSucceeded waits until the job's last event is JobSucceeded; what fails says
 // where the job stood (state()).
