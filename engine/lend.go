@@ -14,27 +14,39 @@ import (
 // the idle process it took back last), so the two sides differ by the service alone
 // and not by two processes' speeds, which differ by 1-3 % on a virtual machine.
 //
-// fn must leave the engine as it got it: options untouched and, after its last
-// search, a ucinewgame and an isready whose readyok it has read. A process fn fails
-// on is killed and replaced. Lend waits for a process as a search does (QueueWait).
+// fn gets a reset engine at rest: a process handed over straight from a search is
+// reset, and its reset waited for, before fn runs. fn must leave the engine as it got
+// it: options untouched and, after its last search, a ucinewgame and an isready whose
+// readyok it has read. A process fn fails (or panics) on is killed and replaced. Lend
+// waits for a process as a search does (QueueWait).
 func (pl *Pool) Lend(ctx context.Context, fn func(*Lent) error) error {
 	p, _, err := pl.acquire(ctx, Interactive)
 	if err != nil {
 		return err
 	}
-	if p.dirty { // handed over straight from a search: fn gets a reset engine
+	ok := false
+	defer func() {
+		if ok {
+			pl.put(p)
+			return
+		}
+		p.kill()
+		pl.release(p) // replaced; Close is reaping it when it quit
+	}()
+	l := &Lent{p: p, PID: p.pid, hang: pl.cfg.HangTimeout}
+	if p.dirty {
 		if err := p.sendReset(); err != nil {
-			p.kill()
-			pl.release(p)
+			return err
+		}
+		// the reset's own readyok is the reader's; this one comes after it
+		if _, err := l.Exchange(ctx, "readyok", nil, "isready"); err != nil {
 			return err
 		}
 	}
-	if err := fn(&Lent{p: p, PID: p.pid, hang: pl.cfg.HangTimeout}); err != nil {
-		p.kill()
-		pl.release(p)
+	if err := fn(l); err != nil {
 		return fmt.Errorf("engine: lent process: %w", err)
 	}
-	pl.put(p)
+	ok = true
 	return nil
 }
 
@@ -46,31 +58,43 @@ type Lent struct {
 	hang time.Duration
 }
 
-// Send writes cmds, a line each, in one write.
-func (l *Lent) Send(cmds ...string) error { return l.p.send(cmds...) }
-
-// Until reads the engine's output until a line that starts with prefix and returns
-// it. Info lines go to info, when it is not nil, in the reading goroutine as they come
-// (as a search's do: no hand-over per line); every other line is skipped. It gives up
-// after the pool's HangTimeout or when ctx ends.
-func (l *Lent) Until(ctx context.Context, prefix string, info func(line string)) (string, error) {
+// Exchange writes cmds, a line each, in one write, and reads the engine's output until
+// a line that starts with prefix, which it returns. Info lines go to info, when it is
+// not nil, in the reading goroutine as they come (as a search's do: no hand-over per
+// line), from before the write on; every other line is skipped. It gives up after the
+// pool's HangTimeout of silence, when ctx ends, or when the pool is closing (a bestmove
+// the engine gives as it quits is no answer).
+func (l *Lent) Exchange(ctx context.Context, prefix string, info func(line string), cmds ...string) (string, error) {
+	p := l.p
 	if info != nil {
-		l.p.setInfo(info)
-		defer l.p.setInfo(nil)
+		p.setInfo(info)
+		defer p.setInfo(nil)
+	}
+	if err := p.send(cmds...); err != nil {
+		return "", err
 	}
 	t := time.NewTimer(l.hang)
 	defer t.Stop()
 	for {
 		select {
-		case line, ok := <-l.p.lines:
+		case line, ok := <-p.lines:
+			if p.quitting.Load() {
+				return "", ErrClosed
+			}
 			if !ok {
-				return "", l.p.exitError()
+				return "", p.exitError()
 			}
 			if line = strings.TrimRight(line, "\r"); strings.HasPrefix(line, prefix) {
 				return line, nil
 			}
+			t.Reset(l.hang)
 		case <-t.C:
-			return "", fmt.Errorf("%w: no %q within %v", ErrEngineFailed, prefix, l.hang)
+			// info lines count as output though they do not come this way
+			if quiet := time.Since(time.Unix(0, p.heard.Load())); quiet < l.hang {
+				t.Reset(l.hang - quiet)
+				continue
+			}
+			return "", fmt.Errorf("%w: no %q within %v of silence", ErrEngineFailed, prefix, l.hang)
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestLend: a lent process is driven over UCI by the borrower, info lines included;
@@ -15,21 +16,15 @@ func TestLend(t *testing.T) {
 	pl := newPool(t, "sf-17.1", PathNative, func(c *PoolConfig) { c.Size = 2 })
 	ctx := context.Background()
 	searchRaw := func(l *Lent) (best string, depths int, err error) {
-		if err := l.Send("position fen "+fenWhiteMateIn1, "go depth 6"); err != nil {
-			return "", 0, err
-		}
-		best, err = l.Until(ctx, "bestmove", func(line string) {
+		best, err = l.Exchange(ctx, "bestmove", func(line string) {
 			if strings.Contains(line, " depth ") {
 				depths++
 			}
-		})
+		}, "position fen "+fenWhiteMateIn1, "go depth 6")
 		if err != nil {
 			return "", 0, err
 		}
-		if err := l.Send("ucinewgame", "isready"); err != nil {
-			return "", 0, err
-		}
-		_, err = l.Until(ctx, "readyok", nil)
+		_, err = l.Exchange(ctx, "readyok", nil, "ucinewgame", "isready")
 		return best, depths, err
 	}
 
@@ -67,7 +62,7 @@ func TestLend(t *testing.T) {
 	// a borrower that fails leaves a process nobody knows the state of: replaced
 	boom := errors.New("boom")
 	err := pl.Lend(ctx, func(l *Lent) error {
-		if err := l.Send("position startpos", "go depth 30"); err != nil {
+		if _, err := l.Exchange(ctx, "info depth 5", nil, "position startpos", "go depth 30"); err != nil {
 			return err
 		}
 		return boom
@@ -86,4 +81,89 @@ func TestLend(t *testing.T) {
 	if res, err := pl.Search(ctx, Interactive, Search{FEN: fenWhiteMateIn1, Depth: 6}); err != nil || res.BestMove != "h5f7" {
 		t.Fatalf("search after the failed loan: %+v, %v", res, err)
 	}
+}
+
+// A loan that waits for a process gets it straight from a search, dirty: it is reset,
+// and the reset done, before the borrower's function runs. A borrower that panics
+// leaves a process that is replaced.
+func TestLendAfterASearch(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-17.1", PathNative, nil)
+	ctx := context.Background()
+	searched := make(chan error, 1)
+	go func() {
+		_, err := pl.Search(ctx, Interactive, Search{FEN: fenMiddlegame, Depth: 14})
+		searched <- err
+	}()
+	waitBusy(t, pl)
+	err := pl.Lend(ctx, func(l *Lent) error {
+		if l.p.dirty || l.p.resetting.Load() != 0 {
+			t.Errorf("lent dirty (%v) or still resetting (%d)", l.p.dirty, l.p.resetting.Load())
+		}
+		best, err := l.Exchange(ctx, "bestmove", nil, "position fen "+fenWhiteMateIn1, "go depth 6")
+		if err == nil && best != "bestmove h5f7" {
+			t.Errorf("lent search: %q", best)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = l.Exchange(ctx, "readyok", nil, "ucinewgame", "isready")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-searched; err != nil {
+		t.Fatal(err)
+	}
+
+	before := onlyProcess(t, pl)
+	func() {
+		defer func() { _ = recover() }()
+		pl.Lend(ctx, func(*Lent) error { panic("borrower") }) //nolint:errcheck // it panics
+	}()
+	waitStats(t, pl, func(s PoolStats) bool { return s.Live == 1 && s.Idle == 1 })
+	if after := onlyProcess(t, pl); after == before {
+		t.Fatal("the process a borrower panicked on is back in the pool")
+	}
+}
+
+// Closing the pool while a process is lent ends the borrower's wait with ErrClosed: the
+// bestmove an engine gives as it quits is no answer.
+func TestCloseWhileLent(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-17.1", PathNative, nil)
+	ctx := context.Background()
+	lent := make(chan error, 1)
+	go func() {
+		lent <- pl.Lend(ctx, func(l *Lent) error {
+			_, err := l.Exchange(ctx, "bestmove", nil, "position startpos", "go infinite")
+			return err
+		})
+	}()
+	waitBusy(t, pl)
+	waitSearching(t, onlyBusyProcess(t, pl))
+	if err := pl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-lent:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("loan ended with %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loan did not end after Close")
+	}
+}
+
+// onlyBusyProcess is the single process of a size-1 pool while it is in use.
+func onlyBusyProcess(t *testing.T, pl *Pool) *process {
+	t.Helper()
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for p := range pl.all {
+		return p
+	}
+	t.Fatal("no process")
+	return nil
 }

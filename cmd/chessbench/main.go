@@ -64,6 +64,11 @@ func run() error {
 	parts := flag.String("parts", "paired,jobs,stream,cached,replicas,accounts", "which measurements to run (also: null, rebuild, usage)")
 	warnings := flag.Bool("warnings", false, "log the servers' warnings and errors to stderr (a deadlock, a forgiven call); the end of a run adds the shutdown's")
 	flag.Parse()
+	for name, list := range map[string]string{"depths": *depths, "concurrencies": *concs, "conns": *conns} {
+		if _, err := positiveInts(list); err != nil {
+			return fmt.Errorf("-%s: %w", name, err)
+		}
+	}
 	gctune.Apply() // the servers and workers in this process run as chessd's do
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -108,12 +113,7 @@ func run() error {
 		}
 	}
 	if run("cached") {
-		var counts []int
-		for _, c := range strings.Split(*conns, ",") {
-			var n int
-			fmt.Sscan(c, &n)
-			counts = append(counts, n)
-		}
+		counts, _ := positiveInts(*conns) // checked above
 		if err := b.cachedAll(*cachedFor, counts); err != nil {
 			return err
 		}
@@ -164,16 +164,14 @@ func (b *bench) pairedAll(depths, concs string, nPairs int) error {
 	fmt.Println("| depth | concurrency | pairs | raw median ms | service median ms | **ratio of medians** | **median pair ratio** | raw total s | service total s | ratio of totals | added median ms | HTTP alone ms | bound | null: raw / raw |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var breakdown []string
-	for _, d := range strings.Split(depths, ",") {
-		var depth int
-		fmt.Sscan(d, &depth)
+	ds, _ := positiveInts(depths) // checked in run
+	cs, _ := positiveInts(concs)
+	for _, depth := range ds {
 		n := min(nPairs, len(fresh))
 		if depth >= 18 { // four times as long a search: 20 pairs keep the part within a minute or two
 			n = max(1, min(n/2, 20))
 		}
-		for _, c := range strings.Split(concs, ",") {
-			var conc int
-			fmt.Sscan(c, &conc)
+		for _, conc := range cs {
 			pairs, err := b.paired(depth, conc, fresh[:n])
 			if err != nil {
 				return fmt.Errorf("paired: %w", err)
@@ -468,17 +466,11 @@ func (b *bench) lentSearch(fen string, depth int) (rawSearch, error) {
 	err = pool.Lend(context.Background(), func(l *engine.Lent) error {
 		ctx := context.Background()
 		start := time.Now()
-		if err := l.Send("position fen "+fen, fmt.Sprintf("go depth %d", depth)); err != nil {
-			return err
-		}
-		if _, err := l.Until(ctx, "bestmove", s.count); err != nil {
+		if _, err := l.Exchange(ctx, "bestmove", s.count, "position fen "+fen, fmt.Sprintf("go depth %d", depth)); err != nil {
 			return err
 		}
 		s.took = time.Since(start)
-		if err := l.Send("ucinewgame", "isready"); err != nil {
-			return err
-		}
-		_, err := l.Until(ctx, "readyok", nil)
+		_, err := l.Exchange(ctx, "readyok", nil, "ucinewgame", "isready")
 		return err
 	})
 	return s, err
@@ -616,6 +608,19 @@ func medianFloat(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+// positiveInts reads a comma-separated list of positive integers ("10,14,18").
+func positiveInts(list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a list of positive integers", list)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

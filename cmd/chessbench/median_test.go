@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -62,6 +63,26 @@ func TestOrderRatios(t *testing.T) {
 		r, s := tc.ps.orderRatios()
 		if r != tc.rawFirst || s != tc.svcFirst {
 			t.Errorf("%s: %s / %s, want %s / %s", tc.name, r, s, tc.rawFirst, tc.svcFirst)
+		}
+	}
+}
+
+func TestPositiveInts(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want []int
+	}{
+		{"10,14,18", []int{10, 14, 18}},
+		{"1, 2", []int{1, 2}},
+		{"1,2,", nil},
+		{"", nil},
+		{"x", nil},
+		{"0", nil},
+		{"-1", nil},
+	} {
+		got, err := positiveInts(tt.in)
+		if !slices.Equal(got, tt.want) || (err == nil) != (tt.want != nil) {
+			t.Errorf("positiveInts(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -23,9 +22,8 @@ func (b *bench) nullAll(depths string, nPairs, rounds int) error {
 	fmt.Println()
 	fmt.Println("| depth | round | processes | pairs | A median ms | B median ms | **B / A, median pair ratio** | own count B − A ms | nodes differ |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
-	for _, d := range strings.Split(depths, ",") {
-		var depth int
-		fmt.Sscan(d, &depth)
+	ds, _ := positiveInts(depths) // checked in run
+	for _, depth := range ds {
 		for r := range rounds {
 			for _, one := range []bool{false, true} {
 				n, err := b.null(depth, fresh[:min(nPairs, len(fresh))], one)
