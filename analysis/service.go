@@ -132,9 +132,13 @@ func (s *Service) analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 			fl = nil // it failed: this request searches on its own
 		}
 	}
-	res, cached, err := s.answer(ctx, pos, key, spec, prio, useCache, progress)
+	res, cached, shared, err := s.answer(ctx, pos, key, spec, prio, useCache, progress)
 	if fl != nil {
-		s.flights.land(key, fl, res, err)
+		if err == nil && !shared {
+			s.flights.land(key, fl, nil, errNotWhole) // those waiting search on their own
+		} else {
+			s.flights.land(key, fl, res, err)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -143,11 +147,12 @@ func (s *Service) analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 }
 
 // answer finds spec's result in the cache (when useCache) or has an engine search it,
-// storing what it found. The result is whole, as stored: the caller trims it.
-func (s *Service) answer(ctx context.Context, pos *position.Position, key string, spec Spec, prio engine.Priority, useCache bool, progress func(*Progress)) (res *Result, cached bool, err error) {
+// storing what it found when it is whole (shared: it may answer others). The result is
+// all the lines found, as stored: the caller trims it.
+func (s *Service) answer(ctx context.Context, pos *position.Position, key string, spec Spec, prio engine.Priority, useCache bool, progress func(*Progress)) (res *Result, cached, shared bool, err error) {
 	if useCache {
 		if hit, ok := s.stored(ctx, key, spec); ok {
-			return hit, true, nil
+			return hit, true, true, nil
 		}
 	}
 	search := engine.Search{FEN: pos.FEN(), Depth: spec.Depth, MultiPV: spec.MultiPV, Options: map[string]string{}}
@@ -172,21 +177,37 @@ func (s *Service) answer(ctx context.Context, pos *position.Position, key string
 	started := time.Now()
 	raw, err := s.catalog.Search(ctx, spec.Engine, spec.Path, prio, search)
 	if err != nil {
-		return nil, false, engineError(err)
+		return nil, false, false, engineError(err)
 	}
 	searched := time.Since(started)
 	res, err = convert(pos, raw, info.Name)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	res.Search = searched
-	// A search stopped by its time limit short of its depth reports the depth it was
-	// in, not one it completed: it would answer a later request for that depth with
-	// a line that depth's whole search may not choose.
-	if s.cacheable(spec) && res.Depth >= spec.Depth {
+	shared = whole(res, pos, spec)
+	if s.cacheable(spec) && shared {
 		s.cache.Put(key, spec.MultiPV, res)
 	}
-	return res, false, nil
+	return res, false, shared, nil
+}
+
+// errNotWhole ends a flight whose search stopped short of what it was asked.
+var errNotWhole = errors.New("analysis: the search stopped short of its depth or lines")
+
+// whole says whether res is the whole search spec asked for: every line searched to
+// spec's depth, and as many lines as asked or as the position has moves. Only a whole
+// result is cached or given to requests waiting for its search. A search stopped by
+// its time limit short of its depth reports the depth it was in, not one it completed;
+// one stopped during its last depth can have its first line at that depth and the
+// others a depth short, or fewer lines (a line whose move became the best is dropped).
+func whole(res *Result, pos *position.Position, spec Spec) bool {
+	for _, pv := range res.PVs {
+		if pv.Depth < spec.Depth {
+			return false
+		}
+	}
+	return len(res.PVs) >= spec.MultiPV || len(res.PVs) == pos.LegalMoveCount()
 }
 
 // Lookup answers spec without an engine when it can: a finished game, or a cached

@@ -270,3 +270,42 @@ func TestFewerMovesThanLines(t *testing.T) {
 		t.Error("a request for 3 lines did not take the running search's result of 2 (all the moves)")
 	}
 }
+
+// Only a whole search is cached or shared: every line at the depth asked, and as many
+// lines as asked or as the position has moves.
+func TestWhole(t *testing.T) {
+	twoMoves, err := position.Parse("R6k/8/8/8/8/8/8/7K b - - 0 1", false) // Kg7, Kh7
+	if err != nil {
+		t.Fatal(err)
+	}
+	many, err := position.Parse("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := func(depths ...int) *Result {
+		r := &Result{}
+		for _, d := range depths {
+			r.PVs = append(r.PVs, PV{Depth: d})
+		}
+		return r
+	}
+	for _, tt := range []struct {
+		name    string
+		res     *Result
+		pos     *position.Position
+		multipv int
+		want    bool
+	}{
+		{"every line at the depth", lines(14, 14, 14), many, 3, true},
+		{"deeper than asked", lines(15, 15), many, 2, true},
+		{"the last line a depth short (stopped during the last depth)", lines(14, 14, 13), many, 3, false},
+		{"the first line short (stopped short of the depth)", lines(13), many, 1, false},
+		{"a line missing", lines(14, 14), many, 3, false},
+		{"fewer lines than asked: all the moves", lines(14, 14), twoMoves, 3, true},
+		{"fewer lines than the moves", lines(14), twoMoves, 3, false},
+	} {
+		if got := whole(tt.res, tt.pos, Spec{Depth: 14, MultiPV: tt.multipv}); got != tt.want {
+			t.Errorf("%s: whole = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

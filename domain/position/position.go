@@ -181,6 +181,13 @@ func (p *Position) InsufficientMaterial() bool {
 	return knights == 0 && !(bishopColours[0] && bishopColours[1])
 }
 
+// LegalMoveCount is how many legal moves the side to move has (LegalMoves without
+// writing them).
+func (p *Position) LegalMoveCount() int {
+	var buf [256]move
+	return len(p.legalMoves(buf[:0]))
+}
+
 // LegalMoves lists every legal move, sorted by UCI text.
 func (p *Position) LegalMoves() []Move {
 	var buf [256]move
