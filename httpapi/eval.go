@@ -158,7 +158,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	var keyless func(answered bool)
 	if key == nil {
 		if spec.Depth > KeylessMaxDepth || spec.MultiPV > KeylessMaxMultiPV {
-			fail(keylessCaps())
+			fail(keylessCaps(spec.Depth, spec.MultiPV))
 			return
 		}
 		if keyless, err = s.meter.ReserveKeyless(r.Context(), s.limitAddr(r), s.keyless); err != nil {
@@ -293,14 +293,18 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	http.NewResponseController(w).Flush() //nolint:errcheck // the client went away
 }
 
-// keylessCaps refuses a keyless call above the keyless caps, naming both (FieldError.Max).
-func keylessCaps() error {
+// keylessCaps refuses a keyless call above the keyless caps, naming each field above
+// its cap with the cap (FieldError.Max).
+func keylessCaps(depth, multipv int) error {
 	e := domain.Errorf(domain.CodeKeylessExhausted,
 		"without a key, depth is capped at %d and multipv at %d; sign up for a key (POST /v1/signup)", KeylessMaxDepth, KeylessMaxMultiPV)
-	depth, multipv := KeylessMaxDepth, KeylessMaxMultiPV
-	e.Fields = []domain.FieldError{
-		{Field: "depth", Reason: fmt.Sprintf("capped at %d without a key", depth), Max: &depth},
-		{Field: "multipv", Reason: fmt.Sprintf("capped at %d without a key", multipv), Max: &multipv},
+	for _, c := range []struct {
+		field      string
+		asked, max int
+	}{{"depth", depth, KeylessMaxDepth}, {"multipv", multipv, KeylessMaxMultiPV}} {
+		if c.asked > c.max {
+			e.Fields = append(e.Fields, domain.FieldError{Field: c.field, Reason: fmt.Sprintf("capped at %d without a key", c.max), Max: &c.max})
+		}
 	}
 	return e
 }

@@ -297,12 +297,17 @@ func TestKeyless(t *testing.T) {
 	if r.Status != 200 {
 		t.Fatalf("keyless eval: %d %s", r.Status, r.Raw)
 	}
-	for _, r := range []response{
-		e.do("POST", "/v1/eval", "", evalBody(startFEN, `"depth":13`)),
-		e.do("POST", "/v1/bestmove", "", evalBody(startFEN, `"depth":8,"multipv":4`)),
+	for _, tt := range []struct {
+		path, body string
+		caps       map[string]int
+	}{
+		{"/v1/eval", `"depth":13`, map[string]int{"depth": 12}},
+		{"/v1/bestmove", `"depth":8,"multipv":4`, map[string]int{"multipv": 3}},
+		{"/v1/eval", `"depth":13,"multipv":4`, map[string]int{"depth": 12, "multipv": 3}},
 	} {
+		r := e.do("POST", tt.path, "", evalBody(startFEN, tt.body))
 		wantProblem(t, r, 402, "sign_up")
-		wantCaps(t, r, map[string]int{"depth": 12, "multipv": 3})
+		wantCaps(t, r, tt.caps)
 	}
 	wantProblem(t, e.do("POST", "/v1/eval", "ce_live_"+strings.Repeat("x", 43), evalBody(startFEN, `"depth":8`)), 401, "fix_request")
 	// the defaults work without a key: the depth is the keyless cap's

@@ -49,7 +49,7 @@ var layer = map[string]int{
 	"openapi/openapitest": 1, // checks traffic against the document, for every package's tests
 	"console":             1, // the web console's built assets (embedded) and how they are served: imports nothing of ours
 	"client":              1, // the Go client generated from the OpenAPI document: imports nothing of ours
-	"ucibridge":           1, // UCI on stdin/stdout to the API, through client (chess rules: domain/position; the plans' caps: domain)
+	"ucibridge":           1, // UCI on stdin/stdout to the API, through client (chess rules: domain/position)
 	"cli":                 1, // the binary's client commands (eval, usage, uci, …), through client
 	"examples/eval":       7, // an example program of the client
 }

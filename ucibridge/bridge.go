@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"chessd/client"
-	"chessd/domain"
 	"chessd/domain/position"
 )
 
@@ -394,44 +393,25 @@ func (b *Bridge) readLimits(ctx context.Context, api *client.ClientWithResponses
 }
 
 // lowered is what to ask after p refused req, asked within l: l with the caps p names
-// (errors[].max of a refusal above a plan's or the keyless cap), else (a plan-limit
-// without one) within the caps of the most generous plan that refuses req. false: p
-// is no cap's refusal, or nothing lower is known.
-func lowered(p *client.Problem, req client.EvalRequest, l limits) (limits, bool) {
-	if p.Status != http.StatusPaymentRequired {
+// (errors[].max of a refusal above a plan's or the keyless cap). false: p names no cap
+// (a plan-limit 402 without one is the daily allowance used up, which nothing lower
+// answers), or nothing lower is known.
+func lowered(p *client.Problem, l limits) (limits, bool) {
+	if p.Status != http.StatusPaymentRequired || p.Errors == nil {
 		return l, false
 	}
 	next := l
-	named := false
-	if p.Errors != nil {
-		for _, e := range *p.Errors {
-			if e.Max == nil {
-				continue
-			}
-			switch e.Field {
-			case "depth":
-				next.depth, named = *e.Max, true
-			case "multipv":
-				next.multipv, named = *e.Max, true
-			case "movetime_ms":
-				next.movetime, named = *e.Max, true
-			}
+	for _, e := range *p.Errors {
+		if e.Max == nil {
+			continue
 		}
-	}
-	if !named && strings.HasSuffix(p.Type, "/plan-limit") {
-		asked := func(v *int, def int) int {
-			if v == nil {
-				return def
-			}
-			return *v
-		}
-		depth, multipv, movetime := asked(req.Depth, 0), asked(req.Multipv, 1), asked(req.MovetimeMs, 0)
-		for _, plan := range []domain.Plan{domain.PlanPro, domain.PlanHobby, domain.PlanFree} {
-			c := plan.Limits()
-			if depth > c.MaxDepth || multipv > c.MaxMultiPV || movetime > c.MaxMoveTimeMS {
-				next = l.within(limits{c.MaxDepth, c.MaxMultiPV, c.MaxMoveTimeMS})
-				break
-			}
+		switch e.Field {
+		case "depth":
+			next.depth = *e.Max
+		case "multipv":
+			next.multipv = *e.Max
+		case "movetime_ms":
+			next.movetime = *e.Max
 		}
 	}
 	next = l.within(next)
@@ -753,7 +733,7 @@ func (b *Bridge) stream(ctx context.Context, api *client.ClientWithResponses, j 
 		}
 		var p *client.Problem
 		if tries < 3 && errors.As(err, &p) { // depth, multipv and movetime: one cap each
-			if next, ok := lowered(p, req, l); ok {
+			if next, ok := lowered(p, l); ok {
 				b.learn(j.gen, next)
 				note := fmt.Sprintf("%s; searching within depth %d, multipv %d, movetime %d ms from now on", p.Error(), next.depth, next.multipv, next.movetime)
 				if err := send(event{note: note}); err != nil {

@@ -31,7 +31,7 @@ type fakeAPI struct {
 	meAnswers   bool        // GET /me answers (the key holds usage:read); else 403
 	meDown      int         // the first meDown GET /me answer 503
 	enginesDown int         // the first enginesDown GET /engines answer 503 (-1: all)
-	unreadable  bool        // a plan-limit refusal without its cap in the detail
+	allowance   bool        // the plan's daily allowance is used up: every keyed call is refused (402 plan-limit, no cap named)
 	options     []client.EngineOption
 	lookupGate  chan struct{} // when set, GET /engines and /me wait for it to close
 	searchGate  chan struct{} // when set, a search waits for it to close before its first depth
@@ -138,19 +138,23 @@ func (f *fakeAPI) eval(w http.ResponseWriter, r *http.Request) {
 		movetime = *req.MovetimeMs
 	}
 	if r.Header.Get("Authorization") == "" {
-		if depth > 12 || multipv > 3 { // httpapi/eval.go's keylessCaps
+		if depth > 12 || multipv > 3 { // httpapi/eval.go's keylessCaps: the fields above their caps
 			d, m := 12, 3
+			var fields []domain.FieldError
+			if depth > 12 {
+				fields = append(fields, domain.FieldError{Field: "depth", Reason: "capped at 12 without a key", Max: &d})
+			}
+			if multipv > 3 {
+				fields = append(fields, domain.FieldError{Field: "multipv", Reason: "capped at 3 without a key", Max: &m})
+			}
 			problem(w, 402, "keyless-allowance-exhausted", "Keyless allowance used up",
-				"without a key, depth is capped at 12 and multipv at 3; sign up for a key (POST /v1/signup)",
-				domain.FieldError{Field: "depth", Reason: "capped at 12 without a key", Max: &d},
-				domain.FieldError{Field: "multipv", Reason: "capped at 3 without a key", Max: &m})
+				"without a key, depth is capped at 12 and multipv at 3; sign up for a key (POST /v1/signup)", fields...)
 			return
 		}
+	} else if f.allowance {
+		problem(w, 402, "plan-limit", "Plan limit", "the plan's daily allowance of units is used up for today (UTC); upgrade for more")
+		return
 	} else if err := f.plan.Limits().CheckCaps(f.plan, depth, multipv, movetime); err != nil {
-		if f.unreadable {
-			problem(w, 402, "plan-limit", "Plan limit", "that is more than your plan allows")
-			return
-		}
 		problem(w, 402, "plan-limit", "Plan limit", err.Error(), err.(*domain.Error).Fields...)
 		return
 	}
@@ -359,14 +363,15 @@ func TestCapsLearnedFromRefusals(t *testing.T) {
 		first   []string // depth/multipv of each search asked by the first go
 		then    []string // by the second
 		told    string
+		refused bool // no search answers: bestmove (none)
 	}{
-		{"free plan", &fakeAPI{plan: domain.PlanFree}, "ce_k", "", []string{"30/1", "20/1"}, []string{"20/1"}, "the free plan's cap of 20"},
-		{"hobby plan", &fakeAPI{plan: domain.PlanHobby}, "ce_k", "", []string{"30/1", "26/1"}, []string{"26/1"}, "the hobby plan's cap of 26"},
+		{"free plan", &fakeAPI{plan: domain.PlanFree}, "ce_k", "", []string{"30/1", "20/1"}, []string{"20/1"}, "the free plan's cap of 20", false},
+		{"hobby plan", &fakeAPI{plan: domain.PlanHobby}, "ce_k", "", []string{"30/1", "26/1"}, []string{"26/1"}, "the hobby plan's cap of 26", false},
 		{"free plan, depth and multipv", &fakeAPI{plan: domain.PlanFree}, "ce_k", "5",
-			[]string{"30/5", "20/5", "20/3"}, []string{"20/3"}, "multipv 5 is above the free plan's cap of 3"},
-		{"a refusal that names no cap: the plans' caps in turn", &fakeAPI{plan: domain.PlanFree, unreadable: true}, "ce_k", "",
-			[]string{"30/1", "26/1", "20/1"}, []string{"20/1"}, "more than your plan allows"},
-		{"keyless, GET /engines down: the keyless caps", &fakeAPI{enginesDown: -1}, "", "5", []string{"12/3"}, []string{"12/3"}, ""},
+			[]string{"30/5", "20/5", "20/3"}, []string{"20/3"}, "multipv 5 is above the free plan's cap of 3", false},
+		{"the daily allowance used up: nothing lower is asked", &fakeAPI{plan: domain.PlanHobby, allowance: true}, "ce_k", "",
+			[]string{"30/1"}, []string{"30/1"}, "daily allowance", true},
+		{"keyless, GET /engines down: the keyless caps", &fakeAPI{enginesDown: -1}, "", "5", []string{"12/3"}, []string{"12/3"}, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -380,7 +385,10 @@ func TestCapsLearnedFromRefusals(t *testing.T) {
 			if got := infoStrings(lines); !strings.Contains(got, tt.told) || (tt.told == "") != (got == "") {
 				t.Errorf("told %q, want %q", got, tt.told)
 			}
-			want := searched(t, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1")
+			want := "(none)"
+			if !tt.refused {
+				want = searched(t, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1")
+			}
 			if bestOf(lines) != want {
 				t.Errorf("bestmove is not the search's %s: %q", want, lines)
 			}
