@@ -174,12 +174,18 @@ func TestCmdAndHTTPAPIHoldNoSQL(t *testing.T) {
 
 // moneyState names the tables, views and functions of the money path's state: budgets
 // and their zones, balances and allowance days, leases and holds, idempotency, charges
-// and credits, and the meter's functions.
-var moneyState = regexp.MustCompile(`\b(key_balances|key_periods|account_days|account_budgets|account_zones|leases|idempotency|keyless_usage|charges|charge_batches|charge_batch_hours|credits|credited_charges|ledger_entries|meter_[a-z_]+)\b`)
+// and credits, and the meter's functions. moneyNames are those of its names that are
+// not also English words: no string outside ledger has them, whether it starts a
+// statement or is a piece of one.
+var (
+	moneyState = regexp.MustCompile(`\b(leases|idempotency|charges|credits)\b|` + moneyNames.String())
+	moneyNames = regexp.MustCompile(`\b(key_balances|key_periods|account_days|account_budgets|account_zones|keyless_usage|charge_batches|charge_batch_hours|credited_charges|ledger_entries|meter_[a-z_]+)\b`)
+)
 
-// TestMoneyHasOneHome: no statement outside ledger names the money path's state (tests
-// aside: they check it from outside). Key and account commands change budgets through
-// ledger's functions, in their own transactions.
+// TestMoneyHasOneHome: no statement outside ledger names the money path's state, and no
+// string outside it names one of its tables (tests aside: they check it from outside).
+// Key and account commands change budgets through ledger's functions, in their own
+// transactions.
 func TestMoneyHasOneHome(t *testing.T) {
 	fset := token.NewFileSet()
 	statements := 0
@@ -198,7 +204,13 @@ func TestMoneyHasOneHome(t *testing.T) {
 					return true
 				}
 				s, err := strconv.Unquote(lit.Value)
-				if err != nil || !sqlText.MatchString(s) {
+				if err != nil {
+					return true
+				}
+				if !sqlText.MatchString(s) {
+					if m := moneyNames.FindString(s); m != "" {
+						t.Errorf("%s: a string outside ledger names %s: %.60q", fset.Position(lit.Pos()), m, s)
+					}
 					return true
 				}
 				statements++
