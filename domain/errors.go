@@ -57,9 +57,9 @@ func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// AboveCap is an error of code about one field whose value is above the cap max.
-func AboveCap(code Code, field, reason string, max int, message string) *Error {
-	return &Error{Code: code, Message: message, Fields: []FieldError{{Field: field, Reason: reason, Max: &max}}}
+// AboveCap is the FieldError of a field whose value is above its cap max.
+func AboveCap(field, reason string, max int) FieldError {
+	return FieldError{Field: field, Reason: reason, Max: &max}
 }
 
 // Invalid is a 400-class error about one field.

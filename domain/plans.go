@@ -26,7 +26,7 @@ func (p Plan) Limits() PlanLimits { return planLimits[p] }
 func (l PlanLimits) CheckCaps(plan Plan, depth, multipv, movetimeMS int) error {
 	above := func(field string, asked, limit int) error {
 		reason := fmt.Sprintf("above the %s plan's cap of %d", plan, limit)
-		return AboveCap(CodeUpgrade, field, reason, limit, fmt.Sprintf("%s %d is %s", field, asked, reason))
+		return &Error{Code: CodeUpgrade, Message: fmt.Sprintf("%s %d is %s", field, asked, reason), Fields: []FieldError{AboveCap(field, reason, limit)}}
 	}
 	switch {
 	case depth > l.MaxDepth:

@@ -303,7 +303,7 @@ func keylessCaps(depth, multipv int) error {
 		asked, max int
 	}{{"depth", depth, KeylessMaxDepth}, {"multipv", multipv, KeylessMaxMultiPV}} {
 		if c.asked > c.max {
-			e.Fields = append(e.Fields, domain.FieldError{Field: c.field, Reason: fmt.Sprintf("capped at %d without a key", c.max), Max: &c.max})
+			e.Fields = append(e.Fields, domain.AboveCap(c.field, fmt.Sprintf("capped at %d without a key", c.max), c.max))
 		}
 	}
 	return e

@@ -139,13 +139,12 @@ func (f *fakeAPI) eval(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Header.Get("Authorization") == "" {
 		if depth > 12 || multipv > 3 { // httpapi/eval.go's keylessCaps: the fields above their caps
-			d, m := 12, 3
 			var fields []domain.FieldError
 			if depth > 12 {
-				fields = append(fields, domain.FieldError{Field: "depth", Reason: "capped at 12 without a key", Max: &d})
+				fields = append(fields, domain.AboveCap("depth", "capped at 12 without a key", 12))
 			}
 			if multipv > 3 {
-				fields = append(fields, domain.FieldError{Field: "multipv", Reason: "capped at 3 without a key", Max: &m})
+				fields = append(fields, domain.AboveCap("multipv", "capped at 3 without a key", 3))
 			}
 			problem(w, 402, "keyless-allowance-exhausted", "Keyless allowance used up",
 				"without a key, depth is capped at 12 and multipv at 3; sign up for a key (POST /v1/signup)", fields...)
