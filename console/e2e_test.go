@@ -486,6 +486,30 @@ type browser struct {
 func newBrowser(t *testing.T, chromium, base string) *browser {
 	t.Helper()
 	b := &browser{t: t, base: base, expected: map[string]int{}, requests: map[string]string{}}
+	// Chromium has once exited during its own start-up on a CI machine, before it
+	// opened DevTools and before any page of ours was loaded (no cause in its output).
+	// Starting it is the harness, not the console: a start that fails is logged and
+	// tried again with a fresh profile, and three failures in a row fail the test.
+	const starts = 3
+	for attempt := 1; ; attempt++ {
+		ctx, release, err := startBrowser(t, chromium, b.listen)
+		if err == nil {
+			t.Cleanup(release)
+			b.ctx = ctx
+			return b
+		}
+		release()
+		if attempt == starts {
+			t.Fatalf("starting %s failed %d times; the last: %v", chromium, starts, err)
+		}
+		t.Logf("starting %s (attempt %d of %d): %v", chromium, attempt, starts, err)
+	}
+}
+
+// startBrowser starts one headless Chromium with an empty profile. The first run
+// starts the browser, which lives as long as that run's context: the returned one,
+// without the per-step timeouts. release stops the browser.
+func startBrowser(t *testing.T, chromium string, listen func(any)) (context.Context, func(), error) {
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium),
 		chromedp.UserDataDir(t.TempDir()),
@@ -497,16 +521,9 @@ func newBrowser(t *testing.T, chromium, base string) *browser {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1280, 900),
 	)
-	t.Cleanup(cancelAlloc)
-	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithListener(b.listen))
-	t.Cleanup(cancel)
-	b.ctx = ctx
-	// The first run starts the browser, which lives as long as that run's context:
-	// this one, without the per-step timeouts.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting %s: %v", chromium, err)
-	}
-	return b
+	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithListener(listen))
+	release := func() { cancel(); cancelAlloc() }
+	return ctx, release, chromedp.Do(ctx)
 }
 
 // listen records what the page reports; it runs on the browser's event loop, so it
