@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -154,41 +155,63 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	}
 	spec, known, hit := p.spec, p.known, p.hit
 	call := domain.Call{Endpoint: ep, Depth: spec.Depth, MultiPV: spec.MultiPV, MoveTimeMS: spec.MoveTimeMS, Positions: 1}
+	// The key is claimed only once the call may run (below), so a refusal here may meet
+	// a retry of a call already answered, whose budget or allowance it spent, or whose
+	// plan's caps were lowered since: that retry gets the first answer, charged nothing,
+	// and one of a call still running is told to wait, as a claim would tell them.
+	refuse := func(err error) {
+		if idem != nil {
+			first, lerr := s.meter.Answered(r.Context(), *idem)
+			switch {
+			case first != nil:
+				s.replayTo(w, stream, *first)
+				return
+			case errors.As(lerr, new(*ledger.Refusal)):
+				err = lerr
+			case lerr != nil:
+				s.logger.WarnContext(r.Context(), "look up Idempotency-Key after a refusal", "err", lerr)
+			}
+		}
+		fail(err)
+	}
 	var reservation *ledger.Reservation
 	var keyless func(answered bool)
 	if key == nil {
 		if spec.Depth > KeylessMaxDepth || spec.MultiPV > KeylessMaxMultiPV {
-			fail(keylessCaps(spec.Depth, spec.MultiPV))
+			refuse(keylessCaps(spec.Depth, spec.MultiPV))
 			return
 		}
 		if keyless, err = s.meter.ReserveKeyless(r.Context(), s.limitAddr(r), s.keyless); err != nil {
-			fail(err)
+			refuse(err)
 			return
 		}
 	} else {
 		plan := account(r.Context()).Plan()
 		if err := plan.Limits().CheckCaps(plan, spec.Depth, spec.MultiPV, spec.MoveTimeMS); err != nil {
-			fail(err)
+			refuse(err)
 			return
 		}
 		reservation, err = s.meter.Reserve(r.Context(), ledger.Call{RequestID: requestID(r.Context()), Key: key,
 			Account: account(r.Context()), Price: call, Cached: hit})
 		if err != nil {
-			fail(err)
+			refuse(err)
 			return
 		}
 	}
 	// Whatever ends this call without an answer gives back what it took: the reservation,
 	// the keyless call, and the Idempotency-Key's claim (else its owner would renew it,
 	// and retries be told to wait, for as long as this server lives).
-	answered, claimed := false, false
+	answered := false
+	var claim *pendingClaim // the Idempotency-Key's, once asked for
 	defer func() {
 		if !answered {
 			reservation.Cancel()
 			if keyless != nil {
 				keyless(false)
 			}
-			if claimed {
+			// a claim taken is given back, also when this handler panics: else this
+			// server would renew it, and retries be told to wait, for as long as it lives
+			if c := claim.result(); claim != nil && c.err == nil && c.first == nil {
 				s.meter.Unclaim(r.Context(), *idem)
 			}
 		}
@@ -202,30 +225,25 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		ctx, stop = context.WithCancel(r.Context())
 		defer stop()
 	}
-	claims := make(chan claimResult, 1)
 	if idem != nil {
+		claim = &pendingClaim{done: make(chan struct{})}
 		go func() {
-			first, err := s.meter.Claim(ctx, *idem)
-			if err != nil || first != nil {
+			defer close(claim.done)
+			claim.first, claim.err = s.meter.Claim(ctx, *idem)
+			if claim.err != nil || claim.first != nil {
 				stop()
 			}
-			claims <- claimResult{first, err}
 		}()
-	} else {
-		claims <- claimResult{}
 	}
-	if stream != nil && idem != nil {
+	if stream != nil {
 		// A stream starts once the key is this request's: a replay is one result event.
-		c := <-claims
-		claims <- c
+		claim.result()
 	}
 	res := known
 	if !hit {
 		res, err = s.search(ctx, stop, spec, stream)
 	}
-	c := <-claims
-	claimed = idem != nil && c.err == nil && c.first == nil
-	switch {
+	switch c := claim.result(); {
 	case c.err != nil:
 		fail(c.err)
 		return
@@ -342,9 +360,22 @@ func (s *Server) prepare(r *http.Request, keyless bool) prepared {
 	return p
 }
 
-type claimResult struct {
+// pendingClaim is a costed call's Idempotency-Key claim, written while the engine
+// searches.
+type pendingClaim struct {
+	done  chan struct{} // closed once first and err are set
 	first *ledger.Stored
 	err   error
+}
+
+// result waits for the claim's outcome: nothing claimed (first and err nil) for a
+// request without an Idempotency-Key (c nil).
+func (c *pendingClaim) result() pendingClaim {
+	if c == nil {
+		return pendingClaim{}
+	}
+	<-c.done
+	return *c
 }
 
 // clientIP is the client's address: the connection's peer, or, when the peer is one

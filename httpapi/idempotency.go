@@ -123,6 +123,26 @@ func redactSecrets(body []byte) []byte {
 	return out
 }
 
+// withClaim answers a replay or a conflict of the request's Idempotency-Key, or runs h
+// with the key claimed (st nil without one). h stores the key's answer or gives it back
+// (keep, keepError, a job's submission). A panic in h gives it back: else this server
+// would renew a claim nobody answers, and retries be told to wait for as long as it
+// lives. (Storing after a give-back stores nothing: both act on a running claim.)
+func (s *Server) withClaim(w http.ResponseWriter, r *http.Request, scope string, h func(st *ledger.Stored)) {
+	st, done := s.claim(w, r, scope)
+	if done {
+		return
+	}
+	returned := false
+	defer func() {
+		if !returned && st != nil {
+			s.meter.Unclaim(r.Context(), *st)
+		}
+	}()
+	h(st)
+	returned = true
+}
+
 // idempotent wraps a POST handler that moves no money: replays and conflicts are
 // answered before it runs, and its response is kept after.
 func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
@@ -131,24 +151,15 @@ func (s *Server) idempotent(h http.HandlerFunc) http.HandlerFunc {
 		if k := principal(r.Context()); k != nil {
 			scope = k.ID()
 		}
-		st, done := s.claim(w, r, scope)
-		if done {
-			return
-		}
-		if st == nil {
-			h(w, r)
-			return
-		}
-		rec := &bodyRecorder{ResponseWriter: w, status: http.StatusOK}
-		returned := false
-		defer func() { // deferred, so that a handler that panics gives its claim back too
-			if !returned {
-				rec.status = http.StatusInternalServerError
+		s.withClaim(w, r, scope, func(st *ledger.Stored) {
+			if st == nil {
+				h(w, r)
+				return
 			}
+			rec := &bodyRecorder{ResponseWriter: w, status: http.StatusOK}
+			h(rec, r)
 			s.keep(r, st, rec.status, rec.body.Bytes())
-		}()
-		h(rec, r)
-		returned = true
+		})
 	}
 }
 

@@ -68,10 +68,10 @@ func (s *Server) jobSpec(p *domain.Problems, depth, multipv *int, eng, path *str
 }
 
 func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
-	idem, done := s.claim(w, r, principal(r.Context()).ID())
-	if done {
-		return
-	}
+	s.withClaim(w, r, principal(r.Context()).ID(), func(idem *ledger.Stored) { s.batchClaimed(w, r, idem) })
+}
+
+func (s *Server) batchClaimed(w http.ResponseWriter, r *http.Request, idem *ledger.Stored) {
 	var req batchRequest
 	if err := decode(r, &req, false); err != nil {
 		s.keepError(w, r, idem, err)
@@ -140,10 +140,10 @@ func parseFEN(fen string, chess960 bool) (out parsedFEN) {
 }
 
 func (s *Server) analyze(w http.ResponseWriter, r *http.Request) {
-	idem, done := s.claim(w, r, principal(r.Context()).ID())
-	if done {
-		return
-	}
+	s.withClaim(w, r, principal(r.Context()).ID(), func(idem *ledger.Stored) { s.analyzeClaimed(w, r, idem) })
+}
+
+func (s *Server) analyzeClaimed(w http.ResponseWriter, r *http.Request, idem *ledger.Stored) {
 	var req analyzeRequest
 	if err := decode(r, &req, false); err != nil {
 		s.keepError(w, r, idem, err)

@@ -1,11 +1,11 @@
 package httpapi_test
 
 import (
-	"chessd/postgres/pgtest"
 	"context"
 	"encoding/csv"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
@@ -15,7 +15,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
+	"chessd/domain"
 	"chessd/eventstore"
+	"chessd/ledger"
+	"chessd/postgres/pgtest"
 )
 
 // withIdem sends a POST with an Idempotency-Key.
@@ -556,4 +559,96 @@ func (e *env) csv(path, key string) [][]string {
 		e.t.Fatal(err)
 	}
 	return rows
+}
+
+// A retry of an answered call gets its first answer even when a new call would be
+// refused: the key's budget or the address's keyless allowance spent by that very
+// call. While the first call still runs, a retry is told to wait (409), not that the
+// budget is spent; the same key with another request is 422.
+func TestIdempotentRetryOfASpendingCall(t *testing.T) {
+	e := newEnv(t, withKeylessPerDay(1))
+	owner := e.signupPro("spent@example.com")
+	const depth = 9
+	price, err := ledger.Quote(domain.Call{Endpoint: domain.EndpointEval, Depth: depth, MultiPV: 1, Positions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped, _ := e.createKey(owner, map[string]any{"label": "one call", "scopes": []string{"eval"}, "budget_units": price.Units})
+	for _, c := range []struct {
+		name, key, fen string
+	}{
+		{"the key's budget", capped, cheapFEN},
+		{"the keyless allowance", "", startFEN},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := evalBody(c.fen, fmt.Sprintf(`"depth":%d`, depth))
+			first := e.withIdem("/v1/eval", c.key, "spend-1", body)
+			if first.Status != 200 {
+				t.Fatalf("first call: %d %s", first.Status, first.Raw)
+			}
+			if err := e.meter.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if r := e.withIdem("/v1/eval", c.key, "spend-2", body); r.Status != 402 {
+				t.Fatalf("a new call after the first: %d %s, want 402", r.Status, r.Raw)
+			}
+			again := e.withIdem("/v1/eval", c.key, "spend-1", body)
+			if again.Status != 200 || again.Raw != first.Raw || again.Header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("the retry: %d %s", again.Status, again.Raw)
+			}
+			wantProblem(t, e.withIdem("/v1/eval", c.key, "spend-1", evalBody(c.fen, `"depth":8`)), 422, "fix_request")
+		})
+	}
+	t.Run("running", func(t *testing.T) {
+		const deep = 22
+		price, err := ledger.Quote(domain.Call{Endpoint: domain.EndpointEval, Depth: deep, MultiPV: 1, Positions: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, _ := e.createKey(owner, map[string]any{"label": "one deep call", "scopes": []string{"eval"}, "budget_units": price.Units})
+		body := evalBody(startFEN, fmt.Sprintf(`"depth":%d`, deep))
+		done := make(chan response, 1)
+		go func() { done <- e.withIdem("/v1/eval", key, "deep-1", body) }()
+		// the retry comes once the first call's claim is written (during its search)
+		pgtest.WaitFor(t, "the first call's claim", func() bool {
+			var n int
+			err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency WHERE idem_key = 'deep-1' AND state = 'running'`).Scan(&n)
+			return err == nil && n == 1
+		})
+		wantProblem(t, e.withIdem("/v1/eval", key, "deep-1", body), 409, "retry_after")
+		if first := <-done; first.Status != 200 {
+			t.Fatalf("first call: %d %s", first.Status, first.Raw)
+		}
+	})
+}
+
+// A handler that panics with its Idempotency-Key claimed gives the key back (withClaim,
+// which every POST but /eval and /bestmove claims through): a retry runs afresh at once
+// rather than being told to wait (409) for as long as the server lives.
+func TestPanicGivesTheClaimBack(t *testing.T) {
+	e := newEnv(t)
+	owner := e.signupPro("panic@example.com")
+	const body = `{"label":"after a panic"}`
+	req := httptest.NewRequest("POST", "/v1/keys", strings.NewReader(body))
+	req.Header.Set("Idempotency-Key", "panics-1")
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the handler's panic did not pass on to the server's recovery")
+			}
+		}()
+		e.api.WithClaim(httptest.NewRecorder(), req, principalKeyID(t, e, owner), func(claimed bool) {
+			if !claimed {
+				t.Fatal("the Idempotency-Key was not claimed")
+			}
+			panic("a handler's bug")
+		})
+	}()
+	var left int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency WHERE idem_key = 'panics-1'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d claims left after the panic (%v)", left, err)
+	}
+	if r := e.withIdem("/v1/keys", owner, "panics-1", body); r.Status != 201 {
+		t.Fatalf("the retry: %d %s", r.Status, r.Raw)
+	}
 }

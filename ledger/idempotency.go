@@ -2,8 +2,11 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"chessd/eventstore"
 )
@@ -41,6 +44,38 @@ func (m *Meter) Claim(ctx context.Context, st Stored) (*Stored, error) {
 		first := st
 		first.Status, first.Response = int(*status), response
 		return &first, nil
+	}
+	return nil, refusal(outcome)
+}
+
+// Answered looks st's key up without claiming it, for a request refused before it
+// claims its key (a budget, an allowance or a plan's caps that a retry of an answered
+// call meets no longer): the first answer when the key was used for this very request
+// and answered, a *Refusal when it was used for another request or its first request
+// still runs, as Claim would say; nil, nil when it is unused, expired or was given
+// back, and the refusal stands.
+func (m *Meter) Answered(ctx context.Context, st Stored) (*Stored, error) {
+	var outcome string
+	var status *int32
+	var response []byte
+	err := m.pool.QueryRow(ctx, `SELECT coalesce(CASE WHEN request_hash <> $3 THEN 'idempotency_mismatch'
+			WHEN state = 'done' THEN 'done'
+			WHEN expires_at >= now() THEN 'idempotency_running' END, ''), status, response
+		FROM idempotency
+		WHERE scope = $1 AND idem_key = $2 -- an answer is kept 24 hours (meter_claim)
+			AND NOT (state = 'done' AND created_at < now() - interval '24 hours')`,
+		st.Scope, st.Key, st.RequestHash).Scan(&outcome, &status, &response)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("look up Idempotency-Key: %w", err)
+	case outcome == "done":
+		first := st
+		first.Status, first.Response = int(*status), response
+		return &first, nil
+	case outcome == "":
+		return nil, nil // a claim nobody renews: a retry takes it over
 	}
 	return nil, refusal(outcome)
 }
