@@ -578,9 +578,12 @@ func (k *Key) Apply(e Event) {
 		k.label, k.scopes, k.budgetUnits, k.budgetUSD = e.Label, e.Scopes, e.BudgetUnits, e.BudgetUSD
 		k.budgetPeriod = e.BudgetPeriod.orTotal()
 	case *KeyRotated:
+		// Every secret still working ends by the rotation's grace at the latest, not only
+		// the current one: a rotation with no grace, after a leak, also stops a secret
+		// that an earlier rotation's longer grace kept working.
 		var kept []Secret
 		for _, s := range k.secrets {
-			if s.Expires.IsZero() {
+			if s.Expires.IsZero() || e.OldExpires.Before(s.Expires) {
 				s.Expires = e.OldExpires
 			}
 			if s.Expires.After(e.RotatedAt) {

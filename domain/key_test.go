@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -103,6 +104,41 @@ func TestBudgetPeriodRule(t *testing.T) {
 			}
 			if (err == nil) != tc.ok {
 				t.Fatalf("err %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}
+
+// A rotation ends every secret still working by its grace at the latest: one with no
+// grace after a leak also stops a secret an earlier rotation's longer grace kept.
+func TestRotationEndsEverySecretByItsGrace(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	secret := func(i int) []byte { return []byte{byte(i), 1, 2, 3} }
+	rotate := func(i int, at time.Time, grace time.Duration) Event {
+		return &KeyRotated{Prefix: "p", SecretHash: hex.EncodeToString(secret(i)), OldExpires: at.Add(grace), RotatedAt: at}
+	}
+	created := &KeyCreated{KeyID: "key_1", AccountID: "acc_1", Label: "k", Prefix: "p", Env: "live", SecretHash: hex.EncodeToString(secret(0)), CreatedAt: t0}
+	for _, c := range []struct {
+		name  string
+		later []Event
+		at    time.Time
+		works []bool // secrets 0, 1, 2 at at
+	}{
+		{"a day's grace", []Event{rotate(1, t0, 24*time.Hour)},
+			t0.Add(time.Hour), []bool{true, true, false}},
+		{"then none: the leaked secret stops too", []Event{rotate(1, t0, 24*time.Hour), rotate(2, t0.Add(time.Hour), 0)},
+			t0.Add(time.Hour + time.Second), []bool{false, false, true}},
+		{"then an hour: both end within it", []Event{rotate(1, t0, 24*time.Hour), rotate(2, t0.Add(time.Hour), time.Hour)},
+			t0.Add(2*time.Hour + time.Second), []bool{false, false, true}},
+		{"then two days: the first keeps its own day, not more", []Event{rotate(1, t0, 24*time.Hour), rotate(2, t0.Add(time.Hour), 48*time.Hour)},
+			t0.Add(25 * time.Hour), []bool{false, true, true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			k := RehydrateKey(append([]Event{created}, c.later...))
+			for i, want := range c.works {
+				if err := k.Authenticate(secret(i), c.at); (err == nil) != want {
+					t.Errorf("secret %d at %v: %v, want working %v", i, c.at.Sub(t0), err, want)
+				}
 			}
 		})
 	}

@@ -175,6 +175,21 @@ func TestRotationGrace(t *testing.T) {
 	for _, g := range []any{-1, 86401, "10", 1.5} {
 		wantProblem(t, e.do("POST", "/v1/keys/"+id+"/rotate", key, map[string]any{"grace_seconds": g}), 400, "fix_request")
 	}
+	// the first secret leaked: a rotation with no grace stops it too, not only the one
+	// it replaces
+	second := r.Body["api_key"].(string)
+	r = e.do("POST", "/v1/keys/"+id+"/rotate", key, map[string]any{"grace_seconds": 0})
+	if r.Status != 201 {
+		t.Fatalf("rotate: %d %s", r.Status, r.Raw)
+	}
+	for name, s := range map[string]string{"the first secret": secret, "the second": second} {
+		if got := e.probe(s); got != 401 {
+			t.Errorf("%s after a rotation with no grace: %d, want 401", name, got)
+		}
+	}
+	if s := e.probe(r.Body["api_key"].(string)); s != 200 {
+		t.Fatalf("the third secret: %d", s)
+	}
 }
 
 // Authentication must follow the events, not the read model: with the projections

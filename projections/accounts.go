@@ -109,7 +109,7 @@ func queueAccounts(b *pgx.Batch, e eventstore.Event) error {
 			WHERE key_id = $1`,
 			id, ev.Label, scopeStrings(ev.Scopes), ev.BudgetUnits, ev.BudgetUSD, periodOf(ev.BudgetPeriod), e.Version)
 	case *domain.KeyRotated:
-		b.Queue(`UPDATE key_secrets SET expires_at = $2 WHERE key_id = $1 AND expires_at IS NULL`, id, ev.OldExpires)
+		b.Queue(`UPDATE key_secrets SET expires_at = $2 WHERE key_id = $1 AND (expires_at IS NULL OR expires_at > $2)`, id, ev.OldExpires)
 		b.Queue(`DELETE FROM key_secrets WHERE key_id = $1 AND expires_at <= $2`, id, ev.RotatedAt)
 		b.Queue(`INSERT INTO key_secrets (secret_hash, key_id) VALUES ($1, $2)`, unhex(ev.SecretHash), id)
 		b.Queue(`UPDATE api_keys SET prefix = $2, rotated_at = $3, version = $4 WHERE key_id = $1`, id, ev.Prefix, ev.RotatedAt, e.Version)
