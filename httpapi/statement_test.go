@@ -458,14 +458,28 @@ func TestChargeIsolation(t *testing.T) {
 	live := e.signupPro("isolated@example.com")
 	test, _ := e.createKey(live, map[string]any{"env": "test", "label": "t"})
 	other, _ := e.signup("other@example.com")
+	// one client-chosen request id for the live key's key creation and both keys' calls:
+	// a charge's related events are its own key's, never the other env's
+	sameID := func(method, path, key, body string) response {
+		req, _ := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("X-Request-Id", "deploy-42")
+		return e.send(req)
+	}
+	if r := sameID("POST", "/v1/keys", live, `{"label":"made under a reused request id"}`); r.Status != 201 {
+		t.Fatal(r.Raw)
+	}
 	for _, k := range []string{live, test} {
-		if r := e.do("POST", "/v1/eval", k, evalBody(cheapFEN, `"depth":6`)); r.Status != 200 {
+		if r := sameID("POST", "/v1/eval", k, evalBody(cheapFEN, `"depth":6`)); r.Status != 200 {
 			t.Fatal(r.Raw)
 		}
 	}
 	e.caughtUp()
 	liveCharge := e.stmtJSON(live, "").rows[0]["charge_id"].(string)
 	testCharge := e.stmtJSON(test, "").rows[0]["charge_id"].(string)
+	if x := e.do("GET", "/v1/charges/"+testCharge, test, nil); x.Status != 200 || len(x.Body["related_events"].([]any)) != 0 {
+		t.Fatalf("the test key's charge shows related events: %d %s", x.Status, x.Raw)
+	}
 	cases := []struct {
 		name, key, id string
 		status        int

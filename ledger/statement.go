@@ -475,10 +475,12 @@ func relatedEvents(ctx context.Context, tx pgx.Tx, c ChargeLine, accountID strin
 		}
 		return out, nil
 	}
-	// request ids may be chosen by the client (X-Request-Id): only this account's events
+	// Request ids may be chosen by the client (X-Request-Id) and reused: only the events
+	// the charge's own key made (of this account and env) count.
 	rows, err := tx.Query(ctx, `SELECT position FROM events
 		WHERE (metadata ->> 'request_id') = $1 AND event_type <> 'UnitsCharged' AND (metadata ->> 'account_id') = $2
-		ORDER BY position`, c.RequestID, accountID)
+			AND (metadata ->> 'key_id') = $3
+		ORDER BY position`, c.RequestID, accountID, c.KeyID)
 	if err != nil {
 		return nil, err
 	}
