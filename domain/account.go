@@ -109,16 +109,20 @@ func (a *Account) SetBudget(env Env, c BudgetChange, actor *Key, now time.Time) 
 	return &AccountBudgetSet{Env: env.String(), BudgetUnits: b.Units, BudgetUSD: b.USD, Period: b.Period, SetAt: now}, nil
 }
 
-// SetTimezone moves the account to zone tz; nil when it is already there. Only a key
-// without a budget of its own may: the zone's midnights start budgets by period, and
+// SetTimezone moves the account to zone tz; nil when it is already there. Only a live
+// key without a budget of its own may: the zone's midnights start budgets by period, and
 // a budgeted key that moved them an hour before each end would start its own budget
-// over every hour.
+// over every hour; the zone is the whole account's, so a test key would move the live
+// keys' periods (a test key changes nothing live).
 func (a *Account) SetTimezone(tz string, actor *Key, now time.Time) (*TimezoneSet, error) {
 	if err := ValidateTimezone(tz); err != nil {
 		return nil, err
 	}
 	if tz == a.Timezone() {
 		return nil, nil
+	}
+	if actor != nil && actor.Env() != EnvLive {
+		return nil, Errorf(CodeScope, "the time zone is the whole account's, live keys' budget periods included; change it with a live key")
 	}
 	if actor != nil && (actor.budgetUnits != nil || actor.budgetUSD != nil) {
 		return nil, Errorf(CodeScope, "this key has a budget of its own, so it cannot change the account's time zone")

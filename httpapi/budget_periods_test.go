@@ -234,6 +234,11 @@ func TestAccountBudget(t *testing.T) {
 	if r := e.do("PATCH", "/v1/me", capped, map[string]any{"timezone": "UTC"}); r.Status != 200 {
 		t.Fatalf("a budgeted key naming the zone already in force: %d %s", r.Status, r.Raw)
 	}
+	// nor may a test key, budget or not: the zone moves the live keys' periods too
+	tester, _ := e.createKey(owner, map[string]any{"label": "tests", "env": "test", "scopes": []string{"billing"}})
+	if r := e.do("PATCH", "/v1/me", tester, map[string]any{"timezone": "Pacific/Kiritimati"}); r.Status != 403 {
+		t.Fatalf("a test key moving the account's zone: %d %s", r.Status, r.Raw)
+	}
 	// all or nothing: a bad budget leaves the zone given with it unchanged
 	if r := e.do("PATCH", "/v1/me", owner, map[string]any{"timezone": "Europe/Paris", "budget_units": -1}); r.Status != 400 {
 		t.Fatalf("PATCH /me with a negative budget: %d %s", r.Status, r.Raw)
