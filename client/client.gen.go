@@ -3199,7 +3199,8 @@ type ClientInterface interface {
 	// Any of `timezone` (an IANA name: the calendar of budgets by day or month) and the
 	// account's budget in the calling key's env (`budget_units`, `budget_usd`, `null`
 	// removes one; `budget_period`); at least one field. Answers the account as GET /me
-	// does. Scope `billing`.
+	// does. Scope `billing`. A key with a budget of its own changes neither (403), and
+	// only a live key changes the time zone, which is the whole account's (403).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3211,7 +3212,8 @@ type ClientInterface interface {
 	// Any of `timezone` (an IANA name: the calendar of budgets by day or month) and the
 	// account's budget in the calling key's env (`budget_units`, `budget_usd`, `null`
 	// removes one; `budget_period`); at least one field. Answers the account as GET /me
-	// does. Scope `billing`.
+	// does. Scope `billing`. A key with a budget of its own changes neither (403), and
+	// only a live key changes the time zone, which is the whole account's (403).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4126,7 +4128,8 @@ func (c *Client) GetMe(ctx context.Context, params *GetMeParams, reqEditors ...R
 // Any of `timezone` (an IANA name: the calendar of budgets by day or month) and the
 // account's budget in the calling key's env (`budget_units`, `budget_usd`, `null`
 // removes one; `budget_period`); at least one field. Answers the account as GET /me
-// does. Scope `billing`.
+// does. Scope `billing`. A key with a budget of its own changes neither (403), and
+// only a live key changes the time zone, which is the whole account's (403).
 //
 // Takes any type of body and a specified content type.
 //
@@ -4148,7 +4151,8 @@ func (c *Client) UpdateMeWithBody(ctx context.Context, params *UpdateMeParams, c
 // Any of `timezone` (an IANA name: the calendar of budgets by day or month) and the
 // account's budget in the calling key's env (`budget_units`, `budget_usd`, `null`
 // removes one; `budget_period`); at least one field. Answers the account as GET /me
-// does. Scope `billing`.
+// does. Scope `billing`. A key with a budget of its own changes neither (403), and
+// only a live key changes the time zone, which is the whole account's (403).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7698,7 +7702,8 @@ type ClientWithResponsesInterface interface {
 	// Any of `timezone` (an IANA name: the calendar of budgets by day or month) and the
 	// account's budget in the calling key's env (`budget_units`, `budget_usd`, `null`
 	// removes one; `budget_period`); at least one field. Answers the account as GET /me
-	// does. Scope `billing`.
+	// does. Scope `billing`. A key with a budget of its own changes neither (403), and
+	// only a live key changes the time zone, which is the whole account's (403).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7710,7 +7715,8 @@ type ClientWithResponsesInterface interface {
 	// Any of `timezone` (an IANA name: the calendar of budgets by day or month) and the
 	// account's budget in the calling key's env (`budget_units`, `budget_usd`, `null`
 	// removes one; `budget_period`); at least one field. Answers the account as GET /me
-	// does. Scope `billing`.
+	// does. Scope `billing`. A key with a budget of its own changes neither (403), and
+	// only a live key changes the time zone, which is the whole account's (403).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -15923,7 +15929,8 @@ func (c *ClientWithResponses) GetMeWithResponse(ctx context.Context, params *Get
 // Any of `timezone` (an IANA name: the calendar of budgets by day or month) and the
 // account's budget in the calling key's env (`budget_units`, `budget_usd`, `null`
 // removes one; `budget_period`); at least one field. Answers the account as GET /me
-// does. Scope `billing`.
+// does. Scope `billing`. A key with a budget of its own changes neither (403), and
+// only a live key changes the time zone, which is the whole account's (403).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15941,7 +15948,8 @@ func (c *ClientWithResponses) UpdateMeWithBodyWithResponse(ctx context.Context, 
 // Any of `timezone` (an IANA name: the calendar of budgets by day or month) and the
 // account's budget in the calling key's env (`budget_units`, `budget_usd`, `null`
 // removes one; `budget_period`); at least one field. Answers the account as GET /me
-// does. Scope `billing`.
+// does. Scope `billing`. A key with a budget of its own changes neither (403), and
+// only a live key changes the time zone, which is the whole account's (403).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
