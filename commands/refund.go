@@ -15,6 +15,9 @@ func (h *Handler) RefundCharges(ctx context.Context, chargeIDs []string, reason,
 	var out []*ledger.UnitsCredited
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
 		out = out[:0]
+		if err := ledger.LockCharges(ctx, tx, chargeIDs); err != nil {
+			return err
+		}
 		for _, id := range chargeIDs {
 			c, err := ledger.Credit(ctx, tx, ledger.CreditRequest{ChargeID: id, Reason: reason, Actor: actor, RequestID: requestID}, h.now())
 			if err != nil {

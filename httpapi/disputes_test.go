@@ -2,11 +2,14 @@ package httpapi_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"chessd/commands"
+	"chessd/domain"
 	"chessd/eventstore"
 )
 
@@ -59,8 +62,15 @@ func TestDisputes(t *testing.T) {
 	wantProblem(t, e.do("GET", "/v1/disputes/"+firstID, other, nil), 404, "fix_request")
 	wantProblem(t, e.do("GET", "/v1/disputes/"+firstID, test, nil), 404, "fix_request")
 
-	// the operator answers (`chessd dispute accept|reject` runs these)
+	// the operator answers (`chessd dispute accept|reject` runs these); a refund of a
+	// charge in an open dispute is refused (409): the dispute's answer is to credit it,
+	// and a refund first made accepting it impossible
 	h := commands.New(eventstore.NewStore(e.pool, nil), nil)
+	var de *domain.Error
+	if _, err := h.RefundCharges(ctx, []string{ids[3], ids[1]}, "goodwill", "ops:ana", "r"); !errors.As(err, &de) || de.Code != domain.CodeConflict ||
+		!strings.Contains(err.Error(), firstID) {
+		t.Fatalf("refund of a charge in an open dispute: %v", err)
+	}
 	if err := h.ResolveDispute(ctx, firstID, true, "ops:ana", "confirmed: a retry storm on our side", "r"); err != nil {
 		t.Fatal(err)
 	}
@@ -115,5 +125,9 @@ func TestDisputes(t *testing.T) {
 	var pointed int
 	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM credits WHERE dispute_id = $1 AND charge_id IN ($2, $3)`, firstID, ids[0], ids[1]).Scan(&pointed); err != nil || pointed != 2 {
 		t.Fatalf("%d credits point at the dispute (%v)", pointed, err)
+	}
+	// once its dispute is rejected, a charge may be refunded after all (goodwill)
+	if _, err := h.RefundCharges(ctx, []string{ids[2]}, "goodwill after all", "ops:ana", "r"); err != nil {
+		t.Fatalf("refund after the dispute's rejection: %v", err)
 	}
 }

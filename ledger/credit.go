@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,6 +66,20 @@ type CreditRequest struct {
 	RequestID string
 }
 
+// LockCharges takes each charge's lock for the rest of tx, in one order whatever the
+// caller's (sorted: no deadlock between two callers), so that a refund and a dispute of
+// one charge never interleave and the second to commit sees the first: a refund of a
+// charge in an open dispute is refused, and so is a dispute of a credited charge.
+// Taking a lock again in the same transaction is free.
+func LockCharges(ctx context.Context, tx *eventstore.Tx, chargeIDs []string) error {
+	for _, id := range slices.Sorted(slices.Values(chargeIDs)) {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('charge:' || $1, 0))`, id); err != nil {
+			return fmt.Errorf("lock charge %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
 // Credit credits one charge inside tx: its UnitsCredited event, and the key's spend
 // and the day's allowance use given back. A charge is credited once (409 the second
 // time); an unknown charge (or another account's) is 404.
@@ -82,6 +97,21 @@ func Credit(ctx context.Context, tx *eventstore.Tx, req CreditRequest, now time.
 	}
 	if err != nil {
 		return nil, fmt.Errorf("credit %s: %w", req.ChargeID, err)
+	}
+	if err := LockCharges(ctx, tx, []string{req.ChargeID}); err != nil {
+		return nil, err
+	}
+	if req.DisputeID == "" { // a refund: a charge in an open dispute is the dispute's to credit
+		var open string
+		err := tx.QueryRow(ctx, `SELECT c.dispute_id FROM disputed_charges c
+			JOIN streams s ON s.stream_id = 'dispute-' || c.dispute_id
+			WHERE c.charge_id = $1 AND s.version = 1`, req.ChargeID).Scan(&open)
+		if err == nil {
+			return nil, domain.Errorf(domain.CodeConflict, "charge %s is in dispute %s, still open: accepting the dispute credits it", req.ChargeID, open)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("credit %s: %w", req.ChargeID, err)
+		}
 	}
 	c.CreditID, c.ChargeID, c.Day = newCreditID(), req.ChargeID, day.Format(time.DateOnly)
 	c.CreditedAt, c.Reason, c.Actor, c.DisputeID = now.UTC().Truncate(time.Microsecond), req.Reason, req.Actor, req.DisputeID

@@ -91,6 +91,9 @@ func OpenDispute(ctx context.Context, tx *eventstore.Tx, key *domain.Key, charge
 	}
 	e := &DisputeOpened{DisputeID: "dsp_" + strings.TrimPrefix(newCreditID(), "crd_"), AccountID: key.AccountID(), KeyID: key.ID(),
 		Env: key.Env().String(), ChargeIDs: chargeIDs, Reason: reason, OpenedAt: now.UTC().Truncate(time.Microsecond)}
+	if err := LockCharges(ctx, tx, chargeIDs); err != nil { // before the credited check: see LockCharges
+		return nil, err
+	}
 	for _, id := range chargeIDs {
 		var account, env string
 		err := tx.QueryRow(ctx, `SELECT account_id, env FROM charge_lines() WHERE `+chargeByID, chargeIDArgs(id)...).Scan(&account, &env)
@@ -152,6 +155,9 @@ func ResolveDispute(ctx context.Context, tx *eventstore.Tx, disputeID string, ac
 	now = now.UTC().Truncate(time.Microsecond)
 	var e domain.Event
 	if accept {
+		if err := LockCharges(ctx, tx, opened.ChargeIDs); err != nil {
+			return err
+		}
 		a := &DisputeWasAccepted{By: by, Note: note, ResolvedAt: now}
 		for _, id := range opened.ChargeIDs {
 			c, err := Credit(ctx, tx, CreditRequest{ChargeID: id, AccountID: opened.AccountID, Reason: "dispute " + disputeID + ": " + note,
