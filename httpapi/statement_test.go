@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"chessd/postgres/pgtest"
 	"context"
 	"encoding/csv"
 	"fmt"
@@ -17,7 +16,11 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/eventstore"
 	"chessd/ledger"
+	"chessd/postgres/pgtest"
 )
 
 // stmtPage is one page of GET /usage/charges as JSON.
@@ -623,5 +626,52 @@ func TestStatementCSVHoldsNoFormula(t *testing.T) {
 	}
 	if rows[0]["request_id"] != "-A1" || recs[0][col] != "'-A1" {
 		t.Fatalf("request id: JSON %v, CSV %q; want -A1 and '-A1", rows[0]["request_id"], recs[0][col])
+	}
+}
+
+// An explanation counts the spend as the meter did: net of the credits given back
+// before the charge. A key with room for two calls spends it, one call is refunded, and
+// a third fits; its explanation shows the budget full, not crossed, as /me does.
+func TestExplanationCountsCreditsBefore(t *testing.T) {
+	e := newEnv(t)
+	owner := e.signupPro("credited-before@example.com")
+	price, err := ledger.Quote(domain.Call{Endpoint: domain.EndpointEval, Depth: 6, MultiPV: 1, Positions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, keyID := e.createKey(owner, map[string]any{"label": "two calls", "scopes": []string{"eval", "usage:read"}, "budget_units": 2 * price.Units})
+	fens := []string{startFEN, cheapFEN, "4k3/8/8/8/8/8/4P3/4K3 w - - 0 1"}
+	for _, fen := range fens[:2] {
+		if r := e.do("POST", "/v1/eval", key, evalBody(fen, `"depth":6`)); r.Status != 200 {
+			t.Fatal(r.Raw)
+		}
+	}
+	wantProblem(t, e.do("POST", "/v1/eval", key, evalBody(fens[2], `"depth":6`)), 402, "raise_budget")
+	e.caughtUp()
+	first := e.stmtJSON(key, "").rows[0]["charge_id"].(string)
+	h := commands.New(eventstore.NewStore(e.pool, nil), nil)
+	if _, err := h.RefundCharges(context.Background(), []string{first}, "goodwill", "ops:ana", "r"); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("POST", "/v1/eval", key, evalBody(fens[2], `"depth":6`)); r.Status != 200 {
+		t.Fatalf("a call after the refund: %d %s", r.Status, r.Raw)
+	}
+	e.caughtUp()
+	rows := e.stmtJSON(key, "").rows
+	last := rows[len(rows)-1]["charge_id"].(string)
+	x := e.do("GET", "/v1/charges/"+last, key, nil)
+	if x.Status != 200 {
+		t.Fatal(x.Raw)
+	}
+	k, a := x.Body["key"].(map[string]any), x.Body["account"].(map[string]any)
+	u := float64(price.Units)
+	if k["key_id"] != keyID || k["spent_units_before"] != u || k["spent_units_after"] != 2*u || k["remaining_units_after"] != float64(0) ||
+		a["units_before"] != u || a["units_after"] != 2*u {
+		t.Fatalf("explanation after a refund: key %v, account %v; want %v spent before, the budget full after", k, a, u)
+	}
+	for _, ks := range e.do("GET", "/v1/me", key, nil).Body["key_spend"].([]any) {
+		if ks := ks.(map[string]any); ks["key_id"] == keyID && ks["spent_units"] != 2*u {
+			t.Fatalf("/me counts %v spent, the explanation %v", ks["spent_units"], k["spent_units_after"])
+		}
 	}
 }

@@ -559,6 +559,24 @@ func (x *Explanation) balances(ctx context.Context, tx pgx.Tx, accountID string,
 	if err != nil {
 		return fmt.Errorf("day use: %w", err)
 	}
+	// Less what credits gave back before it, as the meter counts (Credit): a credit
+	// gives a key's period back what its charge took when that charge is in the period,
+	// and a day back what its charge took of it. Before the charge, such a credit's
+	// charge is in the charge's own period.
+	var back Spend
+	var dayBack int64
+	err = tx.QueryRow(ctx, `SELECT coalesce(sum(cr.units) FILTER (WHERE cr.key_id = $2 AND ($5::timestamptz IS NULL OR
+				(SELECT l.charged_at FROM charge_lines() l WHERE l.position = cr.charge_position AND l.charge_id = cr.charge_id) >= $5)), 0),
+			coalesce(sum(cr.usd) FILTER (WHERE cr.key_id = $2 AND ($5::timestamptz IS NULL OR
+				(SELECT l.charged_at FROM charge_lines() l WHERE l.position = cr.charge_position AND l.charge_id = cr.charge_id) >= $5)), 0),
+			coalesce(sum(cr.units) FILTER (WHERE cr.env = $3 AND cr.day = $6::date), 0)
+		FROM credits cr WHERE cr.account_id = $1 AND cr.position < $4 AND (cr.key_id = $2 OR (cr.env = $3 AND cr.day = $6::date))`,
+		accountID, c.KeyID, c.Env, c.Position, x.PeriodStart, c.Day).Scan(&back.Units, &back.USD, &dayBack)
+	if err != nil {
+		return fmt.Errorf("credits before: %w", err)
+	}
+	x.SpentBefore.Units, x.SpentBefore.USD = x.SpentBefore.Units-back.Units, x.SpentBefore.USD.Sub(back.USD)
+	x.DayUnitsBefore -= dayBack
 	for _, l := range earlier {
 		if x.PeriodStart == nil || !l.ChargedAt.Before(*x.PeriodStart) {
 			x.SpentBefore.Units, x.SpentBefore.USD = x.SpentBefore.Units+l.Units, x.SpentBefore.USD.Add(l.USD)
