@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -188,13 +189,36 @@ type Position struct {
 // the job as it now stands; ErrNotClaimable when the job is no longer running.
 func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, worker string, ps []Position) (*domain.Job, error) {
 	var out *domain.Job
+	var stopped bool
 	committed, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		stopped = false
 		j, err := h.loadLockedJob(ctx, tx, jobID)
 		if err != nil {
 			return err
 		}
 		if j.State() != domain.StateRunning {
 			return ErrNotClaimable
+		}
+		// A key revoked, or whose budget was lowered below what it holds, since the job
+		// started ends the job here, before anything more is charged: the positions
+		// recorded stay charged, the rest of the hold goes back.
+		if problem, err := keyStops(ctx, tx, key); err != nil {
+			return err
+		} else if problem != nil {
+			e, err := j.Fail(problem.Code, problem.Message, h.now())
+			if err != nil {
+				return err
+			}
+			if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, j.Version(),
+				eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: worker}, event(e)); err != nil {
+				return err
+			}
+			if err := closeJob(ctx, tx, j); err != nil {
+				return err
+			}
+			j.Apply(e)
+			out, stopped = j, true
+			return nil
 		}
 		expected := j.Version()
 		indexes := make([]int32, len(ps))
@@ -254,9 +278,40 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 	if err != nil {
 		return nil, err
 	}
-	h.jobs.keep(out.Clone())         // the caller has out
+	h.jobs.keep(out.Clone()) // the caller has out
+	if stopped {
+		return nil, ErrNotClaimable
+	}
 	ledger.CountCommitted(committed) // the positions' charges, for /metrics
 	return out, nil
+}
+
+// keyStops says why a job of key may charge nothing more: the key was revoked, or its
+// budget lowered below what it has spent this period and holds, since key was loaded.
+// A key unchanged since (its stream at key's version) costs one lookup.
+func keyStops(ctx context.Context, tx *eventstore.Tx, key *domain.Key) (*domain.Error, error) {
+	var version int64
+	if err := tx.QueryRow(ctx, `SELECT version FROM streams WHERE stream_id = $1`, domain.KeyStream(key.ID())).Scan(&version); err != nil {
+		return nil, fmt.Errorf("key %s: %w", key.ID(), err)
+	}
+	if version == key.Version() {
+		return nil, nil
+	}
+	now, err := LoadKey(ctx, tx, key.ID())
+	if err != nil {
+		return nil, err
+	}
+	if now.Status() != domain.StatusActive {
+		return domain.Errorf(domain.CodeBadCredential, "the job's key was revoked: its other positions were not analysed, and are not charged"), nil
+	}
+	over, err := ledger.KeyOverHeld(ctx, tx, key.ID())
+	if err != nil {
+		return nil, err
+	}
+	if over {
+		return domain.Errorf(domain.CodeBudget, "the job's key's budget was lowered below what its jobs hold: its other positions were not analysed, and are not charged"), nil
+	}
+	return nil, nil
 }
 
 // FailJob ends a running job with problem (a position that cannot be analysed): what

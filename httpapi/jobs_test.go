@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"chessd/domain"
 	"chessd/engine"
 	"chessd/postgres/pgtest"
 )
@@ -766,5 +767,74 @@ func TestEndStreamsEndsJobEventStreams(t *testing.T) {
 	later.Body.Close()
 	if later.StatusCode != http.StatusServiceUnavailable || later.Header.Get("Retry-After") == "" {
 		t.Fatalf("a stream opened after EndStreams: %d, Retry-After %q; want 503 and when to come back", later.StatusCode, later.Header.Get("Retry-After"))
+	}
+}
+
+// A job's key revoked, or its budget lowered below what it holds, while the job runs:
+// the job fails at its next record and charges nothing more; what it recorded stays
+// charged, and the rest of its hold goes back.
+func TestKeyChangeStopsItsJobs(t *testing.T) {
+	e := newEnv(t)
+	e.svc.DisableCache() // both cases search their positions: neither is answered from the other's
+	owner := e.signupPro("key-change-jobs@example.com")
+	fens := []string{
+		"r1bq1rk1/ppp2ppp/2np1n2/2b1p3/2B1P3/2NP1N2/PPP2PPP/R1BQ1RK1 w - - 0 7",
+		"r2q1rk1/pp2bppp/2n1pn2/3p4/3P4/2NBPN2/PP3PPP/R2QK2R w KQ - 0 10",
+		"2rq1rk1/pb1nbppp/1p2pn2/2pp4/3P4/1P2PNP1/PBPNQPBP/R4RK1 w - - 0 11",
+		"r4rk1/1pp1qppp/p1np1n2/2b1p1B1/2B1P1b1/P1NP1N2/1PP1QPPP/R4RK1 w - - 0 10",
+		"rnbq1rk1/ppp1ppbp/3p1np1/8/2PPP3/2N2N2/PP2BPPP/R1BQK2R b KQ - 3 6",
+		"rnbqkb1r/pp3ppp/4pn2/2pp4/3P4/2P1PN2/PP3PPP/RNBQKB1R w KQkq - 0 5",
+		"r2q1rk1/ppp2ppp/2np1n2/2b1p3/2B1P1b1/2NP1N2/PPP2PPP/R1BQ1RK1 w - - 0 8",
+		"r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1",
+		"r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4",
+		"r1bqkbnr/pp1ppppp/2n5/2p5/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3",
+		"8/2p5/3p4/KP5r/1R3p1k/8/4P1P1/8 w - - 0 1",
+		"r1bqkbnr/pppp1ppp/2n5/1B2p3/4P3/5N2/PPPP1PPP/RNBQK2R b KQkq - 3 3",
+	}
+	for _, c := range []struct {
+		name   string
+		change func(keyID string) response
+		code   domain.Code
+	}{
+		{"revoked", func(id string) response { return e.do("DELETE", "/v1/keys/"+id, owner, nil) }, domain.CodeBadCredential},
+		{"budget lowered", func(id string) response {
+			return e.do("PATCH", "/v1/keys/"+id, owner, map[string]any{"budget_units": 1})
+		}, domain.CodeBudget},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key, keyID := e.createKey(owner, map[string]any{"label": c.name, "scopes": []string{"jobs"}, "budget_units": 1_000_000})
+			r := e.do("POST", "/v1/batch", key, map[string]any{"fens": fens, "depth": 14, "multipv": 3})
+			if r.Status != 202 {
+				t.Fatal(r.Raw)
+			}
+			id := r.Body["job_id"].(string)
+			e.waitJob(owner, id, func(b map[string]any) bool { return b["positions_done"].(float64) >= 1 || finished(b) })
+			if ch := c.change(keyID); ch.Status >= 300 {
+				t.Fatalf("the key's change: %d %s", ch.Status, ch.Raw)
+			}
+			job := e.waitJob(owner, id, finished)
+			done := job["positions_done"].(float64)
+			if done >= float64(len(fens)) {
+				t.Fatal("the job finished before the key changed: make it longer")
+			}
+			if jerr, _ := job["error"].(map[string]any); job["state"] != "failed" || jerr["code"] != string(c.code) {
+				t.Fatalf("the job after its key's change: %v", job)
+			}
+			pgtest.WaitFor(t, "the executors to let go of the job", func() bool {
+				for _, x := range e.execs {
+					if slices.Contains(x.Running(), id) {
+						return false
+					}
+				}
+				return true
+			})
+			if _, rows, _ := e.charged(keyID); rows != int(done) {
+				t.Fatalf("%d charges for %v positions recorded", rows, done)
+			}
+			var held int64
+			if err := e.pool.QueryRow(context.Background(), `SELECT held_units FROM key_balances WHERE key_id = $1`, keyID).Scan(&held); err != nil || held != 0 {
+				t.Fatalf("the key still holds %d units (%v)", held, err)
+			}
+		})
 	}
 }

@@ -69,6 +69,19 @@ func SetAccountZone(ctx context.Context, tx *eventstore.Tx, accountID, tz string
 	return nil
 }
 
+// KeyOverHeld says whether key keyID's budget, lowered since, no longer covers what it
+// has spent this period and what its jobs hold: those jobs may charge nothing more.
+func KeyOverHeld(ctx context.Context, tx *eventstore.Tx, keyID string) (bool, error) {
+	var over bool
+	err := tx.QueryRow(ctx, `SELECT coalesce(budget_units < period_units + held_units, false)
+			OR coalesce(budget_usd < period_usd + held_usd, false)
+		FROM key_periods WHERE key_id = $1`, keyID).Scan(&over)
+	if err != nil {
+		return false, fmt.Errorf("balance of key %s: %w", keyID, err)
+	}
+	return over, nil
+}
+
 // KeyHeadroom is what key keyID has left this period: its budget less the period's
 // spend, never below 0, nil without a budget of that kind, read in the command's
 // transaction. Reservations are left out: they are the key's own calls' leases and
