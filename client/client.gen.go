@@ -13916,6 +13916,7 @@ type GetStatementResponse200Headers struct {
 	StatementTotalCalls         *string
 	StatementTotalCreditedUSD   *USD
 	StatementTotalCreditedUnits *string
+	StatementTotalCredits       *string
 	StatementTotalUSD           *USD
 	StatementTotalUnits         *string
 	XRequestId                  string
@@ -24887,6 +24888,13 @@ func ParseGetStatementResponse(rsp *http.Response) (*GetStatementResponse, error
 				return nil, err
 			}
 			headers.StatementTotalCreditedUnits = &value
+		}
+		if values := rsp.Header.Values("Statement-Total-Credits"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Statement-Total-Credits", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.StatementTotalCredits = &value
 		}
 		if values := rsp.Header.Values("Statement-Total-USD"); len(values) > 0 {
 			var value USD

@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -117,6 +119,21 @@ func TestDisputes(t *testing.T) {
 	if st.Status != 200 || len(credited) != 2 || !credited[ids[0]] || !credited[ids[1]] || st.Body["total_credits"] != float64(2) ||
 		st.Body["total_net_units"] != liveNet {
 		t.Fatalf("statement after the accepted dispute: %d %s", st.Status, st.Raw)
+	}
+	// the CSV's totals are the JSON's
+	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/usage/charges?limit=1000", nil)
+	req.Header.Set("Authorization", "Bearer "+live)
+	req.Header.Set("Accept", "text/csv")
+	res, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	for header, field := range map[string]string{"Calls": "total_calls", "Units": "total_units", "USD": "total_usd",
+		"Credits": "total_credits", "Credited-Units": "total_credited_units", "Credited-USD": "total_credited_usd"} {
+		if got, want := res.Header.Get("Statement-Total-"+header), fmt.Sprint(st.Body[field]); got != want {
+			t.Errorf("CSV Statement-Total-%s %q, JSON %s %q", header, got, field, want)
+		}
 	}
 	var steps int
 	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id IN ($1, $2)`, "dispute-"+firstID, "dispute-"+secondID).Scan(&steps); err != nil || steps != 4 {

@@ -156,6 +156,7 @@ func (s *Server) statement(w http.ResponseWriter, r *http.Request) {
 	h.Set("Statement-Total-Calls", strconv.FormatInt(st.Calls, 10))
 	h.Set("Statement-Total-Units", strconv.FormatInt(st.Units, 10))
 	h.Set("Statement-Total-USD", usd(st.USD))
+	h.Set("Statement-Total-Credits", strconv.FormatInt(st.Credits, 10))
 	h.Set("Statement-Total-Credited-Units", strconv.FormatInt(st.CreditedUnits, 10))
 	h.Set("Statement-Total-Credited-USD", usd(st.CreditedUSD))
 	w.WriteHeader(http.StatusOK)
