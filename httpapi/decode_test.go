@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -110,5 +111,50 @@ func TestDecodeRefusesNonObjects(t *testing.T) {
 		if domain.ErrorCode(err) != domain.CodeInvalid || strings.Contains(err.Error(), "panic") {
 			t.Errorf("%q: %v", body, err)
 		}
+	}
+}
+
+// memberTwice on the bodies that made it quadratic: 1 MiB of distinct names in one
+// object (a name given twice at its end, in another case: the Kelvin sign folds to k),
+// and an object nested thousands deep with long names (the name given twice at the
+// bottom). Each is found, with its path; the deep one allocates in proportion to the
+// body, not to its depth times its size (before: gigabytes).
+func TestMemberTwiceOnWideAndDeepBodies(t *testing.T) {
+	var wide strings.Builder
+	wide.WriteString(`{"k0":0`)
+	for i := 1; wide.Len() < 1<<20; i++ {
+		fmt.Fprintf(&wide, `,"k%d":0`, i)
+	}
+	wide.WriteString(`,"\u212a0":1}`) // KELVIN SIGN, then 0: "k0" again, folded
+	name := strings.Repeat("n", 100)
+	const depth = 9000
+	var deep strings.Builder
+	for range depth {
+		deep.WriteString(`{"` + name + `":`)
+	}
+	deep.WriteString(`{"x":1,"X":2}`)
+	deep.WriteString(strings.Repeat("}", depth))
+	for _, c := range []struct {
+		name, body, path string
+		maxAlloc         uint64
+	}{
+		{"wide", wide.String(), "\u212a0", 64 << 20},
+		{"deep", deep.String(), "." + name, 64 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !json.Valid([]byte(c.body)) {
+				t.Fatal("not JSON")
+			}
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			path, twice := memberTwice([]byte(c.body))
+			runtime.ReadMemStats(&after)
+			if !twice || !strings.HasPrefix(path, strings.TrimPrefix(c.path, ".")) {
+				t.Fatalf("found %v at %.80q", twice, path)
+			}
+			if got := after.TotalAlloc - before.TotalAlloc; got > c.maxAlloc {
+				t.Fatalf("%d MiB allocated for a %d KiB body", got>>20, len(c.body)>>10)
+			}
+		})
 	}
 }
