@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -288,6 +289,8 @@ func TestFinishedJobStreamEnds(t *testing.T) {
 		{last - 1, 200, 1},
 		{last, 204, 0},
 		{last + 100, 204, 0},
+		{math.MaxInt32 + 1, 204, 0}, // past the stream's 32-bit sequence: a 500 before
+		{math.MaxInt64, 204, 0},
 	} {
 		status, ids := sseToClose(t, e, key, id, strconv.Itoa(tc.lastID))
 		if status != tc.wantStatus || len(ids) != tc.wantIDs {

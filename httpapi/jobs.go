@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"runtime"
 	"slices"
@@ -377,17 +378,22 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, jobAnswer(s, j))
 }
 
-// lastEventID reads the Last-Event-ID a reconnecting client sends; 0 without one.
+// lastEventID reads the Last-Event-ID a reconnecting client sends; 0 without one. An id
+// past what a stream can hold reads as its largest (past the end: nothing left, 204):
+// the stream's sequence is a 32-bit column, which a larger one made a 500.
 func lastEventID(r *http.Request) (int, error) {
 	v := r.Header.Get("Last-Event-ID")
 	if v == "" {
 		return 0, nil
 	}
-	last, err := strconv.Atoi(v)
-	if err != nil || last < 0 {
+	last, err := strconv.ParseUint(v, 10, 64)
+	switch {
+	case errors.Is(err, strconv.ErrRange) || err == nil && last > math.MaxInt32:
+		return math.MaxInt32, nil
+	case err != nil:
 		return 0, domain.Invalid("Last-Event-ID", "must be an event id from this stream")
 	}
-	return last, nil
+	return int(last), nil
 }
 
 // jobEvents streams the job event stream as Server-Sent Events: every event has an id,
