@@ -97,6 +97,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -151,7 +152,10 @@ const (
 	sweepEvery = time.Minute
 	// queryTimeout bounds one round trip; past it the limiter fails open.
 	queryTimeout = 3 * time.Second
-	warnEvery    = 10 * time.Second
+	// retryFailedAfter is how long a bucket whose round trip failed admits requests
+	// unchecked before the next one tries the database again.
+	retryFailedAfter = time.Second
+	warnEvery        = 10 * time.Second
 )
 
 // Decision is the outcome of one Allow call.
@@ -236,6 +240,11 @@ type entry struct {
 	left   int       // of which not handed out yet
 	// deniedUntil is when a token may be free again after a denial (local clock).
 	deniedUntil time.Time
+	// failedUntil is when a round trip may be tried again after one failed (local
+	// clock): until then the bucket's requests are admitted unchecked at once, rather
+	// than each waiting for a round trip of its own (a hung database queued them,
+	// queryTimeout each).
+	failedUntil time.Time
 	// busy is closed when the round trip in flight for this bucket is answered.
 	busy chan struct{}
 }
@@ -279,6 +288,10 @@ func (l *Limiter) Allow(ctx context.Context, key string, p Policy) Decision {
 				return l.unchecked(ctx, p, ctx.Err())
 			}
 		}
+		if now.Before(e.failedUntil) {
+			l.mu.Unlock()
+			return l.unchecked(ctx, p, errFailedRecently)
+		}
 		if now.Before(e.deniedUntil) {
 			d := decide(p, false, e.tat, e.dbNow(now))
 			l.mu.Unlock()
@@ -308,6 +321,9 @@ func (l *Limiter) take(ctx context.Context, id slot, e *entry, want int, now tim
 	close(e.busy)
 	e.busy = nil
 	if err != nil {
+		if ctx.Err() == nil { // this request's end is not the database's failure
+			e.failedUntil = l.clock().Add(retryFailedAfter)
+		}
 		return l.unchecked(ctx, p, err)
 	}
 	e.sent, e.at, e.tat, e.size = now, at, tat, granted
@@ -349,6 +365,8 @@ func (l *Limiter) unchecked(ctx context.Context, p Policy, err error) Decision {
 	}
 	return Decision{Allowed: true, Limit: p.Limit, Policy: p, Unchecked: true}
 }
+
+var errFailedRecently = errors.New("ratelimit: the bucket's last round trip failed a moment ago")
 
 // dbNow estimates the database's clock at local instant now.
 func (e *entry) dbNow(now time.Time) int64 { return e.at + int64(now.Sub(e.sent)) }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -203,5 +204,63 @@ func TestFailOpen(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
 		t.Fatalf("%d warnings for 3 unchecked requests, want 1:\n%s", n, logs.String())
+	}
+}
+
+// A database that accepts connections and never answers: the round trip fails after
+// queryTimeout, and the requests that waited for it are admitted unchecked at once,
+// not each after a round trip of its own (they queued, queryTimeout each).
+func TestHungDatabaseFailsOpenOnce(t *testing.T) {
+	t.Parallel()
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan net.Conn, 64) // connections held open, never answered
+	t.Cleanup(func() {
+		hole.Close()
+		for {
+			select {
+			case c := <-held:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+	go func() {
+		for {
+			c, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			held <- c
+		}
+	}()
+	pool, err := pgxpool.New(t.Context(), "postgres://nobody@"+hole.Addr().String()+"/none?connect_timeout=30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := New(pool, nil)
+	first := make(chan Decision, 1)
+	go func() { first <- l.Allow(t.Context(), "key:k", perKey) }()
+	for l.trips.Load() == 0 {
+		time.Sleep(time.Millisecond) // until the first round trip is under way
+	}
+	decisions := make(chan Decision, 3)
+	for range 3 {
+		go func() { decisions <- l.Allow(t.Context(), "key:k", perKey) }()
+	}
+	for range 3 {
+		if d := <-decisions; !d.Allowed || !d.Unchecked {
+			t.Fatalf("a waiting request: %+v, want allowed unchecked", d)
+		}
+	}
+	if d := <-first; !d.Allowed || !d.Unchecked {
+		t.Fatalf("the first request: %+v, want allowed unchecked", d)
+	}
+	if n := l.trips.Load(); n != 1 {
+		t.Fatalf("%d round trips to a hung database for 4 requests at once, want 1", n)
 	}
 }
