@@ -40,3 +40,16 @@ func Claims(m *Meter) int {
 	defer m.mu.Unlock()
 	return len(m.claims)
 }
+
+// Trusted says whether m's lease on keyID may still hand out its units: its row cannot
+// have expired unrenewed yet.
+func Trusted(m *Meter, keyID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, l := range m.leases {
+		if l.keyID == keyID {
+			return !time.Now().After(l.trustedUntil)
+		}
+	}
+	return false
+}

@@ -179,12 +179,16 @@ type lease struct {
 	lowWater                   int64 // below it, a top-up starts ahead of need (0: never)
 	full                       bool  // the last top-up was granted all it asked (idle: LeaseKeep)
 	toppedAt                   time.Time
-	ahead                      bool  // a top-up ahead of need is in flight
-	inflight                   int   // reservations neither settled nor cancelled
-	filling                    int   // top-ups in flight: the lease is in use
-	pending                    int64 // settled in memory, not yet committed
-	lastUsed                   time.Time
-	released                   bool
+	// trustedUntil is when the lease's row may have expired for want of renewal (its
+	// last top-up or renewal, sent, plus LeaseTTL, less a margin): past it another
+	// server may have given its units back, and none of avail may be handed out.
+	trustedUntil time.Time
+	ahead        bool  // a top-up ahead of need is in flight
+	inflight     int   // reservations neither settled nor cancelled
+	filling      int   // top-ups in flight: the lease is in use
+	pending      int64 // settled in memory, not yet committed
+	lastUsed     time.Time
+	released     bool
 }
 
 // NewMeter starts the settler; it stops when ctx ends (or Stop): it reserves nothing
@@ -259,7 +263,8 @@ func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
 		l, fresh := m.leaseFor(k, call.Account, day)
 		if !fresh {
 			// the key or account changed since the lease was taken: the lease's terms
-			// (budget, plan) are gone with it
+			// (budget, plan) are gone with it; or its row went unrenewed so long that
+			// another server may have given its units back
 			m.release(ctx, l)
 			continue
 		}
@@ -307,12 +312,20 @@ func (m *Meter) leaseFor(k *domain.Key, acct *domain.Account, day string) (*leas
 		m.leases[lk] = l
 		return l, true
 	}
-	if l.keyVersion != k.Version() || l.accountVersion != acct.Version() {
+	if l.keyVersion != k.Version() || l.accountVersion != acct.Version() || !l.toppedAt.IsZero() && time.Now().After(l.trustedUntil) {
 		l.released = true
 		delete(m.leases, lk)
 		return l, false
 	}
 	return l, true
+}
+
+// trust is how long a lease row written or renewed by a statement sent at sent is
+// surely still this server's (under mu).
+func (m *Meter) trust(l *lease, sent time.Time) {
+	if until := sent.Add(m.cfg.LeaseTTL - m.cfg.LeaseTTL/5); until.After(l.trustedUntil) {
+		l.trustedUntil = until
+	}
 }
 
 // take hands units of the lease to call when it has them, and starts topUpAhead when
@@ -404,6 +417,7 @@ func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64, ahe
 	defer cancel()
 	var outcome string
 	var granted int64
+	sent := time.Now()
 	for attempt := 0; ; attempt++ {
 		err := m.pool.QueryRow(ctx, `SELECT outcome, granted FROM meter_lease($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 			l.id, m.owner, l.keyID, l.accountID, l.env, l.day, need, max(need, want),
@@ -431,6 +445,7 @@ func (m *Meter) topUp(ctx context.Context, l *lease, call Call, units int64, ahe
 		l.lowWater = granted / 2
 	}
 	l.toppedAt = time.Now()
+	m.trust(l, sent)
 	m.mu.Unlock()
 	return nil
 }

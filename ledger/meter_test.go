@@ -587,3 +587,59 @@ func holdChain(t *testing.T, pool *pgxpool.Pool) (release func()) {
 		}
 	}
 }
+
+// A server whose lease another server gave back (it stalled, or lost the database,
+// longer than LeaseTTL) hands out nothing more from it: at its next renewal, which
+// finds the row gone, or once the row cannot have outlived its last renewal. Here
+// another server then spends the whole budget, and the first one's next call is
+// refused instead of served from the units it still counted in memory.
+func TestMeterLostLeaseHandsOutNothing(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  ledger.MeterConfig
+		gone func(t *testing.T, m *ledger.Meter, keyID string)
+	}{
+		{"its renewal finds the row gone", ledger.MeterConfig{LeaseTTL: 15 * time.Second, Housekeeping: 50 * time.Millisecond},
+			func(t *testing.T, m *ledger.Meter, keyID string) {
+				pgtest.WaitFor(t, "the lease to be dropped", func() bool { return ledger.Held(m, keyID) == 0 })
+			}},
+		{"it cannot renew", ledger.MeterConfig{LeaseTTL: time.Second, Housekeeping: time.Hour},
+			func(t *testing.T, m *ledger.Meter, keyID string) {
+				pgtest.WaitFor(t, "the lease's row to be past its renewal", func() bool { return !ledger.Trusted(m, keyID) })
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			budget := int64(1000)
+			f := newFixture(t, &budget)
+			stalled := f.meter(t, c.cfg)
+			// a call in flight all along: the lease is in use, not one given back when idle
+			r, err := stalled.Reserve(context.Background(), f.evalCall(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Cancel()
+			if ledger.Held(stalled, f.key.ID()) == 0 {
+				t.Fatal("the lease holds nothing in memory")
+			}
+			// another server gives the lease back as if it had expired
+			if _, err := f.pool.Exec(context.Background(), `UPDATE leases SET expires_at = now() - interval '1 second';
+				SELECT meter_release(lease_id, NULL, 0.00001) FROM leases`); err != nil {
+				t.Fatal(err)
+			}
+			other := f.meter(t, ledger.MeterConfig{})
+			for i := 1; ; i++ {
+				r, err := other.Reserve(context.Background(), f.evalCall(i))
+				if err != nil {
+					break // the budget is spent
+				}
+				if err := r.Settle(answered()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.gone(t, stalled, f.key.ID())
+			if _, err := stalled.Reserve(context.Background(), f.evalCall(1000)); !errors.Is(err, ledger.ErrBudget) {
+				t.Fatalf("a call on the server whose lease was given back: %v, want the budget's refusal", err)
+			}
+		})
+	}
+}

@@ -413,6 +413,8 @@ func (m *Meter) forget(batch []*settlement) {
 func (m *Meter) housekeeping(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL/3)
 	defer cancel()
+	// before the leases are listed: a lease topped up before it is on the list
+	sent := time.Now()
 	var idle []*lease
 	m.mu.Lock()
 	for lk, l := range m.leases {
@@ -447,14 +449,24 @@ func (m *Meter) housekeeping(ctx context.Context) {
 	}
 	m.releaseKeyless(ctx, false)
 	b := &pgx.Batch{}
-	b.Queue(`UPDATE leases SET expires_at = now() + $2 WHERE owner = $1 AND lease_id = ANY ($3)`, m.owner, m.cfg.LeaseTTL, leases)
+	b.Queue(`UPDATE leases SET expires_at = now() + $2 WHERE owner = $1 AND lease_id = ANY ($3) RETURNING lease_id`, m.owner, m.cfg.LeaseTTL, leases)
 	b.Queue(`UPDATE idempotency SET expires_at = now() + $2
 		WHERE owner = $1 AND state = 'running' AND (scope, idem_key) IN (SELECT * FROM unnest($3::text[], $4::text[]))
 		RETURNING scope, idem_key`, m.owner, m.cfg.LeaseTTL, scopes, keys)
 	b.Queue(`SELECT coalesce(sum(meter_release(lease_id, NULL, $1)), 0) FROM
 		(SELECT lease_id FROM leases WHERE expires_at < now() ORDER BY expires_at LIMIT 100) expired`, UnitPriceUSD)
 	br := m.pool.SendBatch(ctx, b)
-	_, err1 := br.Exec()
+	renewed := map[string]bool{}
+	var err1 error
+	if rows, err := br.Query(); err != nil {
+		err1 = err
+	} else {
+		var id string
+		_, err1 = pgx.ForEachRow(rows, []any{&id}, func() error {
+			renewed[id] = true
+			return nil
+		})
+	}
 	var err2 error
 	if rows, err := br.Query(); err != nil {
 		err2 = err
@@ -472,6 +484,24 @@ func (m *Meter) housekeeping(ctx context.Context) {
 			m.logger.Warn("lease housekeeping", "err", err)
 		}
 		return
+	}
+	// A lease renewed is trusted a TTL more; one whose row was gone (another server gave
+	// its units back: this one stalled or lost the database longer than LeaseTTL) hands
+	// out nothing more. Only leases topped up before the list was made had a row.
+	var gone []*lease
+	m.mu.Lock()
+	for _, l := range m.leases {
+		switch {
+		case renewed[l.id]:
+			m.trust(l, sent)
+		case !l.toppedAt.IsZero() && l.toppedAt.Before(sent) && !l.released:
+			gone = append(gone, l)
+		}
+	}
+	m.mu.Unlock()
+	for _, l := range gone {
+		m.logger.Warn("a lease's row was gone at its renewal: its units went back; it hands out nothing more", "lease", l.id)
+		m.retire(ctx, l)
 	}
 	// A claim not renewed is answered (a job's, stored in its own transaction), given
 	// back or taken over: not this server's to renew any more, unless claimed again.
