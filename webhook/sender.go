@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -77,16 +78,29 @@ type due struct {
 	attempts                               int
 }
 
-// SendDue claims up to ten due deliveries and tries each; it returns how many.
+// SendDue claims up to ten due deliveries and tries them at once; it returns how many.
+//
+// The claim takes endpoints in turn (each endpoint's oldest due delivery first, then
+// each one's second, ...), so one endpoint's backlog, a slow one's above all, does not
+// hold back other endpoints' deliveries: they were taken oldest first, ten at a time,
+// and tried one after another, each up to Timeout. Tried at once, a batch takes one
+// Timeout at most, well within the claim (twice Timeout): tried in turn, ten slow ones
+// outlasted it, and another server claimed and sent the last of them again.
 func (s *Sender) SendDue(ctx context.Context) int {
 	// The claim moves the next try past the timeout, so a sender that dies mid-try
-	// leaves the delivery to be tried again then, by any server.
+	// leaves the delivery to be tried again then, by any server. A delivery another
+	// sender claims meanwhile is skipped: the claim's conditions are checked again on
+	// the row it committed.
 	rows, err := s.pool.Query(ctx, `UPDATE webhook_deliveries d SET attempts = d.attempts + 1,
 			next_attempt_at = now() + $1::interval
-		FROM (SELECT delivery_id FROM webhook_deliveries
-		      WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()
-		      ORDER BY next_attempt_at LIMIT 10 FOR UPDATE SKIP LOCKED) c, webhook_endpoints e
+		FROM (SELECT delivery_id FROM (
+		        SELECT delivery_id, next_attempt_at,
+		               row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at) AS turn
+		          FROM webhook_deliveries
+		         WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()) t
+		      ORDER BY turn, next_attempt_at LIMIT 10) c, webhook_endpoints e
 		WHERE d.delivery_id = c.delivery_id AND e.endpoint_id = d.endpoint_id
+		  AND d.delivered_at IS NULL AND d.failed_at IS NULL AND d.next_attempt_at <= now()
 		RETURNING d.delivery_id, e.endpoint_id, e.url, e.secret, d.event_type, d.payload::text, d.attempts`, (2 * s.cfg.Timeout).String())
 	if err != nil {
 		if ctx.Err() == nil {
@@ -105,9 +119,11 @@ func (s *Sender) SendDue(ctx context.Context) int {
 		s.logger.Warn("claim webhook deliveries", "err", err)
 		return 0
 	}
+	var wg sync.WaitGroup
 	for _, d := range claimed {
-		s.try(ctx, d)
+		wg.Go(func() { s.try(ctx, d) })
 	}
+	wg.Wait()
 	return len(claimed)
 }
 
