@@ -43,7 +43,7 @@ func ChainHash(prev []byte, e *Event) []byte {
 // Tamper names the first place where the log is not what was appended.
 type Tamper struct {
 	Position int64  // the first event that is wrong or missing
-	Kind     string // "edited", "deleted" or "reordered"
+	Kind     string // "edited", "deleted", "reordered" or "inserted"
 	Detail   string
 }
 
@@ -106,6 +106,17 @@ func verify(ctx context.Context, q postgres.Querier) (VerifyReport, error) {
 			streams[e.StreamID] = e.Version
 			prev, last = e.Hash, e.Position
 		}
+	}
+	// Every row was walked: one the walk cannot reach (at position 0 or below, which
+	// streams' readers by version still fold in) is an insertion.
+	var rows, first int64
+	if err := q.QueryRow(ctx, `SELECT count(*), coalesce(min(position), 1) FROM events`).Scan(&rows, &first); err != nil {
+		return rep, err
+	}
+	if rows != rep.Events {
+		rep.Tamper = &Tamper{Position: first, Kind: "inserted",
+			Detail: fmt.Sprintf("%d events stored, %d on the chain (the first at position %d)", rows, rep.Events, first)}
+		return rep, nil
 	}
 	switch {
 	case last < rep.Head:

@@ -340,9 +340,13 @@ func TestVerifyCatchesTampering(t *testing.T) {
 		{"edited metadata", `UPDATE events SET metadata = '{}' WHERE position = 2`, 2, "edited"},
 		{"deleted middle", `DELETE FROM events WHERE position = 3`, 3, "deleted"},
 		{"deleted tail", `DELETE FROM events WHERE position = 6`, 6, "deleted"},
-		{"swapped", `UPDATE events SET position = -1 WHERE position = 3;
+		{"swapped", `UPDATE events SET position = 1000 WHERE position = 3;
 			UPDATE events SET position = 3 WHERE position = 5;
-			UPDATE events SET position = 5 WHERE position = -1`, 3, "reordered"},
+			UPDATE events SET position = 5 WHERE position = 1000`, 3, "reordered"},
+		// off the chain's walk, which starts after 0; streams' readers would fold it in
+		{"inserted before the start", `ALTER TABLE events DROP CONSTRAINT events_position_positive;
+			INSERT INTO events (position, stream_id, stream_type, version, event_type, schema_version, payload, metadata, recorded_at, hash)
+			SELECT 0, stream_id, stream_type, 4, event_type, schema_version, '{"n":1000000}', metadata, recorded_at, hash FROM events WHERE position = 5`, 0, "inserted"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
