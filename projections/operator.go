@@ -122,6 +122,18 @@ func resolve(ctx context.Context, pool *pgxpool.Pool, ps []Projection, id int64,
 				return err
 			}
 		} else {
+			// An event held behind an earlier one of its stream, still open, waits for it:
+			// retrying it would apply that one too (events apply in stream order) while
+			// leaving it listed open, so a later skip of it would make a rebuild differ.
+			var blocker int64
+			err := tx.QueryRow(ctx, `SELECT id FROM set_aside_events WHERE projection = $1 AND stream_id = $2 AND state = 'open'
+				AND position < $3 ORDER BY position LIMIT 1`, p.Name(), stream, res.Position).Scan(&blocker)
+			if err == nil {
+				return domain.Errorf(domain.CodeConflict, "set-aside event %d waits behind set-aside event %d of its stream, still open: retry or skip that one first", id, blocker)
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("read set-aside events before %d: %w", id, err)
+			}
 			cause, err := tryApply(ctx, tx, p, res.Position)
 			if err != nil {
 				return err
