@@ -205,18 +205,9 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 		if problem, err := keyStops(ctx, tx, key); err != nil {
 			return err
 		} else if problem != nil {
-			e, err := j.Fail(problem.Code, problem.Message, h.now())
-			if err != nil {
+			if err := h.failLocked(ctx, tx, j, worker, problem); err != nil {
 				return err
 			}
-			if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, j.Version(),
-				eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: worker}, event(e)); err != nil {
-				return err
-			}
-			if err := closeJob(ctx, tx, j); err != nil {
-				return err
-			}
-			j.Apply(e)
 			out, stopped = j, true
 			return nil
 		}
@@ -327,20 +318,29 @@ func (h *Handler) FailJob(ctx context.Context, jobID, worker string, problem *do
 		if j.State() != domain.StateRunning {
 			return ErrNotClaimable
 		}
-		e, err := j.Fail(problem.Code, problem.Message, h.now())
-		if err != nil {
+		if err := h.failLocked(ctx, tx, j, worker, problem); err != nil {
 			return err
 		}
-		if err := tx.Append(ctx, domain.JobStream(jobID), domain.StreamJob, j.Version(),
-			eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: worker}, event(e)); err != nil {
-			return err
-		}
-		if err := closeJob(ctx, tx, j); err != nil {
-			return err
-		}
-		j.Apply(e)
 		out = j
 		return nil
 	})
 	return out, err
+}
+
+// failLocked ends running job j, locked in tx, with problem on worker's behalf: its
+// JobFailed, the rest of its hold released, its positions off the queue (closeJob).
+func (h *Handler) failLocked(ctx context.Context, tx *eventstore.Tx, j *domain.Job, worker string, problem *domain.Error) error {
+	e, err := j.Fail(problem.Code, problem.Message, h.now())
+	if err != nil {
+		return err
+	}
+	if err := tx.Append(ctx, domain.JobStream(j.ID()), domain.StreamJob, j.Version(),
+		eventstore.Metadata{AccountID: j.AccountID(), KeyID: j.KeyID(), CausationID: worker}, event(e)); err != nil {
+		return err
+	}
+	if err := closeJob(ctx, tx, j); err != nil {
+		return err
+	}
+	j.Apply(e)
+	return nil
 }

@@ -60,6 +60,20 @@ func (e *env) waitJob(key, id string, done func(map[string]any) bool) map[string
 	}
 }
 
+// executorsLetGo waits until no executor runs job id: whatever it was going to record
+// has been recorded.
+func (e *env) executorsLetGo(id string) {
+	e.t.Helper()
+	pgtest.WaitFor(e.t, "the executors to let go of the job", func() bool {
+		for _, x := range e.execs {
+			if slices.Contains(x.Running(), id) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func finished(b map[string]any) bool {
 	s := b["state"]
 	return s == "succeeded" || s == "failed" || s == "cancelled"
@@ -289,25 +303,29 @@ func TestJobHoldsTheAllowanceWhenAccepted(t *testing.T) {
 	e.checkJobBooks(t, key, id)
 }
 
+// midJobFENs are twelve positions of a job at depth 14, long enough for a change to
+// land mid-job (a cancel, a key's revocation).
+var midJobFENs = []string{
+	"r1bq1rk1/ppp2ppp/2np1n2/2b1p3/2B1P3/2NP1N2/PPP2PPP/R1BQ1RK1 w - - 0 7",
+	"r2q1rk1/pp2bppp/2n1pn2/3p4/3P4/2NBPN2/PP3PPP/R2QK2R w KQ - 0 10",
+	"2rq1rk1/pb1nbppp/1p2pn2/2pp4/3P4/1P2PNP1/PBPNQPBP/R4RK1 w - - 0 11",
+	"r4rk1/1pp1qppp/p1np1n2/2b1p1B1/2B1P1b1/P1NP1N2/1PP1QPPP/R4RK1 w - - 0 10",
+	"rnbq1rk1/ppp1ppbp/3p1np1/8/2PPP3/2N2N2/PP2BPPP/R1BQK2R b KQ - 3 6",
+	"rnbqkb1r/pp3ppp/4pn2/2pp4/3P4/2P1PN2/PP3PPP/RNBQKB1R w KQkq - 0 5",
+	// the first record comes a second (RecordEvery) after the first position: the
+	// job must last well beyond it for a change to land mid-job
+	"r2q1rk1/ppp2ppp/2np1n2/2b1p3/2B1P1b1/2NP1N2/PPP2PPP/R1BQ1RK1 w - - 0 8",
+	"r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1",
+	"r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4",
+	"r1bqkbnr/pp1ppppp/2n5/2p5/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3",
+	"8/2p5/3p4/KP5r/1R3p1k/8/4P1P1/8 w - - 0 1",
+	"r1bqkbnr/pppp1ppp/2n5/1B2p3/4P3/5N2/PPPP1PPP/RNBQK2R b KQkq - 3 3",
+}
+
 func TestCancelMidJob(t *testing.T) {
 	e := newEnv(t)
 	key := e.signupPro("cancel@example.com")
-	fens := []string{
-		"r1bq1rk1/ppp2ppp/2np1n2/2b1p3/2B1P3/2NP1N2/PPP2PPP/R1BQ1RK1 w - - 0 7",
-		"r2q1rk1/pp2bppp/2n1pn2/3p4/3P4/2NBPN2/PP3PPP/R2QK2R w KQ - 0 10",
-		"2rq1rk1/pb1nbppp/1p2pn2/2pp4/3P4/1P2PNP1/PBPNQPBP/R4RK1 w - - 0 11",
-		"r4rk1/1pp1qppp/p1np1n2/2b1p1B1/2B1P1b1/P1NP1N2/1PP1QPPP/R4RK1 w - - 0 10",
-		"rnbq1rk1/ppp1ppbp/3p1np1/8/2PPP3/2N2N2/PP2BPPP/R1BQK2R b KQ - 3 6",
-		"rnbqkb1r/pp3ppp/4pn2/2pp4/3P4/2P1PN2/PP3PPP/RNBQKB1R w KQkq - 0 5",
-		// the first record comes a second (RecordEvery) after the first position: the
-		// job must last well beyond it for the cancel to land mid-job
-		"r2q1rk1/ppp2ppp/2np1n2/2b1p3/2B1P1b1/2NP1N2/PPP2PPP/R1BQ1RK1 w - - 0 8",
-		"r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1",
-		"r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4",
-		"r1bqkbnr/pp1ppppp/2n5/2p5/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3",
-		"8/2p5/3p4/KP5r/1R3p1k/8/4P1P1/8 w - - 0 1",
-		"r1bqkbnr/pppp1ppp/2n5/1B2p3/4P3/5N2/PPPP1PPP/RNBQK2R b KQkq - 3 3",
-	}
+	fens := midJobFENs
 	r := e.do("POST", "/v1/batch", key, map[string]any{"fens": fens, "depth": 14, "multipv": 3})
 	id := r.Body["job_id"].(string)
 	e.waitJob(key, id, func(b map[string]any) bool { return b["positions_done"].(float64) >= 1 || finished(b) })
@@ -325,14 +343,7 @@ func TestCancelMidJob(t *testing.T) {
 	}
 	pgtest.WaitFor(t, "the engine to stop", func() bool { s := pool.Stats(); return s.Idle == s.Size })
 	// once no executor runs the job, whatever it was going to record has been recorded
-	pgtest.WaitFor(t, "the executors to let go of the job", func() bool {
-		for _, x := range e.execs {
-			if slices.Contains(x.Running(), id) {
-				return false
-			}
-		}
-		return true
-	})
+	e.executorsLetGo(id)
 	job := e.do("GET", "/v1/jobs/"+id, key, nil).Body
 	if job["state"] != "cancelled" || job["positions_done"] != doneAtCancel {
 		t.Fatalf("after cancel: %v (done %v at cancel)", job, doneAtCancel)
@@ -777,20 +788,7 @@ func TestKeyChangeStopsItsJobs(t *testing.T) {
 	e := newEnv(t)
 	e.svc.DisableCache() // both cases search their positions: neither is answered from the other's
 	owner := e.signupPro("key-change-jobs@example.com")
-	fens := []string{
-		"r1bq1rk1/ppp2ppp/2np1n2/2b1p3/2B1P3/2NP1N2/PPP2PPP/R1BQ1RK1 w - - 0 7",
-		"r2q1rk1/pp2bppp/2n1pn2/3p4/3P4/2NBPN2/PP3PPP/R2QK2R w KQ - 0 10",
-		"2rq1rk1/pb1nbppp/1p2pn2/2pp4/3P4/1P2PNP1/PBPNQPBP/R4RK1 w - - 0 11",
-		"r4rk1/1pp1qppp/p1np1n2/2b1p1B1/2B1P1b1/P1NP1N2/1PP1QPPP/R4RK1 w - - 0 10",
-		"rnbq1rk1/ppp1ppbp/3p1np1/8/2PPP3/2N2N2/PP2BPPP/R1BQK2R b KQ - 3 6",
-		"rnbqkb1r/pp3ppp/4pn2/2pp4/3P4/2P1PN2/PP3PPP/RNBQKB1R w KQkq - 0 5",
-		"r2q1rk1/ppp2ppp/2np1n2/2b1p3/2B1P1b1/2NP1N2/PPP2PPP/R1BQ1RK1 w - - 0 8",
-		"r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1",
-		"r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4",
-		"r1bqkbnr/pp1ppppp/2n5/2p5/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3",
-		"8/2p5/3p4/KP5r/1R3p1k/8/4P1P1/8 w - - 0 1",
-		"r1bqkbnr/pppp1ppp/2n5/1B2p3/4P3/5N2/PPPP1PPP/RNBQK2R b KQkq - 3 3",
-	}
+	fens := midJobFENs
 	for _, c := range []struct {
 		name   string
 		change func(keyID string) response
@@ -820,14 +818,7 @@ func TestKeyChangeStopsItsJobs(t *testing.T) {
 			if jerr, _ := job["error"].(map[string]any); job["state"] != "failed" || jerr["code"] != string(c.code) {
 				t.Fatalf("the job after its key's change: %v", job)
 			}
-			pgtest.WaitFor(t, "the executors to let go of the job", func() bool {
-				for _, x := range e.execs {
-					if slices.Contains(x.Running(), id) {
-						return false
-					}
-				}
-				return true
-			})
+			e.executorsLetGo(id)
 			if _, rows, _ := e.charged(keyID); rows != int(done) {
 				t.Fatalf("%d charges for %v positions recorded", rows, done)
 			}
