@@ -331,7 +331,7 @@ func TestRateLimit(t *testing.T) {
 	var last response
 	for i := 0; i < 200; i++ {
 		last = e.do("POST", "/v1/validate", key, `{"fen":"`+startFEN+`"}`)
-		if i == 0 && (last.Header.Get("RateLimit-Policy") != `"key";q=120;w=60` || !strings.HasPrefix(last.Header.Get("RateLimit"), `"key";r=`)) {
+		if i == 0 && (last.Header.Get("RateLimit-Policy") != `"account";q=120;w=60` || !strings.HasPrefix(last.Header.Get("RateLimit"), `"account";r=`)) {
 			t.Fatalf("headers on success: %v", last.Header)
 		}
 		if last.Status == 429 {

@@ -28,11 +28,12 @@ func (s *Server) signupLimit(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// rateLimit applies the caller's limit: its plan's requests per minute for a key (or
-// Config.KeyRequestsPerMinute), the keyless rate for an address. The limits hold across
-// every server of the database (package ratelimit). The RateLimit-Policy and RateLimit
-// headers go on every answer of a limited endpoint, successful ones included; false
-// means it answered 429.
+// rateLimit applies the caller's limit: for a key, its account's plan's requests per
+// minute (or Config.KeyRequestsPerMinute), shared by every key of the account's env, so
+// that more keys never buy more rate; for no key, the keyless rate of the address. The
+// limits hold across every server of the database (package ratelimit). The
+// RateLimit-Policy and RateLimit headers go on every answer of a limited endpoint,
+// successful ones included; false means it answered 429.
 func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.Key) bool {
 	if s.limiter == nil {
 		return true
@@ -43,7 +44,8 @@ func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.K
 		if s.keyRate > 0 {
 			perMinute = s.keyRate
 		}
-		d = s.limiter.Allow(r.Context(), "key:"+key.ID(), ratelimit.Policy{Name: "key", Limit: perMinute, Window: time.Minute})
+		bucket := "acct:" + key.AccountID() + ":" + key.Env().String()
+		d = s.limiter.Allow(r.Context(), bucket, ratelimit.Policy{Name: "account", Limit: perMinute, Window: time.Minute})
 	} else {
 		d = s.limiter.Allow(r.Context(), "ip:"+s.limitAddr(r).String(), ratelimit.Policy{Name: "ip", Limit: KeylessPerMinute, Window: time.Minute})
 	}

@@ -20,32 +20,41 @@ var rateLimitField = regexp.MustCompile(`^"([a-z]+)";r=(\d+);t=(\d+)$`)
 // alternate between them as fast as they are answered; the number let through is what
 // one limiter would allow in that time (the burst plus what refilled while the calls
 // ran), every 429 carries Retry-After and the RateLimit fields, and the remaining
-// count the servers report never goes up while the bucket drains.
+// count the servers report never goes up while the bucket drains. A key's limit is its
+// account's: the calls also alternate between two live keys of one account, which
+// share it, while a test key of the account has its own.
 func TestRateLimitAcrossServers(t *testing.T) {
 	a := newEnv(t, withRateLimits(), withKeyRequestsPerMinute(60), withWorkers(0))
 	b := newEnv(t, withRateLimits(), withKeyRequestsPerMinute(60), withWorkers(0), onPool(a.pool))
 	key, _ := a.signup("replicas@example.com")
+	// Both made before the timed calls, from the same bucket: two calls already spent.
+	other, _ := a.createKey(key, map[string]any{"label": "second", "scopes": []string{"eval", "keys:write"}})
+	testKey, _ := a.createKey(key, map[string]any{"label": "test", "env": "test", "scopes": []string{"eval"}})
+	validate := func(e *env, k string) response {
+		return e.do("POST", "/v1/validate", k, `{"fen":"`+startFEN+`"}`)
+	}
 	for _, tc := range []struct {
 		name   string
 		policy string
 		limit  int
+		spent  int // calls of the bucket before the timed ones
 		status int // of a call let through
-		call   func(e *env) response
+		call   func(e *env, i int) response
 	}{
-		{"key", `"key";q=60;w=60`, 60, 200, func(e *env) response {
-			return e.do("POST", "/v1/validate", key, `{"fen":"`+startFEN+`"}`)
+		{"account", `"account";q=60;w=60`, 60, 2, 200, func(e *env, i int) response {
+			return validate(e, []string{key, other}[i/2%2])
 		}},
 		// Refused for the request after the limiter and before any engine or allowance.
-		{"keyless", `"ip";q=30;w=60`, 30, 400, func(e *env) response {
+		{"keyless", `"ip";q=30;w=60`, 30, 0, 400, func(e *env, _ int) response {
 			return e.do("POST", "/v1/eval", "", `{}`)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			interval := time.Minute / time.Duration(tc.limit)
-			through, remaining := 0, tc.limit
+			through, remaining := tc.spent, tc.limit
 			start := time.Now()
 			for i := range 150 {
-				r := tc.call([]*env{a, b}[i%2])
+				r := tc.call([]*env{a, b}[i%2], i)
 				if got := r.Header.Get("RateLimit-Policy"); got != tc.policy {
 					t.Fatalf("call %d: RateLimit-Policy %q, want %q", i, got, tc.policy)
 				}
@@ -78,5 +87,18 @@ func TestRateLimitAcrossServers(t *testing.T) {
 				t.Fatalf("%d calls through, want %d to %d", through, tc.limit, most)
 			}
 		})
+	}
+	// Two live keys with a bucket each would have let about twice the calls through,
+	// above. The account's test key has its own bucket, still nearly full.
+	for i, e := range []*env{a, b} {
+		r := validate(e, testKey)
+		m := rateLimitField.FindStringSubmatch(r.Header.Get("RateLimit"))
+		if r.Status != 200 || r.Header.Get("RateLimit-Policy") != `"account";q=60;w=60` || m == nil {
+			t.Fatalf("server %d: the test key got %d, RateLimit-Policy %q, RateLimit %q", i, r.Status,
+				r.Header.Get("RateLimit-Policy"), r.Header.Get("RateLimit"))
+		}
+		if left, _ := strconv.Atoi(m[2]); left < 50 {
+			t.Fatalf("server %d: the test key has %d calls left of 60: it shares the live keys' bucket", i, left)
+		}
 	}
 }
