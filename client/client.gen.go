@@ -3074,7 +3074,8 @@ type ClientInterface interface {
 	// record; the stream then closes). Ids are 1, 2, 3… per job: reconnect with
 	// `Last-Event-ID` to resume right after the last event seen. A reconnect with
 	// nothing left to send answers 204, which tells an EventSource to stop. A
-	// `: keep-alive` comment comes every 15 s. Scope `jobs`.
+	// `: keep-alive` comment comes every 15 s. An account holds at most 100 streams
+	// open on one server; one more answers 429 with `Retry-After`. Scope `jobs`.
 	//
 	// Corresponds with GET /jobs/{id}/events (the `StreamJobEvents` operationId).
 	StreamJobEvents(ctx context.Context, id JobID, params *StreamJobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3873,7 +3874,8 @@ func (c *Client) GetJob(ctx context.Context, id JobID, params *GetJobParams, req
 // record; the stream then closes). Ids are 1, 2, 3… per job: reconnect with
 // `Last-Event-ID` to resume right after the last event seen. A reconnect with
 // nothing left to send answers 204, which tells an EventSource to stop. A
-// `: keep-alive` comment comes every 15 s. Scope `jobs`.
+// `: keep-alive` comment comes every 15 s. An account holds at most 100 streams
+// open on one server; one more answers 429 with `Retry-After`. Scope `jobs`.
 //
 // Corresponds with GET /jobs/{id}/events (the `StreamJobEvents` operationId).
 func (c *Client) StreamJobEvents(ctx context.Context, id JobID, params *StreamJobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7567,7 +7569,8 @@ type ClientWithResponsesInterface interface {
 	// record; the stream then closes). Ids are 1, 2, 3… per job: reconnect with
 	// `Last-Event-ID` to resume right after the last event seen. A reconnect with
 	// nothing left to send answers 204, which tells an EventSource to stop. A
-	// `: keep-alive` comment comes every 15 s. Scope `jobs`.
+	// `: keep-alive` comment comes every 15 s. An account holds at most 100 streams
+	// open on one server; one more answers 429 with `Retry-After`. Scope `jobs`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -15717,7 +15720,8 @@ func (c *ClientWithResponses) GetJobWithResponse(ctx context.Context, id JobID, 
 // record; the stream then closes). Ids are 1, 2, 3… per job: reconnect with
 // `Last-Event-ID` to resume right after the last event seen. A reconnect with
 // nothing left to send answers 204, which tells an EventSource to stop. A
-// `: keep-alive` comment comes every 15 s. Scope `jobs`.
+// `: keep-alive` comment comes every 15 s. An account holds at most 100 streams
+// open on one server; one more answers 429 with `Retry-After`. Scope `jobs`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

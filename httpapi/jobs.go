@@ -411,6 +411,12 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	acct := account(r.Context()).ID()
+	if !s.slots.take(acct) {
+		s.writeError(w, r, &streamsFull{limit: s.slots.limit})
+		return
+	}
+	defer s.slots.give(acct)
 	// The jobs projection announces each addition to the stream at its commit: the
 	// stream waits for that and makes no query while nothing happens. It polls only
 	// while notifications are not being received (the listener reconnects), or when

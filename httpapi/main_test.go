@@ -98,6 +98,7 @@ type envConfig struct {
 	rateLimits    bool
 	keyPerMinute  int // httpapi.Config.KeyRequestsPerMinute
 	keylessPerDay int // httpapi.Config.KeylessPerDay
+	streams       int // httpapi.Config.StreamsPerAccount
 	pool          *pgxpool.Pool
 	observe       func(route, method string, status int, took time.Duration) // Deps.ObserveRequest
 }
@@ -115,6 +116,9 @@ func withLease(d time.Duration) envOption { return func(c *envConfig) { c.lease 
 
 // withKeylessPerDay sets the keyless daily allowance per address.
 func withKeylessPerDay(n int) envOption { return func(c *envConfig) { c.keylessPerDay = n } }
+
+// withStreamsPerAccount sets the job event streams an account may hold open.
+func withStreamsPerAccount(n int) envOption { return func(c *envConfig) { c.streams = n } }
 
 // withRateLimits turns the rate limiter on (off by default so tests can call freely).
 func withRateLimits() envOption { return func(c *envConfig) { c.rateLimits = true } }
@@ -149,7 +153,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	authn.Watch(meterCtx, logger) // as `chessd serve`: keys and accounts answered from memory
 	cmds := commands.New(store, testPepper)
 	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10, NoRateLimits: !cfg.rateLimits, InsecureWebhooks: true,
-		KeyRequestsPerMinute: cfg.keyPerMinute, KeylessPerDay: cfg.keylessPerDay}, httpapi.Deps{
+		KeyRequestsPerMinute: cfg.keyPerMinute, KeylessPerDay: cfg.keylessPerDay, StreamsPerAccount: cfg.streams}, httpapi.Deps{
 		Pool: pool, Commands: cmds,
 		Auth: authn, Analysis: svc,
 		Meter: meter, Logger: logger, Wakeups: eventstore.Listen(meterCtx, pool, logger), ObserveRequest: cfg.observe,

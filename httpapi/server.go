@@ -49,6 +49,8 @@ type Config struct {
 	KeylessPerDay int
 	// InsecureWebhooks accepts http:// webhook URLs (development and tests).
 	InsecureWebhooks bool
+	// StreamsPerAccount, when set, replaces StreamsPerAccount (tests).
+	StreamsPerAccount int
 }
 
 // Server holds the handlers' dependencies.
@@ -60,6 +62,7 @@ type Server struct {
 	// would hold its stop for as long as their jobs run, end with it.
 	streams    context.Context
 	endStreams context.CancelFunc
+	slots      *streamSlots // the job event streams open on this server, by account
 	pool       *pgxpool.Pool
 	commands   *commands.Handler
 	auth       *auth.Authenticator
@@ -96,11 +99,11 @@ type Deps struct {
 	WebhookSecrets *webhook.Secrets
 }
 
-// New builds the server and its routes.
 // EndStreams ends every open job event stream, and any opened later, at once: the server
 // is stopping. Their clients reconnect, with Last-Event-ID, to another server.
 func (s *Server) EndStreams() { s.endStreams() }
 
+// New builds the server and its routes.
 func New(cfg Config, d Deps) *Server {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 1 << 20
@@ -114,6 +117,10 @@ func New(cfg Config, d Deps) *Server {
 		s.billing = billingDisabled{}
 	}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
+	s.slots = newStreamSlots(StreamsPerAccount)
+	if cfg.StreamsPerAccount > 0 {
+		s.slots = newStreamSlots(cfg.StreamsPerAccount)
+	}
 	s.keyless = KeylessPerDay
 	if cfg.KeylessPerDay > 0 {
 		s.keyless = cfg.KeylessPerDay

@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"bufio"
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,7 +43,8 @@ func TestIdleStreamsMakeNoQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	e := newEnv(t, onPool(pool), withWorkers(0)) // no worker: the job stays queued
+	const streams = 300
+	e := newEnv(t, onPool(pool), withWorkers(0), withStreamsPerAccount(streams)) // no worker: the job stays queued
 	key := e.signupPro("idle-streams@example.com")
 	r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(2), "depth": 5})
 	if r.Status != 202 {
@@ -50,7 +53,6 @@ func TestIdleStreamsMakeNoQueries(t *testing.T) {
 	id := r.Body["job_id"].(string)
 	e.waitJob(key, id, func(map[string]any) bool { return true }) // the projection has the job
 
-	const streams = 300
 	var opened, ended sync.WaitGroup
 	for range streams {
 		opened.Add(1)
@@ -89,5 +91,66 @@ func TestIdleStreamsMakeNoQueries(t *testing.T) {
 	ended.Wait()
 	if woke := reads.n.Load() - before; woke < streams {
 		t.Fatalf("the cancel woke %d stream reads for %d streams", woke, streams)
+	}
+}
+
+// An account holds at most StreamsPerAccount job event streams open on one server: one
+// more is refused with 429 and Retry-After while another account's opens; a stream
+// that closes gives its slot back.
+func TestStreamsPerAccount(t *testing.T) {
+	const limit = 3
+	e := newEnv(t, withWorkers(0), withStreamsPerAccount(limit)) // no worker: the jobs stay queued
+	queued := func(key string) string {
+		r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(1), "depth": 5})
+		if r.Status != 202 {
+			t.Fatal(r.Raw)
+		}
+		id := r.Body["job_id"].(string)
+		e.waitJob(key, id, func(map[string]any) bool { return true }) // the projection has it
+		return id
+	}
+	key, other := e.signupPro("streams-a@example.com"), e.signupPro("streams-b@example.com")
+	id, otherID := queued(key), queued(other)
+	open := func(key, id string) (*http.Response, context.CancelFunc) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/v1/jobs/"+id+"/events", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close(); cancel() })
+		return res, cancel
+	}
+	var closeFirst context.CancelFunc
+	for i := range limit {
+		res, cancel := open(key, id)
+		if res.StatusCode != 200 {
+			t.Fatalf("stream %d: %d", i, res.StatusCode)
+		}
+		if i == 0 {
+			closeFirst = cancel
+		}
+	}
+	res, _ := open(key, id)
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 429 || res.Header.Get("Retry-After") != "5" || !strings.Contains(string(body), "job event streams open") {
+		t.Fatalf("stream %d of one account: %d, Retry-After %q: %s", limit+1, res.StatusCode, res.Header.Get("Retry-After"), body)
+	}
+	if res, _ := open(other, otherID); res.StatusCode != 200 {
+		t.Fatalf("another account's stream: %d", res.StatusCode)
+	}
+	closeFirst()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, _ := open(key, id)
+		if res.StatusCode == 200 {
+			break
+		}
+		if res.StatusCode != 429 || time.Now().After(deadline) {
+			t.Fatalf("after one stream closed: %d", res.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond) // the closed stream's handler returns when it sees the disconnect
 	}
 }
