@@ -2123,6 +2123,12 @@ type ExplainChargeParams struct {
 type ListDisputesParams struct {
 	State *DisputeState `form:"state,omitempty" json:"state,omitempty"`
 
+	// Limit Disputes per page.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor `next_cursor` of the previous page, as given.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
 	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
@@ -2935,7 +2941,8 @@ type ClientInterface interface {
 
 	// ListDisputes List disputes
 	//
-	// The account's disputes of the key's env, newest first. Scope `usage:read`.
+	// The account's disputes of the key's env, newest first, a page at a time: follow
+	// `next_cursor` (also in `Link`) until it is null. Scope `usage:read`.
 	//
 	// Corresponds with GET /disputes (the `ListDisputes` operationId).
 	ListDisputes(ctx context.Context, params *ListDisputesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3595,7 +3602,8 @@ func (c *Client) ExplainCharge(ctx context.Context, id string, params *ExplainCh
 
 // ListDisputes List disputes
 //
-// The account's disputes of the key's env, newest first. Scope `usage:read`.
+// The account's disputes of the key's env, newest first, a page at a time: follow
+// `next_cursor` (also in `Link`) until it is null. Scope `usage:read`.
 //
 // Corresponds with GET /disputes (the `ListDisputes` operationId).
 func (c *Client) ListDisputes(ctx context.Context, params *ListDisputesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4940,6 +4948,30 @@ func NewListDisputesRequest(server string, params *ListDisputesParams) (*http.Re
 		if params.State != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -7410,7 +7442,8 @@ type ClientWithResponsesInterface interface {
 
 	// ListDisputesWithResponse List disputes
 	//
-	// The account's disputes of the key's env, newest first. Scope `usage:read`.
+	// The account's disputes of the key's env, newest first, a page at a time: follow
+	// `next_cursor` (also in `Link`) until it is null. Scope `usage:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9156,6 +9189,8 @@ func (r ExplainChargeResponse) ContentType() string {
 
 // ListDisputesResponse200Headers the declared response headers of an HTTP 200 response for ListDisputes
 type ListDisputesResponse200Headers struct {
+	CacheControl    interface{}
+	Link            *string
 	RateLimit       *string
 	RateLimitPolicy *string
 	XRequestId      string
@@ -9209,6 +9244,9 @@ type ListDisputesResponse struct {
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *struct {
 		Disputes []Dispute `json:"disputes"`
+
+		// NextCursor The next page's cursor; null on the last page.
+		NextCursor *string `json:"next_cursor"`
 	}
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
@@ -9245,6 +9283,9 @@ type ListDisputesResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListDisputesResponse) GetJSON200() *struct {
 	Disputes []Dispute `json:"disputes"`
+
+	// NextCursor The next page's cursor; null on the last page.
+	NextCursor *string `json:"next_cursor"`
 } {
 	return r.JSON200
 }
@@ -15477,7 +15518,8 @@ func (c *ClientWithResponses) ExplainChargeWithResponse(ctx context.Context, id 
 
 // ListDisputesWithResponse List disputes
 //
-// The account's disputes of the key's env, newest first. Scope `usage:read`.
+// The account's disputes of the key's env, newest first, a page at a time: follow
+// `next_cursor` (also in `Link`) until it is null. Scope `usage:read`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -18119,6 +18161,9 @@ func ParseListDisputesResponse(rsp *http.Response) (*ListDisputesResponse, error
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest struct {
 			Disputes []Dispute `json:"disputes"`
+
+			// NextCursor The next page's cursor; null on the last page.
+			NextCursor *string `json:"next_cursor"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
@@ -18179,6 +18224,20 @@ func ParseListDisputesResponse(rsp *http.Response) (*ListDisputesResponse, error
 	switch {
 	case rsp.StatusCode == 200:
 		var headers ListDisputesResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value interface{}
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Link"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Link", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Link = &value
+		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -44,7 +46,7 @@ func (s *Server) openDispute(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	rows, err := ledger.Disputes(r.Context(), s.pool, d.AccountID, d.Env, d.DisputeID, "")
+	rows, _, err := ledger.Disputes(r.Context(), s.pool, ledger.DisputeQuery{AccountID: d.AccountID, Env: d.Env, ID: d.DisputeID})
 	if err != nil || len(rows) != 1 {
 		s.writeError(w, r, fmt.Errorf("read dispute %s back: %v (%d rows)", d.DisputeID, err, len(rows)))
 		return
@@ -53,19 +55,36 @@ func (s *Server) openDispute(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, s.disputeRecord(rows[0]))
 }
 
-// listDisputes answers GET /disputes[?state=open|accepted|rejected].
+// Disputes' list: GET /disputes.
+const (
+	defaultDisputesLimit = 100
+	maxDisputesLimit     = 1000
+)
+
+// listDisputes answers GET /disputes[?state=open|accepted|rejected]: the account's
+// disputes in the key's env, newest first, a page at a time.
 func (s *Server) listDisputes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var p domain.Problems
-	state := q.Get("state")
-	switch state {
-	case "", ledger.DisputeOpen, ledger.DisputeAccepted, ledger.DisputeRejected:
-	default:
-		p.Add("state", "must be open, accepted or rejected")
-	}
-	for name := range q {
-		if name != "state" {
-			p.Add(name, "is not a parameter of /disputes")
+	state := ""
+	pg := page{limit: defaultDisputesLimit}
+	for _, name := range slices.Sorted(maps.Keys(q)) { // problems in one order
+		vs := q[name]
+		if len(vs) > 1 {
+			p.Add(name, "is given more than once")
+		}
+		v := vs[0]
+		switch {
+		case name == "state":
+			switch v {
+			case ledger.DisputeOpen, ledger.DisputeAccepted, ledger.DisputeRejected:
+			default:
+				p.Add("state", "must be open, accepted or rejected")
+			}
+			state = v
+		case pg.read(&p, name, v, maxDisputesLimit, "dsp_"):
+		default:
+			p.Add(name, "is not a parameter of /disputes (state, limit, cursor)")
 		}
 	}
 	if err := p.Err(); err != nil {
@@ -73,7 +92,8 @@ func (s *Server) listDisputes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := principal(r.Context())
-	rows, err := ledger.Disputes(r.Context(), s.pool, key.AccountID(), key.Env().String(), "", state)
+	rows, next, err := ledger.Disputes(r.Context(), s.pool, ledger.DisputeQuery{
+		AccountID: key.AccountID(), Env: key.Env().String(), State: state, After: pg.after, Limit: pg.limit})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -82,14 +102,15 @@ func (s *Server) listDisputes(w http.ResponseWriter, r *http.Request) {
 	for _, d := range rows {
 		out = append(out, s.disputeRecord(d))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"disputes": out})
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]any{"disputes": out, "next_cursor": s.nextPage(w, "/disputes", q, next)})
 }
 
 // getDispute answers GET /disputes/{id}: the account's own, in its key's env; 404 else.
 func (s *Server) getDispute(w http.ResponseWriter, r *http.Request) {
 	key := principal(r.Context())
 	id := pathVar(r, "id")
-	rows, err := ledger.Disputes(r.Context(), s.pool, key.AccountID(), key.Env().String(), id, "")
+	rows, _, err := ledger.Disputes(r.Context(), s.pool, ledger.DisputeQuery{AccountID: key.AccountID(), Env: key.Env().String(), ID: id})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

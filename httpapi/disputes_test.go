@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -146,5 +147,72 @@ func TestDisputes(t *testing.T) {
 	// once its dispute is rejected, a charge may be refunded after all (goodwill)
 	if _, err := h.RefundCharges(ctx, []string{ids[2]}, "goodwill after all", "ops:ana", "r"); err != nil {
 		t.Fatalf("refund after the dispute's rejection: %v", err)
+	}
+}
+
+// GET /disputes pages newest first: each page holds at most limit, next_cursor and the
+// Link header lead to the next, the pages together hold every dispute once, and a
+// cursor the service did not hand out for this list is a 400.
+func TestDisputesPaged(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("disputes-paged@example.com")
+	const disputes = 5
+	for range disputes {
+		if r := e.do("POST", "/v1/eval", key, evalBody(cheapFEN, `"depth":4`)); r.Status != 200 {
+			t.Fatalf("%d %s", r.Status, r.Raw)
+		}
+	}
+	e.caughtUp()
+	rows, err := e.pool.Query(context.Background(), `SELECT charge_id FROM charge_lines() ORDER BY position, line`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) != disputes {
+		t.Fatalf("%d charges (%v), want %d", len(ids), err, disputes)
+	}
+	var opened []string // oldest first
+	for _, id := range ids {
+		r := e.do("POST", "/v1/disputes", key, map[string]any{"charge_ids": []string{id}, "reason": "paging"})
+		if r.Status != 201 {
+			t.Fatalf("open: %d %s", r.Status, r.Raw)
+		}
+		opened = append(opened, r.Body["dispute_id"].(string))
+	}
+	var listed []string
+	path := "/v1/disputes?limit=2"
+	for pages := 1; ; pages++ {
+		r := e.do("GET", path, key, nil)
+		ds := r.Body["disputes"].([]any)
+		if r.Status != 200 || len(ds) == 0 || len(ds) > 2 {
+			t.Fatalf("page %d: %d %s", pages, r.Status, r.Raw)
+		}
+		for _, d := range ds {
+			listed = append(listed, d.(map[string]any)["dispute_id"].(string))
+		}
+		next, _ := r.Body["next_cursor"].(string)
+		link := r.Header.Get("Link")
+		if next == "" {
+			if link != "" || pages != 3 {
+				t.Fatalf("last page %d: Link %q", pages, link)
+			}
+			break
+		}
+		if want := `<http://chessd.test/v1/disputes?cursor=` + next + `&limit=2>; rel="next"`; link != want {
+			t.Fatalf("page %d: Link %q, want %q", pages, link, want)
+		}
+		path = "/v1/disputes?limit=2&cursor=" + next
+	}
+	for i, id := range listed {
+		if want := opened[len(opened)-1-i]; id != want {
+			t.Fatalf("listed %v, want newest first of %v", listed, opened)
+		}
+	}
+	if len(listed) != disputes {
+		t.Fatalf("listed %d of %d", len(listed), disputes)
+	}
+	jobCursor := domain.PageCursor{At: time.Now(), ID: "job_x"}.Encode()
+	for _, q := range []string{"limit=0", "limit=1001", "cursor=nope", "cursor=" + jobCursor, "limit=1&limit=2", "page=2"} {
+		wantProblem(t, e.do("GET", "/v1/disputes?"+q, key, nil), 400, "fix_request")
 	}
 }

@@ -283,33 +283,21 @@ const (
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var p domain.Problems
-	limit, state := defaultJobsLimit, ""
-	var after *projections.JobCursor
+	state := ""
+	pg := page{limit: defaultJobsLimit}
 	for _, name := range slices.Sorted(maps.Keys(q)) { // problems in one order
 		vs := q[name]
 		if len(vs) > 1 {
 			p.Add(name, "is given more than once")
 		}
 		v := vs[0]
-		switch name {
-		case "state":
+		switch {
+		case name == "state":
 			if _, ok := domain.ParseJobState(v); !ok {
 				p.Add("state", "must be queued, running, succeeded, failed or cancelled")
 			}
 			state = v
-		case "limit":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > maxJobsLimit {
-				p.Add("limit", fmt.Sprintf("must be an integer from 1 to %d", maxJobsLimit))
-			}
-			limit = n
-		case "cursor":
-			c, err := projections.DecodeJobCursor(v)
-			var de *domain.Error
-			if errors.As(err, &de) {
-				p = append(p, de.Fields...)
-			}
-			after = &c
+		case pg.read(&p, name, v, maxJobsLimit, "job_"):
 		default:
 			p.Add(name, "is not a parameter of /jobs (state, limit, cursor)")
 		}
@@ -319,7 +307,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := principal(r.Context())
-	jobs, next, err := projections.ListJobs(r.Context(), s.pool, key.AccountID(), key.Env().String(), state, after, limit)
+	jobs, next, err := projections.ListJobs(r.Context(), s.pool, key.AccountID(), key.Env().String(), state, pg.after, pg.limit)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -333,13 +321,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		base := s.baseURL + "/jobs/" + j.ID
 		out[i] = listed{JobSummary: j, Links: map[string]string{"self": base, "result": base + "/result", "events": base + "/events"}}
 	}
-	var nextCursor *string
-	if next != nil {
-		c := next.Encode()
-		nextCursor = &c
-		q.Set("cursor", c)
-		w.Header().Set("Link", fmt.Sprintf(`<%s/jobs?%s>; rel="next"`, s.baseURL, q.Encode()))
-	}
+	nextCursor := s.nextPage(w, "/jobs", q, next)
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, map[string]any{"env": key.Env().String(), "jobs": out, "next_cursor": nextCursor})
 }

@@ -222,15 +222,39 @@ type DisputeRow struct {
 	CreditIDs                        []string
 }
 
-// Disputes lists an account's disputes in env (all envs when env is ""), newest first,
-// or the one with id when id is set; state filters when set.
-func Disputes(ctx context.Context, q eventstore.Querier, accountID, env, id, state string) ([]DisputeRow, error) {
-	rows, err := q.Query(ctx, `SELECT `+disputeColumns+` FROM disputes WHERE account_id = $1 AND ($2 = '' OR env = $2) AND ($3 = '' OR dispute_id = $3) AND ($4 = '' OR state = $4)
-		ORDER BY opened_at DESC, dispute_id LIMIT 1000`, accountID, env, id, state)
-	if err != nil {
-		return nil, fmt.Errorf("disputes: %w", err)
+// DisputeQuery selects an account's disputes: in Env (all envs when ""), the one with
+// ID when set, in State when set, after the cursor After when set, at most Limit.
+type DisputeQuery struct {
+	AccountID, Env, ID, State string
+	After                     *domain.PageCursor
+	Limit                     int // 0: one
+}
+
+// Disputes returns what f selects, newest first; next continues the list when more
+// follow.
+func Disputes(ctx context.Context, q eventstore.Querier, f DisputeQuery) (rows []DisputeRow, next *domain.PageCursor, err error) {
+	limit := max(f.Limit, 1)
+	var afterAt *time.Time
+	var afterID string
+	if f.After != nil {
+		afterAt, afterID = &f.After.At, f.After.ID
 	}
-	return pgx.CollectRows(rows, scanDispute)
+	res, err := q.Query(ctx, `SELECT `+disputeColumns+` FROM disputes
+		WHERE account_id = $1 AND ($2 = '' OR env = $2) AND ($3 = '' OR dispute_id = $3) AND ($4 = '' OR state = $4)
+		  AND ($5::timestamptz IS NULL OR (opened_at, dispute_id) < ($5, $6))
+		ORDER BY opened_at DESC, dispute_id DESC LIMIT $7`, f.AccountID, f.Env, f.ID, f.State, afterAt, afterID, limit+1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("disputes: %w", err)
+	}
+	if rows, err = pgx.CollectRows(res, scanDispute); err != nil {
+		return nil, nil, fmt.Errorf("disputes: %w", err)
+	}
+	if len(rows) > limit {
+		rows = rows[:limit]
+		last := rows[limit-1]
+		next = &domain.PageCursor{At: last.OpenedAt, ID: last.ID}
+	}
+	return rows, next, nil
 }
 
 // OpenDisputes lists every open dispute, oldest first (operators).

@@ -2,10 +2,8 @@ package projections
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,35 +20,12 @@ type JobSummary struct {
 	Error *JobError `json:"error"`  // why it failed; null unless it did
 }
 
-// JobCursor continues a list of jobs after the one it names (newest first).
-type JobCursor struct {
-	CreatedAt time.Time
-	JobID     string
-}
+// JobCursor continues a list of jobs after the one it names (newest first): its
+// creation time and id.
+type JobCursor = domain.PageCursor
 
-// Encode is the cursor as the client carries it: opaque, URL-safe.
-func (c JobCursor) Encode() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(c.CreatedAt.UTC().Format(time.RFC3339Nano) + " " + c.JobID))
-}
-
-// DecodeJobCursor reads a cursor Encode made; anything else is a 400 naming `cursor`.
-func DecodeJobCursor(s string) (JobCursor, error) {
-	bad := domain.Invalid("cursor", "is not a cursor this service handed out (use next_cursor as given)")
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)
-	if err != nil {
-		return JobCursor{}, bad
-	}
-	at, id, ok := strings.Cut(string(raw), " ")
-	t, err := time.Parse(time.RFC3339Nano, at)
-	if !ok || err != nil || !strings.HasPrefix(id, "job_") || len(id) > 64 {
-		return JobCursor{}, bad
-	}
-	c := JobCursor{CreatedAt: t, JobID: id}
-	if c.Encode() != s { // one spelling per cursor: an edited one is refused, not read otherwise
-		return JobCursor{}, bad
-	}
-	return c, nil
-}
+// DecodeJobCursor reads a cursor of the jobs list; anything else is a 400 naming `cursor`.
+func DecodeJobCursor(s string) (JobCursor, error) { return domain.DecodePageCursor(s, "job_") }
 
 // ListJobs returns up to limit of accountID's jobs in env (those its keys of that env
 // submitted), newest first, after the cursor when given, in state when it is not
@@ -60,7 +35,7 @@ func ListJobs(ctx context.Context, q eventstore.Querier, accountID, env, state s
 	var afterAt *time.Time
 	var afterID string
 	if after != nil {
-		afterAt, afterID = &after.CreatedAt, after.JobID
+		afterAt, afterID = &after.At, after.ID
 	}
 	rows, err := q.Query(ctx, `SELECT `+jobHeadColumns+`, j.key_id, j.error_code, j.error_message
 		FROM jobs j JOIN api_keys k ON k.key_id = j.key_id
@@ -88,7 +63,7 @@ func ListJobs(ctx context.Context, q eventstore.Querier, accountID, env, state s
 	if len(jobs) > limit {
 		jobs = jobs[:limit]
 		last := jobs[limit-1]
-		next = &JobCursor{CreatedAt: last.CreatedAt, JobID: last.ID}
+		next = &JobCursor{At: last.CreatedAt, ID: last.ID}
 	}
 	return jobs, next, nil
 }

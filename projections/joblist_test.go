@@ -8,7 +8,7 @@ import (
 // A jobs cursor decodes only as Encode spelled it: anything else is refused, never a
 // panic, and what decodes encodes back to the same text.
 func FuzzDecodeJobCursor(f *testing.F) {
-	f.Add(JobCursor{CreatedAt: time.Date(2026, 11, 23, 10, 0, 0, 123456000, time.UTC), JobID: "job_abc"}.Encode())
+	f.Add(JobCursor{At: time.Date(2026, 11, 23, 10, 0, 0, 123456000, time.UTC), ID: "job_abc"}.Encode())
 	f.Add("")
 	f.Add("bm9wZQ")
 	f.Add("MjAyNi0xMS0yM1QxMDowMDowMFogam9iX3g")
