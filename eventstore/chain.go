@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -43,7 +45,7 @@ func ChainHash(prev []byte, e *Event) []byte {
 // Tamper names the first place where the log is not what was appended.
 type Tamper struct {
 	Position int64  // the first event that is wrong or missing
-	Kind     string // "edited", "deleted", "reordered" or "inserted"
+	Kind     string // "edited", "deleted", "reordered", "inserted" or "rewritten"
 	Detail   string
 }
 
@@ -56,15 +58,55 @@ type VerifyReport struct {
 	Events int64   // events checked
 	Head   int64   // the position the chain head records
 	Tamper *Tamper // nil when the chain is intact
+	// Anchor is the last event walked and its hash: kept outside the database, it lets
+	// a later Verify catch a rewrite of everything up to it (see Anchor).
+	Anchor Anchor
+}
+
+// Anchor is a position of the chain and the hash of the event there, kept outside the
+// database (printed by `chessd verify`, logged by `chessd serve`). The database alone
+// cannot show a rewrite that recomputes every hash after its edit and moves the head
+// along; the hash at an anchor's position changes with any such rewrite from before
+// it, and an anchor past the log's end shows a truncation.
+type Anchor struct {
+	Position int64
+	Hash     []byte
+}
+
+// String writes the anchor as ParseAnchor reads it: position:hex-hash.
+func (a Anchor) String() string { return strconv.FormatInt(a.Position, 10) + ":" + hex.EncodeToString(a.Hash) }
+
+// HeadAnchor is the chain's head as an anchor: the last position and its hash.
+func HeadAnchor(ctx context.Context, q postgres.Querier) (Anchor, error) {
+	var a Anchor
+	if err := q.QueryRow(ctx, `SELECT position, hash FROM event_chain`).Scan(&a.Position, &a.Hash); err != nil {
+		return a, fmt.Errorf("chain head: %w", err)
+	}
+	return a, nil
+}
+
+// ParseAnchor reads an anchor as String writes it.
+func ParseAnchor(s string) (Anchor, error) {
+	pos, h, ok := strings.Cut(strings.TrimSpace(s), ":")
+	p, err := strconv.ParseInt(pos, 10, 64)
+	if !ok || err != nil || p < 1 {
+		return Anchor{}, fmt.Errorf("anchor %q: want position:sha256-hex, the position 1 or more", s)
+	}
+	hash, err := hex.DecodeString(h)
+	if err != nil || len(hash) != sha256.Size {
+		return Anchor{}, fmt.Errorf("anchor %q: the hash is not 64 hex digits", s)
+	}
+	return Anchor{Position: p, Hash: hash}, nil
 }
 
 // Verify walks the whole log in position order and checks that positions have no gaps,
 // each stream's versions run 1, 2, 3..., every hash matches its content and predecessor,
-// and the chain head matches the last event. Given a pool (anything that begins
+// the chain head matches the last event, and the event at each anchor's position has
+// the anchor's hash. Given a pool (anything that begins
 // transactions), it reads the head and the log in one read-only REPEATABLE READ
 // transaction: a live service appends all the time, and an event committed after the
 // head was read would otherwise read as one past the head, an edit.
-func Verify(ctx context.Context, q postgres.Querier) (rep VerifyReport, err error) {
+func Verify(ctx context.Context, q postgres.Querier, anchors ...Anchor) (rep VerifyReport, err error) {
 	if b, ok := q.(interface {
 		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
 	}); ok {
@@ -73,17 +115,25 @@ func Verify(ctx context.Context, q postgres.Querier) (rep VerifyReport, err erro
 			return rep, fmt.Errorf("verify: %w", err)
 		}
 		defer tx.Rollback(ctx) //nolint:errcheck // read only
-		return verify(ctx, tx)
+		return verify(ctx, tx, anchors)
 	}
-	return verify(ctx, q)
+	return verify(ctx, q, anchors)
 }
 
 // verify is Verify on one snapshot.
-func verify(ctx context.Context, q postgres.Querier) (VerifyReport, error) {
+func verify(ctx context.Context, q postgres.Querier, anchors []Anchor) (VerifyReport, error) {
 	var rep VerifyReport
 	var headHash []byte
 	if err := q.QueryRow(ctx, `SELECT position, hash FROM event_chain`).Scan(&rep.Head, &headHash); err != nil {
 		return rep, err
+	}
+	anchored := make(map[int64][]byte, len(anchors))
+	beyond := Anchor{} // the furthest anchor, for a log that now ends before it
+	for _, a := range anchors {
+		anchored[a.Position] = a.Hash
+		if a.Position > beyond.Position {
+			beyond = a
+		}
 	}
 	streams := map[string]int64{}
 	var prev []byte
@@ -102,6 +152,11 @@ func verify(ctx context.Context, q postgres.Querier) (VerifyReport, error) {
 				rep.Tamper = t
 				return rep, nil
 			}
+			if h, ok := anchored[e.Position]; ok && !bytes.Equal(h, e.Hash) {
+				rep.Tamper = &Tamper{Position: e.Position, Kind: "rewritten",
+					Detail: "its hash is not the anchor's: the log was rewritten, hashes and head included, at or before this event"}
+				return rep, nil
+			}
 			rep.Events++
 			streams[e.StreamID] = e.Version
 			prev, last = e.Hash, e.Position
@@ -118,7 +173,11 @@ func verify(ctx context.Context, q postgres.Querier) (VerifyReport, error) {
 			Detail: fmt.Sprintf("%d events stored, %d on the chain (the first at position %d)", rows, rep.Events, first)}
 		return rep, nil
 	}
+	rep.Anchor = Anchor{Position: last, Hash: prev}
 	switch {
+	case last < beyond.Position:
+		rep.Tamper = &Tamper{Position: last + 1, Kind: "deleted",
+			Detail: fmt.Sprintf("an anchor records position %d, the log ends at %d", beyond.Position, last)}
 	case last < rep.Head:
 		rep.Tamper = &Tamper{Position: last + 1, Kind: "deleted",
 			Detail: fmt.Sprintf("the chain head records position %d, the log ends at %d", rep.Head, last)}

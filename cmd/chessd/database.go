@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -92,8 +95,28 @@ func withDatabase(ctx context.Context, cfg config, logger *slog.Logger, fn func(
 	return fn(db)
 }
 
-func verify(ctx context.Context, db *database, out io.Writer) error {
-	rep, err := eventstore.Verify(ctx, db.pool)
+// verify walks the chain, checking it against the anchors given (--anchor, --anchors),
+// and prints the anchor of what it walked, to be kept outside the database.
+func verify(ctx context.Context, db *database, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	var anchors []eventstore.Anchor
+	fs.Func("anchor", "position:hash printed by an earlier verify (or logged by serve); repeatable", func(s string) error {
+		a, err := eventstore.ParseAnchor(s)
+		if err != nil {
+			return err
+		}
+		anchors = append(anchors, a)
+		return nil
+	})
+	fs.Func("anchors", "a file of such anchors, one a line (# comments)", func(path string) error {
+		read, err := readAnchors(path)
+		anchors = append(anchors, read...)
+		return err
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rep, err := eventstore.Verify(ctx, db.pool, anchors...)
 	if err != nil {
 		return err
 	}
@@ -101,8 +124,36 @@ func verify(ctx context.Context, db *database, out io.Writer) error {
 		fmt.Fprintf(out, "TAMPERED after %d intact events: %v\n", rep.Events, rep.Tamper)
 		return exitCode(1)
 	}
-	fmt.Fprintf(out, "ok: %d events, chain intact up to position %d\n", rep.Events, rep.Head)
+	fmt.Fprintf(out, "ok: %d events, chain intact up to position %d", rep.Events, rep.Head)
+	if len(anchors) > 0 {
+		fmt.Fprintf(out, ", and at the %d anchors given", len(anchors))
+	}
+	fmt.Fprintln(out)
+	if rep.Events > 0 {
+		fmt.Fprintf(out, "anchor: %s (keep it outside the database; a later verify --anchor proves nothing up to it was rewritten)\n", rep.Anchor)
+	}
 	return nil
+}
+
+// readAnchors reads a file of anchors, one a line; blank lines and # comments are skipped.
+func readAnchors(path string) ([]eventstore.Anchor, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []eventstore.Anchor
+	for i, line := range strings.Split(string(b), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		a, err := eventstore.ParseAnchor(line)
+		if err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", path, i+1, err)
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 func rebuild(ctx context.Context, db *database, out io.Writer) error {

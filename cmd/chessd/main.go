@@ -3,7 +3,8 @@
 //	chessd [serve]   run the HTTP API under /v1 (default)
 //	chessd worker    run only the job executor
 //	chessd migrate   apply the database migrations and exit
-//	chessd verify    walk the event log's hash chain; exit 1 at the first tampered event
+//	chessd verify    walk the event log's hash chain (and check it against anchors kept
+//	                 outside the database); exit 1 at the first tampered event
 //	chessd rebuild   drop the read models and rebuild them from the events
 //	chessd replay    rebuild the ledger read models and check they equal the live ones
 //	chessd audit     every charge of a key in a date range, with a running total
@@ -49,7 +50,8 @@ const usage = `usage: chessd [command]
   serve     run the HTTP API under /v1 (default)
   worker    run only the job executor (several workers may share one database)
   migrate   apply the database migrations
-  verify    walk the event log's hash chain; exit 1 at the first tampered event
+  verify    [--anchor POS:HASH]... [--anchors FILE]: walk the event log's hash chain and check
+            it against anchors printed by an earlier verify; exit 1 at the first tampered event
   rebuild   drop the read models and rebuild them from the events
   replay    rebuild the ledger read models from the events and check they equal the live ones;
             --as-of TIME --account ACCOUNT: what the account's /me, keys and usage said at TIME
@@ -89,7 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	case "migrate":
 		return withDatabase(ctx, cfg, logger, func(db *database) error { return nil })
 	case "verify":
-		return withDatabase(ctx, cfg, logger, func(db *database) error { return verify(ctx, db, stdout) })
+		return withDatabase(ctx, cfg, logger, func(db *database) error { return verify(ctx, db, args[1:], stdout) })
 	case "rebuild":
 		return withDatabase(ctx, cfg, logger, func(db *database) error { return rebuild(ctx, db, stdout) })
 	case "replay":

@@ -132,6 +132,65 @@ func TestVerifyAndRebuildCommands(t *testing.T) {
 	}
 }
 
+// `chessd verify` prints an anchor; kept outside the database, it catches a rewrite of
+// the log that recomputes every hash and moves the head along, which verify without it
+// cannot (the documented limit).
+func TestVerifyAnchorCommand(t *testing.T) {
+	url := pgtest.URL(t)
+	if _, err := runCLI(t, url, "migrate"); err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.NewDBAt(t, url)
+	h := commands.New(eventstore.NewStore(pool, nil), []byte("pepper-for-the-cli-test"))
+	ctx := context.Background()
+	for _, email := range []string{"a@example.com", "b@example.com"} {
+		if _, err := h.Signup(ctx, domain.Signup{Email: email}, "req"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := runCLI(t, url, "verify")
+	m := regexp.MustCompile(`(?m)^anchor: (6:[0-9a-f]{64}) `).FindStringSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("verify: %v %q, want an anchor at position 6", err, out)
+	}
+	file := t.TempDir() + "/anchors"
+	if err := os.WriteFile(file, []byte("# taken after the signups\n"+m[1]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, url, "verify", "--anchors", file); err != nil || !strings.Contains(out, "and at the 1 anchors given") {
+		t.Fatalf("verify --anchors on an intact log: %v %q", err, out)
+	}
+	if _, err := runCLI(t, url, "verify", "--anchor", "6:nothex"); err == nil {
+		t.Fatal("verify --anchor with a bad hash ran")
+	}
+	// Someone who can write the database edits event 2 and recomputes the chain after it.
+	if _, err := pool.Exec(ctx, `UPDATE events SET metadata = '{}' WHERE position = 2`); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := eventstore.ReadFrom(ctx, pool, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev []byte
+	for i := range evs {
+		evs[i].Hash = eventstore.ChainHash(prev, &evs[i])
+		prev = evs[i].Hash
+		if _, err := pool.Exec(ctx, `UPDATE events SET hash = $1 WHERE position = $2`, prev, evs[i].Position); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE event_chain SET hash = $1`, prev); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, url, "verify"); err != nil {
+		t.Fatalf("verify without the anchor: %v %q, want ok (the rewrite is consistent)", err, out)
+	}
+	out, err = runCLI(t, url, "verify", "--anchor", m[1])
+	if err == nil || !strings.Contains(out, "position 6 rewritten") {
+		t.Fatalf("verify --anchor after the rewrite: %v %q", err, out)
+	}
+}
+
 // A dispute: charges made through the ledger, then `chessd audit` for the key must
 // print the same total as GET /usage, and `chessd replay` must find the read models
 // equal to the events (and notice when they are not).

@@ -109,6 +109,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go expireOldRows(ctx, db, logger)
+	go logAnchors(ctx, db, logger)
 	go mail.NewSender(cfg.Mail, db.pool, logger).Run(ctx) // the outbox: SMTP when configured, else the log
 	go webhook.NewSender(webhook.Config{AllowPrivate: cfg.InsecureWebhooks, Secrets: hooks}, db.pool, logger).Run(ctx)
 	go alerts.Run(ctx, db.pool, 5*time.Second, logger) // budget thresholds crossed, told by webhook
@@ -195,6 +196,28 @@ func stopServing(srv *http.Server, endStreams func(), meter *ledger.Meter, grace
 			"grace", grace, "err", err)
 	}
 	meter.Stop(ctx) // the last answers settled, the leases given back
+}
+
+// logAnchors logs the event chain's head, at start and every 10 minutes, as an anchor
+// for `chessd verify --anchor`: logs kept outside the database then catch a rewrite
+// of the log that recomputes its hashes (eventstore.Anchor).
+func logAnchors(ctx context.Context, db *database, logger *slog.Logger) {
+	t := time.NewTicker(10 * time.Minute)
+	defer t.Stop()
+	for {
+		if a, err := eventstore.HeadAnchor(ctx, db.pool); err != nil {
+			if ctx.Err() == nil {
+				logger.Warn("event chain anchor", "err", err)
+			}
+		} else if a.Position > 0 {
+			logger.Info("event chain anchor", "anchor", a.String())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // expireOldRows has, every 10 minutes, each package delete what of its own has
