@@ -74,7 +74,9 @@ type Anchor struct {
 }
 
 // String writes the anchor as ParseAnchor reads it: position:hex-hash.
-func (a Anchor) String() string { return strconv.FormatInt(a.Position, 10) + ":" + hex.EncodeToString(a.Hash) }
+func (a Anchor) String() string {
+	return strconv.FormatInt(a.Position, 10) + ":" + hex.EncodeToString(a.Hash)
+}
 
 // HeadAnchor is the chain's head as an anchor: the last position and its hash.
 func HeadAnchor(ctx context.Context, q postgres.Querier) (Anchor, error) {
