@@ -3082,7 +3082,7 @@ type ClientInterface interface {
 	// `Last-Event-ID` to resume right after the last event seen. A reconnect with
 	// nothing left to send answers 204, which tells an EventSource to stop. A
 	// `: keep-alive` comment comes every 15 s. An account holds at most 100 streams
-	// open on one server; one more answers 429 with `Retry-After`. Scope `jobs`.
+	// open on one server in each env; one more answers 429 with `Retry-After`. Scope `jobs`.
 	//
 	// Corresponds with GET /jobs/{id}/events (the `StreamJobEvents` operationId).
 	StreamJobEvents(ctx context.Context, id JobID, params *StreamJobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3883,7 +3883,7 @@ func (c *Client) GetJob(ctx context.Context, id JobID, params *GetJobParams, req
 // `Last-Event-ID` to resume right after the last event seen. A reconnect with
 // nothing left to send answers 204, which tells an EventSource to stop. A
 // `: keep-alive` comment comes every 15 s. An account holds at most 100 streams
-// open on one server; one more answers 429 with `Retry-After`. Scope `jobs`.
+// open on one server in each env; one more answers 429 with `Retry-After`. Scope `jobs`.
 //
 // Corresponds with GET /jobs/{id}/events (the `StreamJobEvents` operationId).
 func (c *Client) StreamJobEvents(ctx context.Context, id JobID, params *StreamJobEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7603,7 +7603,7 @@ type ClientWithResponsesInterface interface {
 	// `Last-Event-ID` to resume right after the last event seen. A reconnect with
 	// nothing left to send answers 204, which tells an EventSource to stop. A
 	// `: keep-alive` comment comes every 15 s. An account holds at most 100 streams
-	// open on one server; one more answers 429 with `Retry-After`. Scope `jobs`.
+	// open on one server in each env; one more answers 429 with `Retry-After`. Scope `jobs`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -15763,7 +15763,7 @@ func (c *ClientWithResponses) GetJobWithResponse(ctx context.Context, id JobID, 
 // `Last-Event-ID` to resume right after the last event seen. A reconnect with
 // nothing left to send answers 204, which tells an EventSource to stop. A
 // `: keep-alive` comment comes every 15 s. An account holds at most 100 streams
-// open on one server; one more answers 429 with `Retry-After`. Scope `jobs`.
+// open on one server in each env; one more answers 429 with `Retry-After`. Scope `jobs`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -81,7 +81,7 @@ func (s *Server) authed(scope domain.Scope, h http.HandlerFunc) http.HandlerFunc
 			s.writeError(w, r, domain.Errorf(domain.CodeScope, "this key lacks the scope %q that %s %s needs", scope, r.Method, r.URL.Path))
 			return
 		}
-		if !s.rateLimit(w, r, key) {
+		if !s.rateLimit(w, r, key, scope) {
 			return
 		}
 		h(w, r)

@@ -139,7 +139,7 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	if key != nil {
 		scope = key.ID()
 	}
-	if !s.rateLimit(w, r, key) {
+	if !s.rateLimit(w, r, key, domain.ScopeEval) {
 		return
 	}
 	timing.mark("auth")

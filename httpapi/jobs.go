@@ -393,12 +393,13 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	acct := account(r.Context()).ID()
-	if !s.slots.take(acct) {
+	key := principal(r.Context())
+	holder := key.AccountID() + ":" + key.Env().String() // as the rate limit: test streams never crowd out live ones
+	if !s.slots.take(holder) {
 		s.writeError(w, r, &streamsFull{limit: s.slots.limit})
 		return
 	}
-	defer s.slots.give(acct)
+	defer s.slots.give(holder)
 	// The jobs projection announces each addition to the stream at its commit: the
 	// stream waits for that and makes no query while nothing happens. It polls only
 	// while notifications are not being received (the listener reconnects), or when

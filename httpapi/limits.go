@@ -30,24 +30,24 @@ func (s *Server) signupLimit(w http.ResponseWriter, r *http.Request) bool {
 
 // rateLimit applies the caller's limit: for a key, its account's plan's requests per
 // minute (or Config.KeyRequestsPerMinute), shared by every key of the account's env, so
-// that more keys never buy more rate; for no key, the keyless rate of the address. The
-// limits hold across every server of the database (package ratelimit). The
-// RateLimit-Policy and RateLimit headers go on every answer of a limited endpoint,
-// successful ones included; false means it answered 429.
-func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.Key) bool {
+// that more keys never buy more rate; for no key, the keyless rate of the address.
+// Calls of the managing scopes (see managing) count against the calling key's own
+// bucket of the same rate instead. The limits hold across every server of the database
+// (package ratelimit). The RateLimit-Policy and RateLimit headers go on every answer of
+// a limited endpoint, successful ones included; false means it answered 429.
+func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.Key, scope domain.Scope) bool {
 	if s.limiter == nil {
 		return true
 	}
 	var d ratelimit.Decision
-	if key != nil {
-		perMinute := account(r.Context()).Plan().Limits().RequestsPerMinute
-		if s.keyRate > 0 {
-			perMinute = s.keyRate
-		}
-		bucket := "acct:" + key.AccountID() + ":" + key.Env().String()
-		d = s.limiter.Allow(r.Context(), bucket, ratelimit.Policy{Name: "account", Limit: perMinute, Window: time.Minute})
-	} else {
+	switch {
+	case key == nil:
 		d = s.limiter.Allow(r.Context(), "ip:"+s.limitAddr(r).String(), ratelimit.Policy{Name: "ip", Limit: KeylessPerMinute, Window: time.Minute})
+	case managing(scope):
+		d = s.limiter.Allow(r.Context(), "key:"+key.ID(), ratelimit.Policy{Name: "key", Limit: s.perMinute(r), Window: time.Minute})
+	default:
+		bucket := "acct:" + key.AccountID() + ":" + key.Env().String()
+		d = s.limiter.Allow(r.Context(), bucket, ratelimit.Policy{Name: "account", Limit: s.perMinute(r), Window: time.Minute})
 	}
 	ratelimit.SetHeaders(w.Header(), d)
 	if d.Allowed {
@@ -55,6 +55,21 @@ func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.K
 	}
 	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "minute"})
 	return false
+}
+
+// managing reports whether calls needing scope manage the account (keys, billing,
+// webhooks) and so count against the calling key's own bucket: a runaway eval key that
+// spends the account's rate must not lock out the key that would revoke it.
+func managing(scope domain.Scope) bool {
+	return scope == domain.ScopeKeysWrite || scope == domain.ScopeBilling
+}
+
+// perMinute is the caller's account's plan's rate (or Config.KeyRequestsPerMinute).
+func (s *Server) perMinute(r *http.Request) int {
+	if s.keyRate > 0 {
+		return s.keyRate
+	}
+	return account(r.Context()).Plan().Limits().RequestsPerMinute
 }
 
 type rateLimited struct {

@@ -27,7 +27,8 @@ func TestRateLimitAcrossServers(t *testing.T) {
 	a := newEnv(t, withRateLimits(), withKeyRequestsPerMinute(60), withWorkers(0))
 	b := newEnv(t, withRateLimits(), withKeyRequestsPerMinute(60), withWorkers(0), onPool(a.pool))
 	key, _ := a.signup("replicas@example.com")
-	// Both made before the timed calls, from the same bucket: two calls already spent.
+	// Managing keys counts against the key's own bucket (TestRevokeWhileAccountLimited),
+	// not the account's: the timed calls start on a full bucket.
 	other, _ := a.createKey(key, map[string]any{"label": "second", "scopes": []string{"eval", "keys:write"}})
 	testKey, _ := a.createKey(key, map[string]any{"label": "test", "env": "test", "scopes": []string{"eval"}})
 	validate := func(e *env, k string) response {
@@ -41,7 +42,7 @@ func TestRateLimitAcrossServers(t *testing.T) {
 		status int // of a call let through
 		call   func(e *env, i int) response
 	}{
-		{"account", `"account";q=60;w=60`, 60, 2, 200, func(e *env, i int) response {
+		{"account", `"account";q=60;w=60`, 60, 0, 200, func(e *env, i int) response {
 			return validate(e, []string{key, other}[i/2%2])
 		}},
 		// Refused for the request after the limiter and before any engine or allowance.
@@ -101,4 +102,24 @@ func TestRateLimitAcrossServers(t *testing.T) {
 			t.Fatalf("server %d: the test key has %d calls left of 60: it shares the live keys' bucket", i, left)
 		}
 	}
+}
+
+// A key that spends its account's rate does not lock out the calls that manage the
+// account: those count against the calling key's own bucket, so the admin key can still
+// revoke the runaway one, while its own eval calls share the spent bucket.
+func TestRevokeWhileAccountLimited(t *testing.T) {
+	e := newEnv(t, withRateLimits(), withKeyRequestsPerMinute(5), withWorkers(0))
+	admin, _ := e.signup("runaway@example.com")
+	runaway, runawayID := e.createKey(admin, map[string]any{"label": "runaway", "scopes": []string{"eval"}})
+	for r := e.do("POST", "/v1/validate", runaway, `{"fen":"`+startFEN+`"}`); r.Status != 429; r = e.do("POST", "/v1/validate", runaway, `{"fen":"`+startFEN+`"}`) {
+		if r.Status != 200 {
+			t.Fatalf("validate: %d %s", r.Status, r.Raw)
+		}
+	}
+	wantProblem(t, e.do("POST", "/v1/validate", admin, `{"fen":"`+startFEN+`"}`), 429, "retry_after")
+	r := e.do("DELETE", "/v1/keys/"+runawayID, admin, nil)
+	if r.Status != 204 || r.Header.Get("RateLimit-Policy") != `"key";q=5;w=60` {
+		t.Fatalf("revoke while the account's rate is spent: %d, RateLimit-Policy %q: %s", r.Status, r.Header.Get("RateLimit-Policy"), r.Raw)
+	}
+	wantProblem(t, e.do("POST", "/v1/validate", runaway, `{"fen":"`+startFEN+`"}`), 401, "fix_request") // revoked
 }

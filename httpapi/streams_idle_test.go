@@ -94,9 +94,10 @@ func TestIdleStreamsMakeNoQueries(t *testing.T) {
 	}
 }
 
-// An account holds at most StreamsPerAccount job event streams open on one server: one
-// more is refused with 429 and Retry-After while another account's opens; a stream
-// that closes gives its slot back.
+// An account holds at most StreamsPerAccount job event streams open on one server in
+// each env, whichever of its keys and jobs they follow: one more is refused with 429 and
+// Retry-After, while the account's test key and another account still open theirs; a
+// stream that closes gives its slot back.
 func TestStreamsPerAccount(t *testing.T) {
 	const limit = 3
 	e := newEnv(t, withWorkers(0), withStreamsPerAccount(limit)) // no worker: the jobs stay queued
@@ -110,7 +111,9 @@ func TestStreamsPerAccount(t *testing.T) {
 		return id
 	}
 	key, other := e.signupPro("streams-a@example.com"), e.signupPro("streams-b@example.com")
-	id, otherID := queued(key), queued(other)
+	second, _ := e.createKey(key, map[string]any{"label": "second", "scopes": []string{"jobs"}})
+	testKey, _ := e.createKey(key, map[string]any{"label": "test", "env": "test", "scopes": []string{"jobs"}})
+	job, secondJob, testJob, otherJob := queued(key), queued(second), queued(testKey), queued(other)
 	open := func(key, id string) (*http.Response, context.CancelFunc) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/v1/jobs/"+id+"/events", nil)
@@ -124,8 +127,8 @@ func TestStreamsPerAccount(t *testing.T) {
 		return res, cancel
 	}
 	var closeFirst context.CancelFunc
-	for i := range limit {
-		res, cancel := open(key, id)
+	for i, s := range []struct{ key, job string }{{key, job}, {second, secondJob}, {second, job}} {
+		res, cancel := open(s.key, s.job)
 		if res.StatusCode != 200 {
 			t.Fatalf("stream %d: %d", i, res.StatusCode)
 		}
@@ -133,18 +136,21 @@ func TestStreamsPerAccount(t *testing.T) {
 			closeFirst = cancel
 		}
 	}
-	res, _ := open(key, id)
+	res, _ := open(key, secondJob)
 	body, _ := io.ReadAll(res.Body)
 	if res.StatusCode != 429 || res.Header.Get("Retry-After") != "5" || !strings.Contains(string(body), "job event streams open") {
 		t.Fatalf("stream %d of one account: %d, Retry-After %q: %s", limit+1, res.StatusCode, res.Header.Get("Retry-After"), body)
 	}
-	if res, _ := open(other, otherID); res.StatusCode != 200 {
+	if res, _ := open(testKey, testJob); res.StatusCode != 200 {
+		t.Fatalf("the account's test stream: %d", res.StatusCode)
+	}
+	if res, _ := open(other, otherJob); res.StatusCode != 200 {
 		t.Fatalf("another account's stream: %d", res.StatusCode)
 	}
 	closeFirst()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		res, _ := open(key, id)
+		res, _ := open(second, secondJob)
 		if res.StatusCode == 200 {
 			break
 		}

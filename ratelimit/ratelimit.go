@@ -1,5 +1,6 @@
-// Package ratelimit is the API's per-key request rate limiter, shared by every server of
-// one database, and the formatting of the rate-limit response header fields.
+// Package ratelimit is the API's request rate limiter (per account, key or address: the
+// caller names the bucket), shared by every server of one database, and the formatting
+// of the rate-limit response header fields.
 //
 // # Algorithm
 //
@@ -77,20 +78,21 @@
 //	RateLimit: "<name>";r=<Remaining>;t=<Reset in seconds>
 //	Retry-After: <RetryAfter in seconds, at least 1>        (only when denied)
 //
-// For the policy {Name: "key", Limit: 120, Window: time.Minute}, the first request of a
-// fresh key gets
+// For the policy {Name: "account", Limit: 120, Window: time.Minute}, the first request
+// on a fresh bucket gets
 //
-//	RateLimit-Policy: "key";q=120;w=60
-//	RateLimit: "key";r=119;t=1
+//	RateLimit-Policy: "account";q=120;w=60
+//	RateLimit: "account";r=119;t=1
 //
 // and the 121st request within the same instant is denied with
 //
-//	RateLimit-Policy: "key";q=120;w=60
-//	RateLimit: "key";r=0;t=60
+//	RateLimit-Policy: "account";q=120;w=60
+//	RateLimit: "account";r=0;t=60
 //	Retry-After: 1
 //
 // The quota unit (qu) is left out, so it is the draft's default, "requests". No
-// partition key (pk) is sent: the client already knows its own key or address.
+// partition key (pk) is sent: the policy's name says which bucket it is (the caller's
+// account, key or address), which the client knows.
 // Go's http.Header canonicalises the names to "Ratelimit-Policy" and "Ratelimit";
 // field names are case-insensitive, and HTTP/2 and HTTP/3 send them lower-case anyway.
 package ratelimit
@@ -262,7 +264,7 @@ func New(db DB, logger *slog.Logger, opts ...Option) *Limiter {
 }
 
 // Allow takes one token from key's bucket under p if one is available and reports the
-// outcome. Keys are opaque ("key:<key_id>", "ip:<addr>"). Allow panics if p.Limit < 1 or
+// outcome. Keys are opaque ("acct:<account_id>:<env>", "key:<key_id>", "ip:<addr>"). Allow panics if p.Limit < 1 or
 // p.Window is shorter than p.Limit nanoseconds; use Policy.Validate at startup.
 func (l *Limiter) Allow(ctx context.Context, key string, p Policy) Decision {
 	if p.Limit < 1 || p.Window < time.Duration(p.Limit) {
