@@ -3299,7 +3299,8 @@ type ClientInterface interface {
 	// What was charged, credited back, and the net, over a range, grouped by any of
 	// `key`, `hour`, `day`, `month`, `endpoint`, `engine`, `env`, `cached`, in pages. A
 	// live key sees both books (group by `env` to separate them), a test key the test
-	// book. `Accept: text/csv` answers the same page as CSV (next page in `Link`).
+	// book. `Accept: text/csv` answers the same page as CSV (next page in `Link`, totals in
+	// `Usage-Total-*` headers; without `group_by`, one row: the totals).
 	// Unknown parameters: 400. Scope `usage:read`.
 	//
 	// Corresponds with GET /usage (the `GetUsage` operationId).
@@ -4330,7 +4331,8 @@ func (c *Client) Signup(ctx context.Context, params *SignupParams, body SignupJS
 // What was charged, credited back, and the net, over a range, grouped by any of
 // `key`, `hour`, `day`, `month`, `endpoint`, `engine`, `env`, `cached`, in pages. A
 // live key sees both books (group by `env` to separate them), a test key the test
-// book. `Accept: text/csv` answers the same page as CSV (next page in `Link`).
+// book. `Accept: text/csv` answers the same page as CSV (next page in `Link`, totals in
+// `Usage-Total-*` headers; without `group_by`, one row: the totals).
 // Unknown parameters: 400. Scope `usage:read`.
 //
 // Corresponds with GET /usage (the `GetUsage` operationId).
@@ -7842,7 +7844,8 @@ type ClientWithResponsesInterface interface {
 	// What was charged, credited back, and the net, over a range, grouped by any of
 	// `key`, `hour`, `day`, `month`, `endpoint`, `engine`, `env`, `cached`, in pages. A
 	// live key sees both books (group by `env` to separate them), a test key the test
-	// book. `Accept: text/csv` answers the same page as CSV (next page in `Link`).
+	// book. `Accept: text/csv` answers the same page as CSV (next page in `Link`, totals in
+	// `Usage-Total-*` headers; without `group_by`, one row: the totals).
 	// Unknown parameters: 400. Scope `usage:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -13797,10 +13800,17 @@ func (r SignupResponse) ContentType() string {
 
 // GetUsageResponse200Headers the declared response headers of an HTTP 200 response for GetUsage
 type GetUsageResponse200Headers struct {
-	Link            *string
-	RateLimit       *string
-	RateLimitPolicy *string
-	XRequestId      string
+	CacheControl            interface{}
+	Link                    *string
+	RateLimit               *string
+	RateLimitPolicy         *string
+	UsageTotalCalls         *string
+	UsageTotalCreditedUSD   *USD
+	UsageTotalCreditedUnits *string
+	UsageTotalCredits       *string
+	UsageTotalUSD           *USD
+	UsageTotalUnits         *string
+	XRequestId              string
 }
 
 // GetUsageResponse400Headers the declared response headers of an HTTP 400 response for GetUsage
@@ -16140,7 +16150,8 @@ func (c *ClientWithResponses) SignupWithResponse(ctx context.Context, params *Si
 // What was charged, credited back, and the net, over a range, grouped by any of
 // `key`, `hour`, `day`, `month`, `endpoint`, `engine`, `env`, `cached`, in pages. A
 // live key sees both books (group by `env` to separate them), a test key the test
-// book. `Accept: text/csv` answers the same page as CSV (next page in `Link`).
+// book. `Accept: text/csv` answers the same page as CSV (next page in `Link`, totals in
+// `Usage-Total-*` headers; without `group_by`, one row: the totals).
 // Unknown parameters: 400. Scope `usage:read`.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -24672,6 +24683,13 @@ func ParseGetUsageResponse(rsp *http.Response) (*GetUsageResponse, error) {
 	switch {
 	case rsp.StatusCode == 200:
 		var headers GetUsageResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value interface{}
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
 		if values := rsp.Header.Values("Link"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Link", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -24692,6 +24710,48 @@ func ParseGetUsageResponse(rsp *http.Response) (*GetUsageResponse, error) {
 				return nil, err
 			}
 			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Usage-Total-Calls"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Usage-Total-Calls", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UsageTotalCalls = &value
+		}
+		if values := rsp.Header.Values("Usage-Total-Credited-USD"); len(values) > 0 {
+			var value USD
+			if err := runtime.BindStyledParameterWithOptions("simple", "Usage-Total-Credited-USD", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UsageTotalCreditedUSD = &value
+		}
+		if values := rsp.Header.Values("Usage-Total-Credited-Units"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Usage-Total-Credited-Units", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UsageTotalCreditedUnits = &value
+		}
+		if values := rsp.Header.Values("Usage-Total-Credits"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Usage-Total-Credits", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UsageTotalCredits = &value
+		}
+		if values := rsp.Header.Values("Usage-Total-USD"); len(values) > 0 {
+			var value USD
+			if err := runtime.BindStyledParameterWithOptions("simple", "Usage-Total-USD", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UsageTotalUSD = &value
+		}
+		if values := rsp.Header.Values("Usage-Total-Units"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Usage-Total-Units", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UsageTotalUnits = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string

@@ -487,6 +487,30 @@ func TestUsage(t *testing.T) {
 			t.Fatalf("CSV row %d %v, JSON %v", i+1, csvRows[i+1], want)
 		}
 	}
+	// Without groups the CSV is the totals' one row, and every CSV carries them in headers.
+	sums := e.do("GET", "/v1/usage", live, nil).Body["totals"].(map[string]any)
+	wantTotals := []string{fmt.Sprint(sums["calls"]), fmt.Sprint(sums["units"]), sums["usd"].(string), fmt.Sprint(sums["credits"]),
+		fmt.Sprint(sums["credited_units"]), sums["credited_usd"].(string), fmt.Sprint(sums["net_units"]), sums["net_usd"].(string)}
+	if rows := e.csv("/v1/usage", live); len(rows) != 2 || strings.Join(rows[1], ",") != strings.Join(wantTotals, ",") {
+		t.Fatalf("ungrouped CSV %v, JSON totals %v", rows, wantTotals)
+	}
+	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/usage?group_by=key", nil)
+	req.Header.Set("Authorization", "Bearer "+live)
+	req.Header.Set("Accept", "text/csv")
+	res, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	for header, field := range map[string]string{"Calls": "calls", "Units": "units", "USD": "usd", "Credits": "credits",
+		"Credited-Units": "credited_units", "Credited-USD": "credited_usd"} {
+		if got, want := res.Header.Get("Usage-Total-"+header), fmt.Sprint(sums[field]); got != want {
+			t.Errorf("CSV Usage-Total-%s %q, JSON totals.%s %q", header, got, field, want)
+		}
+	}
+	if res.Header.Get("Vary") != "Accept" {
+		t.Errorf("GET /usage answers by Accept without Vary: Accept (%q)", res.Header.Get("Vary"))
+	}
 	byEnv := e.do("GET", "/v1/usage?group_by=env", live, nil)
 	if len(byEnv.Body["groups"].([]any)) != 2 {
 		t.Fatalf("by env: %s", byEnv.Raw)

@@ -200,8 +200,10 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 	if rep.More {
 		next = encodeUsageCursor(rep.Groups[len(rep.Groups)-1].Values)
 	}
+	w.Header().Set("Vary", "Accept")
+	w.Header().Set("Cache-Control", "no-store")
 	if wantsCSV(r.Header.Get("Accept")) {
-		writeUsageCSV(w, r, u.dims, rep.Groups, next)
+		s.writeUsageCSV(w, r, u.dims, rep, next)
 		return
 	}
 	groups := []map[string]any{}
@@ -237,22 +239,35 @@ func usageSums(calls, units int64, charged decimal.Decimal, c ledger.UsageCredit
 }
 
 // writeUsageCSV writes a page of groups as CSV: a header row of the groups and the
-// sums, then one row per group, as the JSON lists them; the next page is in Link.
-func writeUsageCSV(w http.ResponseWriter, r *http.Request, dims []string, groups []ledger.UsageGroup, next string) {
+// sums, then one row per group, as the JSON lists them; without groups, one row of the
+// totals, which are also in Usage-Total-* headers. The next page is in Link.
+func (s *Server) writeUsageCSV(w http.ResponseWriter, r *http.Request, dims []string, rep ledger.UsageReport, next string) {
 	h := w.Header()
 	h.Set("Content-Type", "text/csv; charset=utf-8")
 	if next != "" {
 		q := r.URL.Query()
 		q.Set("cursor", next)
-		h.Set("Link", fmt.Sprintf(`<%s?%s>; rel="next"`, r.URL.Path, q.Encode()))
+		h.Set("Link", fmt.Sprintf(`<%s/usage?%s>; rel="next"`, s.baseURL, q.Encode()))
 	}
+	h.Set("Usage-Total-Calls", strconv.FormatInt(rep.Calls, 10))
+	h.Set("Usage-Total-Units", strconv.FormatInt(rep.Units, 10))
+	h.Set("Usage-Total-USD", usd(rep.USD))
+	h.Set("Usage-Total-Credits", strconv.FormatInt(rep.Credits, 10))
+	h.Set("Usage-Total-Credited-Units", strconv.FormatInt(rep.CreditedUnits, 10))
+	h.Set("Usage-Total-Credited-USD", usd(rep.CreditedUSD))
 	w.WriteHeader(http.StatusOK)
 	cw := csv.NewWriter(w)
 	cw.Write(append(slices.Clone(dims), "calls", "units", "usd", "credits", "credited_units", "credited_usd", "net_units", "net_usd")) //nolint:errcheck // a failed write shows in Flush
-	for _, g := range groups {
-		cw.Write(append(csvCells(g.Values), strconv.FormatInt(g.Calls, 10), strconv.FormatInt(g.Units, 10), usd(g.USD), //nolint:errcheck // as above
-			strconv.FormatInt(g.Credits, 10), strconv.FormatInt(g.CreditedUnits, 10), usd(g.CreditedUSD),
-			strconv.FormatInt(g.Units-g.CreditedUnits, 10), usd(g.USD.Sub(g.CreditedUSD))))
+	row := func(values []string, calls, units int64, charged decimal.Decimal, c ledger.UsageCredits) {
+		cw.Write(append(csvCells(values), strconv.FormatInt(calls, 10), strconv.FormatInt(units, 10), usd(charged), //nolint:errcheck // as above
+			strconv.FormatInt(c.Credits, 10), strconv.FormatInt(c.CreditedUnits, 10), usd(c.CreditedUSD),
+			strconv.FormatInt(units-c.CreditedUnits, 10), usd(charged.Sub(c.CreditedUSD))))
+	}
+	if len(dims) == 0 {
+		row(nil, rep.Calls, rep.Units, rep.USD, rep.UsageCredits)
+	}
+	for _, g := range rep.Groups {
+		row(g.Values, g.Calls, g.Units, g.USD, g.UsageCredits)
 	}
 	cw.Flush()
 }
