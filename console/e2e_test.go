@@ -190,6 +190,18 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	b.wait(`document.querySelector('[data-testid=job-state-name]')?.textContent === 'succeeded' && document.querySelector('[data-testid=job-positions]').children.length === 10`)
 
+	// The stream refused for a while (429 with Retry-After, as when the account has too
+	// many open): the page waits that long, asks again, and follows the job to its end.
+	cut.refuseNext(1)
+	jobID := b.eval(`document.querySelector('section.job code').textContent`)
+	b.expectFailure("GET", "/v1/jobs/"+jobID+"/events", 429)
+	b.click("[data-testid=jobs-list] button")
+	b.wait(`document.querySelector('[data-testid=job-positions]').children.length === 0`)
+	b.wait(`document.querySelector('[data-testid=job-positions]').children.length === 10 && document.querySelector('[data-testid=job-state-name]')?.textContent === 'succeeded'`)
+	if asked := cut.set(false); len(asked) < 2 || asked[1].Sub(asked[0]) < 1950*time.Millisecond {
+		t.Errorf("after a 429 with Retry-After: 2 the page asked again at %v", asked)
+	}
+
 	// Another account's key: the page starts afresh, neither following the first
 	// account's job (its events would answer 404) nor showing its PGN.
 	other := signup(t, base, "other@example.com")
@@ -300,21 +312,31 @@ func checkSAN(t *testing.T, moves []string) {
 }
 
 // streamCut stands in front of the server as a proxy could: while on, it ends every job
-// event stream cleanly at once, after the server's retry: hint and without `end`, and
-// notes when each was asked for.
+// event stream cleanly at once, after the server's retry: hint and without `end`; it
+// answers the next refuse requests for a stream as the server does when an account
+// has too many open (429, Retry-After: 2); and it notes when each stream was asked for.
 type streamCut struct {
-	mu    sync.Mutex
-	on    bool
-	asked []time.Time
+	mu     sync.Mutex
+	on     bool
+	refuse int
+	asked  []time.Time
 }
 
-// set turns the cutting on or off, answering when the streams cut so far were asked for.
+// set turns the cutting on or off, answering when the streams were asked for since the
+// last set.
 func (c *streamCut) set(on bool) []time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	asked := c.asked
 	c.on, c.asked = on, nil
 	return asked
+}
+
+// refuseNext has the next n stream requests refused with 429 (and starts noting afresh).
+func (c *streamCut) refuseNext(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refuse, c.asked = n, nil
 }
 
 func (c *streamCut) front(t *testing.T, base string) string {
@@ -328,11 +350,19 @@ func (c *streamCut) front(t *testing.T, base string) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/v1/jobs/") && strings.HasSuffix(r.URL.Path, "/events") {
 			c.mu.Lock()
-			on := c.on
-			if on {
-				c.asked = append(c.asked, time.Now())
+			on, refused := c.on, c.refuse > 0
+			if refused {
+				c.refuse--
 			}
+			c.asked = append(c.asked, time.Now())
 			c.mu.Unlock()
+			if refused {
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.Header().Set("Retry-After", "2")
+				w.WriteHeader(http.StatusTooManyRequests)
+				fmt.Fprint(w, `{"type":"about:blank","title":"Too many requests","status":429,"detail":"this account already has 100 job event streams open on this server","next_action":"retry_after"}`)
+				return
+			}
 			if on {
 				w.Header().Set("Content-Type", "text/event-stream")
 				fmt.Fprint(w, "retry: 1000\n\n")

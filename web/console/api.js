@@ -21,11 +21,13 @@ export const session = {
 };
 
 // Problem is an answer of the service that was not a success: its problem+json document.
+// retryAfter is the answer's Retry-After in seconds, or null without one.
 export class Problem extends Error {
-  constructor(doc, status) {
+  constructor(doc, status, retryAfter = null) {
     super(doc.detail || doc.title || `HTTP ${status}`);
     this.status = status;
     this.doc = doc;
+    this.retryAfter = retryAfter;
   }
 }
 
@@ -36,7 +38,8 @@ async function problemOf(res) {
   } catch {
     doc = { title: res.statusText || 'Request failed', status: res.status };
   }
-  return new Problem(doc, res.status);
+  const after = res.headers.get('Retry-After');
+  return new Problem(doc, res.status, after && /^\d+$/.test(after) ? +after : null);
 }
 
 function request(method, path, { body, query, accept, signal, headers = {} } = {}) {

@@ -205,6 +205,7 @@ export function mount(root) {
     let ended = false;
     let retry = 0; // the server's retry: hint, the least wait before reconnecting
     let drops = 0; // connections in a row that ended without an event
+    let after = 0; // a refusal's Retry-After, in ms, for the next wait only
     for (;;) {
       try {
         const more = await stream('GET', `/jobs/${id}/events`, {
@@ -221,7 +222,11 @@ export function mount(root) {
         if (!more) ended = true;
       } catch (err) {
         if (mine.signal.aborted) return;
-        if (err.status) { // the service refused: not a dropped connection
+        // Too many streams open (429) or a server stopping (503): for a while only,
+        // so follow again once Retry-After has passed.
+        if ((err.status === 429 || err.status === 503) && err.retryAfter !== null) {
+          after = err.retryAfter * 1000;
+        } else if (err.status) { // the service refused: not a dropped connection
           showProblem(problems, err);
           return;
         }
@@ -229,7 +234,8 @@ export function mount(root) {
       if (ended || mine.signal.aborted) break;
       // A dropped connection, or one ended cleanly without `end` (a proxy's cut, a
       // restart): wait before reconnecting, or a stream cut at once loops without pause.
-      await new Promise((r) => setTimeout(r, Math.max(retry, Math.min(5000, 500 * 2 ** drops++))));
+      await new Promise((r) => setTimeout(r, Math.max(after, retry, Math.min(5000, 500 * 2 ** drops++))));
+      after = 0;
     }
     if (!mine.signal.aborted) {
       loadJobs(false); // the list shows the job's final state
