@@ -2,9 +2,7 @@ package httpapi
 
 import (
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -68,12 +66,7 @@ func (s *Server) listDisputes(w http.ResponseWriter, r *http.Request) {
 	var p domain.Problems
 	state := ""
 	pg := page{limit: defaultDisputesLimit}
-	for _, name := range slices.Sorted(maps.Keys(q)) { // problems in one order
-		vs := q[name]
-		if len(vs) > 1 {
-			p.Add(name, "is given more than once")
-		}
-		v := vs[0]
+	eachParam(q, &p, func(name, v string) {
 		switch {
 		case name == "state":
 			switch v {
@@ -86,7 +79,7 @@ func (s *Server) listDisputes(w http.ResponseWriter, r *http.Request) {
 		default:
 			p.Add(name, "is not a parameter of /disputes (state, limit, cursor)")
 		}
-	}
+	})
 	if err := p.Err(); err != nil {
 		s.writeError(w, r, err)
 		return

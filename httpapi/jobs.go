@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"net/http"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -285,12 +283,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	var p domain.Problems
 	state := ""
 	pg := page{limit: defaultJobsLimit}
-	for _, name := range slices.Sorted(maps.Keys(q)) { // problems in one order
-		vs := q[name]
-		if len(vs) > 1 {
-			p.Add(name, "is given more than once")
-		}
-		v := vs[0]
+	eachParam(q, &p, func(name, v string) {
 		switch {
 		case name == "state":
 			if _, ok := domain.ParseJobState(v); !ok {
@@ -301,7 +294,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		default:
 			p.Add(name, "is not a parameter of /jobs (state, limit, cursor)")
 		}
-	}
+	})
 	if err := p.Err(); err != nil {
 		s.writeError(w, r, err)
 		return

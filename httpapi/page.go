@@ -3,8 +3,10 @@ package httpapi
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"chessd/domain"
@@ -50,4 +52,16 @@ func (s *Server) nextPage(w http.ResponseWriter, path string, q url.Values, next
 	q.Set("cursor", c)
 	w.Header().Set("Link", fmt.Sprintf(`<%s%s?%s>; rel="next"`, s.baseURL, path, q.Encode()))
 	return &c
+}
+
+// eachParam calls f with each query parameter of a list and its value, in name order
+// (so that problems come in one order), adding to p the names given more than once.
+func eachParam(q url.Values, p *domain.Problems, f func(name, v string)) {
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		vs := q[name]
+		if len(vs) > 1 {
+			p.Add(name, "is given more than once")
+		}
+		f(name, vs[0])
+	}
 }
