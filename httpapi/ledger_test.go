@@ -494,22 +494,15 @@ func TestUsage(t *testing.T) {
 	if rows := e.csv("/v1/usage", live); len(rows) != 2 || strings.Join(rows[1], ",") != strings.Join(wantTotals, ",") {
 		t.Fatalf("ungrouped CSV %v, JSON totals %v", rows, wantTotals)
 	}
-	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/usage?group_by=key", nil)
-	req.Header.Set("Authorization", "Bearer "+live)
-	req.Header.Set("Accept", "text/csv")
-	res, err := e.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	for header, field := range map[string]string{"Calls": "calls", "Units": "units", "USD": "usd", "Credits": "credits",
+	_, header := e.csvAnswer("/v1/usage?group_by=key", live)
+	for name, field := range map[string]string{"Calls": "calls", "Units": "units", "USD": "usd", "Credits": "credits",
 		"Credited-Units": "credited_units", "Credited-USD": "credited_usd"} {
-		if got, want := res.Header.Get("Usage-Total-"+header), fmt.Sprint(sums[field]); got != want {
-			t.Errorf("CSV Usage-Total-%s %q, JSON totals.%s %q", header, got, field, want)
+		if got, want := header.Get("Usage-Total-"+name), fmt.Sprint(sums[field]); got != want {
+			t.Errorf("CSV Usage-Total-%s %q, JSON totals.%s %q", name, got, field, want)
 		}
 	}
-	if res.Header.Get("Vary") != "Accept" {
-		t.Errorf("GET /usage answers by Accept without Vary: Accept (%q)", res.Header.Get("Vary"))
+	if header.Get("Vary") != "Accept" {
+		t.Errorf("GET /usage answers by Accept without Vary: Accept (%q)", header.Get("Vary"))
 	}
 	byEnv := e.do("GET", "/v1/usage?group_by=env", live, nil)
 	if len(byEnv.Body["groups"].([]any)) != 2 {
@@ -567,6 +560,13 @@ func TestUsage(t *testing.T) {
 // csv GETs path as text/csv and returns its rows.
 func (e *env) csv(path, key string) [][]string {
 	e.t.Helper()
+	rows, _ := e.csvAnswer(path, key)
+	return rows
+}
+
+// csvAnswer GETs path as text/csv and returns its rows and headers.
+func (e *env) csvAnswer(path, key string) ([][]string, http.Header) {
+	e.t.Helper()
 	req, _ := http.NewRequest("GET", e.srv.URL+path, nil)
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Accept", "text/csv")
@@ -582,7 +582,7 @@ func (e *env) csv(path, key string) [][]string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return rows
+	return rows, res.Header
 }
 
 // A retry of an answered call gets its first answer even when a new call would be

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"chessd/auth"
 	"chessd/commands"
 	"chessd/domain"
@@ -98,19 +100,27 @@ func runCLI(t *testing.T, url string, args ...string) (string, error) {
 	return string(b), runErr
 }
 
-func TestVerifyAndRebuildCommands(t *testing.T) {
+// twoSignups migrates a fresh database with the CLI and signs two accounts up on it:
+// six events.
+func twoSignups(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
 	url := pgtest.URL(t)
 	if _, err := runCLI(t, url, "migrate"); err != nil {
 		t.Fatal(err)
 	}
 	pool := pgtest.NewDBAt(t, url)
 	h := commands.New(eventstore.NewStore(pool, nil), []byte("pepper-for-the-cli-test"))
-	ctx := context.Background()
 	for _, email := range []string{"a@example.com", "b@example.com"} {
-		if _, err := h.Signup(ctx, domain.Signup{Email: email}, "req"); err != nil {
+		if _, err := h.Signup(context.Background(), domain.Signup{Email: email}, "req"); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return url, pool
+}
+
+func TestVerifyAndRebuildCommands(t *testing.T) {
+	url, pool := twoSignups(t)
+	ctx := context.Background()
 	out, err := runCLI(t, url, "verify")
 	if err != nil || !strings.Contains(out, "ok: 6 events") {
 		t.Fatalf("verify on an intact log: %v %q", err, out)
@@ -136,18 +146,8 @@ func TestVerifyAndRebuildCommands(t *testing.T) {
 // the log that recomputes every hash and moves the head along, which verify without it
 // cannot (the documented limit).
 func TestVerifyAnchorCommand(t *testing.T) {
-	url := pgtest.URL(t)
-	if _, err := runCLI(t, url, "migrate"); err != nil {
-		t.Fatal(err)
-	}
-	pool := pgtest.NewDBAt(t, url)
-	h := commands.New(eventstore.NewStore(pool, nil), []byte("pepper-for-the-cli-test"))
+	url, pool := twoSignups(t)
 	ctx := context.Background()
-	for _, email := range []string{"a@example.com", "b@example.com"} {
-		if _, err := h.Signup(ctx, domain.Signup{Email: email}, "req"); err != nil {
-			t.Fatal(err)
-		}
-	}
 	out, err := runCLI(t, url, "verify")
 	m := regexp.MustCompile(`(?m)^anchor: (6:[0-9a-f]{64}) `).FindStringSubmatch(out)
 	if err != nil || m == nil {
