@@ -153,12 +153,8 @@ func (s *Server) statement(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/csv; charset=utf-8")
 	h.Set("Content-Disposition", `attachment; filename="charges.csv"`)
-	h.Set("Statement-Total-Calls", strconv.FormatInt(st.Calls, 10))
-	h.Set("Statement-Total-Units", strconv.FormatInt(st.Units, 10))
-	h.Set("Statement-Total-USD", usd(st.USD))
-	h.Set("Statement-Total-Credits", strconv.FormatInt(st.Credits, 10))
-	h.Set("Statement-Total-Credited-Units", strconv.FormatInt(st.CreditedUnits, 10))
-	h.Set("Statement-Total-Credited-USD", usd(st.CreditedUSD))
+	setTotals(h, "Statement-Total-", st.Calls, st.Units, st.USD, ledger.UsageCredits{
+		Credits: st.Credits, CreditedUnits: st.CreditedUnits, CreditedUSD: st.CreditedUSD})
 	w.WriteHeader(http.StatusOK)
 	cw := csv.NewWriter(w)
 	cw.Write(statementColumns) //nolint:errcheck // the client went away: Flush reports it

@@ -238,6 +238,17 @@ func usageSums(calls, units int64, charged decimal.Decimal, c ledger.UsageCredit
 		"net_units": units - c.CreditedUnits, "net_usd": usd(charged.Sub(c.CreditedUSD))}
 }
 
+// setTotals puts a CSV answer's totals in headers named prefix + Calls, Units, USD,
+// Credits, Credited-Units and Credited-USD (the CSV body has no room for them).
+func setTotals(h http.Header, prefix string, calls, units int64, charged decimal.Decimal, c ledger.UsageCredits) {
+	h.Set(prefix+"Calls", strconv.FormatInt(calls, 10))
+	h.Set(prefix+"Units", strconv.FormatInt(units, 10))
+	h.Set(prefix+"USD", usd(charged))
+	h.Set(prefix+"Credits", strconv.FormatInt(c.Credits, 10))
+	h.Set(prefix+"Credited-Units", strconv.FormatInt(c.CreditedUnits, 10))
+	h.Set(prefix+"Credited-USD", usd(c.CreditedUSD))
+}
+
 // writeUsageCSV writes a page of groups as CSV: a header row of the groups and the
 // sums, then one row per group, as the JSON lists them; without groups, one row of the
 // totals, which are also in Usage-Total-* headers. The next page is in Link.
@@ -249,12 +260,7 @@ func (s *Server) writeUsageCSV(w http.ResponseWriter, r *http.Request, dims []st
 		q.Set("cursor", next)
 		h.Set("Link", fmt.Sprintf(`<%s/usage?%s>; rel="next"`, s.baseURL, q.Encode()))
 	}
-	h.Set("Usage-Total-Calls", strconv.FormatInt(rep.Calls, 10))
-	h.Set("Usage-Total-Units", strconv.FormatInt(rep.Units, 10))
-	h.Set("Usage-Total-USD", usd(rep.USD))
-	h.Set("Usage-Total-Credits", strconv.FormatInt(rep.Credits, 10))
-	h.Set("Usage-Total-Credited-Units", strconv.FormatInt(rep.CreditedUnits, 10))
-	h.Set("Usage-Total-Credited-USD", usd(rep.CreditedUSD))
+	setTotals(h, "Usage-Total-", rep.Calls, rep.Units, rep.USD, rep.UsageCredits)
 	w.WriteHeader(http.StatusOK)
 	cw := csv.NewWriter(w)
 	cw.Write(append(slices.Clone(dims), "calls", "units", "usd", "credits", "credited_units", "credited_usd", "net_units", "net_usd")) //nolint:errcheck // a failed write shows in Flush
