@@ -3107,7 +3107,8 @@ type ClientInterface interface {
 	// A new key of the account. Every field is optional: `scopes` defaults to the
 	// calling key's (only scopes it holds, else 403), `env` to its env (a live key may
 	// create test keys). A budgeted key cannot hand over more than it has left (403).
-	// The secret is shown once. Scope `keys:write`.
+	// An account holds at most 100 active keys in each env: one more is 409. The
+	// secret is shown once. Scope `keys:write`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3119,7 +3120,8 @@ type ClientInterface interface {
 	// A new key of the account. Every field is optional: `scopes` defaults to the
 	// calling key's (only scopes it holds, else 403), `env` to its env (a live key may
 	// create test keys). A budgeted key cannot hand over more than it has left (403).
-	// The secret is shown once. Scope `keys:write`.
+	// An account holds at most 100 active keys in each env: one more is 409. The
+	// secret is shown once. Scope `keys:write`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3939,7 +3941,8 @@ func (c *Client) ListKeys(ctx context.Context, params *ListKeysParams, reqEditor
 // A new key of the account. Every field is optional: `scopes` defaults to the
 // calling key's (only scopes it holds, else 403), `env` to its env (a live key may
 // create test keys). A budgeted key cannot hand over more than it has left (403).
-// The secret is shown once. Scope `keys:write`.
+// An account holds at most 100 active keys in each env: one more is 409. The
+// secret is shown once. Scope `keys:write`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3961,7 +3964,8 @@ func (c *Client) CreateKeyWithBody(ctx context.Context, params *CreateKeyParams,
 // A new key of the account. Every field is optional: `scopes` defaults to the
 // calling key's (only scopes it holds, else 403), `env` to its env (a live key may
 // create test keys). A budgeted key cannot hand over more than it has left (403).
-// The secret is shown once. Scope `keys:write`.
+// An account holds at most 100 active keys in each env: one more is 409. The
+// secret is shown once. Scope `keys:write`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7636,7 +7640,8 @@ type ClientWithResponsesInterface interface {
 	// A new key of the account. Every field is optional: `scopes` defaults to the
 	// calling key's (only scopes it holds, else 403), `env` to its env (a live key may
 	// create test keys). A budgeted key cannot hand over more than it has left (403).
-	// The secret is shown once. Scope `keys:write`.
+	// An account holds at most 100 active keys in each env: one more is 409. The
+	// secret is shown once. Scope `keys:write`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7648,7 +7653,8 @@ type ClientWithResponsesInterface interface {
 	// A new key of the account. Every field is optional: `scopes` defaults to the
 	// calling key's (only scopes it holds, else 403), `env` to its env (a live key may
 	// create test keys). A budgeted key cannot hand over more than it has left (403).
-	// The secret is shown once. Scope `keys:write`.
+	// An account holds at most 100 active keys in each env: one more is 409. The
+	// secret is shown once. Scope `keys:write`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -15822,7 +15828,8 @@ func (c *ClientWithResponses) ListKeysWithResponse(ctx context.Context, params *
 // A new key of the account. Every field is optional: `scopes` defaults to the
 // calling key's (only scopes it holds, else 403), `env` to its env (a live key may
 // create test keys). A budgeted key cannot hand over more than it has left (403).
-// The secret is shown once. Scope `keys:write`.
+// An account holds at most 100 active keys in each env: one more is 409. The
+// secret is shown once. Scope `keys:write`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15840,7 +15847,8 @@ func (c *ClientWithResponses) CreateKeyWithBodyWithResponse(ctx context.Context,
 // A new key of the account. Every field is optional: `scopes` defaults to the
 // calling key's (only scopes it holds, else 403), `env` to its env (a live key may
 // create test keys). A budgeted key cannot hand over more than it has left (403).
-// The secret is shown once. Scope `keys:write`.
+// An account holds at most 100 active keys in each env: one more is 409. The
+// secret is shown once. Scope `keys:write`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"chessd/domain"
@@ -76,6 +77,9 @@ func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettin
 		if err != nil {
 			return err
 		}
+		if err := keyRoom(ctx, tx, created); err != nil {
+			return err
+		}
 		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, actor.meta(), event(created)); err != nil {
 			return err
 		}
@@ -85,6 +89,23 @@ func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettin
 		return nil, "", err
 	}
 	return domain.RehydrateKey([]domain.Event{created}), secret, nil
+}
+
+// keyRoom refuses a key past domain.MaxActiveKeys in its account's env. The creations of
+// one account take turns here (a transaction lock), so two cannot both take the last
+// place; the count is exact, since a balance opens and closes with its key.
+func keyRoom(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "keys-of-"+k.AccountID); err != nil {
+		return fmt.Errorf("lock the keys of account %s: %w", k.AccountID, err)
+	}
+	n, err := ledger.OpenKeyBalances(ctx, tx, k.AccountID, k.Env)
+	if err != nil {
+		return err
+	}
+	if n >= domain.MaxActiveKeys {
+		return domain.Errorf(domain.CodeConflict, "this account already has %d active %s keys, the most it may hold: revoke one (DELETE /v1/keys/{id}) before creating another", n, k.Env)
+	}
+	return nil
 }
 
 // UpdateKey changes label, scopes or budgets of one of the actor's keys.
@@ -167,9 +188,13 @@ func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide f
 			return err
 		}
 		k.Apply(e)
-		if _, ok := e.(*domain.KeyUpdated); ok {
-			// The budget the charge path checks moves with the key, in this transaction.
+		// The budget the charge path checks, and whether the key's balance is open, move
+		// with the key, in this transaction.
+		switch e := e.(type) {
+		case *domain.KeyUpdated:
 			return ledger.SetKeyBudget(ctx, tx, k)
+		case *domain.KeyRevoked:
+			return ledger.CloseKeyBalance(ctx, tx, keyID, e.RevokedAt)
 		}
 		return nil
 	})

@@ -182,6 +182,12 @@ type KeySettings struct {
 	Period      BudgetPeriod // "" is PeriodTotal
 }
 
+// MaxActiveKeys bounds the keys an account holds in each env, revoked ones aside: keys
+// are free to make, and every key may call the endpoints that manage the account at
+// the plan's rate (its own bucket), so without a bound one account could multiply
+// that rate without end.
+const MaxActiveKeys = 100
+
 // BudgetPeriod is how long a key's budgets last before they start again: the key's
 // whole life, or each calendar day or month of the account's time zone.
 type BudgetPeriod string

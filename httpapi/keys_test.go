@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"chessd/domain"
 	"chessd/projections"
 )
 
@@ -156,6 +158,49 @@ func TestKeysLifecycle(t *testing.T) {
 			t.Fatalf("signup key listed as %v", k)
 		}
 	}
+}
+
+// An account holds at most domain.MaxActiveKeys active keys in each env: one more is
+// 409, also when several creations race for the last place (exactly one gets it); a
+// revoked key frees its place, and the test env counts apart.
+func TestActiveKeysAreCapped(t *testing.T) {
+	e := newEnv(t, withWorkers(0))
+	owner, _ := e.signup("many-keys@example.com")
+	create := func(label string) response {
+		return e.do("POST", "/v1/keys", owner, map[string]any{"label": label, "scopes": []string{"eval"}})
+	}
+	var last string
+	for i := 1; i < domain.MaxActiveKeys-1; i++ { // the signup's key is the first
+		r := create(fmt.Sprint("k", i))
+		if r.Status != 201 {
+			t.Fatalf("key %d: %d %s", i+1, r.Status, r.Raw)
+		}
+		last = r.Body["key_id"].(string)
+	}
+	var wg sync.WaitGroup
+	statuses := make([]int, 8)
+	for i := range statuses {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i] = create(fmt.Sprint("race", i)).Status
+		}()
+	}
+	wg.Wait()
+	if created := slices.Index(statuses, 201); created < 0 || slices.Index(statuses[created+1:], 201) >= 0 || slices.ContainsFunc(statuses, func(s int) bool { return s != 201 && s != 409 }) {
+		t.Fatalf("8 creations racing for the last place answered %v, want one 201 and seven 409", statuses)
+	}
+	wantProblem(t, create("one too many"), 409, "fix_request")
+	if r := e.do("POST", "/v1/keys", owner, map[string]any{"label": "test", "env": "test", "scopes": []string{"eval"}}); r.Status != 201 {
+		t.Fatalf("a test key beside %d live ones: %d %s", domain.MaxActiveKeys, r.Status, r.Raw)
+	}
+	if r := e.do("DELETE", "/v1/keys/"+last, owner, nil); r.Status != 204 {
+		t.Fatalf("revoke: %d %s", r.Status, r.Raw)
+	}
+	if r := create("in the freed place"); r.Status != 201 {
+		t.Fatalf("after a revocation: %d %s", r.Status, r.Raw)
+	}
+	wantProblem(t, create("one too many again"), 409, "fix_request")
 }
 
 func TestRotationGrace(t *testing.T) {

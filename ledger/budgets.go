@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"chessd/domain"
 	"chessd/eventstore"
@@ -26,6 +27,26 @@ func OpenKeyBalance(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated
 		return fmt.Errorf("open the balance of key %s: %w", k.KeyID, err)
 	}
 	return nil
+}
+
+// CloseKeyBalance marks a revoked key's balance closed, in the revocation's transaction.
+func CloseKeyBalance(ctx context.Context, tx *eventstore.Tx, keyID string, at time.Time) error {
+	if _, err := tx.Exec(ctx, `UPDATE key_balances SET revoked_at = $2 WHERE key_id = $1 AND revoked_at IS NULL`, keyID, at); err != nil {
+		return fmt.Errorf("close the balance of key %s: %w", keyID, err)
+	}
+	return nil
+}
+
+// OpenKeyBalances counts the keys of accountID's env whose balance is open: its active
+// keys, exactly, within the transaction (a key's balance opens and closes with it).
+func OpenKeyBalances(ctx context.Context, tx *eventstore.Tx, accountID, env string) (int, error) {
+	var n int
+	err := tx.QueryRow(ctx, `SELECT count(*) FROM key_balances WHERE account_id = $1 AND env = $2 AND revoked_at IS NULL`,
+		accountID, env).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the open balances of account %s: %w", accountID, err)
+	}
+	return n, nil
 }
 
 // SetKeyBudget gives key k the budgets it has after a change (k with the event
