@@ -84,6 +84,12 @@ func (h *Handler) VerifyEmail(ctx context.Context, token, requestID string) (*do
 // when it is verified already; at most one a minute).
 func (h *Handler) ResendVerification(ctx context.Context, actor Actor) error {
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		// Calls for one account take turns until commit: without the lock, concurrent
+		// calls each found no recent message and each queued one.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('verify-email:' || $1, 0))`,
+			actor.Key.AccountID()); err != nil {
+			return fmt.Errorf("lock the account's verification mail: %w", err)
+		}
 		a, err := LoadAccount(ctx, tx, actor.Key.AccountID())
 		if err != nil {
 			return err
