@@ -1,8 +1,8 @@
 // Package mail sends what the commands queue in mail_outbox: through an SMTP server
 // when one is configured, to the log otherwise (a development server's mail shows in
 // its output). Any number of servers may run a Sender on one database: each message is
-// claimed by one (SKIP LOCKED) and sent at least once; a failed send is tried again
-// with a growing wait, and each row keeps how it went.
+// claimed by one (SKIP LOCKED) for longer than sending it can take, and sent at least
+// once; a failed send is tried again with a growing wait, and each row keeps how it went.
 package mail
 
 import (
@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -34,7 +35,8 @@ type Config struct {
 	Username, Password string
 	Poll               time.Duration // look for due messages at least this often; default 5 s
 	MaxAttempts        int           // then the message is left unsent, its error kept; default 10
-	// Timeout bounds one message's whole SMTP conversation; default 1 min.
+	// Timeout bounds the sending of one message, connecting included; default 1 min. A
+	// message is claimed for twice as long.
 	Timeout time.Duration
 	// RetryBase is the wait after a first failure, doubled after each next one (at most
 	// an hour); default 2 s.
@@ -68,7 +70,8 @@ func NewSender(cfg Config, pool *pgxpool.Pool, logger *slog.Logger) *Sender {
 	return &Sender{cfg: cfg, pool: pool, logger: logger.With("component", "mail")}
 }
 
-// message is one claimed row.
+// message is one claimed row. attempts, raised by each claim, tells claims apart: a
+// sender still holds its claim while the row's attempts is the one it claimed with.
 type message struct {
 	id                int64
 	to, subject, body string
@@ -80,44 +83,67 @@ func (s *Sender) Run(ctx context.Context) {
 	eventstore.Drain(ctx, s.pool, s.logger, commands.TopicMail, s.cfg.Poll, s.SendDue)
 }
 
-// SendDue claims up to ten due messages and sends them; it returns how many it tried.
+// SendDue claims the oldest due message and sends it; it returns how many it tried (0
+// or 1). Messages are claimed one at a time, each for twice the longest its sending can
+// take (Timeout): a batch claimed at once and sent in turn outlasted its claim, and
+// another server claimed and sent the batch's later messages again.
 func (s *Sender) SendDue(ctx context.Context) int {
-	// The claim pushes the next attempt a minute away, so a sender that dies mid-send
-	// leaves the message to be tried again then, by any server.
-	rows, err := s.pool.Query(ctx, `UPDATE mail_outbox o SET attempts = o.attempts + 1, next_attempt_at = now() + interval '1 minute'
-		FROM (SELECT id FROM mail_outbox WHERE sent_at IS NULL AND next_attempt_at <= now() AND attempts < $1
-		      ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED) due
-		WHERE o.id = due.id RETURNING o.id, o.to_email, o.subject, o.body, o.attempts`, s.cfg.MaxAttempts)
+	m, err := s.claim(ctx)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0
+	}
 	if err != nil {
 		if ctx.Err() == nil {
-			s.logger.Warn("claim mail", "err", err)
+			s.logger.Warn("no mail claimed", "err", err)
 		}
 		return 0
 	}
-	msgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (message, error) {
-		var m message
-		err := r.Scan(&m.id, &m.to, &m.subject, &m.body, &m.attempts)
-		return m, err
-	})
-	if err != nil {
-		s.logger.Warn("claim mail", "err", err)
-		return 0
-	}
-	for _, m := range msgs {
-		via, err := s.send(m)
-		if err != nil {
-			wait := min(s.cfg.RetryBase<<min(m.attempts-1, 20), time.Hour)
-			s.logger.Warn("mail not sent; will retry", "id", m.id, "attempt", m.attempts, "retry_in", wait, "err", err)
-			_, err = s.pool.Exec(ctx, `UPDATE mail_outbox SET last_error = $2, next_attempt_at = now() + $3::interval WHERE id = $1`,
-				m.id, err.Error(), wait.String())
-		} else {
-			_, err = s.pool.Exec(ctx, `UPDATE mail_outbox SET sent_at = now(), sent_via = $2, last_error = NULL WHERE id = $1`, m.id, via)
-		}
-		if err != nil && ctx.Err() == nil {
+	via, sendErr := s.send(m)
+	if sendErr == nil {
+		// recorded whoever holds the claim now: it went out, so no server sends it again
+		tag, err := s.pool.Exec(ctx, `UPDATE mail_outbox SET sent_at = now(), sent_via = $2, last_error = NULL
+			WHERE id = $1 AND sent_at IS NULL`, m.id, via)
+		switch {
+		case err != nil && ctx.Err() == nil:
 			s.logger.Warn("record mail outcome", "id", m.id, "err", err)
+		case err == nil && tag.RowsAffected() == 0:
+			s.logger.Warn("mail sent by another server too", "id", m.id)
 		}
+		return 1
 	}
-	return len(msgs)
+	wait := min(s.cfg.RetryBase<<min(m.attempts-1, 20), time.Hour)
+	s.logger.Warn("mail not sent; will retry", "id", m.id, "attempt", m.attempts, "retry_in", wait, "err", sendErr)
+	// only while the claim is still ours: a claim that lapsed (this server paused past
+	// it) may be another server's now, which this would cut short
+	tag, err := s.pool.Exec(ctx, `UPDATE mail_outbox SET last_error = $3, next_attempt_at = now() + make_interval(secs => $4)
+		WHERE id = $1 AND attempts = $2 AND sent_at IS NULL`, m.id, m.attempts, sendErr.Error(), wait.Seconds())
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.logger.Warn("record mail outcome", "id", m.id, "err", err)
+	case err == nil && tag.RowsAffected() == 0:
+		s.logger.Warn("mail failure not recorded: the claim lapsed and another server has the message", "id", m.id)
+	}
+	return 1
+}
+
+// claim takes the oldest due message, raising its attempts, and moves its next
+// attempt past the time its sending can take: a sender that dies mid-send leaves it to
+// be tried again then, by any server. pgx.ErrNoRows: none is due.
+func (s *Sender) claim(ctx context.Context) (message, error) {
+	var m message
+	// A scalar subquery runs once. Joined instead (FROM), the planner may rescan it for
+	// each row of mail_outbox, and each rescan skips the rows claimed so far and locks
+	// the next: it claimed every due message. FOR UPDATE checks its conditions again on
+	// a row another sender claimed meanwhile.
+	err := s.pool.QueryRow(ctx, `UPDATE mail_outbox SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2)
+		WHERE id = (SELECT id FROM mail_outbox WHERE sent_at IS NULL AND next_attempt_at <= now() AND attempts < $1
+		            ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+		RETURNING id, to_email, subject, body, attempts`,
+		s.cfg.MaxAttempts, (2*s.cfg.Timeout).Seconds()).Scan(&m.id, &m.to, &m.subject, &m.body, &m.attempts)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return m, fmt.Errorf("claim mail: %w", err)
+	}
+	return m, err
 }
 
 // send delivers one message and says how.
@@ -133,15 +159,17 @@ func (s *Sender) send(m message) (string, error) {
 }
 
 // sendSMTP is smtp.SendMail with a deadline: a server that stops answering fails this
-// message (retried later) instead of holding the sender for ever.
+// message (retried later) instead of holding the sender for ever. One deadline covers
+// connecting and the conversation, so sending takes at most Timeout, within the claim.
 func (s *Sender) sendSMTP(m message) error {
 	host, _, _ := strings.Cut(s.cfg.SMTPAddr, ":")
-	conn, err := net.DialTimeout("tcp", s.cfg.SMTPAddr, s.cfg.Timeout)
+	deadline := time.Now().Add(s.cfg.Timeout)
+	conn, err := (&net.Dialer{Deadline: deadline}).Dial("tcp", s.cfg.SMTPAddr)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(s.cfg.Timeout)); err != nil {
+	if err := conn.SetDeadline(deadline); err != nil {
 		return err
 	}
 	c, err := smtp.NewClient(conn, host)

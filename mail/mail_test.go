@@ -26,10 +26,18 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // inbox is a real SMTP server on loopback that keeps what it receives; it refuses the
 // first failures messages with a temporary error.
 type inbox struct {
-	mu       sync.Mutex
+	inboxConfig
+	mu    sync.Mutex
+	tries int
+	got   []received
+}
+
+// inboxConfig is how an inbox behaves beyond the plain case.
+type inboxConfig struct {
 	failures int
-	tries    int
-	got      []received
+	// onData, when set, runs at each DATA (try counts from 1) before it is answered;
+	// an error refuses the message
+	onData func(try int) error
 }
 
 type received struct {
@@ -40,7 +48,12 @@ type received struct {
 
 func startInbox(t *testing.T, failures int) (*inbox, string) {
 	t.Helper()
-	in := &inbox{failures: failures}
+	return startInboxWith(t, inboxConfig{failures: failures})
+}
+
+func startInboxWith(t *testing.T, cfg inboxConfig) (*inbox, string) {
+	t.Helper()
+	in := &inbox{inboxConfig: cfg}
 	srv := smtp.NewServer(in)
 	srv.Domain = "localhost"
 	srv.AllowInsecureAuth = true
@@ -76,15 +89,25 @@ func (s *session) Data(r io.Reader) error {
 		return err
 	}
 	s.in.mu.Lock()
-	defer s.in.mu.Unlock()
 	s.in.tries++
-	if s.in.tries <= s.in.failures {
-		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try again later"}
+	try := s.in.tries
+	s.in.mu.Unlock()
+	if s.in.onData != nil {
+		if err := s.in.onData(try); err != nil {
+			return err
+		}
+	}
+	if try <= s.in.failures {
+		return tryLater
 	}
 	s.msg.data = string(b)
+	s.in.mu.Lock()
+	defer s.in.mu.Unlock()
 	s.in.got = append(s.in.got, s.msg)
 	return nil
 }
+
+var tryLater = &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try again later"}
 
 func (in *inbox) messages() []received {
 	in.mu.Lock()

@@ -1,0 +1,152 @@
+package mail_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/commands"
+	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/mail"
+	"chessd/postgres/pgtest"
+)
+
+// queue signs up n accounts, which queues a verification message to each.
+func queue(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	h := commands.New(eventstore.NewStore(pool, slog.New(slog.DiscardHandler)), []byte("mail-test-pepper-0123456789"))
+	for i := range n {
+		if _, err := h.Signup(context.Background(), domain.Signup{Email: fmt.Sprintf("user%d@example.com", i)}, "r"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// within waits for c, failing the test after 30 s.
+func within[T any](t *testing.T, what string, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// run runs s until the test ends.
+func run(t *testing.T, s *mail.Sender) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// unsent counts the messages not marked sent.
+func unsent(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM mail_outbox WHERE sent_at IS NULL`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Two servers share a slow SMTP server: each message goes out once. Each message takes
+// 0.4 s of a 1 s Timeout, so six claimed at once and sent in turn would outlast a
+// claim of one Timeout (the old claim: a minute, as long as the default Timeout), and
+// the other server would claim and send the last of them again.
+func TestTwoSendersSendEachMessageOnce(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	other := pgtest.NewDBAt(t, pool.Config().ConnString()) // the second server's own pool
+	in, addr := startInboxWith(t, inboxConfig{onData: func(int) error {
+		time.Sleep(400 * time.Millisecond) // the SMTP server is slow to accept
+		return nil
+	}})
+	const n = 6
+	queue(t, pool, n)
+	logger := slog.New(slog.DiscardHandler)
+	cfg := mail.Config{SMTPAddr: addr, Timeout: time.Second, Poll: 20 * time.Millisecond}
+	run(t, mail.NewSender(cfg, pool, logger))
+	run(t, mail.NewSender(cfg, other, logger))
+
+	pgtest.WaitFor(t, "every message marked sent", func() bool { return unsent(t, pool) == 0 })
+	got := map[string]int{}
+	for _, m := range in.messages() {
+		got[m.to[0]]++
+	}
+	for i := range n {
+		if to := fmt.Sprintf("user%d@example.com", i); got[to] != 1 {
+			t.Errorf("%s received %d messages, want 1", to, got[to])
+		}
+	}
+	var maxAttempts int
+	if err := pool.QueryRow(context.Background(), `SELECT max(attempts) FROM mail_outbox`).Scan(&maxAttempts); err != nil || maxAttempts != 1 {
+		t.Fatalf("a message claimed %d times (%v), want once", maxAttempts, err)
+	}
+}
+
+// A server whose claim lapsed while it was sending (paused past it: the test makes
+// the claim lapse) and whose send then failed leaves the message to the server that
+// claimed it since: it neither records its failure nor brings the next attempt
+// forward, which would let a third server send it while the second still is.
+func TestLapsedClaimLeavesTheMessageToItsNewHolder(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	other := pgtest.NewDBAt(t, pool.Config().ConnString())
+	inData := make(chan int)
+	answer := map[int]chan error{1: make(chan error), 2: make(chan error)}
+	in, addr := startInboxWith(t, inboxConfig{onData: func(try int) error {
+		inData <- try
+		return <-answer[try]
+	}})
+	queue(t, pool, 1)
+	logger := slog.New(slog.DiscardHandler)
+	cfg := mail.Config{SMTPAddr: addr, Timeout: 10 * time.Second, RetryBase: time.Millisecond}
+	first, second := mail.NewSender(cfg, pool, logger), mail.NewSender(cfg, other, logger)
+	bg := context.Background()
+
+	firstDone := make(chan int)
+	go func() { firstDone <- first.SendDue(bg) }()
+	if try := within(t, "the first server's DATA", inData); try != 1 {
+		t.Fatalf("try %d", try)
+	}
+	if _, err := pool.Exec(bg, `UPDATE mail_outbox SET next_attempt_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	secondDone := make(chan int)
+	go func() { secondDone <- second.SendDue(bg) }()
+	if try := within(t, "the second server's DATA", inData); try != 2 {
+		t.Fatalf("try %d", try)
+	}
+	answer[1] <- tryLater
+	within(t, "the first server to record its failure", firstDone)
+
+	var lastError *string
+	var stillClaimed bool
+	var attempts int
+	if err := pool.QueryRow(bg, `SELECT last_error, next_attempt_at > now() + interval '5 seconds', attempts FROM mail_outbox`).
+		Scan(&lastError, &stillClaimed, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if lastError != nil || !stillClaimed || attempts != 2 {
+		t.Fatalf("after the lapsed claim's failure: error recorded %v, still claimed %v, attempts %d; want the second claim untouched",
+			lastError != nil, stillClaimed, attempts)
+	}
+	if n := first.SendDue(bg); n != 0 {
+		t.Fatalf("claimed again while the second server sends it")
+	}
+	answer[2] <- nil
+	within(t, "the second server's send", secondDone)
+	var via string
+	if err := pool.QueryRow(bg, `SELECT sent_via FROM mail_outbox WHERE sent_at IS NOT NULL`).Scan(&via); err != nil || via != "smtp" {
+		t.Fatalf("sent via %q (%v)", via, err)
+	}
+	if got := len(in.messages()); got != 1 {
+		t.Fatalf("%d messages received, want 1", got)
+	}
+}
