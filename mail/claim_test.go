@@ -150,3 +150,48 @@ func TestLapsedClaimLeavesTheMessageToItsNewHolder(t *testing.T) {
 		t.Fatalf("%d messages received, want 1", got)
 	}
 }
+
+// A server told to stop while it sends finishes that message and records it sent, and
+// starts no other: after a restart each message has gone out once.
+func TestStopMidSendRecordsTheSendAndStartsNoOther(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	inData, release := make(chan struct{}), make(chan struct{})
+	in, addr := startInboxWith(t, inboxConfig{onData: func(try int) error {
+		if try == 1 {
+			close(inData)
+			<-release
+		}
+		return nil
+	}})
+	queue(t, pool, 3)
+	logger := slog.New(slog.DiscardHandler)
+	cfg := mail.Config{SMTPAddr: addr, Poll: 20 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { mail.NewSender(cfg, pool, logger).Run(ctx); close(done) }()
+	within(t, "the first message's DATA", inData)
+	cancel() // SIGTERM
+	close(release)
+	within(t, "the sender to stop", done)
+
+	if got := len(in.messages()); got != 1 {
+		t.Fatalf("%d messages sent after the stop, want the one being sent", got)
+	}
+	if n := unsent(t, pool); n != 2 {
+		t.Fatalf("%d messages unsent, want 2: the one sent recorded, the others left", n)
+	}
+	restarted := mail.NewSender(cfg, pool, logger)
+	for restarted.SendDue(context.Background()) > 0 {
+	}
+	got := map[string]int{}
+	for _, m := range in.messages() {
+		got[m.to[0]]++
+	}
+	if len(got) != 3 || got["user0@example.com"] != 1 || got["user1@example.com"] != 1 || got["user2@example.com"] != 1 {
+		t.Fatalf("received %v, want one message to each", got)
+	}
+	if n := unsent(t, pool); n != 0 {
+		t.Fatalf("%d messages unsent after the restart", n)
+	}
+}

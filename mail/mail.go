@@ -43,6 +43,10 @@ type Config struct {
 	RetryBase time.Duration
 }
 
+// recordTimeout bounds recording how a send went, which goes on after ctx ends: a
+// message delivered and not recorded would be sent again.
+const recordTimeout = 10 * time.Second
+
 // Sender sends the outbox.
 type Sender struct {
 	cfg    Config
@@ -78,7 +82,9 @@ type message struct {
 	attempts          int
 }
 
-// Run sends due messages until ctx ends, woken by each queued message's commit.
+// Run sends due messages until ctx ends, woken by each queued message's commit. A
+// message being sent when ctx ends is finished (within Timeout) and recorded; no other
+// is started.
 func (s *Sender) Run(ctx context.Context) {
 	eventstore.Drain(ctx, s.pool, s.logger, commands.TopicMail, s.cfg.Poll, s.SendDue)
 }
@@ -88,6 +94,9 @@ func (s *Sender) Run(ctx context.Context) {
 // take (Timeout): a batch claimed at once and sent in turn outlasted its claim, and
 // another server claimed and sent the batch's later messages again.
 func (s *Sender) SendDue(ctx context.Context) int {
+	if ctx.Err() != nil {
+		return 0
+	}
 	m, err := s.claim(ctx)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0
@@ -98,15 +107,27 @@ func (s *Sender) SendDue(ctx context.Context) int {
 		}
 		return 0
 	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	if ctx.Err() != nil {
+		// stopping: give the message back untried rather than start sending it now
+		if _, err := s.pool.Exec(rctx, `UPDATE mail_outbox SET attempts = attempts - 1, next_attempt_at = now()
+			WHERE id = $1 AND attempts = $2 AND sent_at IS NULL`, m.id, m.attempts); err != nil {
+			s.logger.Warn("release mail claim; it is tried again when the claim lapses", "id", m.id, "err", err)
+		}
+		return 0
+	}
+	// Sent whatever ctx does meanwhile: cut off mid-conversation, the message may or
+	// may not have arrived, and would be sent again.
 	via, sendErr := s.send(m)
 	if sendErr == nil {
 		// recorded whoever holds the claim now: it went out, so no server sends it again
-		tag, err := s.pool.Exec(ctx, `UPDATE mail_outbox SET sent_at = now(), sent_via = $2, last_error = NULL
+		tag, err := s.pool.Exec(rctx, `UPDATE mail_outbox SET sent_at = now(), sent_via = $2, last_error = NULL
 			WHERE id = $1 AND sent_at IS NULL`, m.id, via)
 		switch {
-		case err != nil && ctx.Err() == nil:
-			s.logger.Warn("record mail outcome", "id", m.id, "err", err)
-		case err == nil && tag.RowsAffected() == 0:
+		case err != nil:
+			s.logger.Error("mail sent but not recorded as sent; it will be sent again", "id", m.id, "err", err)
+		case tag.RowsAffected() == 0:
 			s.logger.Warn("mail sent by another server too", "id", m.id)
 		}
 		return 1
@@ -115,12 +136,12 @@ func (s *Sender) SendDue(ctx context.Context) int {
 	s.logger.Warn("mail not sent; will retry", "id", m.id, "attempt", m.attempts, "retry_in", wait, "err", sendErr)
 	// only while the claim is still ours: a claim that lapsed (this server paused past
 	// it) may be another server's now, which this would cut short
-	tag, err := s.pool.Exec(ctx, `UPDATE mail_outbox SET last_error = $3, next_attempt_at = now() + make_interval(secs => $4)
+	tag, err := s.pool.Exec(rctx, `UPDATE mail_outbox SET last_error = $3, next_attempt_at = now() + make_interval(secs => $4)
 		WHERE id = $1 AND attempts = $2 AND sent_at IS NULL`, m.id, m.attempts, sendErr.Error(), wait.Seconds())
 	switch {
-	case err != nil && ctx.Err() == nil:
-		s.logger.Warn("record mail outcome", "id", m.id, "err", err)
-	case err == nil && tag.RowsAffected() == 0:
+	case err != nil:
+		s.logger.Warn("record mail failure", "id", m.id, "err", err)
+	case tag.RowsAffected() == 0:
 		s.logger.Warn("mail failure not recorded: the claim lapsed and another server has the message", "id", m.id)
 	}
 	return 1

@@ -110,7 +110,11 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	defer cancel()
 	go expireOldRows(ctx, db, logger)
 	go logAnchors(ctx, db, logger)
-	go mail.NewSender(cfg.Mail, db.pool, logger).Run(ctx) // the outbox: SMTP when configured, else the log
+	mailDone := make(chan struct{})
+	go func() { // the outbox: SMTP when configured, else the log
+		defer close(mailDone)
+		mail.NewSender(cfg.Mail, db.pool, logger).Run(ctx)
+	}()
 	go webhook.NewSender(webhook.Config{AllowPrivate: cfg.InsecureWebhooks, Secrets: hooks}, db.pool, logger).Run(ctx)
 	go alerts.Run(ctx, db.pool, 5*time.Second, logger) // budget thresholds crossed, told by webhook
 	go projections.PruneLoop(ctx, db.pool, busConsumers(), time.Minute, logger)
@@ -172,6 +176,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		<-runnerDone
 	}
 	<-execDone
+	<-mailDone // the message being sent when ctx ended (within its Timeout), recorded before the pool closes
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
