@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -33,14 +34,41 @@ type Config struct {
 	// Username and Password authenticate with PLAIN (only over TLS, or to localhost:
 	// net/smtp refuses otherwise).
 	Username, Password string
-	Poll               time.Duration // look for due messages at least this often; default 5 s
-	MaxAttempts        int           // then the message is left unsent, its error kept; default 10
+	// TLS is what happens when the server offers STARTTLS; default TLSVerify.
+	TLS         TLSMode
+	Poll        time.Duration // look for due messages at least this often; default 5 s
+	MaxAttempts int           // then the message is left unsent, its error kept; default 10
 	// Timeout bounds the sending of one message, connecting included; default 1 min. A
 	// message is claimed for twice as long.
 	Timeout time.Duration
 	// RetryBase is the wait after a first failure, doubled after each next one (at most
 	// an hour); default 2 s.
 	RetryBase time.Duration
+}
+
+// TLSMode says whether the sender encrypts with STARTTLS and checks the certificate.
+type TLSMode string
+
+const (
+	// TLSVerify encrypts when the server offers STARTTLS and fails the message (tried
+	// again later) unless the certificate is valid for the server's host name.
+	TLSVerify TLSMode = "verify"
+	// TLSSkipVerify encrypts when offered but accepts any certificate: for a local MTA
+	// with a self-signed one (postfix's snakeoil); it does not stop an impersonator.
+	TLSSkipVerify TLSMode = "skip-verify"
+	// TLSOff never starts TLS: the conversation, a password included, goes in the clear.
+	TLSOff TLSMode = "off"
+)
+
+// ParseTLSMode reads a TLSMode; empty is TLSVerify.
+func ParseTLSMode(v string) (TLSMode, error) {
+	switch m := TLSMode(v); m {
+	case "":
+		return TLSVerify, nil
+	case TLSVerify, TLSSkipVerify, TLSOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown SMTP TLS mode %q: want verify, skip-verify or off", v)
 }
 
 // recordTimeout bounds recording how a send went, which goes on after ctx ends: a
@@ -52,6 +80,7 @@ type Sender struct {
 	cfg    Config
 	pool   *pgxpool.Pool
 	logger *slog.Logger
+	roots  *x509.CertPool // the certificates TLSVerify trusts; nil: the system's
 }
 
 // NewSender builds a Sender.
@@ -70,6 +99,9 @@ func NewSender(cfg Config, pool *pgxpool.Pool, logger *slog.Logger) *Sender {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Minute
+	}
+	if cfg.TLS == "" {
+		cfg.TLS = TLSVerify
 	}
 	return &Sender{cfg: cfg, pool: pool, logger: logger.With("component", "mail")}
 }
@@ -183,7 +215,10 @@ func (s *Sender) send(m message) (string, error) {
 // message (retried later) instead of holding the sender for ever. One deadline covers
 // connecting and the conversation, so sending takes at most Timeout, within the claim.
 func (s *Sender) sendSMTP(m message) error {
-	host, _, _ := strings.Cut(s.cfg.SMTPAddr, ":")
+	host, _, err := net.SplitHostPort(s.cfg.SMTPAddr) // [::1]:25 too
+	if err != nil {
+		return err
+	}
 	deadline := time.Now().Add(s.cfg.Timeout)
 	conn, err := (&net.Dialer{Deadline: deadline}).Dial("tcp", s.cfg.SMTPAddr)
 	if err != nil {
@@ -198,14 +233,16 @@ func (s *Sender) sendSMTP(m message) error {
 		return err
 	}
 	defer c.Close()
-	if ok, _ := c.Extension("STARTTLS"); ok {
-		if err := c.StartTLS(&tls.Config{ServerName: host}); err != nil {
-			return err
+	if ok, _ := c.Extension("STARTTLS"); ok && s.cfg.TLS != TLSOff {
+		//nolint:gosec // skip-verify is the operator's explicit choice (CHESSD_SMTP_TLS)
+		cfg := &tls.Config{ServerName: host, RootCAs: s.roots, InsecureSkipVerify: s.cfg.TLS == TLSSkipVerify}
+		if err := c.StartTLS(cfg); err != nil {
+			return fmt.Errorf("starttls (CHESSD_SMTP_TLS=%s): %w", s.cfg.TLS, err)
 		}
 	}
 	if s.cfg.Username != "" {
 		if err := c.Auth(smtp.PlainAuth("", s.cfg.Username, s.cfg.Password, host)); err != nil {
-			return err
+			return fmt.Errorf("auth: %w", err)
 		}
 	}
 	if err := c.Mail(s.cfg.From); err != nil {

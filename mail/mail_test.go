@@ -2,6 +2,8 @@ package mail_test
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
 
 	"chessd/commands"
@@ -35,6 +38,11 @@ type inbox struct {
 // inboxConfig is how an inbox behaves beyond the plain case.
 type inboxConfig struct {
 	failures int
+	listen   string      // default 127.0.0.1:0
+	tls      *tls.Config // offers STARTTLS with it
+	// user and password are the one login PLAIN accepts; empty: AUTH is offered, no
+	// login accepted
+	user, password string
 	// onData, when set, runs at each DATA (try counts from 1) before it is answered;
 	// an error refuses the message
 	onData func(try int) error
@@ -44,6 +52,8 @@ type received struct {
 	from string
 	to   []string
 	data string
+	tls  bool   // sent over TLS
+	user string // who logged in
 }
 
 func startInbox(t *testing.T, failures int) (*inbox, string) {
@@ -57,7 +67,11 @@ func startInboxWith(t *testing.T, cfg inboxConfig) (*inbox, string) {
 	srv := smtp.NewServer(in)
 	srv.Domain = "localhost"
 	srv.AllowInsecureAuth = true
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	srv.TLSConfig = cfg.tls
+	ln, err := net.Listen("tcp", or(cfg.listen, "127.0.0.1:0"))
+	if err != nil && strings.HasPrefix(cfg.listen, "[") {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +80,33 @@ func startInboxWith(t *testing.T, cfg inboxConfig) (*inbox, string) {
 	return in, ln.Addr().String()
 }
 
-func (in *inbox) NewSession(*smtp.Conn) (smtp.Session, error) { return &session{in: in}, nil }
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func (in *inbox) NewSession(c *smtp.Conn) (smtp.Session, error) {
+	return &session{in: in, conn: c}, nil
+}
 
 type session struct {
-	in  *inbox
-	msg received
+	in   *inbox
+	conn *smtp.Conn
+	user string
+	msg  received
+}
+
+func (s *session) AuthMechanisms() []string { return []string{sasl.Plain} }
+func (s *session) Auth(string) (sasl.Server, error) {
+	return sasl.NewPlainServer(func(_, user, password string) error {
+		if s.in.user == "" || user != s.in.user || password != s.in.password {
+			return errors.New("invalid login")
+		}
+		s.user = user
+		return nil
+	}), nil
 }
 
 func (s *session) Reset()        { s.msg = received{} }
@@ -101,6 +137,8 @@ func (s *session) Data(r io.Reader) error {
 		return tryLater
 	}
 	s.msg.data = string(b)
+	_, s.msg.tls = s.conn.TLSConnectionState()
+	s.msg.user = s.user
 	s.in.mu.Lock()
 	defer s.in.mu.Unlock()
 	s.in.got = append(s.in.got, s.msg)

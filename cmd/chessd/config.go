@@ -118,6 +118,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	c.Mail = mail.Config{SMTPAddr: getenv("CHESSD_SMTP_ADDR"), From: getenv("CHESSD_SMTP_FROM"),
 		Username: getenv("CHESSD_SMTP_USERNAME"), Password: getenv("CHESSD_SMTP_PASSWORD")}
+	if a := c.Mail.SMTPAddr; a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return c, fmt.Errorf("CHESSD_SMTP_ADDR must be host:port ([::1]:25 for an IPv6 address), got %q", a)
+		}
+	}
+	if c.Mail.TLS, err = mail.ParseTLSMode(getenv("CHESSD_SMTP_TLS")); err != nil {
+		return c, fmt.Errorf("CHESSD_SMTP_TLS: %w", err)
+	}
 	c.InsecureWebhooks = getenv("CHESSD_WEBHOOKS_INSECURE") == "true"
 	for _, v := range strings.Split(getenv("CHESSD_TRUSTED_PROXIES"), ",") {
 		if v = strings.TrimSpace(v); v == "" {

@@ -8,22 +8,24 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"chessd/mail"
 )
 
 func TestLoadConfig(t *testing.T) {
 	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 	c, err := loadConfig(env(nil))
 	if err != nil || c.Port != 8080 || c.DataDir != ".data" || c.DatabaseURL != "" || c.BaseURL != "http://localhost:8080/v1" ||
-		c.NoRateLimits || c.NoExecutor || c.Executor.Parallel < 1 {
+		c.NoRateLimits || c.NoExecutor || c.Executor.Parallel < 1 || c.Mail.TLS != mail.TLSVerify {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
 	c, err = loadConfig(env(map[string]string{"PORT": "9000", "CHESSD_ENGINE_POOL_SIZE": "3", "CHESSD_ENGINE_QUEUE_WAIT": "5s",
 		"CHESSD_ENGINE_MAX_HASH_MB": "64", "CHESSD_ENGINE_BOOST": "-1", "CHESSD_RATE_LIMITS": "off", "CHESSD_WORKER_JOBS": "0", "LOG_LEVEL": "warn",
 		"CHESSD_JOB_RECORD_EVERY": "400ms", "CHESSD_STOP_GRACE": "20s", "CHESSD_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.1,2001:db8::/32",
-		"CHESSD_KEY_PEPPER": "0123456789abcdef0123"}))
+		"CHESSD_KEY_PEPPER": "0123456789abcdef0123", "CHESSD_SMTP_ADDR": "[::1]:25", "CHESSD_SMTP_TLS": "skip-verify"}))
 	if err != nil || c.Port != 9000 || c.Engines.PoolSize != 3 || c.Engines.QueueWait != 5*time.Second || c.Engines.MaxHashMB != 64 ||
 		c.Engines.Boost != -1 || !c.NoRateLimits || !c.NoExecutor || c.Executor.Parallel != 3 || c.Executor.RecordEvery != 400*time.Millisecond || c.Meter.StopGrace != 20*time.Second || string(c.KeyPepper) != "0123456789abcdef0123" ||
-		fmt.Sprint(c.TrustedProxies) != "[10.0.0.0/8 192.0.2.1/32 2001:db8::/32]" {
+		fmt.Sprint(c.TrustedProxies) != "[10.0.0.0/8 192.0.2.1/32 2001:db8::/32]" || c.Mail.SMTPAddr != "[::1]:25" || c.Mail.TLS != mail.TLSSkipVerify {
 		t.Fatalf("set: %+v %v", c, err)
 	}
 	for name, kv := range map[string]map[string]string{
@@ -42,6 +44,9 @@ func TestLoadConfig(t *testing.T) {
 		"hash":         {"CHESSD_ENGINE_MAX_HASH_MB": "0"},
 		"boost 0":      {"CHESSD_ENGINE_BOOST": "0"},
 		"boost range":  {"CHESSD_ENGINE_BOOST": "20"},
+		"smtp tls":     {"CHESSD_SMTP_TLS": "insecure"},
+		"smtp addr":    {"CHESSD_SMTP_ADDR": "mail.example.com"}, // no port
+		"smtp ipv6":    {"CHESSD_SMTP_ADDR": "::1:25"},
 	} {
 		if _, err := loadConfig(env(kv)); err == nil {
 			t.Errorf("%s: %v accepted", name, kv)
