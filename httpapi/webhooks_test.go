@@ -154,3 +154,91 @@ func TestSlowWebhookEndpointDoesNotHoldBackOthers(t *testing.T) {
 		t.Fatalf("%d of the slow endpoint's deliveries were tried before the other account's was delivered", tried)
 	}
 }
+
+// A sender stopped while a delivery is on its way finishes that try and records it
+// (so it is not sent again after the restart), and claims nothing more.
+func TestWebhookStopMidDeliveryRecordsIt(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("hooks-stop@example.com")
+	arrived, release := make(chan struct{}, 4), make(chan struct{})
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer receiver.Close()
+	defer close(release)
+	created := e.do("POST", "/v1/webhooks", key, map[string]any{"url": receiver.URL + "/hooks"})
+	if created.Status != 201 {
+		t.Fatalf("create: %d %s", created.Status, created.Raw)
+	}
+	id := created.Body["id"].(string)
+	if r := e.do("POST", "/v1/webhooks/"+id+"/test", key, nil); r.Status != 202 {
+		t.Fatalf("test delivery: %d %s", r.Status, r.Raw)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sender := webhook.NewSender(webhook.Config{AllowPrivate: true, Timeout: 5 * time.Second, Poll: 50 * time.Millisecond,
+		Secrets: testWebhookSecrets(t)}, e.pool, slog.New(slog.DiscardHandler))
+	done := make(chan struct{})
+	go func() { sender.Run(ctx); close(done) }()
+	<-arrived
+	cancel() // the server stops while the receiver holds the request
+	if r := e.do("POST", "/v1/webhooks/"+id+"/test", key, nil); r.Status != 202 {
+		t.Fatalf("test delivery: %d %s", r.Status, r.Raw)
+	}
+	release <- struct{}{} // the receiver answers 204
+	<-done
+	var delivered, claimed int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE delivered_at IS NOT NULL), count(*) FILTER (WHERE attempts > 0)
+		FROM webhook_deliveries WHERE endpoint_id = $1`, id).Scan(&delivered, &claimed); err != nil {
+		t.Fatal(err)
+	}
+	if delivered != 1 || claimed != 1 {
+		t.Fatalf("after the stop: %d deliveries recorded as delivered, %d claimed; want the one under way delivered and no other claimed", delivered, claimed)
+	}
+}
+
+// A try whose claim lapsed (its server paused past it) and was taken by another server
+// records nothing when it fails: the new holder's claim stands.
+func TestWebhookLapsedClaimLeavesTheDeliveryToItsNewHolder(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("hooks-lapse@example.com")
+	arrived, release := make(chan struct{}, 4), make(chan struct{})
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer receiver.Close()
+	created := e.do("POST", "/v1/webhooks", key, map[string]any{"url": receiver.URL + "/hooks"})
+	if created.Status != 201 {
+		t.Fatalf("create: %d %s", created.Status, created.Raw)
+	}
+	id := created.Body["id"].(string)
+	if r := e.do("POST", "/v1/webhooks/"+id+"/test", key, nil); r.Status != 202 {
+		t.Fatalf("test delivery: %d %s", r.Status, r.Raw)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sender := webhook.NewSender(webhook.Config{AllowPrivate: true, Timeout: 5 * time.Second, Poll: 50 * time.Millisecond,
+		Secrets: testWebhookSecrets(t)}, e.pool, slog.New(slog.DiscardHandler))
+	done := make(chan struct{})
+	go func() { sender.Run(ctx); close(done) }()
+	<-arrived
+	// another server claims it, as it would once this claim lapsed
+	if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET attempts = attempts + 1,
+		next_attempt_at = now() + interval '1 hour' WHERE endpoint_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	close(release) // the first try fails (500)
+	<-done
+	var status *int
+	var soon bool
+	if err := e.pool.QueryRow(context.Background(), `SELECT last_status, next_attempt_at < now() + interval '30 minutes'
+		FROM webhook_deliveries WHERE endpoint_id = $1`, id).Scan(&status, &soon); err != nil {
+		t.Fatal(err)
+	}
+	if status != nil || soon {
+		t.Fatalf("the lapsed try recorded its failure (last_status %v, next try moved forward %v) over the new holder's claim", status, soon)
+	}
+}

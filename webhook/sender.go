@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/eventstore"
@@ -67,7 +68,13 @@ func NewSender(cfg Config, pool *pgxpool.Pool, logger *slog.Logger) *Sender {
 	return &Sender{cfg: cfg, pool: pool, logger: logger.With("component", "webhook"), client: client, now: time.Now}
 }
 
-// Run delivers due messages until ctx ends, woken by each queued delivery's commit.
+// recordTimeout bounds recording how a try went, which goes on after ctx ends: a
+// delivery that arrived and was not recorded would be sent again.
+const recordTimeout = 10 * time.Second
+
+// Run delivers due messages until ctx ends, woken by each queued delivery's commit. The
+// tries under way when ctx ends are finished (within Timeout) and recorded; no other
+// is started.
 func (s *Sender) Run(ctx context.Context) {
 	eventstore.Drain(ctx, s.pool, s.logger, Topic, s.cfg.Poll, s.SendDue)
 }
@@ -87,6 +94,9 @@ type due struct {
 // Timeout at most, well within the claim (twice Timeout): tried in turn, ten slow ones
 // outlasted it, and another server claimed and sent the last of them again.
 func (s *Sender) SendDue(ctx context.Context) int {
+	if ctx.Err() != nil {
+		return 0
+	}
 	// The claim moves the next try past the timeout, so a sender that dies mid-try
 	// leaves the delivery to be tried again then, by any server. A delivery another
 	// sender claims meanwhile is skipped: the claim's conditions are checked again on
@@ -119,9 +129,12 @@ func (s *Sender) SendDue(ctx context.Context) int {
 		s.logger.Warn("claim webhook deliveries", "err", err)
 		return 0
 	}
+	// Claimed, each is tried to its end whatever ctx does meanwhile (Timeout bounds it):
+	// a try cut off mid-request may or may not have arrived, and would be sent again.
+	tries := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	for _, d := range claimed {
-		wg.Go(func() { s.try(ctx, d) })
+		wg.Go(func() { s.try(tries, d) })
 	}
 	wg.Wait()
 	return len(claimed)
@@ -130,10 +143,14 @@ func (s *Sender) SendDue(ctx context.Context) int {
 // try sends one delivery and records how it went.
 func (s *Sender) try(ctx context.Context, d due) {
 	status, err := s.post(ctx, d)
+	rctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	var tag pgconn.CommandTag
 	switch {
 	case err == nil && status/100 == 2:
-		_, err = s.pool.Exec(ctx, `UPDATE webhook_deliveries SET delivered_at = now(), last_status = $2, last_error = NULL
-			WHERE delivery_id = $1`, d.id, status)
+		// recorded whoever holds the claim now: it arrived, so no server sends it again
+		tag, err = s.pool.Exec(rctx, `UPDATE webhook_deliveries SET delivered_at = now(), last_status = $2, last_error = NULL
+			WHERE delivery_id = $1 AND delivered_at IS NULL`, d.id, status)
 	default:
 		msg := fmt.Sprintf("HTTP %d", status)
 		if err != nil {
@@ -144,12 +161,17 @@ func (s *Sender) try(ctx context.Context, d due) {
 			statusArg = &status
 		}
 		wait := min(s.cfg.RetryBase<<min(d.attempts-1, 20), time.Hour)
-		_, err = s.pool.Exec(ctx, `UPDATE webhook_deliveries SET last_status = $2, last_error = $3,
+		// only while the claim is still ours (attempts is raised by each claim): a claim
+		// that lapsed may be another server's now, which this would cut short
+		tag, err = s.pool.Exec(rctx, `UPDATE webhook_deliveries SET last_status = $2, last_error = $3,
 				next_attempt_at = now() + $4::interval, failed_at = CASE WHEN attempts >= $5 THEN now() END
-			WHERE delivery_id = $1`, d.id, statusArg, msg, wait.String(), s.cfg.MaxAttempts)
+			WHERE delivery_id = $1 AND attempts = $6 AND delivered_at IS NULL`, d.id, statusArg, msg, wait.String(), s.cfg.MaxAttempts, d.attempts)
 	}
-	if err != nil && ctx.Err() == nil {
-		s.logger.Warn("record webhook delivery", "delivery_id", d.id, "err", err)
+	switch {
+	case err != nil:
+		s.logger.Warn("webhook try not recorded; it will be tried again", "delivery_id", d.id, "err", err)
+	case tag.RowsAffected() == 0:
+		s.logger.Warn("webhook try not recorded: another server holds the delivery now", "delivery_id", d.id)
 	}
 }
 

@@ -115,7 +115,11 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		defer close(mailDone)
 		mail.NewSender(cfg.Mail, db.pool, logger).Run(ctx)
 	}()
-	go webhook.NewSender(webhook.Config{AllowPrivate: cfg.InsecureWebhooks, Secrets: hooks}, db.pool, logger).Run(ctx)
+	hooksDone := make(chan struct{})
+	go func() {
+		defer close(hooksDone)
+		webhook.NewSender(webhook.Config{AllowPrivate: cfg.InsecureWebhooks, Secrets: hooks}, db.pool, logger).Run(ctx)
+	}()
 	go alerts.Run(ctx, db.pool, 5*time.Second, logger) // budget thresholds crossed, told by webhook
 	go projections.PruneLoop(ctx, db.pool, busConsumers(), time.Minute, logger)
 	execDone := make(chan error, 1)
@@ -176,7 +180,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		<-runnerDone
 	}
 	<-execDone
-	<-mailDone // the message being sent when ctx ended (within its Timeout), recorded before the pool closes
+	<-mailDone  // the message being sent when ctx ended (within its Timeout), recorded before the pool closes
+	<-hooksDone // the same for the webhook deliveries under way
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
