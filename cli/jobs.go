@@ -7,9 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"chessd/client"
 )
@@ -77,16 +80,21 @@ func watchCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 	}
 }
 
+// Following a job's events across cuts: the wait before reconnecting, doubled after
+// each attempt that brought no event up to reconnectMost, and how many such attempts in
+// a row make the watch give up (long enough to outlast a server's restart).
+const (
+	reconnectFirst = 500 * time.Millisecond
+	reconnectMost  = 5 * time.Second
+	maxReconnects  = 10
+)
+
 // watch follows a job's events (GET /jobs/{id}/events) with a progress line until it
 // ends, then prints its result: a table of positions, or the result's JSON.
 func watch(ctx context.Context, e *env, id string, asJSON bool) error {
-	res, err := e.api.StreamJobEvents(ctx, id, nil)
-	if err != nil {
-		return err
-	}
 	prog := newProgress(e)
 	var last client.Job
-	err = client.ReadStream(res, func(ev client.StreamEvent) error {
+	err := followJob(ctx, e, id, prog, func(ev client.StreamEvent) error {
 		switch ev.Event {
 		case "state", "end":
 			if err := json.Unmarshal(ev.Data, &last); err != nil {
@@ -104,6 +112,16 @@ func watch(ctx context.Context, e *env, id string, asJSON bool) error {
 	prog.done()
 	if err != nil {
 		return err
+	}
+	if !finished(last.State) { // a 204 ended the watch before its end event was read
+		j, err := e.api.GetJobWithResponse(ctx, id, nil)
+		if err != nil {
+			return fmt.Errorf("job %s: %w", id, err)
+		}
+		if err := client.Check(j.HTTPResponse, j.Body); err != nil {
+			return fmt.Errorf("job %s: %w", id, err)
+		}
+		last = *j.JSON200
 	}
 	out, err := e.api.GetJobResultWithResponse(ctx, id, nil)
 	if err != nil {
@@ -148,4 +166,120 @@ func watch(ctx context.Context, e *env, id string, asJSON bool) error {
 		return fmt.Errorf("job %s", strings.ToLower(s))
 	}
 	return nil
+}
+
+func finished(s client.JobState) bool {
+	return s == client.JobStateSucceeded || s == client.JobStateFailed || s == client.JobStateCancelled
+}
+
+// errEnded stops reading a stream at its end event.
+var errEnded = errors.New("the job ended")
+
+// followJob passes fn the job's events until its end event. A stream that closes
+// before that was cut (a stopping server ends its streams, a connection drops): it is
+// opened again with Last-Event-ID, which resumes right after the last event seen, after
+// a short backoff, or after Retry-After when the server answers 429 or 503. A 204 means
+// the job has ended with nothing left to send. It gives up after maxReconnects attempts
+// in a row without an event; a first attempt that reaches no server, and a 4xx other
+// than 429, fail at once.
+func followJob(ctx context.Context, e *env, id string, prog *progress, fn func(client.StreamEvent) error) error {
+	var lastID string
+	failures := 0 // attempts in a row that brought no event
+	for attempt := 0; ; attempt++ {
+		var params client.StreamJobEventsParams
+		if lastID != "" {
+			params.LastEventID = &lastID
+		}
+		wait := min(reconnectFirst<<failures, reconnectMost)
+		var why error
+		res, err := e.api.StreamJobEvents(ctx, id, &params)
+		switch {
+		case ctx.Err() != nil:
+			if err == nil {
+				res.Body.Close()
+			}
+			return ctx.Err()
+		case err != nil:
+			if attempt == 0 {
+				return fmt.Errorf("job %s: events: %w", id, err)
+			}
+			why = err
+		case res.StatusCode == http.StatusNoContent:
+			res.Body.Close()
+			return nil
+		case res.StatusCode == http.StatusTooManyRequests || res.StatusCode >= 500:
+			why = answerError(res)
+			if d, ok := retryAfter(res.Header.Get("Retry-After")); ok {
+				wait = d
+			}
+		case res.StatusCode != http.StatusOK:
+			return fmt.Errorf("job %s: events: %w", id, answerError(res))
+		default:
+			got := false
+			var fnErr error
+			err := client.ReadStream(res, func(ev client.StreamEvent) error {
+				if ev.ID != "" {
+					lastID, got = ev.ID, true
+				}
+				if fnErr = fn(ev); fnErr != nil {
+					return fnErr
+				}
+				if ev.Event == "end" {
+					return errEnded
+				}
+				return nil
+			})
+			switch {
+			case errors.Is(err, errEnded):
+				return nil
+			case fnErr != nil:
+				return fnErr
+			case ctx.Err() != nil:
+				return ctx.Err()
+			}
+			if got {
+				failures, wait = 0, reconnectFirst
+			}
+			why = err
+			if why == nil {
+				why = errors.New("the stream closed before the job ended")
+			}
+		}
+		if failures++; failures > maxReconnects {
+			return fmt.Errorf("job %s: no events in %d attempts in a row, giving up: %w", id, maxReconnects, why)
+		}
+		prog.update("%s events: %v; reconnecting in %s", id, why, wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// answerError is a non-stream answer's problem as an error; it closes res.Body.
+func answerError(res *http.Response) error {
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("%s: reading the answer: %w", res.Status, err)
+	}
+	if err := client.Check(res, body); err != nil {
+		return err
+	}
+	return errors.New(res.Status)
+}
+
+// retryAfter reads a Retry-After header: seconds, or an HTTP date.
+func retryAfter(h string) (time.Duration, bool) {
+	if h == "" {
+		return 0, false
+	}
+	if n, err := strconv.Atoi(h); err == nil {
+		return time.Duration(max(n, 0)) * time.Second, true
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		return max(time.Until(t), 0), true
+	}
+	return 0, false
 }

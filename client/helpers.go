@@ -89,15 +89,17 @@ func Accept(media string) RequestEditorFn {
 }
 
 // StreamEvent is one event of a live evaluation: `depth` (Data is a DepthProgress),
-// `result` (the plain answer: Evaluation or BestMove) or `error` (a Problem).
+// `result` (the plain answer: Evaluation or BestMove) or `error` (a Problem); or of a
+// job's events (GET /jobs/{id}/events), whose ID is what Last-Event-ID resumes after.
 type StreamEvent struct {
 	Event string          `json:"event"`
 	Data  json.RawMessage `json:"data"`
+	ID    string          `json:"-"` // SSE's last event id ("" when none was sent)
 }
 
-// ReadStream reads the answer of a streamed POST /eval or /bestmove and calls fn with
-// each event, in order, until the stream ends or fn returns an error (which ReadStream
-// returns). It closes res.Body. An answer that is not a stream (a problem, or plain
+// ReadStream reads the answer of a streamed POST /eval or /bestmove (or the SSE of GET
+// /jobs/{id}/events) and calls fn with each event, in order, until the stream ends or fn
+// returns an error (which ReadStream returns). It closes res.Body. An answer that is not a stream (a problem, or plain
 // JSON) is returned as an error or as a single `result` event. An `error` event is
 // passed to fn like the others.
 func ReadStream(res *http.Response, fn func(StreamEvent) error) error {
@@ -120,6 +122,7 @@ func ReadStream(res *http.Response, fn func(StreamEvent) error) error {
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20) // a depth with 10 long lines is a few KiB
 	var name string                        // SSE: the pending event's name
+	var id string                          // SSE: the last event id, kept until another comes (as EventSource does)
 	for sc.Scan() {
 		line := sc.Bytes()
 		if media == MediaNDJSON {
@@ -135,13 +138,16 @@ func ReadStream(res *http.Response, fn func(StreamEvent) error) error {
 			}
 			continue
 		}
-		// SSE: "event: NAME" then "data: JSON" (one line each), a blank line between.
+		// SSE: "id: N", "event: NAME" then "data: JSON" (one line each), a blank line
+		// between.
 		switch s := string(line); {
+		case strings.HasPrefix(s, "id:"):
+			id = strings.TrimSpace(s[len("id:"):])
 		case strings.HasPrefix(s, "event:"):
 			name = strings.TrimSpace(s[len("event:"):])
 		case strings.HasPrefix(s, "data:"):
 			data := json.RawMessage(strings.TrimSpace(s[len("data:"):]))
-			if err := fn(StreamEvent{Event: name, Data: data}); err != nil {
+			if err := fn(StreamEvent{Event: name, Data: data, ID: id}); err != nil {
 				return err
 			}
 			name = ""

@@ -2,15 +2,21 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"chessd/domain"
+	"chessd/httpapi"
 	"chessd/postgres/pgtest"
 )
 
@@ -176,4 +182,120 @@ func TestClientCommands(t *testing.T) {
 			t.Fatalf("--key did not replace the file's key: %v\n%s", err, stderr)
 		}
 	})
+}
+
+// lockedBuffer is a process's output, read by the test while the process writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// `jobs watch` follows a job to its end across what cuts its event stream: a 429 for
+// an account holding its maximum of streams is waited out for its Retry-After, and a
+// server's restart (which ends its streams) is outlasted, the stream resumed with
+// Last-Event-ID (no event shown twice). The job runs on a worker started only after the
+// restart, so it cannot end before the cuts.
+func TestJobsWatchFollowsAcrossCuts(t *testing.T) {
+	bin := buildBinary(t)
+	dbURL := pgtest.URL(t)
+	pool, su := account(t, dbURL, "watch-cuts@example.com", domain.PlanPro)
+	port := freePort(t)
+	srv := startServer(t, bin, dbURL, port, "CHESSD_WORKER_JOBS=0")
+	jobID := submitGame(t, srv, su.Secret, 6)
+
+	// Every stream slot of the account held, on the queued job.
+	ctx, release := context.WithCancel(context.Background())
+	var held sync.WaitGroup
+	defer func() { release(); held.Wait() }()
+	for range httpapi.StreamsPerAccount {
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.base+"/jobs/"+jobID+"/events", nil)
+		req.Header.Set("Authorization", "Bearer "+su.Secret)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != http.StatusOK {
+			res.Body.Close()
+			t.Fatalf("holding a stream: %d", res.StatusCode)
+		}
+		held.Add(1)
+		go func() {
+			defer held.Done()
+			io.Copy(io.Discard, res.Body) //nolint:errcheck // ends with release
+			res.Body.Close()
+		}()
+	}
+
+	cmd := exec.Command(bin, "jobs", "watch", jobID)
+	cmd.Env = append(os.Environ(), "CHESSD_SERVER="+srv.base, "CHESSD_KEY="+su.Secret, "CHESSD_CONFIG=", "HOME="+t.TempDir())
+	var stdout, stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill() //nolint:errcheck // the test failed with the watch running
+			<-exited
+		}
+	})
+	says := func(what, re string) {
+		t.Helper()
+		waitFor(t, what, time.Minute, func() bool {
+			select {
+			case err := <-exited:
+				exited <- err
+				t.Fatalf("the watch ended (%v) before %s:\n%s\n%s", err, what, stderr.String(), stdout.String())
+			default:
+			}
+			return regexp.MustCompile(re).MatchString(stderr.String())
+		})
+	}
+	says("the watch to wait out the 429", `429 Too many requests.*; reconnecting in 5s`)
+	release()
+	held.Wait()
+	queued := `(?m)^` + jobID + ` queued  0/30 positions`
+	says("the watch to show the queued job", queued)
+
+	srv.stop(t) // ends the watch's stream
+	says("the watch to reconnect", `(?s)`+queued+`.*reconnecting in`)
+	srv = startServer(t, bin, dbURL, port, "CHESSD_WORKER_JOBS=0")
+	var state string
+	if err := pool.QueryRow(context.Background(), `SELECT state FROM jobs WHERE job_id = $1`, jobID).Scan(&state); err != nil || state != "queued" {
+		t.Fatalf("the job is %q (%v) after the restart: it must still be queued", state, err)
+	}
+	startWorker(t, bin, dbURL, "watch-cuts")
+
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the watch failed: %v\n%s\n%s", err, stderr.String(), stdout.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the watch did not end:\n%s", stderr.String())
+	}
+	out := stdout.String()
+	if !regexp.MustCompile(`(?m)^` + jobID + `: succeeded, 30/30 positions`).MatchString(out) {
+		t.Errorf("no summary of the finished job:\n%s", out)
+	}
+	if rows := regexp.MustCompile(`(?m)^\d+ +\S+ +\S+ +\S+ +6 +\d+\.`).FindAllString(out, -1); len(rows) != 30 {
+		t.Errorf("%d analysed rows, want 30:\n%s", len(rows), out)
+	}
+	if n := len(regexp.MustCompile(queued).FindAllString(stderr.String(), -1)); n != 1 {
+		t.Errorf("the queued state shown %d times, want once (the reconnect resumes after it):\n%s", n, stderr.String())
+	}
 }
