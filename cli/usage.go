@@ -39,7 +39,9 @@ func usageCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 			return e.printJSON(res.Body)
 		}
 		u := res.JSON200
-		cols := make([]string, len(u.GroupBy))
+		// The first column holds the groups' values and the TOTAL label: it is there
+		// (with no header) when nothing is grouped, so that each number sits under its own.
+		cols := make([]string, max(len(u.GroupBy), 1))
 		for i, g := range u.GroupBy {
 			cols[i] = strings.ToUpper(string(g))
 		}
@@ -48,14 +50,14 @@ func usageCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, strings.Join(append(cols, "CALLS", "UNITS", "USD", "CREDITED", "NET USD"), "\t")+"\t")
 		for _, g := range u.Groups {
-			keys := make([]string, len(u.GroupBy))
+			keys := make([]string, len(cols))
 			for i, by := range u.GroupBy {
 				keys[i] = groupValue(string(by), g.Key, g.Hour, g.Day, g.Month, g.Endpoint, g.Engine, g.Env, (*string)(g.Cached))
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t\n", strings.Join(keys, "\t"), g.Calls, g.Units, g.Usd, g.CreditedUsd, g.NetUsd)
 		}
 		t := u.Totals
-		blank := strings.Repeat("\t", max(len(cols)-1, 0))
+		blank := strings.Repeat("\t", len(cols)-1)
 		fmt.Fprintf(tw, "TOTAL%s\t%d\t%d\t%s\t%s\t%s\t\n", blank, t.Calls, t.Units, t.Usd, t.CreditedUsd, t.NetUsd)
 		if err := tw.Flush(); err != nil {
 			return err

@@ -163,6 +163,18 @@ func TestClientCommands(t *testing.T) {
 				t.Errorf("table lacks %s:\n%s", row, out)
 			}
 		}
+		usageAligned(t, out)
+	})
+
+	t.Run("usage without groups", func(t *testing.T) {
+		out, stderr, err := clientCmd(t, bin, env, "", "usage", "--group-by", "")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		if !regexp.MustCompile(`(?m)^ *TOTAL +8 +\d+ +\d+\.\d{6}`).MatchString(out) {
+			t.Errorf("no total row:\n%s", out)
+		}
+		usageAligned(t, out)
 	})
 
 	t.Run("server and key from the config file, flags first", func(t *testing.T) {
@@ -182,6 +194,25 @@ func TestClientCommands(t *testing.T) {
 			t.Fatalf("--key did not replace the file's key: %v\n%s", err, stderr)
 		}
 	})
+}
+
+// usageAligned fails t unless each number of the usage table's TOTAL row ends where
+// its column's header does (the columns are aligned right).
+func usageAligned(t *testing.T, table string) {
+	t.Helper()
+	header := regexp.MustCompile(`(?m)^.*CALLS.*$`).FindString(table)
+	total := regexp.MustCompile(`(?m)^ *TOTAL .*$`).FindString(table)
+	heads := regexp.MustCompile(`CALLS|UNITS|NET USD|USD|CREDITED`).FindAllStringIndex(header, -1)
+	cells := regexp.MustCompile(`\S+`).FindAllStringIndex(total, -1)
+	if len(heads) != 5 || len(cells) < 6 {
+		t.Fatalf("no header or total row:\n%s", table)
+	}
+	cells = cells[len(cells)-5:] // the label (and the blank group cells) before them
+	for i, h := range heads {
+		if h[1] != cells[i][1] {
+			t.Errorf("%s ends at %d, its total at %d:\n%s", header[h[0]:h[1]], h[1], cells[i][1], table)
+		}
+	}
 }
 
 // lockedBuffer is a process's output, read by the test while the process writes it.
