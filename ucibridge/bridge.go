@@ -62,9 +62,12 @@ func New(cfg Config) *Bridge {
 }
 
 // Run reads UCI commands from in and answers on out until `quit`, the end of in, or
-// ctx ends. A running search is stopped (and not charged) on the way out.
+// ctx ends. A running search is left on the way out, without a bestmove (UCI: quit
+// means exit as soon as possible): its request is cancelled, so the service stops the
+// engine and charges nothing.
 func (b *Bridge) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	b.out = &lineWriter{w: out}
+	ctx, quit := context.WithCancel(ctx) // the searches run under it
 	b.pos = startPos()
 	lines := make(chan string)
 	done := make(chan struct{})
@@ -81,9 +84,9 @@ func (b *Bridge) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 			}
 		}
 	}()
-	defer func() { // the last search ends after every earlier one
+	defer func() { // every search is left; the last ends after every earlier one
+		quit()
 		if b.cur != nil {
-			b.cur.halt()
 			<-b.cur.done
 		}
 	}()
@@ -565,6 +568,9 @@ func (b *Bridge) run(ctx context.Context, s *search, j job) {
 		case <-ctx.Done():
 		}
 	}
+	if ctx.Err() != nil { // quit: no bestmove is due
+		return
+	}
 	b.out.printf("%s", bestMoveLine(best, ponder))
 }
 
@@ -671,6 +677,8 @@ func (b *Bridge) answer(ctx context.Context, s *search, j job) (best, ponder str
 
 	for over := false; !over; {
 		select {
+		case <-ctx.Done(): // quit: the deferred cancel leaves the stream at once
+			return "", "", false
 		case ev := <-events:
 			over = handle(ev)
 		case err := <-ended:

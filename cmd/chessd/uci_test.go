@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -250,13 +251,19 @@ func prefix(p string) func(string) bool {
 
 // The bridge in process against a real server: the keyless caps, a finished game
 // answered without a call, refusals told as info string, isready during a search, and
-// quit in the middle of one.
+// quit in the middle of one, or before its first depth.
 func TestUCIBridgeCases(t *testing.T) {
 	bin := buildBinary(t)
 	dbURL := pgtest.URL(t)
 	_, su := account(t, dbURL, "uci-cases@example.com", domain.PlanPro) // before the server: its read models have it
 	_, free := account(t, dbURL, "uci-free@example.com", domain.PlanFree)
-	srv := startServer(t, bin, dbURL, freePort(t))
+	_, quitter := account(t, dbURL, "uci-quit@example.com", domain.PlanPro)
+	_, busy := account(t, dbURL, "uci-busy@example.com", domain.PlanPro)
+	port := freePort(t)
+	const metricsToken = "uci-cases-metrics-token"
+	// One engine (startServer's pool), for which a search may queue long enough for a
+	// quit to come before its first depth.
+	srv := startServer(t, bin, dbURL, port, "CHESSD_ENGINE_QUEUE_WAIT=60s", "CHESSD_METRICS_TOKEN="+metricsToken)
 
 	t.Run("an eval-only key of the free plan: a search over its cap is searched within it", func(t *testing.T) {
 		// GET /me needs usage:read, so the bridge cannot read the plan's caps: it learns
@@ -368,15 +375,88 @@ func TestUCIBridgeCases(t *testing.T) {
 			t.Fatalf("isready mid-search: %q", lines)
 		}
 		s.send("quit")
-		lines := s.until(prefix("bestmove"))
-		legal(t, "startpos", nil, strings.Fields(lines[len(lines)-1])[1])
-		select {
-		case err := <-s.done:
-			if err != nil {
-				t.Fatal(err)
+		s.quits(t)
+	})
+
+	t.Run("quit or the end of stdin before the first depth: no bestmove, at once, nothing charged", func(t *testing.T) {
+		// Another account's search (long: 10 lines to depth 30) holds the one engine,
+		// so the bridge's waits in the server's queue with no depth to show.
+		ctx, release := context.WithCancel(context.Background())
+		defer release()
+		body := `{"fen":"r1bqkbnr/pppp1ppp/2n5/1B2p3/4P3/5N2/PPPP1PPP/RNBQK2R b KQkq - 3 3","depth":30,"multipv":10}`
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.base+"/eval", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+busy.Secret)
+		req.Header.Set("Accept", client.MediaNDJSON)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		r := bufio.NewReader(res.Body)
+		if line, err := r.ReadString('\n'); err != nil || !strings.Contains(line, `"depth"`) {
+			t.Fatalf("the engine holder's search: %d %q %v", res.StatusCode, line, err)
+		}
+		held := make(chan struct{})
+		go func() {
+			defer close(held)
+			io.Copy(io.Discard, r) //nolint:errcheck // read on (a stream nobody reads is cut); ends with release
+		}()
+		metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+		queued := func() float64 { return sample(scrape(t, metrics, metricsToken), "chessd_engine_queue_length", nil) }
+		for _, end := range []string{"quit", "the end of stdin"} {
+			s := newUCISession(t, ucibridge.Config{Server: srv.base, Key: quitter.Secret})
+			s.send("position startpos moves e2e4 e7e5")
+			s.send("go depth 12")
+			waitFor(t, "the bridge's search to queue on the server", 30*time.Second, func() bool { return queued() == 1 })
+			if end == "quit" {
+				s.send("quit")
+			} else {
+				s.in.Close()
 			}
-		case <-time.After(time.Minute):
-			t.Fatal("quit did not end the bridge")
+			s.quits(t)
+			waitFor(t, "the server to drop the search the bridge left", 10*time.Second, func() bool { return queued() == 0 })
+		}
+		select {
+		case <-held:
+			t.Fatal("the engine holder's search ended before the bridges quit: make it longer")
+		default:
+		}
+		release()
+		// Nothing of the quitter's is charged: a marker call after is all /usage counts.
+		api, err := client.NewClientWithResponses(srv.base, client.WithKey(quitter.Secret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		depth := 1
+		marker, err := api.EvalWithResponse(context.Background(), nil, client.EvalRequest{Fen: "8/8/8/4k3/8/8/4P3/4K3 w - - 0 1", Depth: &depth})
+		if err != nil || client.Check(marker.HTTPResponse, marker.Body) != nil {
+			t.Fatalf("marker call: %v %s", err, marker.Body)
+		}
+		if calls := usageCalls(t, api, 1); calls != 1 {
+			t.Errorf("usage shows %d calls, want 1 (the marker; the searches left by quit are free)", calls)
 		}
 	})
+}
+
+// quits fails t unless the bridge ends (nil) well within the 5 s a stop waits for a
+// first depth, and says no bestmove on its way out: UCI's quit is an exit, not a stop.
+func (s *uciSession) quits(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("quit did not end the bridge")
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the bridge took %s to end", took)
+	}
+	for l := range s.lines { // closed once the bridge has ended
+		if strings.HasPrefix(l, "bestmove") {
+			t.Errorf("a %q after quit", l)
+		}
+	}
 }
