@@ -7967,7 +7967,7 @@ type ClientWithResponsesInterface interface {
 
 // SubmitAnalysisResponse202Headers the declared response headers of an HTTP 202 response for SubmitAnalysis
 type SubmitAnalysisResponse202Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	Location           *string
 	RateLimit          *string
 	RateLimitPolicy    *string
@@ -8183,7 +8183,7 @@ func (r SubmitAnalysisResponse) ContentType() string {
 
 // SubmitBatchResponse202Headers the declared response headers of an HTTP 202 response for SubmitBatch
 type SubmitBatchResponse202Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	Location           *string
 	RateLimit          *string
 	RateLimitPolicy    *string
@@ -8399,7 +8399,7 @@ func (r SubmitBatchResponse) ContentType() string {
 
 // BestMoveResponse200Headers the declared response headers of an HTTP 200 response for BestMove
 type BestMoveResponse200Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	RateLimit          *string
 	RateLimitPolicy    *string
 	ServerTiming       *string
@@ -8615,7 +8615,7 @@ func (r BestMoveResponse) ContentType() string {
 
 // CheckoutResponse200Headers the declared response headers of an HTTP 200 response for Checkout
 type CheckoutResponse200Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	RateLimit          *string
 	RateLimitPolicy    *string
 	XRequestId         string
@@ -8822,7 +8822,7 @@ func (r CheckoutResponse) ContentType() string {
 
 // BillingPortalResponse200Headers the declared response headers of an HTTP 200 response for BillingPortal
 type BillingPortalResponse200Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	RateLimit          *string
 	RateLimitPolicy    *string
 	XRequestId         string
@@ -9198,7 +9198,7 @@ func (r ExplainChargeResponse) ContentType() string {
 
 // ListDisputesResponse200Headers the declared response headers of an HTTP 200 response for ListDisputes
 type ListDisputesResponse200Headers struct {
-	CacheControl    interface{}
+	CacheControl    *string
 	Link            *string
 	RateLimit       *string
 	RateLimitPolicy *string
@@ -9365,7 +9365,7 @@ func (r ListDisputesResponse) ContentType() string {
 
 // OpenDisputeResponse201Headers the declared response headers of an HTTP 201 response for OpenDispute
 type OpenDisputeResponse201Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	Location           *string
 	RateLimit          *string
 	RateLimitPolicy    *string
@@ -10044,7 +10044,7 @@ func (r ListEnginesResponse) ContentType() string {
 
 // EvalResponse200Headers the declared response headers of an HTTP 200 response for Eval
 type EvalResponse200Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	RateLimit          *string
 	RateLimitPolicy    *string
 	ServerTiming       *string
@@ -10460,7 +10460,7 @@ func (r HealthzResponse) ContentType() string {
 
 // ListJobsResponse200Headers the declared response headers of an HTTP 200 response for ListJobs
 type ListJobsResponse200Headers struct {
-	CacheControl    interface{}
+	CacheControl    *string
 	Link            *string
 	RateLimit       *string
 	RateLimitPolicy *string
@@ -10976,7 +10976,7 @@ func (r GetJobResponse) ContentType() string {
 
 // StreamJobEventsResponse200Headers the declared response headers of an HTTP 200 response for StreamJobEvents
 type StreamJobEventsResponse200Headers struct {
-	CacheControl interface{}
+	CacheControl *string
 	XRequestId   string
 }
 
@@ -11476,7 +11476,7 @@ func (r ListKeysResponse) ContentType() string {
 
 // CreateKeyResponse201Headers the declared response headers of an HTTP 201 response for CreateKey
 type CreateKeyResponse201Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	RateLimit          *string
 	RateLimitPolicy    *string
 	XRequestId         string
@@ -12043,7 +12043,7 @@ func (r UpdateKeyResponse) ContentType() string {
 
 // RotateKeyResponse201Headers the declared response headers of an HTTP 201 response for RotateKey
 type RotateKeyResponse201Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	RateLimit          *string
 	RateLimitPolicy    *string
 	XRequestId         string
@@ -12260,7 +12260,7 @@ func (r RotateKeyResponse) ContentType() string {
 
 // LegalMovesResponse200Headers the declared response headers of an HTTP 200 response for LegalMoves
 type LegalMovesResponse200Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	RateLimit          *string
 	RateLimitPolicy    *string
 	XRequestId         string
@@ -13621,7 +13621,7 @@ func (r ReadyzResponse) ContentType() string {
 
 // SignupResponse201Headers the declared response headers of an HTTP 201 response for Signup
 type SignupResponse201Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	RateLimit          *string
 	RateLimitPolicy    *string
 	XRequestId         string
@@ -13806,7 +13806,7 @@ func (r SignupResponse) ContentType() string {
 
 // GetUsageResponse200Headers the declared response headers of an HTTP 200 response for GetUsage
 type GetUsageResponse200Headers struct {
-	CacheControl            interface{}
+	CacheControl            *string
 	Link                    *string
 	RateLimit               *string
 	RateLimitPolicy         *string
@@ -13969,7 +13969,7 @@ func (r GetUsageResponse) ContentType() string {
 
 // GetStatementResponse200Headers the declared response headers of an HTTP 200 response for GetStatement
 type GetStatementResponse200Headers struct {
-	CacheControl                interface{}
+	CacheControl                *string
 	Link                        *string
 	RateLimit                   *string
 	RateLimitPolicy             *string
@@ -14132,7 +14132,7 @@ func (r GetStatementResponse) ContentType() string {
 
 // ValidatePositionResponse200Headers the declared response headers of an HTTP 200 response for ValidatePosition
 type ValidatePositionResponse200Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	RateLimit          *string
 	RateLimitPolicy    *string
 	XRequestId         string
@@ -14618,7 +14618,7 @@ func (r ListWebhooksResponse) ContentType() string {
 
 // CreateWebhookResponse201Headers the declared response headers of an HTTP 201 response for CreateWebhook
 type CreateWebhookResponse201Headers struct {
-	IdempotentReplayed interface{}
+	IdempotentReplayed *string
 	RateLimit          *string
 	RateLimitPolicy    *string
 	XRequestId         string
@@ -16448,11 +16448,11 @@ func ParseSubmitAnalysisResponse(rsp *http.Response) (*SubmitAnalysisResponse, e
 	case rsp.StatusCode == 202:
 		var headers SubmitAnalysisResponse202Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
@@ -16772,11 +16772,11 @@ func ParseSubmitBatchResponse(rsp *http.Response) (*SubmitBatchResponse, error) 
 	case rsp.StatusCode == 202:
 		var headers SubmitBatchResponse202Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
@@ -17099,11 +17099,11 @@ func ParseBestMoveResponse(rsp *http.Response) (*BestMoveResponse, error) {
 	case rsp.StatusCode == 200:
 		var headers BestMoveResponse200Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
@@ -17419,11 +17419,11 @@ func ParseCheckoutResponse(rsp *http.Response) (*CheckoutResponse, error) {
 	case rsp.StatusCode == 200:
 		var headers CheckoutResponse200Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
@@ -17722,11 +17722,11 @@ func ParseBillingPortalResponse(rsp *http.Response) (*BillingPortalResponse, err
 	case rsp.StatusCode == 200:
 		var headers BillingPortalResponse200Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
@@ -18244,11 +18244,11 @@ func ParseListDisputesResponse(rsp *http.Response) (*ListDisputesResponse, error
 	case rsp.StatusCode == 200:
 		var headers ListDisputesResponse200Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Link"); len(values) > 0 {
 			var value string
@@ -18507,11 +18507,11 @@ func ParseOpenDisputeResponse(rsp *http.Response) (*OpenDisputeResponse, error) 
 	case rsp.StatusCode == 201:
 		var headers OpenDisputeResponse201Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
@@ -19441,11 +19441,11 @@ func ParseEvalResponse(rsp *http.Response) (*EvalResponse, error) {
 	case rsp.StatusCode == 200:
 		var headers EvalResponse200Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
@@ -19950,11 +19950,11 @@ func ParseListJobsResponse(rsp *http.Response) (*ListJobsResponse, error) {
 	case rsp.StatusCode == 200:
 		var headers ListJobsResponse200Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Link"); len(values) > 0 {
 			var value string
@@ -20730,11 +20730,11 @@ func ParseStreamJobEventsResponse(rsp *http.Response) (*StreamJobEventsResponse,
 	case rsp.StatusCode == 200:
 		var headers StreamJobEventsResponse200Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
@@ -21474,11 +21474,11 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 	case rsp.StatusCode == 201:
 		var headers CreateKeyResponse201Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
@@ -22336,11 +22336,11 @@ func ParseRotateKeyResponse(rsp *http.Response) (*RotateKeyResponse, error) {
 	case rsp.StatusCode == 201:
 		var headers RotateKeyResponse201Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
@@ -22675,11 +22675,11 @@ func ParseLegalMovesResponse(rsp *http.Response) (*LegalMovesResponse, error) {
 	case rsp.StatusCode == 200:
 		var headers LegalMovesResponse200Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
@@ -24444,11 +24444,11 @@ func ParseSignupResponse(rsp *http.Response) (*SignupResponse, error) {
 	case rsp.StatusCode == 201:
 		var headers SignupResponse201Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
@@ -24692,11 +24692,11 @@ func ParseGetUsageResponse(rsp *http.Response) (*GetUsageResponse, error) {
 	case rsp.StatusCode == 200:
 		var headers GetUsageResponse200Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Link"); len(values) > 0 {
 			var value string
@@ -24972,11 +24972,11 @@ func ParseGetStatementResponse(rsp *http.Response) (*GetStatementResponse, error
 	case rsp.StatusCode == 200:
 		var headers GetStatementResponse200Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Link"); len(values) > 0 {
 			var value string
@@ -25270,11 +25270,11 @@ func ParseValidatePositionResponse(rsp *http.Response) (*ValidatePositionRespons
 	case rsp.StatusCode == 200:
 		var headers ValidatePositionResponse200Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
@@ -25933,11 +25933,11 @@ func ParseCreateWebhookResponse(rsp *http.Response) (*CreateWebhookResponse, err
 	case rsp.StatusCode == 201:
 		var headers CreateWebhookResponse201Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
-			var value interface{}
-			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "", Format: ""}); err != nil {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.IdempotentReplayed = value
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
