@@ -85,6 +85,13 @@ func TestVerifyAnchors(t *testing.T) {
 				if rep.Tamper != nil || rep.Anchor.String() != anchor.String() {
 					t.Fatalf("intact: %+v", rep)
 				}
+				// two anchors at one position that disagree cannot both hold
+				other := Anchor{Position: anchor.Position, Hash: make([]byte, len(anchor.Hash))}
+				for _, two := range [][]Anchor{{other, anchor}, {anchor, other}} {
+					if rep, err := Verify(ctx, s.Pool(), two...); err != nil || rep.Tamper == nil || rep.Tamper.Kind != "rewritten" {
+						t.Fatalf("with a wrong anchor beside the right one: %+v %v", rep, err)
+					}
+				}
 				return
 			}
 			if rep.Tamper == nil || rep.Tamper.Position != tc.pos || rep.Tamper.Kind != tc.kind {

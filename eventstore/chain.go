@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -129,10 +130,12 @@ func verify(ctx context.Context, q postgres.Querier, anchors []Anchor) (VerifyRe
 	if err := q.QueryRow(ctx, `SELECT position, hash FROM event_chain`).Scan(&rep.Head, &headHash); err != nil {
 		return rep, err
 	}
-	anchored := make(map[int64][]byte, len(anchors))
+	// Every anchor given is checked, several at one position too: if they differ, the
+	// event there cannot match them all.
+	anchored := make(map[int64][][]byte, len(anchors))
 	beyond := Anchor{} // the furthest anchor, for a log that now ends before it
 	for _, a := range anchors {
-		anchored[a.Position] = a.Hash
+		anchored[a.Position] = append(anchored[a.Position], a.Hash)
 		if a.Position > beyond.Position {
 			beyond = a
 		}
@@ -154,7 +157,7 @@ func verify(ctx context.Context, q postgres.Querier, anchors []Anchor) (VerifyRe
 				rep.Tamper = t
 				return rep, nil
 			}
-			if h, ok := anchored[e.Position]; ok && !bytes.Equal(h, e.Hash) {
+			if slices.ContainsFunc(anchored[e.Position], func(h []byte) bool { return !bytes.Equal(h, e.Hash) }) {
 				rep.Tamper = &Tamper{Position: e.Position, Kind: "rewritten",
 					Detail: "its hash is not the anchor's: the log was rewritten, hashes and head included, at or before this event"}
 				return rep, nil

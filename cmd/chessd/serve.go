@@ -108,6 +108,19 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// /metrics: on its own listener when CHESSD_METRICS_ADDR says so, else beside /v1.
+	// First, so that a listener that fails stops serve before anything below started
+	// (which would then have to be waited for).
+	var handler http.Handler = api
+	switch cfg.MetricsAddr {
+	case "off":
+	case "":
+		handler = withMetrics(api, mx.Handler(cfg.MetricsToken))
+	default:
+		if err := serveMetrics(ctx, cfg.MetricsAddr, mx.Handler(cfg.MetricsToken), logger); err != nil {
+			return err
+		}
+	}
 	go expireOldRows(ctx, db, logger)
 	go logAnchors(ctx, db, logger)
 	mailDone := make(chan struct{})
@@ -133,17 +146,6 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	runnerDone := make(chan error, 1)
 	go func() { runnerDone <- runner.Run(ctx, nil) }()
 
-	// /metrics: on its own listener when CHESSD_METRICS_ADDR says so, else beside /v1
-	var handler http.Handler = api
-	switch cfg.MetricsAddr {
-	case "off":
-	case "":
-		handler = withMetrics(api, mx.Handler(cfg.MetricsToken))
-	default:
-		if err := serveMetrics(ctx, cfg.MetricsAddr, mx.Handler(cfg.MetricsToken), logger); err != nil {
-			return err
-		}
-	}
 	srv := &http.Server{
 		Addr:              fmt.Sprintf(":%d", cfg.Port),
 		Handler:           handler,
