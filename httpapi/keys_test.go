@@ -169,13 +169,16 @@ func TestActiveKeysAreCapped(t *testing.T) {
 	create := func(label string) response {
 		return e.do("POST", "/v1/keys", owner, map[string]any{"label": label, "scopes": []string{"eval"}})
 	}
-	var last string
+	var first, last string
 	for i := 1; i < domain.MaxActiveKeys-1; i++ { // the signup's key is the first
 		r := create(fmt.Sprint("k", i))
 		if r.Status != 201 {
 			t.Fatalf("key %d: %d %s", i+1, r.Status, r.Raw)
 		}
 		last = r.Body["key_id"].(string)
+		if i == 1 {
+			first = last
+		}
 	}
 	var wg sync.WaitGroup
 	statuses := make([]int, 8)
@@ -201,6 +204,17 @@ func TestActiveKeysAreCapped(t *testing.T) {
 		t.Fatalf("after a revocation: %d %s", r.Status, r.Raw)
 	}
 	wantProblem(t, create("one too many again"), 409, "fix_request")
+	// A revocation that left the balance open (as a chessd older than the cap's migration
+	// does) still frees its place: the key's events say it is revoked.
+	if r := e.do("DELETE", "/v1/keys/"+first, owner, nil); r.Status != 204 {
+		t.Fatalf("revoke: %d %s", r.Status, r.Raw)
+	}
+	if _, err := e.pool.Exec(context.Background(), `UPDATE key_balances SET revoked_at = NULL WHERE key_id = $1`, first); err != nil {
+		t.Fatal(err)
+	}
+	if r := create("beside an old server's revocation"); r.Status != 201 {
+		t.Fatalf("after a revocation that left its balance open: %d %s", r.Status, r.Raw)
+	}
 }
 
 func TestRotationGrace(t *testing.T) {

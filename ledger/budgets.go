@@ -38,10 +38,14 @@ func CloseKeyBalance(ctx context.Context, tx *eventstore.Tx, keyID string, at ti
 }
 
 // OpenKeyBalances counts the keys of accountID's env whose balance is open: its active
-// keys, exactly, within the transaction (a key's balance opens and closes with it).
+// keys, exactly, within the transaction. A balance opens with its key; it closes with
+// the revocation (revoked_at), and a balance the revocation left open (a chessd older
+// than migration 0041 revoked the key) still does not count, by its KeyRevoked event.
 func OpenKeyBalances(ctx context.Context, tx *eventstore.Tx, accountID, env string) (int, error) {
 	var n int
-	err := tx.QueryRow(ctx, `SELECT count(*) FROM key_balances WHERE account_id = $1 AND env = $2 AND revoked_at IS NULL`,
+	err := tx.QueryRow(ctx, `SELECT count(*) FROM key_balances kb
+		WHERE kb.account_id = $1 AND kb.env = $2 AND kb.revoked_at IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.stream_id = 'key-' || kb.key_id AND e.event_type = 'KeyRevoked')`,
 		accountID, env).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count the open balances of account %s: %w", accountID, err)
