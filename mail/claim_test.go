@@ -59,8 +59,10 @@ func unsent(t *testing.T, pool *pgxpool.Pool) int {
 
 // Two servers share a slow SMTP server: each message goes out once. Each message takes
 // 0.4 s of a 1 s Timeout, so six claimed at once and sent in turn would outlast a
-// claim of one Timeout (the old claim: a minute, as long as the default Timeout), and
-// the other server would claim and send the last of them again.
+// claim of one Timeout, and the other server would claim and send the last of them
+// again. (The old code claimed for a fixed minute, which this short test cannot
+// outlast: it passes on it. With its claim made one Timeout, as long as the defaults
+// made it, it failed; TestLapsedClaimLeavesTheMessageToItsNewHolder fails on it as is.)
 func TestTwoSendersSendEachMessageOnce(t *testing.T) {
 	pool := pgtest.NewDB(t)
 	other := pgtest.NewDBAt(t, pool.Config().ConnString()) // the second server's own pool
