@@ -92,6 +92,10 @@ func TestBudgetHoldsAcrossServers(t *testing.T) {
 				t.Fatalf("a call refused over budget ran %d searches", n)
 			}
 		}
+		// done with: an account holds at most domain.MaxActiveKeys
+		if r := a.do("DELETE", "/v1/keys/"+keyID, owner, nil); r.Status != 204 {
+			t.Fatalf("revoke: %d %s", r.Status, r.Raw)
+		}
 	}
 }
 
