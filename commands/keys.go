@@ -182,6 +182,11 @@ func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide f
 		}
 		out = k
 		if e == nil {
+			if revokedAt := k.RevokedAt(); revokedAt != nil {
+				// A DELETE again: the balance closes if the revocation left it open (an
+				// older chessd revoked the key during a rolling upgrade).
+				return ledger.CloseKeyBalance(ctx, tx, keyID, *revokedAt)
+			}
 			return nil
 		}
 		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, k.Version(), actor.meta(), event(e)); err != nil {
