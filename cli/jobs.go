@@ -192,6 +192,7 @@ func followJob(ctx context.Context, e *env, id string, prog *progress, fn func(c
 		}
 		wait := min(reconnectFirst<<failures, reconnectMost)
 		var why error
+		got := false // the attempt brought an event
 		res, err := e.api.StreamJobEvents(ctx, id, &params)
 		switch {
 		case ctx.Err() != nil:
@@ -210,12 +211,11 @@ func followJob(ctx context.Context, e *env, id string, prog *progress, fn func(c
 		case res.StatusCode == http.StatusTooManyRequests || res.StatusCode >= 500:
 			why = answerError(res)
 			if d, ok := retryAfter(res.Header.Get("Retry-After")); ok {
-				wait = d
+				wait = max(d, reconnectFirst) // Retry-After: 0 is no reason to ask back to back
 			}
 		case res.StatusCode != http.StatusOK:
 			return fmt.Errorf("job %s: events: %w", id, answerError(res))
 		default:
-			got := false
 			var fnErr error
 			err := client.ReadStream(res, func(ev client.StreamEvent) error {
 				if ev.ID != "" {
@@ -237,15 +237,14 @@ func followJob(ctx context.Context, e *env, id string, prog *progress, fn func(c
 			case ctx.Err() != nil:
 				return ctx.Err()
 			}
-			if got {
-				failures, wait = 0, reconnectFirst
-			}
 			why = err
 			if why == nil {
 				why = errors.New("the stream closed before the job ended")
 			}
 		}
-		if failures++; failures > maxReconnects {
+		if got {
+			failures, wait = 0, reconnectFirst
+		} else if failures++; failures >= maxReconnects {
 			return fmt.Errorf("job %s: no events in %d attempts in a row, giving up: %w", id, maxReconnects, why)
 		}
 		prog.update("%s events: %v; reconnecting in %s", id, why, wait)

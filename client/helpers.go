@@ -5,6 +5,7 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -99,11 +100,21 @@ type StreamEvent struct {
 
 // ReadStream reads the answer of a streamed POST /eval or /bestmove (or the SSE of GET
 // /jobs/{id}/events) and calls fn with each event, in order, until the stream ends or fn
-// returns an error (which ReadStream returns). It closes res.Body. An answer that is not a stream (a problem, or plain
-// JSON) is returned as an error or as a single `result` event. An `error` event is
-// passed to fn like the others.
+// returns an error (which ReadStream returns). It closes res.Body. An answer that is not
+// a stream (a problem, or plain JSON) is returned as an error or as a single `result`
+// event; a 204 (an event stream with nothing left to send) calls fn with nothing. An
+// `error` event is passed to fn like the others.
+//
+// SSE is read as the standard has it: an event is dispatched at the blank line that
+// ends it, its data lines joined by newlines, with the id last set; an event the
+// stream was cut in the middle of is dropped, so its id is never reported as seen (a
+// reconnect with Last-Event-ID then gets it again). An NDJSON line cut before its
+// newline is an error.
 func ReadStream(res *http.Response, fn func(StreamEvent) error) error {
 	defer res.Body.Close()
+	if res.StatusCode == http.StatusNoContent {
+		return nil
+	}
 	media := res.Header.Get("Content-Type")
 	if i := strings.IndexByte(media, ';'); i >= 0 {
 		media = media[:i]
@@ -119,13 +130,13 @@ func ReadStream(res *http.Response, fn func(StreamEvent) error) error {
 		}
 		return fn(StreamEvent{Event: "result", Data: body})
 	}
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 64<<10), 4<<20) // a depth with 10 long lines is a few KiB
-	var name string                        // SSE: the pending event's name
-	var id string                          // SSE: the last event id, kept until another comes (as EventSource does)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if media == MediaNDJSON {
+	lines := &lineReader{r: bufio.NewReaderSize(res.Body, 64<<10)}
+	if media == MediaNDJSON {
+		for {
+			line, err := lines.next()
+			if err != nil {
+				return streamEnd(err)
+			}
 			if len(line) == 0 {
 				continue
 			}
@@ -136,25 +147,78 @@ func ReadStream(res *http.Response, fn func(StreamEvent) error) error {
 			if err := fn(ev); err != nil {
 				return err
 			}
+		}
+	}
+	var name, id string // the pending event's name; the last id set (kept until another, as EventSource does)
+	var data []byte
+	pending := false // a data line since the last dispatch
+	for {
+		line, err := lines.next()
+		if err != nil {
+			return streamEnd(err) // a pending event was cut: dropped
+		}
+		if len(line) == 0 { // the event's end: dispatch it
+			if pending {
+				if err := fn(StreamEvent{Event: name, Data: json.RawMessage(data), ID: id}); err != nil {
+					return err
+				}
+			}
+			name, data, pending = "", nil, false
 			continue
 		}
-		// SSE: "id: N", "event: NAME" then "data: JSON" (one line each), a blank line
-		// between.
-		switch s := string(line); {
-		case strings.HasPrefix(s, "id:"):
-			id = strings.TrimSpace(s[len("id:"):])
-		case strings.HasPrefix(s, "event:"):
-			name = strings.TrimSpace(s[len("event:"):])
-		case strings.HasPrefix(s, "data:"):
-			data := json.RawMessage(strings.TrimSpace(s[len("data:"):]))
-			if err := fn(StreamEvent{Event: name, Data: data, ID: id}); err != nil {
-				return err
+		field, value, _ := strings.Cut(string(line), ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "": // a comment (keep-alive)
+		case "event":
+			name = value
+		case "data":
+			if pending {
+				data = append(data, '\n')
 			}
-			name = ""
+			data, pending = append(data, value...), true
+		case "id":
+			if !strings.ContainsRune(value, 0) {
+				id = value
+			}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("stream: %w", err)
+}
+
+// streamEnd is ReadStream's outcome when its reader stops: nil at the stream's end.
+func streamEnd(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("stream: %w", err)
+}
+
+// maxStreamLine bounds one line of a stream (a depth with 10 long lines is a few KiB).
+const maxStreamLine = 4 << 20
+
+// lineReader reads a stream's lines, each ended by LF (or CRLF), which it drops.
+type lineReader struct{ r *bufio.Reader }
+
+// next returns the next whole line. io.EOF: the stream ended cleanly between lines; a
+// line cut before its end (the connection dropped) is io.ErrUnexpectedEOF, or the
+// read's own error.
+func (l *lineReader) next() ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := l.r.ReadSlice('\n')
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			line = line[:len(line)-1]
+			return bytes.TrimSuffix(line, []byte{'\r'}), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			if len(line) > maxStreamLine {
+				return nil, fmt.Errorf("a line longer than %d bytes", maxStreamLine)
+			}
+		case errors.Is(err, io.EOF) && len(line) > 0:
+			return nil, io.ErrUnexpectedEOF
+		default:
+			return nil, err
+		}
+	}
 }
