@@ -155,33 +155,44 @@ func TestSlowWebhookEndpointDoesNotHoldBackOthers(t *testing.T) {
 	}
 }
 
-// A sender stopped while a delivery is on its way finishes that try and records it
-// (so it is not sent again after the restart), and claims nothing more.
-func TestWebhookStopMidDeliveryRecordsIt(t *testing.T) {
-	e := newEnv(t)
-	key := e.signupPro("hooks-stop@example.com")
-	arrived, release := make(chan struct{}, 4), make(chan struct{})
+// heldDelivery registers an endpoint whose receiver holds each request until release
+// gets a value (or is closed), then answers status; it queues a test delivery and starts
+// a sender, returning once the receiver has the delivery. stop ends the sender's Run
+// and waits for it, after the caller's release.
+func heldDelivery(t *testing.T, e *env, key string, status int) (endpointID string, release chan struct{}, cancel context.CancelFunc, done <-chan struct{}) {
+	t.Helper()
+	arrived := make(chan struct{}, 4)
+	release = make(chan struct{})
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrived <- struct{}{}
 		<-release
-		w.WriteHeader(http.StatusNoContent)
+		w.WriteHeader(status)
 	}))
-	defer receiver.Close()
-	defer close(release)
+	t.Cleanup(receiver.Close)
 	created := e.do("POST", "/v1/webhooks", key, map[string]any{"url": receiver.URL + "/hooks"})
 	if created.Status != 201 {
 		t.Fatalf("create: %d %s", created.Status, created.Raw)
 	}
-	id := created.Body["id"].(string)
-	if r := e.do("POST", "/v1/webhooks/"+id+"/test", key, nil); r.Status != 202 {
+	endpointID = created.Body["id"].(string)
+	if r := e.do("POST", "/v1/webhooks/"+endpointID+"/test", key, nil); r.Status != 202 {
 		t.Fatalf("test delivery: %d %s", r.Status, r.Raw)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sender := webhook.NewSender(webhook.Config{AllowPrivate: true, Timeout: 5 * time.Second, Poll: 50 * time.Millisecond,
 		Secrets: testWebhookSecrets(t)}, e.pool, slog.New(slog.DiscardHandler))
-	done := make(chan struct{})
-	go func() { sender.Run(ctx); close(done) }()
+	ended := make(chan struct{})
+	go func() { sender.Run(ctx); close(ended) }()
 	<-arrived
+	return endpointID, release, cancel, ended
+}
+
+// A sender stopped while a delivery is on its way finishes that try and records it
+// (so it is not sent again after the restart), and claims nothing more.
+func TestWebhookStopMidDeliveryRecordsIt(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("hooks-stop@example.com")
+	id, release, cancel, done := heldDelivery(t, e, key, http.StatusNoContent)
+	defer close(release)
 	cancel() // the server stops while the receiver holds the request
 	if r := e.do("POST", "/v1/webhooks/"+id+"/test", key, nil); r.Status != 202 {
 		t.Fatalf("test delivery: %d %s", r.Status, r.Raw)
@@ -203,27 +214,7 @@ func TestWebhookStopMidDeliveryRecordsIt(t *testing.T) {
 func TestWebhookLapsedClaimLeavesTheDeliveryToItsNewHolder(t *testing.T) {
 	e := newEnv(t)
 	key := e.signupPro("hooks-lapse@example.com")
-	arrived, release := make(chan struct{}, 4), make(chan struct{})
-	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		arrived <- struct{}{}
-		<-release
-		w.WriteHeader(http.StatusInternalServerError)
-	}))
-	defer receiver.Close()
-	created := e.do("POST", "/v1/webhooks", key, map[string]any{"url": receiver.URL + "/hooks"})
-	if created.Status != 201 {
-		t.Fatalf("create: %d %s", created.Status, created.Raw)
-	}
-	id := created.Body["id"].(string)
-	if r := e.do("POST", "/v1/webhooks/"+id+"/test", key, nil); r.Status != 202 {
-		t.Fatalf("test delivery: %d %s", r.Status, r.Raw)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	sender := webhook.NewSender(webhook.Config{AllowPrivate: true, Timeout: 5 * time.Second, Poll: 50 * time.Millisecond,
-		Secrets: testWebhookSecrets(t)}, e.pool, slog.New(slog.DiscardHandler))
-	done := make(chan struct{})
-	go func() { sender.Run(ctx); close(done) }()
-	<-arrived
+	id, release, cancel, done := heldDelivery(t, e, key, http.StatusInternalServerError)
 	// another server claims it, as it would once this claim lapsed
 	if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET attempts = attempts + 1,
 		next_attempt_at = now() + interval '1 hour' WHERE endpoint_id = $1`, id); err != nil {
