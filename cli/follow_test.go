@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"chessd/client"
 )
@@ -32,5 +34,47 @@ func TestFollowJobGivesUp(t *testing.T) {
 	err = followJob(context.Background(), e, "job_x", newProgress(e), func(client.StreamEvent) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "no events in 10 attempts in a row") || asked.Load() != maxReconnects {
 		t.Fatalf("gave up with %v after %d requests, want after %d", err, asked.Load(), maxReconnects)
+	}
+}
+
+// A stream that stays open but brings nothing, not even a keep-alive, counts as cut
+// after streamIdle: the watch reconnects after the last event it saw and follows the
+// job to its end.
+func TestFollowJobReconnectsAnIdleStream(t *testing.T) {
+	defer func(d time.Duration) { streamIdle = d }(streamIdle)
+	streamIdle = 300 * time.Millisecond
+	var mu sync.Mutex
+	var lastIDs []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		lastIDs = append(lastIDs, r.Header.Get("Last-Event-ID"))
+		first := len(lastIDs) == 1
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		if first {
+			io.WriteString(w, "retry: 1000\n\nid: 1\nevent: state\ndata: {}\n\n") //nolint:errcheck // the test's server
+			w.(http.Flusher).Flush()
+			<-r.Context().Done() // held open, silent, as a wedged proxy would
+			return
+		}
+		io.WriteString(w, "id: 2\nevent: end\ndata: {}\n\n") //nolint:errcheck // as above
+	}))
+	defer srv.Close()
+	api, err := client.NewClientWithResponses(srv.URL + "/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{io: IO{Err: io.Discard}, api: api}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var events []string
+	err = followJob(ctx, e, "job_x", newProgress(e), func(ev client.StreamEvent) error {
+		events = append(events, ev.Event+"/"+ev.ID)
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil || strings.Join(events, " ") != "state/1 end/2" || strings.Join(lastIDs, ",") != ",1" {
+		t.Fatalf("followJob: %v; events %v; Last-Event-IDs sent %q", err, events, lastIDs)
 	}
 }

@@ -89,6 +89,27 @@ const (
 	maxReconnects  = 10
 )
 
+// streamIdle is how long a job's stream may bring nothing, not even the server's
+// keep-alive (every 15 s), before it counts as cut: a connection a proxy holds open
+// without passing anything on would otherwise hang the watch for good. A variable for
+// the tests.
+var streamIdle = 45 * time.Second
+
+// idleBody is a stream's body that calls off its request (cancel) once it has brought
+// nothing for streamIdle.
+type idleBody struct {
+	io.ReadCloser
+	timer *time.Timer
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.timer.Reset(streamIdle)
+	}
+	return n, err
+}
+
 // watch follows a job's events (GET /jobs/{id}/events) with a progress line until it
 // ends, then prints its result: a table of positions, or the result's JSON.
 func watch(ctx context.Context, e *env, id string, asJSON bool) error {
@@ -186,74 +207,99 @@ func followJob(ctx context.Context, e *env, id string, prog *progress, fn func(c
 	var lastID string
 	failures := 0 // attempts in a row that brought no event
 	for attempt := 0; ; attempt++ {
-		var params client.StreamJobEventsParams
-		if lastID != "" {
-			params.LastEventID = &lastID
+		r := followOnce(ctx, e, id, &lastID, fn)
+		switch {
+		case r.done:
+			return r.err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case r.unreachable && attempt == 0:
+			return fmt.Errorf("job %s: events: %w", id, r.why)
 		}
 		wait := min(reconnectFirst<<failures, reconnectMost)
-		var why error
-		got := false // the attempt brought an event
-		res, err := e.api.StreamJobEvents(ctx, id, &params)
-		switch {
-		case ctx.Err() != nil:
-			if err == nil {
-				res.Body.Close()
-			}
-			return ctx.Err()
-		case err != nil:
-			if attempt == 0 {
-				return fmt.Errorf("job %s: events: %w", id, err)
-			}
-			why = err
-		case res.StatusCode == http.StatusNoContent:
-			res.Body.Close()
-			return nil
-		case res.StatusCode == http.StatusTooManyRequests || res.StatusCode >= 500:
-			why = answerError(res)
-			if d, ok := retryAfter(res.Header.Get("Retry-After")); ok {
-				wait = max(d, reconnectFirst) // Retry-After: 0 is no reason to ask back to back
-			}
-		case res.StatusCode != http.StatusOK:
-			return fmt.Errorf("job %s: events: %w", id, answerError(res))
-		default:
-			var fnErr error
-			err := client.ReadStream(res, func(ev client.StreamEvent) error {
-				if ev.ID != "" {
-					lastID, got = ev.ID, true
-				}
-				if fnErr = fn(ev); fnErr != nil {
-					return fnErr
-				}
-				if ev.Event == "end" {
-					return errEnded
-				}
-				return nil
-			})
-			switch {
-			case errors.Is(err, errEnded):
-				return nil
-			case fnErr != nil:
-				return fnErr
-			case ctx.Err() != nil:
-				return ctx.Err()
-			}
-			why = err
-			if why == nil {
-				why = errors.New("the stream closed before the job ended")
-			}
+		if r.told {
+			wait = max(r.retryAfter, reconnectFirst) // Retry-After: 0 is no reason to ask back to back
 		}
-		if got {
+		if r.got {
 			failures, wait = 0, reconnectFirst
 		} else if failures++; failures >= maxReconnects {
-			return fmt.Errorf("job %s: no events in %d attempts in a row, giving up: %w", id, maxReconnects, why)
+			return fmt.Errorf("job %s: no events in %d attempts in a row, giving up: %w", id, maxReconnects, r.why)
 		}
-		prog.update("%s events: %v; reconnecting in %s", id, why, wait)
+		prog.update("%s events: %v; reconnecting in %s", id, r.why, wait)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(wait):
 		}
 	}
+}
+
+// followed is how one connection to a job's stream went.
+type followed struct {
+	done        bool          // the follow is over: return err (nil at the job's end)
+	err         error         // with done
+	why         error         // else: why the stream stopped before the job's end
+	unreachable bool          // the request reached no server
+	retryAfter  time.Duration // the server's Retry-After (429, 5xx), when told
+	told        bool
+	got         bool // the connection brought an event
+}
+
+// followOnce opens the job's stream once, after *lastID, and passes fn its events,
+// moving *lastID along, until the stream ends or brought nothing for streamIdle.
+func followOnce(ctx context.Context, e *env, id string, lastID *string, fn func(client.StreamEvent) error) (r followed) {
+	var params client.StreamJobEventsParams
+	if *lastID != "" {
+		params.LastEventID = lastID
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idle := time.AfterFunc(streamIdle, cancel)
+	defer func() {
+		if !idle.Stop() && ctx.Err() == nil && !r.done {
+			r.why = fmt.Errorf("nothing came for %s (the server sends a keep-alive every 15 s)", streamIdle)
+		}
+	}()
+	res, err := e.api.StreamJobEvents(actx, id, &params)
+	switch {
+	case err != nil:
+		if res != nil {
+			res.Body.Close()
+		}
+		return followed{why: err, unreachable: true}
+	case res.StatusCode == http.StatusNoContent:
+		res.Body.Close()
+		return followed{done: true}
+	case res.StatusCode == http.StatusTooManyRequests || res.StatusCode >= 500:
+		d, told := retryAfter(res.Header.Get("Retry-After"))
+		return followed{why: answerError(res), retryAfter: d, told: told}
+	case res.StatusCode != http.StatusOK:
+		return followed{done: true, err: fmt.Errorf("job %s: events: %w", id, answerError(res))}
+	}
+	res.Body = &idleBody{ReadCloser: res.Body, timer: idle}
+	var fnErr error
+	err = client.ReadStream(res, func(ev client.StreamEvent) error {
+		if ev.ID != "" {
+			*lastID, r.got = ev.ID, true
+		}
+		if fnErr = fn(ev); fnErr != nil {
+			return fnErr
+		}
+		if ev.Event == "end" {
+			return errEnded
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errEnded):
+		return followed{done: true}
+	case fnErr != nil:
+		return followed{done: true, err: fnErr}
+	case err == nil:
+		err = errors.New("the stream closed before the job ended")
+	}
+	r.why = err
+	return r
 }
 
 // answerError is a non-stream answer's problem as an error; it closes res.Body.
