@@ -18,8 +18,13 @@ import (
 // one more), and a Retry-After of 0 does not make it ask back to back.
 func TestFollowJobGivesUp(t *testing.T) {
 	var asked atomic.Int64
+	var mu sync.Mutex
+	var at []time.Time
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked.Add(1)
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.Header().Set("Retry-After", "0")
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -34,6 +39,13 @@ func TestFollowJobGivesUp(t *testing.T) {
 	err = followJob(context.Background(), e, "job_x", newProgress(e), func(client.StreamEvent) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "no events in 10 attempts in a row") || asked.Load() != maxReconnects {
 		t.Fatalf("gave up with %v after %d requests, want after %d", err, asked.Load(), maxReconnects)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < reconnectFirst {
+			t.Fatalf("request %d came %v after the one before: Retry-After: 0 made it ask at once", i+1, gap)
+		}
 	}
 }
 

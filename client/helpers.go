@@ -154,8 +154,11 @@ func ReadStream(res *http.Response, fn func(StreamEvent) error) error {
 	pending := false // a data line since the last dispatch
 	for {
 		line, err := lines.next()
+		if errors.Is(err, io.EOF) && pending {
+			err = io.ErrUnexpectedEOF // the stream ended inside an event: dropped, said
+		}
 		if err != nil {
-			return streamEnd(err) // a pending event was cut: dropped
+			return streamEnd(err)
 		}
 		if len(line) == 0 { // the event's end: dispatch it
 			if pending {

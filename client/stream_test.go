@@ -49,6 +49,8 @@ func TestReadStream(t *testing.T) {
 			body: "id: 1\nevent: state\ndata: {}\n\nid: 2\nevent: position\ndata: {}\n", cut: true,
 			want: "state|{}|1\n", fails: true},
 		{name: "SSE a clean end", media: MediaSSE, body: "event: x\ndata: 1\n\n", want: "x|1|\n"},
+		{name: "SSE a clean end inside an event", media: MediaSSE, body: "event: x\ndata: 1\n\nevent: result\ndata: 2\n",
+			want: "x|1|\n", fails: true},
 		{name: "NDJSON lines", media: MediaNDJSON, body: "{\"event\":\"depth\",\"data\":1}\n\n{\"event\":\"result\",\"data\":2}\n",
 			want: "depth|1|\nresult|2|\n"},
 		{name: "NDJSON a line cut before its newline", media: MediaNDJSON, body: "{\"event\":\"depth\",\"data\":1}\n{\"event\":\"res", cut: true,

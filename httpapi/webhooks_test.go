@@ -157,8 +157,8 @@ func TestSlowWebhookEndpointDoesNotHoldBackOthers(t *testing.T) {
 
 // heldDelivery registers an endpoint whose receiver holds each request until release
 // gets a value (or is closed), then answers status; it queues a test delivery and starts
-// a sender, returning once the receiver has the delivery. stop ends the sender's Run
-// and waits for it, after the caller's release.
+// a sender, returning once the receiver has the delivery; cancel stops the sender, whose
+// Run then ends (done) once the held try is answered and recorded.
 func heldDelivery(t *testing.T, e *env, key string, status int) (endpointID string, release chan struct{}, cancel context.CancelFunc, done <-chan struct{}) {
 	t.Helper()
 	arrived := make(chan struct{}, 4)
