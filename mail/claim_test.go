@@ -27,18 +27,6 @@ func queue(t *testing.T, pool *pgxpool.Pool, n int) {
 	}
 }
 
-// within waits for c, failing the test after 30 s.
-func within[T any](t *testing.T, what string, c <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
 // run runs s until the test ends.
 func run(t *testing.T, s *mail.Sender) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -114,7 +102,7 @@ func TestLapsedClaimLeavesTheMessageToItsNewHolder(t *testing.T) {
 
 	firstDone := make(chan int)
 	go func() { firstDone <- first.SendDue(bg) }()
-	if try := within(t, "the first server's DATA", inData); try != 1 {
+	if try := pgtest.Within(t, "the first server's DATA", inData); try != 1 {
 		t.Fatalf("try %d", try)
 	}
 	if _, err := pool.Exec(bg, `UPDATE mail_outbox SET next_attempt_at = now()`); err != nil {
@@ -122,11 +110,11 @@ func TestLapsedClaimLeavesTheMessageToItsNewHolder(t *testing.T) {
 	}
 	secondDone := make(chan int)
 	go func() { secondDone <- second.SendDue(bg) }()
-	if try := within(t, "the second server's DATA", inData); try != 2 {
+	if try := pgtest.Within(t, "the second server's DATA", inData); try != 2 {
 		t.Fatalf("try %d", try)
 	}
 	answer[1] <- tryLater
-	within(t, "the first server to record its failure", firstDone)
+	pgtest.Within(t, "the first server to record its failure", firstDone)
 
 	var lastError *string
 	var stillClaimed bool
@@ -143,7 +131,7 @@ func TestLapsedClaimLeavesTheMessageToItsNewHolder(t *testing.T) {
 		t.Fatalf("claimed again while the second server sends it")
 	}
 	answer[2] <- nil
-	within(t, "the second server's send", secondDone)
+	pgtest.Within(t, "the second server's send", secondDone)
 	var via string
 	if err := pool.QueryRow(bg, `SELECT sent_via FROM mail_outbox WHERE sent_at IS NOT NULL`).Scan(&via); err != nil || via != "smtp" {
 		t.Fatalf("sent via %q (%v)", via, err)
@@ -172,10 +160,10 @@ func TestStopMidSendRecordsTheSendAndStartsNoOther(t *testing.T) {
 	defer cancel()
 	done := make(chan struct{})
 	go func() { mail.NewSender(cfg, pool, logger).Run(ctx); close(done) }()
-	within(t, "the first message's DATA", inData)
+	pgtest.Within(t, "the first message's DATA", inData)
 	cancel() // SIGTERM
 	close(release)
-	within(t, "the sender to stop", done)
+	pgtest.Within(t, "the sender to stop", done)
 
 	if got := len(in.messages()); got != 1 {
 		t.Fatalf("%d messages sent after the stop, want the one being sent", got)

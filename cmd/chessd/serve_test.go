@@ -133,17 +133,6 @@ func (s *stopRig) stop(grace time.Duration) <-chan struct{} {
 	return stopped
 }
 
-func within[T any](t *testing.T, what string, c <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
 // A stopping server ends its open event streams at once (they held its stop for 15 s),
 // waits for a search still running, and stops the meter only once that search has been
 // answered: its charge is committed before stopServing returns.
@@ -159,11 +148,11 @@ func TestStopServingEndsStreamsAndChargesRunningCalls(t *testing.T) {
 		t.Fatalf("stream: %q %v", line, err)
 	}
 	replied := s.search()
-	within(t, "the search to be reserved", searching)
+	pgtest.Within(t, "the search to be reserved", searching)
 	stopped := s.stop(time.Minute)
 	ended := make(chan error, 1)
 	go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
-	if err := within(t, "the event stream to end", ended); err != nil {
+	if err := pgtest.Within(t, "the event stream to end", ended); err != nil {
 		t.Fatalf("the event stream ended with %v, want its end", err)
 	}
 	select {
@@ -174,10 +163,10 @@ func TestStopServingEndsStreamsAndChargesRunningCalls(t *testing.T) {
 	default:
 	}
 	close(answer)
-	if r := within(t, "the search's reply", replied); r.err != nil || r.status != http.StatusOK || r.body != "answer" {
+	if r := pgtest.Within(t, "the search's reply", replied); r.err != nil || r.status != http.StatusOK || r.body != "answer" {
 		t.Fatalf("the search answered %d %q %v, want 200", r.status, r.body, r.err)
 	}
-	within(t, "stopServing to return", stopped)
+	pgtest.Within(t, "stopServing to return", stopped)
 	if n := s.count(); n != 1 {
 		t.Fatalf("%d charges once stopped, want the search answered while stopping charged", n)
 	}
@@ -189,10 +178,10 @@ func TestStopServingAfterTheGraceChargesNothingAnsweredLate(t *testing.T) {
 	searching, answer := make(chan struct{}, 1), make(chan struct{})
 	s := newStopRig(t, searching, answer)
 	replied := s.search()
-	within(t, "the search to be reserved", searching)
-	within(t, "stopServing to give up waiting", s.stop(100*time.Millisecond))
+	pgtest.Within(t, "the search to be reserved", searching)
+	pgtest.Within(t, "stopServing to give up waiting", s.stop(100*time.Millisecond))
 	close(answer) // answered after the meter's final drain
-	r := within(t, "the search's reply", replied)
+	r := pgtest.Within(t, "the search's reply", replied)
 	if r.err != nil || r.status != http.StatusServiceUnavailable {
 		t.Fatalf("the late search answered %d %q %v, want 503", r.status, r.body, r.err)
 	}

@@ -147,6 +147,18 @@ func withDB(tb testing.TB, raw, db string) string {
 	return u.String()
 }
 
+// Within waits for a value from c, failing the test after 30 s (as WaitFor).
+func Within[T any](t testing.TB, what string, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
 // WaitFor polls cond until it holds, failing the test after 30 s: the tests wait for
 // conditions (a projection caught up, a row written by another process), not sleeps.
 func WaitFor(t testing.TB, what string, cond func() bool) {
