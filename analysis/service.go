@@ -251,8 +251,8 @@ type parsedFEN struct {
 	fen, normalized string
 }
 
-// parse reads a FEN, remembering recent ones: positions are immutable and safe to
-// share, and parsing (notnil/chess's decoder) is the largest cost of a cached answer.
+// parse reads a FEN, remembering recent ones with their renderings: positions are
+// immutable and safe to share, and a repeated FEN is the common case of a cached answer.
 func (s *Service) parse(fen string, chess960 bool) (*parsedFEN, error) {
 	key := fen
 	if chess960 {

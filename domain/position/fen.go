@@ -109,8 +109,7 @@ func Parse(fen string, chess960 bool) (*Position, error) {
 		return nil, err
 	}
 	if !chess960 {
-		// notnil reads only six fields separated by single spaces.
-		np, err := decodeNotnil(fields[0] + " " + fields[1] + " " + castling + " " + epText + " " + fields[4] + " " + fields[5])
+		np, err := decodeNotnil(p, fields[:6])
 		if err != nil {
 			return nil, err
 		}

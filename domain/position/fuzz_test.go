@@ -48,6 +48,7 @@ func FuzzParse(f *testing.F) {
 		p.InsufficientMaterial()
 		if !chess960 {
 			crossCheckOwnGenerator(t, p) // notnil and our generator agree
+			checkNotnilDecode(t, fen)    // the binary hand-over is notnil's FEN decode
 		}
 		for _, m := range p.LegalMoves() {
 			n, pm, err := p.Play(m.UCI)

@@ -9,8 +9,11 @@
 //
 // The architecture fixes notnil/chess as the chess-rules library, so in
 // standard chess (chess960 false) the rules run on it:
-//   - Parse has notnil decode the FEN (chess.Position.UnmarshalText, which
-//     also computes the check state) after our own validation has passed;
+//   - Parse has notnil decode the position after our own validation has
+//     passed (chess.Position.UnmarshalBinary from our board, which also
+//     computes the check state; UnmarshalText for counters too wide for that
+//     form), checked against notnil's own FEN decoder by TestNotnilBinary and
+//     FuzzParse;
 //   - legal moves (Position.ValidMoves), playing a move (Position.Update),
 //     checkmate and stalemate (Position.Status), the check flag of a played
 //     move, and SAN (AlgebraicNotation.Encode) in LegalMoves, Play, LineSAN
