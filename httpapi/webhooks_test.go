@@ -4,12 +4,14 @@ import (
 	"chessd/postgres/pgtest"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,6 +105,39 @@ func TestWebhookTestDeliveryIsSignedAndRetried(t *testing.T) {
 		t.Fatalf("delete: %d %s", r.Status, r.Raw)
 	}
 	wantProblem(t, e.do("POST", "/v1/webhooks/"+id+"/test", key, nil), 404, "fix_request")
+	// A deleted endpoint's log goes with it, as for an endpoint that had none.
+	wantProblem(t, e.do("GET", "/v1/webhooks/"+id+"/deliveries", key, nil), 404, "fix_request")
+}
+
+// Creations racing for an account's last endpoints never pass the cap (each counted
+// room in its own statement, and 40 at once made 11 to 17).
+func TestWebhookCapHoldsUnderRace(t *testing.T) {
+	e := newEnv(t)
+	for round := range 3 {
+		key, _ := e.signup(fmt.Sprintf("hook-race-%d@example.com", round))
+		var created atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range 40 {
+			wg.Go(func() {
+				<-start
+				r := e.do("POST", "/v1/webhooks", key, map[string]any{"url": fmt.Sprintf("https://example.com/h%d", i)})
+				switch r.Status {
+				case 201:
+					created.Add(1)
+				case 409:
+				default:
+					t.Errorf("create: %d %s", r.Status, r.Raw)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		listed := len(e.do("GET", "/v1/webhooks", key, nil).Body["webhooks"].([]any))
+		if created.Load() != webhook.MaxEndpoints || listed != webhook.MaxEndpoints {
+			t.Fatalf("round %d: %d creations answered 201 and %d endpoints listed; the cap is %d", round, created.Load(), listed, webhook.MaxEndpoints)
+		}
+	}
 }
 
 // One endpoint that never answers, with a backlog of deliveries queued first, does not

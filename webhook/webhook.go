@@ -59,9 +59,16 @@ func CheckURL(raw string, insecure bool) error {
 	return nil
 }
 
+// Beginner starts transactions (a pool or a connection).
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // Create registers url for accountID's env and returns it with its signing secret,
-// which is stored sealed by secrets.
-func Create(ctx context.Context, q eventstore.Querier, secrets *Secrets, accountID, env, rawURL string, insecure bool) (*Endpoint, error) {
+// which is stored sealed by secrets. The count and the insert run under a lock of
+// the account's endpoints: counted in one statement alone, concurrent creations
+// each saw room and went past MaxEndpoints.
+func Create(ctx context.Context, db Beginner, secrets *Secrets, accountID, env, rawURL string, insecure bool) (*Endpoint, error) {
 	if err := CheckURL(rawURL, insecure); err != nil {
 		return nil, err
 	}
@@ -69,10 +76,15 @@ func Create(ctx context.Context, q eventstore.Querier, secrets *Secrets, account
 		return nil, errors.New("webhook: no Secrets to seal the endpoint's secret with")
 	}
 	e := &Endpoint{ID: newID("whe_"), AccountID: accountID, Env: env, URL: rawURL, Secret: "whsec_" + newID("")}
-	err := q.QueryRow(ctx, `INSERT INTO webhook_endpoints (endpoint_id, account_id, env, url, secret)
-		SELECT $1, $2, $3, $4, $5 WHERE (SELECT count(*) FROM webhook_endpoints
-			WHERE account_id = $2 AND env = $3 AND deleted_at IS NULL) < $6
-		RETURNING created_at`, e.ID, accountID, env, rawURL, secrets.seal(e.Secret, e.ID), MaxEndpoints).Scan(&e.CreatedAt)
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "webhooks-of-"+accountID); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `INSERT INTO webhook_endpoints (endpoint_id, account_id, env, url, secret)
+			SELECT $1, $2, $3, $4, $5 WHERE (SELECT count(*) FROM webhook_endpoints
+				WHERE account_id = $2 AND env = $3 AND deleted_at IS NULL) < $6
+			RETURNING created_at`, e.ID, accountID, env, rawURL, secrets.seal(e.Secret, e.ID), MaxEndpoints).Scan(&e.CreatedAt)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, domain.Errorf(domain.CodeConflict, "an account has at most %d webhook endpoints per env", MaxEndpoints)
 	}
@@ -149,12 +161,13 @@ type Delivery struct {
 	NextAttemptAt             time.Time
 }
 
-// Deliveries lists the newest deliveries to an endpoint of accountID's env.
+// Deliveries lists the newest deliveries to an endpoint of accountID's env; a
+// deleted endpoint has none to show, as it is no longer listed either.
 func Deliveries(ctx context.Context, q eventstore.Querier, accountID, env, endpointID string, limit int) ([]Delivery, error) {
 	rows, err := q.Query(ctx, `SELECT d.delivery_id, d.endpoint_id, d.event_type, d.payload::text, d.created_at, d.attempts,
 			d.delivered_at, d.failed_at, d.last_status, d.last_error, d.next_attempt_at
 		FROM webhook_deliveries d JOIN webhook_endpoints e USING (endpoint_id)
-		WHERE d.endpoint_id = $1 AND e.account_id = $2 AND e.env = $3
+		WHERE d.endpoint_id = $1 AND e.account_id = $2 AND e.env = $3 AND e.deleted_at IS NULL
 		ORDER BY d.created_at DESC, d.delivery_id LIMIT $4`, endpointID, accountID, env, limit)
 	if err != nil {
 		return nil, fmt.Errorf("webhook deliveries: %w", err)
