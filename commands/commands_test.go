@@ -274,7 +274,7 @@ func TestJobQueueTakeRecordFinish(t *testing.T) {
 		t.Fatalf("w3 took %v while every lease runs", more)
 	}
 	for _, w := range []string{"w1", "w2"} {
-		if _, err := f.h.StartJob(f.ctx, j.ID(), w, false); err != nil {
+		if _, _, err := f.h.StartJob(f.ctx, j.ID(), w, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -331,7 +331,7 @@ func TestJobQueueTakeRecordFinish(t *testing.T) {
 	if n := f.count(`SELECT count(*) FROM job_queue WHERE job_id = $1`, j.ID()); n != 0 {
 		t.Fatalf("%d positions left on the queue", n)
 	}
-	if _, err := f.h.StartJob(f.ctx, j.ID(), "w3", false); !errors.Is(err, commands.ErrNotClaimable) {
+	if _, _, err := f.h.StartJob(f.ctx, j.ID(), "w3", false); !errors.Is(err, commands.ErrNotClaimable) {
 		t.Fatalf("start of a finished job: %v", err)
 	}
 	if _, err := record("w1", 0); !errors.Is(err, commands.ErrNotClaimable) {
@@ -350,7 +350,7 @@ func TestRecordingCatchesUpWithOtherProcesses(t *testing.T) {
 	procs := map[string]*commands.Handler{"w1": f.h, "w2": other}
 	for _, w := range []string{"w1", "w2"} {
 		f.take(w, 2, time.Minute)
-		if _, err := procs[w].StartJob(f.ctx, j.ID(), w, false); err != nil {
+		if _, _, err := procs[w].StartJob(f.ctx, j.ID(), w, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -400,7 +400,7 @@ func TestJobTakeoverAndCancel(t *testing.T) {
 	if got := f.take("w1", 4, -time.Second); len(got) != 3 { // leases already over
 		t.Fatalf("w1 took %v", got)
 	}
-	if _, err := f.h.StartJob(f.ctx, j.ID(), "w1", false); err != nil {
+	if _, _, err := f.h.StartJob(f.ctx, j.ID(), "w1", false); err != nil {
 		t.Fatal(err)
 	}
 	// a lease that ran out but that nobody took is still good for recording
@@ -411,7 +411,7 @@ func TestJobTakeoverAndCancel(t *testing.T) {
 	if len(taken) != 2 || !taken[0].TookOver || !taken[1].TookOver {
 		t.Fatalf("w2 took %v, want positions 1 and 2 taken over", taken)
 	}
-	resumed, err := f.h.StartJob(f.ctx, j.ID(), "w2", true)
+	resumed, _, err := f.h.StartJob(f.ctx, j.ID(), "w2", true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -278,8 +278,9 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 }
 
 // keyStops says why a job of key may charge nothing more: the key was revoked, or its
-// budget lowered below what it has spent this period and holds, since key was loaded.
-// A key unchanged since (its stream at key's version) costs one lookup.
+// budget lowered below what it has spent this period and holds, since key was loaded
+// (by StartJob, which checked it then). A key unchanged since (its stream at key's
+// version) costs one lookup.
 func keyStops(ctx context.Context, tx *eventstore.Tx, key *domain.Key) (*domain.Error, error) {
 	var version int64
 	if err := tx.QueryRow(ctx, `SELECT version FROM streams WHERE stream_id = $1`, domain.KeyStream(key.ID())).Scan(&version); err != nil {
@@ -292,7 +293,12 @@ func keyStops(ctx context.Context, tx *eventstore.Tx, key *domain.Key) (*domain.
 	if err != nil {
 		return nil, err
 	}
-	if now.Status() != domain.StatusActive {
+	return keyRefuses(ctx, tx, now)
+}
+
+// keyRefuses says why a job of key, as it now stands, may charge nothing more.
+func keyRefuses(ctx context.Context, tx *eventstore.Tx, key *domain.Key) (*domain.Error, error) {
+	if key.Status() != domain.StatusActive {
 		return domain.Errorf(domain.CodeBadCredential, "the job's key was revoked: its other positions were not analysed, and are not charged"), nil
 	}
 	over, err := ledger.KeyOverHeld(ctx, tx, key.ID())

@@ -337,10 +337,17 @@ func (h *Handler) RenewPositions(ctx context.Context, worker string, held []Slot
 // StartJob is what a worker does with a job the first time it takes one of its
 // positions: a queued job starts (JobStarted, once, by whichever worker comes first),
 // and a worker that took over positions of a stopped worker says so (JobResumed). It
-// returns the job; ErrNotClaimable when it has ended.
-func (h *Handler) StartJob(ctx context.Context, jobID, worker string, tookOver bool) (*domain.Job, error) {
+// returns the job and its key as of this start, which the worker charges with
+// (RecordPositions checks it again only once the key's stream moves on). A job whose
+// key was revoked, or whose budget was lowered below what it has spent and holds,
+// while the job waited fails here, charging nothing: ErrNotClaimable, as when the
+// job has ended.
+func (h *Handler) StartJob(ctx context.Context, jobID, worker string, tookOver bool) (*domain.Job, *domain.Key, error) {
 	var out *domain.Job
+	var key *domain.Key
+	var stopped bool
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		stopped = false
 		j, err := h.loadLockedJob(ctx, tx, jobID)
 		if err != nil {
 			return err
@@ -366,13 +373,25 @@ func (h *Handler) StartJob(ctx context.Context, jobID, worker string, tookOver b
 			j.Apply(e)
 		}
 		out = j
+		if key, err = LoadKey(ctx, tx, j.KeyID()); err != nil {
+			return err
+		}
+		if problem, err := keyRefuses(ctx, tx, key); err != nil {
+			return err
+		} else if problem != nil {
+			stopped = true
+			return h.failLocked(ctx, tx, j, worker, problem)
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	h.jobs.keep(out.Clone()) // the caller has out; the job's first record reads no stream
-	return out, nil
+	if stopped {
+		return nil, nil, ErrNotClaimable
+	}
+	return out, key, nil
 }
 
 // QueueDepth counts the job positions on the queue (every server's and worker's): those

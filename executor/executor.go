@@ -414,7 +414,7 @@ func (x *Executor) jobOf(ctx context.Context, t commands.Taken) (*jobRun, error)
 	if run != nil {
 		if t.TookOver {
 			err := persist(ctx, x.logger.With("job_id", t.JobID), "resume job", func() error {
-				_, err := x.cmds.StartJob(ctx, t.JobID, x.cfg.Worker, true)
+				_, _, err := x.cmds.StartJob(ctx, t.JobID, x.cfg.Worker, true)
 				return err
 			})
 			if err != nil {
@@ -448,22 +448,17 @@ func (x *Executor) jobOf(ctx context.Context, t commands.Taken) (*jobRun, error)
 }
 
 // start starts run's job (or resumes it, after a takeover) and reads its key, then
-// closes run.started. A job that cannot start (it ended, or its start kept failing)
+// closes run.started. A job that cannot start (it ended, its key stopped it, or its
+// start kept failing)
 // has its searches stopped: nothing of it is recorded or charged here, and positions
 // of a job that did not end are taken again once their leases run out.
 func (x *Executor) start(ctx context.Context, run *jobRun, tookOver bool) {
 	jobID := run.job.ID()
 	log := x.logger.With("job_id", jobID)
-	run.startErr = persist(ctx, log, "start job", func() error {
-		_, err := x.cmds.StartJob(ctx, jobID, x.cfg.Worker, tookOver)
+	run.startErr = persist(ctx, log, "start job", func() (err error) {
+		_, run.key, err = x.cmds.StartJob(ctx, jobID, x.cfg.Worker, tookOver)
 		return err
 	})
-	if run.startErr == nil { // apart: a read that fails again does not append JobResumed again
-		run.startErr = persist(ctx, log, "read the job's key", func() (err error) {
-			run.key, err = commands.LoadKey(ctx, x.pool, run.job.KeyID())
-			return err
-		})
-	}
 	close(run.started)
 	if run.startErr != nil {
 		if !errors.Is(run.startErr, commands.ErrNotClaimable) && ctx.Err() == nil {

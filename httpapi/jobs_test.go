@@ -781,6 +781,50 @@ func TestEndStreamsEndsJobEventStreams(t *testing.T) {
 	}
 }
 
+// A job's key revoked, or its budget lowered below what it holds, while the job waits
+// for a worker: the job fails as it starts and charges nothing (the worker read the
+// key after the change and took that copy as the unchanged key; the job ran in full,
+// charged, past the lowered budget).
+func TestKeyChangeWhileQueuedStopsItsJob(t *testing.T) {
+	e := newEnv(t, withWorkers(0)) // the jobs stay queued until the worker below
+	owner := e.signupPro("key-change-queued@example.com")
+	type queued struct {
+		id, keyID string
+		code      domain.Code
+	}
+	var jobs []queued
+	for _, c := range []struct {
+		change func(keyID string) response
+		code   domain.Code
+	}{
+		{func(id string) response { return e.do("DELETE", "/v1/keys/"+id, owner, nil) }, domain.CodeBadCredential},
+		{func(id string) response {
+			return e.do("PATCH", "/v1/keys/"+id, owner, map[string]any{"budget_units": 1})
+		}, domain.CodeBudget},
+	} {
+		key, keyID := e.createKey(owner, map[string]any{"scopes": []string{"jobs"}, "budget_units": 1_000_000})
+		r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(4), "depth": 3})
+		if r.Status != 202 {
+			t.Fatal(r.Raw)
+		}
+		if ch := c.change(keyID); ch.Status >= 300 {
+			t.Fatalf("the key's change: %d %s", ch.Status, ch.Raw)
+		}
+		jobs = append(jobs, queued{r.Body["job_id"].(string), keyID, c.code})
+	}
+	e.addWorker("late-worker")
+	for _, j := range jobs {
+		job := e.waitJob(owner, j.id, finished)
+		if jerr, _ := job["error"].(map[string]any); job["state"] != "failed" || jerr["code"] != string(j.code) {
+			t.Errorf("a job whose key changed while it was queued: %v", job)
+		}
+		e.executorsLetGo(j.id)
+		if _, rows, spent := e.charged(j.keyID); rows != 0 {
+			t.Errorf("%d charges (%d units) for a job whose key changed while it was queued", rows, spent)
+		}
+	}
+}
+
 // A job's key revoked, or its budget lowered below what it holds, while the job runs:
 // the job fails at its next record and charges nothing more; what it recorded stays
 // charged, and the rest of its hold goes back.

@@ -84,6 +84,9 @@ type env struct {
 	api   *httpapi.Server
 	svc   *analysis.Service
 	execs []*executor.Executor
+	// logger and lease are the workers' (addWorker)
+	logger *slog.Logger
+	lease  time.Duration
 	// checked is api with every exchange checked against the OpenAPI document: tests
 	// that call the handler directly use it.
 	checked http.Handler
@@ -173,26 +176,35 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		}
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	var execs []*executor.Executor
+	checked := checkedAgainstOpenAPI(t, api)
+	srv := httptest.NewServer(checked)
+	t.Cleanup(srv.Close)
+	e := &env{t: t, meter: meter, pool: pool, srv: srv, api: api, svc: svc, checked: checked, logger: logger, lease: cfg.lease}
 	for i := range cfg.workers {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
 		// the first is the server's own, as in `chessd serve`: it shares the server's
 		// command handler (the jobs submitted here); the others are `chessd worker`s
 		xcmds := cmds
 		if i > 0 {
 			xcmds = commands.New(store, testPepper)
 		}
-		x := executor.New(executor.Config{Worker: fmt.Sprintf("test-worker-%d", i), Lease: cfg.lease, Scan: 200 * time.Millisecond},
-			pool, xcmds, svc, logger)
-		execs = append(execs, x)
-		go func() { done <- x.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
+		e.runWorker(fmt.Sprintf("test-worker-%d", i), xcmds)
 	}
-	checked := checkedAgainstOpenAPI(t, api)
-	srv := httptest.NewServer(checked)
-	t.Cleanup(srv.Close)
-	return &env{t: t, meter: meter, pool: pool, srv: srv, api: api, svc: svc, execs: execs, checked: checked}
+	return e
+}
+
+// addWorker starts a `chessd worker` on e's database, stopped at the test's end.
+func (e *env) addWorker(name string) {
+	e.runWorker(name, commands.New(eventstore.NewStore(e.pool, e.logger), testPepper))
+}
+
+func (e *env) runWorker(name string, cmds *commands.Handler) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	x := executor.New(executor.Config{Worker: name, Lease: e.lease, Scan: 200 * time.Millisecond},
+		e.pool, cmds, e.svc, e.logger)
+	e.execs = append(e.execs, x)
+	go func() { done <- x.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); <-done })
 }
 
 var (
