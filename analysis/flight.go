@@ -9,7 +9,7 @@ import (
 
 // flights are the searches running in this process that a request for the same
 // position may wait for instead of starting its own: a batch that holds a position twice
-// (a game that repeats one, or the same position with other move counters) searches
+// (listed twice, or at the same halfmove clock with another fullmove number) searches
 // it once, and the repeat is answered, and priced, as a cache hit, however the
 // engines happened to interleave them.
 type flights struct {

@@ -185,7 +185,7 @@ func (s *Service) answer(ctx context.Context, pos *position.Position, key string
 		return nil, false, false, err
 	}
 	res.Search = searched
-	shared = whole(res, pos, spec)
+	shared = whole(res, pos, spec, search.MoveTime)
 	if s.cacheable(spec) && shared {
 		s.cache.Put(key, spec.MultiPV, res)
 	}
@@ -200,8 +200,14 @@ var errNotWhole = errors.New("analysis: the search stopped short of its depth or
 // result is cached or given to requests waiting for its search. A search stopped by
 // its time limit short of its depth reports the depth it was in, not one it completed;
 // one stopped during its last depth can have its first line at that depth and the
-// others a depth short, or fewer lines (a line whose move became the best is dropped).
-func whole(res *Result, pos *position.Position, spec Spec) bool {
+// others a depth short, or fewer lines (a line whose move became the best is dropped),
+// or every line at that depth from a partly searched last iteration. So a search whose
+// engine time reached its limit (the request's movetime, or SearchCap) is not whole
+// whatever depths its lines say.
+func whole(res *Result, pos *position.Position, spec Spec, limit time.Duration) bool {
+	if res.TimeMS >= limit.Milliseconds() {
+		return false
+	}
 	for _, pv := range res.PVs {
 		if pv.Depth < spec.Depth {
 			return false
@@ -369,7 +375,7 @@ func whiteScore(stm position.Color, s engine.Score) Score {
 
 // trim cuts a (possibly cached, possibly richer) result down to what spec asked for.
 // The FEN is the request's own: a cached result was stored by a request for the same
-// position that may have had other move counters.
+// position that may have had another fullmove number.
 func trim(r *Result, parsed *parsedFEN, spec Spec, cached bool) *Result {
 	out := *r
 	out.FEN = parsed.fen

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,7 +151,7 @@ func TestConvertBestMoveSAN(t *testing.T) {
 // one that asks for more, or whose leader gives up, searches on its own.
 func TestRepeatsWaitForTheRunningSearch(t *testing.T) {
 	fen := "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
-	again := "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 0 9"
+	again := "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 9" // another fullmove number
 	cases := []struct {
 		name           string
 		depth, multipv int // the repeat's
@@ -241,6 +242,27 @@ func TestTimeStoppedSearchesAreNotCached(t *testing.T) {
 	}
 }
 
+// The cache answers a position at its own halfmove clock only (Stockfish's answer
+// depends on it: a won ending at clock 99 is a draw), whatever its fullmove number.
+func TestCacheKeepsTheHalfmoveClock(t *testing.T) {
+	svc := NewService(catalog, pgtest.NewDB(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx := context.Background()
+	fresh, late, later := "8/8/8/4k3/8/8/8/4K2Q w - - 0 80", "8/8/8/4k3/8/8/8/4K2Q w - - 99 80", "8/8/8/4k3/8/8/8/4K2Q w - - 0 93"
+	if _, err := svc.Analyse(ctx, spec(t, Request{FEN: &fresh, Depth: ptr(10)}), engine.Interactive, true); err != nil {
+		t.Fatal(err)
+	}
+	if hit, ok, err := svc.Lookup(ctx, spec(t, Request{FEN: &late, Depth: ptr(10)})); ok || err != nil {
+		t.Fatalf("the answer at halfmove clock 0 was served at clock 99: %+v (%v)", hit.Eval, err)
+	}
+	res, err := svc.Analyse(ctx, spec(t, Request{FEN: &late, Depth: ptr(10)}), engine.Interactive, true)
+	if err != nil || res.Cached || res.Eval != (Score{Type: "cp"}) {
+		t.Fatalf("clock 99, one move from the fifty-move draw: %+v cached %v (%v); want a fresh cp 0", res.Eval, res.Cached, err)
+	}
+	if hit, ok, err := svc.Lookup(ctx, spec(t, Request{FEN: &later, Depth: ptr(10)})); !ok || err != nil || !strings.HasSuffix(hit.FEN, " 0 93") {
+		t.Fatalf("another fullmove number at the same clock missed the cache (%v, %v) or kept the stored FEN", ok, err)
+	}
+}
+
 // A position with fewer legal moves than the lines asked has a line per move. Its
 // result answers the same request again from memory (a lookup whose context has ended
 // cannot read PostgreSQL), and a request waiting for its search gets it.
@@ -271,8 +293,9 @@ func TestFewerMovesThanLines(t *testing.T) {
 	}
 }
 
-// Only a whole search is cached or shared: every line at the depth asked, and as many
-// lines as asked or as the position has moves.
+// Only a whole search is cached or shared: every line at the depth asked, as many
+// lines as asked or as the position has moves, and within its time limit (Stockfish
+// stopped on time reports its last, partly searched depth).
 func TestWhole(t *testing.T) {
 	twoMoves, err := position.Parse("R6k/8/8/8/8/8/8/7K b - - 0 1", false) // Kg7, Kh7
 	if err != nil {
@@ -283,12 +306,13 @@ func TestWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := func(depths ...int) *Result {
-		r := &Result{}
+		r := &Result{TimeMS: 99}
 		for _, d := range depths {
 			r.PVs = append(r.PVs, PV{Depth: d})
 		}
 		return r
 	}
+	timed := func(r *Result, ms int64) *Result { r.TimeMS = ms; return r }
 	for _, tt := range []struct {
 		name    string
 		res     *Result
@@ -303,8 +327,10 @@ func TestWhole(t *testing.T) {
 		{"a line missing", lines(14, 14), many, 3, false},
 		{"fewer lines than asked: all the moves", lines(14, 14), twoMoves, 3, true},
 		{"fewer lines than the moves", lines(14), twoMoves, 3, false},
+		{"every line at the depth, stopped by its time limit", timed(lines(14, 14), 100), many, 2, false},
+		{"every line at the depth, past its time limit", timed(lines(14), 101), many, 1, false},
 	} {
-		if got := whole(tt.res, tt.pos, Spec{Depth: 14, MultiPV: tt.multipv}); got != tt.want {
+		if got := whole(tt.res, tt.pos, Spec{Depth: 14, MultiPV: tt.multipv}, 100*time.Millisecond); got != tt.want {
 			t.Errorf("%s: whole = %v, want %v", tt.name, got, tt.want)
 		}
 	}
