@@ -273,22 +273,22 @@ func (s *Server) writeKey(w http.ResponseWriter, r *http.Request, status int, k 
 // key sees live keys, or test keys with env=test.
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 	key := principal(r.Context())
-	env := key.Env()
+	le := listEnvOf(key)
 	for name, vals := range r.URL.Query() {
-		if name != "env" {
+		var p domain.Problems
+		if !le.read(&p, name, vals[len(vals)-1]) {
 			s.writeError(w, r, domain.Invalid(name, "is not a parameter of GET /keys (env)"))
 			return
 		}
-		e, ok := domain.ParseEnv(vals[len(vals)-1])
-		if !ok {
-			s.writeError(w, r, domain.Invalid("env", "must be live or test"))
+		if err := p.Err(); err != nil {
+			s.writeError(w, r, err)
 			return
 		}
-		if key.Env() == domain.EnvTest && e != domain.EnvTest {
-			s.writeError(w, r, domain.Errorf(domain.CodeScope, "a test key sees only test keys"))
-			return
-		}
-		env = e
+	}
+	env, err := le.show("keys")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	rows, err := projections.ListKeys(r.Context(), s.pool, key.AccountID(), env.String())
 	if err != nil {

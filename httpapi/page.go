@@ -65,3 +65,40 @@ func eachParam(q url.Values, p *domain.Problems, f func(name, v string)) {
 		f(name, vs[0])
 	}
 }
+
+// listEnv is which env a list shows (GET /keys, /jobs, /disputes, /usage/charges,
+// /webhooks): the calling key's own unless the list's env parameter names the other.
+// Test and live are two worlds: a live key may list either env, a test key only test.
+// Only lists take env: a single item of the other env stays 404 like an unknown one.
+type listEnv struct {
+	key    *domain.Key
+	env    domain.Env
+	denied bool // a test key asked for live
+}
+
+func listEnvOf(key *domain.Key) listEnv { return listEnv{key: key, env: key.Env()} }
+
+// read takes the query parameter name=v when it is env and reports whether it was; a
+// bad value is added to p.
+func (le *listEnv) read(p *domain.Problems, name, v string) bool {
+	if name != "env" {
+		return false
+	}
+	env, ok := domain.ParseEnv(v)
+	if !ok {
+		p.Add("env", "must be live or test")
+		return true
+	}
+	le.denied = le.key.Env() == domain.EnvTest && env != domain.EnvTest
+	le.env = env
+	return true
+}
+
+// show is the env to list, or the refusal (403 missing-scope) of a test key that asked
+// for live; items names what the list holds ("jobs"). Bad parameters are answered first.
+func (le *listEnv) show(items string) (domain.Env, error) {
+	if le.denied {
+		return domain.Env{}, domain.Errorf(domain.CodeScope, "a test key sees only test %s", items)
+	}
+	return le.env, nil
+}
