@@ -2123,6 +2123,9 @@ type ExplainChargeParams struct {
 type ListDisputesParams struct {
 	State *DisputeState `form:"state,omitempty" json:"state,omitempty"`
 
+	// Env The env whose disputes to list (default the calling key's).
+	Env *Env `form:"env,omitempty" json:"env,omitempty"`
+
 	// Limit Disputes per page.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
@@ -2209,6 +2212,9 @@ type HealthzParams struct {
 type ListJobsParams struct {
 	// State Only jobs in this state.
 	State *JobState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Env The env whose jobs to list (default the calling key's).
+	Env *Env `form:"env,omitempty" json:"env,omitempty"`
 
 	// Limit Jobs per page.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
@@ -2462,6 +2468,9 @@ type GetStatementParams struct {
 	KeyId    *string   `form:"key_id,omitempty" json:"key_id,omitempty"`
 	Endpoint *Endpoint `form:"endpoint,omitempty" json:"endpoint,omitempty"`
 
+	// Env The env whose charges to list (default the calling key's).
+	Env *Env `form:"env,omitempty" json:"env,omitempty"`
+
 	// From A UTC date YYYY-MM-DD (inclusive) or an RFC 3339 time (inclusive). Default: 30 days ago.
 	From *string `form:"from,omitempty" json:"from,omitempty"`
 
@@ -2507,6 +2516,9 @@ type VerifyEmailParams struct {
 
 // ListWebhooksParams defines parameters for ListWebhooks.
 type ListWebhooksParams struct {
+	// Env The env whose endpoints to list (default the calling key's).
+	Env *Env `form:"env,omitempty" json:"env,omitempty"`
+
 	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
@@ -2942,7 +2954,9 @@ type ClientInterface interface {
 	// ListDisputes List disputes
 	//
 	// The account's disputes of the key's env, newest first, a page at a time: follow
-	// `next_cursor` (also in `Link`) until it is null. Scope `usage:read`.
+	// `next_cursor` (also in `Link`) until it is null. A live key may ask `env=test` for
+	// the test disputes (a test key asking `env=live`: 403). Unknown or repeated
+	// parameters: 400. Scope `usage:read`.
 	//
 	// Corresponds with GET /disputes (the `ListDisputes` operationId).
 	ListDisputes(ctx context.Context, params *ListDisputesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3052,9 +3066,11 @@ type ClientInterface interface {
 	//
 	// The jobs of the calling key's account in its env (those its keys of that env
 	// submitted), newest first, a page at a time: follow `next_cursor` (also in `Link`)
-	// until it is null. Read from the jobs read model, so a job submitted a moment ago
-	// appears once it is applied (milliseconds); GET /jobs/{id} has the whole job, read
-	// from its events. Unknown or repeated parameters: 400. Scope `jobs`.
+	// until it is null. A live key may ask `env=test` for the test jobs (a test key
+	// asking `env=live`: 403); a job of the other env is still 404 on its own. Read from
+	// the jobs read model, so a job submitted a moment ago appears once it is applied
+	// (milliseconds); GET /jobs/{id} has the whole job, read from its events. Unknown or
+	// repeated parameters: 400. Scope `jobs`.
 	//
 	// Corresponds with GET /jobs (the `ListJobs` operationId).
 	ListJobs(ctx context.Context, params *ListJobsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3311,10 +3327,11 @@ type ClientInterface interface {
 	// GetStatement The statement of charges
 	//
 	// Every charge of the calling key's env, one line item each, in the order they were
-	// committed; follow `next_cursor` (also in `Link`) until it is null. Totals are those
-	// of the whole filtered range. `Accept: text/csv` answers the same page as CSV, the
-	// totals in `Statement-Total-*` headers. Unknown or repeated parameters: 400. Scope
-	// `usage:read`.
+	// committed; follow `next_cursor` (also in `Link`) until it is null. A live key may
+	// ask `env=test` for the test book's charges (a test key asking `env=live`: 403).
+	// Totals are those of the whole filtered range. `Accept: text/csv` answers the same
+	// page as CSV, the totals in `Statement-Total-*` headers. Unknown or repeated
+	// parameters: 400. Scope `usage:read`.
 	//
 	// Corresponds with GET /usage/charges (the `GetStatement` operationId).
 	GetStatement(ctx context.Context, params *GetStatementParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3357,7 +3374,9 @@ type ClientInterface interface {
 
 	// ListWebhooks List webhook endpoints
 	//
-	// The account's endpoints of the key's env. Scope `usage:read`.
+	// The account's endpoints of the key's env. A live key may ask `env=test` for the
+	// test endpoints (a test key asking `env=live`: 403). Unknown or repeated parameters:
+	// 400. Scope `usage:read`.
 	//
 	// Corresponds with GET /webhooks (the `ListWebhooks` operationId).
 	ListWebhooks(ctx context.Context, params *ListWebhooksParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3606,7 +3625,9 @@ func (c *Client) ExplainCharge(ctx context.Context, id string, params *ExplainCh
 // ListDisputes List disputes
 //
 // The account's disputes of the key's env, newest first, a page at a time: follow
-// `next_cursor` (also in `Link`) until it is null. Scope `usage:read`.
+// `next_cursor` (also in `Link`) until it is null. A live key may ask `env=test` for
+// the test disputes (a test key asking `env=live`: 403). Unknown or repeated
+// parameters: 400. Scope `usage:read`.
 //
 // Corresponds with GET /disputes (the `ListDisputes` operationId).
 func (c *Client) ListDisputes(ctx context.Context, params *ListDisputesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3826,9 +3847,11 @@ func (c *Client) Healthz(ctx context.Context, params *HealthzParams, reqEditors 
 //
 // The jobs of the calling key's account in its env (those its keys of that env
 // submitted), newest first, a page at a time: follow `next_cursor` (also in `Link`)
-// until it is null. Read from the jobs read model, so a job submitted a moment ago
-// appears once it is applied (milliseconds); GET /jobs/{id} has the whole job, read
-// from its events. Unknown or repeated parameters: 400. Scope `jobs`.
+// until it is null. A live key may ask `env=test` for the test jobs (a test key
+// asking `env=live`: 403); a job of the other env is still 404 on its own. Read from
+// the jobs read model, so a job submitted a moment ago appears once it is applied
+// (milliseconds); GET /jobs/{id} has the whole job, read from its events. Unknown or
+// repeated parameters: 400. Scope `jobs`.
 //
 // Corresponds with GET /jobs (the `ListJobs` operationId).
 func (c *Client) ListJobs(ctx context.Context, params *ListJobsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4355,10 +4378,11 @@ func (c *Client) GetUsage(ctx context.Context, params *GetUsageParams, reqEditor
 // GetStatement The statement of charges
 //
 // Every charge of the calling key's env, one line item each, in the order they were
-// committed; follow `next_cursor` (also in `Link`) until it is null. Totals are those
-// of the whole filtered range. `Accept: text/csv` answers the same page as CSV, the
-// totals in `Statement-Total-*` headers. Unknown or repeated parameters: 400. Scope
-// `usage:read`.
+// committed; follow `next_cursor` (also in `Link`) until it is null. A live key may
+// ask `env=test` for the test book's charges (a test key asking `env=live`: 403).
+// Totals are those of the whole filtered range. `Accept: text/csv` answers the same
+// page as CSV, the totals in `Statement-Total-*` headers. Unknown or repeated
+// parameters: 400. Scope `usage:read`.
 //
 // Corresponds with GET /usage/charges (the `GetStatement` operationId).
 func (c *Client) GetStatement(ctx context.Context, params *GetStatementParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4451,7 +4475,9 @@ func (c *Client) VerifyEmail(ctx context.Context, params *VerifyEmailParams, bod
 
 // ListWebhooks List webhook endpoints
 //
-// The account's endpoints of the key's env. Scope `usage:read`.
+// The account's endpoints of the key's env. A live key may ask `env=test` for the
+// test endpoints (a test key asking `env=live`: 403). Unknown or repeated parameters:
+// 400. Scope `usage:read`.
 //
 // Corresponds with GET /webhooks (the `ListWebhooks` operationId).
 func (c *Client) ListWebhooks(ctx context.Context, params *ListWebhooksParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4963,6 +4989,18 @@ func NewListDisputesRequest(server string, params *ListDisputesParams) (*http.Re
 
 		}
 
+		if params.Env != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "env", *params.Env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
@@ -5460,6 +5498,18 @@ func NewListJobsRequest(server string, params *ListJobsParams) (*http.Request, e
 		if params.State != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Env != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "env", *params.Env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -6846,6 +6896,18 @@ func NewGetStatementRequest(server string, params *GetStatementParams) (*http.Re
 
 		}
 
+		if params.Env != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "env", *params.Env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.From != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", *params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
@@ -7061,6 +7123,33 @@ func NewListWebhooksRequest(server string, params *ListWebhooksParams) (*http.Re
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Env != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "env", *params.Env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -7449,7 +7538,9 @@ type ClientWithResponsesInterface interface {
 	// ListDisputesWithResponse List disputes
 	//
 	// The account's disputes of the key's env, newest first, a page at a time: follow
-	// `next_cursor` (also in `Link`) until it is null. Scope `usage:read`.
+	// `next_cursor` (also in `Link`) until it is null. A live key may ask `env=test` for
+	// the test disputes (a test key asking `env=live`: 403). Unknown or repeated
+	// parameters: 400. Scope `usage:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7573,9 +7664,11 @@ type ClientWithResponsesInterface interface {
 	//
 	// The jobs of the calling key's account in its env (those its keys of that env
 	// submitted), newest first, a page at a time: follow `next_cursor` (also in `Link`)
-	// until it is null. Read from the jobs read model, so a job submitted a moment ago
-	// appears once it is applied (milliseconds); GET /jobs/{id} has the whole job, read
-	// from its events. Unknown or repeated parameters: 400. Scope `jobs`.
+	// until it is null. A live key may ask `env=test` for the test jobs (a test key
+	// asking `env=live`: 403); a job of the other env is still 404 on its own. Read from
+	// the jobs read model, so a job submitted a moment ago appears once it is applied
+	// (milliseconds); GET /jobs/{id} has the whole job, read from its events. Unknown or
+	// repeated parameters: 400. Scope `jobs`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7862,10 +7955,11 @@ type ClientWithResponsesInterface interface {
 	// GetStatementWithResponse The statement of charges
 	//
 	// Every charge of the calling key's env, one line item each, in the order they were
-	// committed; follow `next_cursor` (also in `Link`) until it is null. Totals are those
-	// of the whole filtered range. `Accept: text/csv` answers the same page as CSV, the
-	// totals in `Statement-Total-*` headers. Unknown or repeated parameters: 400. Scope
-	// `usage:read`.
+	// committed; follow `next_cursor` (also in `Link`) until it is null. A live key may
+	// ask `env=test` for the test book's charges (a test key asking `env=live`: 403).
+	// Totals are those of the whole filtered range. `Accept: text/csv` answers the same
+	// page as CSV, the totals in `Statement-Total-*` headers. Unknown or repeated
+	// parameters: 400. Scope `usage:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7910,7 +8004,9 @@ type ClientWithResponsesInterface interface {
 
 	// ListWebhooksWithResponse List webhook endpoints
 	//
-	// The account's endpoints of the key's env. Scope `usage:read`.
+	// The account's endpoints of the key's env. A live key may ask `env=test` for the
+	// test endpoints (a test key asking `env=live`: 403). Unknown or repeated parameters:
+	// 400. Scope `usage:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -15535,7 +15631,9 @@ func (c *ClientWithResponses) ExplainChargeWithResponse(ctx context.Context, id 
 // ListDisputesWithResponse List disputes
 //
 // The account's disputes of the key's env, newest first, a page at a time: follow
-// `next_cursor` (also in `Link`) until it is null. Scope `usage:read`.
+// `next_cursor` (also in `Link`) until it is null. A live key may ask `env=test` for
+// the test disputes (a test key asking `env=live`: 403). Unknown or repeated
+// parameters: 400. Scope `usage:read`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -15725,9 +15823,11 @@ func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, params *H
 //
 // The jobs of the calling key's account in its env (those its keys of that env
 // submitted), newest first, a page at a time: follow `next_cursor` (also in `Link`)
-// until it is null. Read from the jobs read model, so a job submitted a moment ago
-// appears once it is applied (milliseconds); GET /jobs/{id} has the whole job, read
-// from its events. Unknown or repeated parameters: 400. Scope `jobs`.
+// until it is null. A live key may ask `env=test` for the test jobs (a test key
+// asking `env=live`: 403); a job of the other env is still 404 on its own. Read from
+// the jobs read model, so a job submitted a moment ago appears once it is applied
+// (milliseconds); GET /jobs/{id} has the whole job, read from its events. Unknown or
+// repeated parameters: 400. Scope `jobs`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16176,10 +16276,11 @@ func (c *ClientWithResponses) GetUsageWithResponse(ctx context.Context, params *
 // GetStatementWithResponse The statement of charges
 //
 // Every charge of the calling key's env, one line item each, in the order they were
-// committed; follow `next_cursor` (also in `Link`) until it is null. Totals are those
-// of the whole filtered range. `Accept: text/csv` answers the same page as CSV, the
-// totals in `Statement-Total-*` headers. Unknown or repeated parameters: 400. Scope
-// `usage:read`.
+// committed; follow `next_cursor` (also in `Link`) until it is null. A live key may
+// ask `env=test` for the test book's charges (a test key asking `env=live`: 403).
+// Totals are those of the whole filtered range. `Accept: text/csv` answers the same
+// page as CSV, the totals in `Statement-Total-*` headers. Unknown or repeated
+// parameters: 400. Scope `usage:read`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16254,7 +16355,9 @@ func (c *ClientWithResponses) VerifyEmailWithResponse(ctx context.Context, param
 
 // ListWebhooksWithResponse List webhook endpoints
 //
-// The account's endpoints of the key's env. Scope `usage:read`.
+// The account's endpoints of the key's env. A live key may ask `env=test` for the
+// test endpoints (a test key asking `env=live`: 403). Unknown or repeated parameters:
+// 400. Scope `usage:read`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -60,12 +60,14 @@ const (
 )
 
 // listDisputes answers GET /disputes[?state=open|accepted|rejected]: the account's
-// disputes in the key's env, newest first, a page at a time.
+// disputes in the key's env (or env=test for a live key), newest first, a page at a time.
 func (s *Server) listDisputes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	key := principal(r.Context())
 	var p domain.Problems
 	state := ""
 	pg := page{limit: defaultDisputesLimit}
+	le := listEnvOf(key)
 	eachParam(q, &p, func(name, v string) {
 		switch {
 		case name == "state":
@@ -76,17 +78,22 @@ func (s *Server) listDisputes(w http.ResponseWriter, r *http.Request) {
 			}
 			state = v
 		case pg.read(&p, name, v, maxDisputesLimit, "dsp_"):
+		case le.read(&p, name, v):
 		default:
-			p.Add(name, "is not a parameter of /disputes (state, limit, cursor)")
+			p.Add(name, "is not a parameter of /disputes (state, env, limit, cursor)")
 		}
 	})
 	if err := p.Err(); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	key := principal(r.Context())
+	env, err := le.show("disputes")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	rows, next, err := ledger.Disputes(r.Context(), s.pool, ledger.DisputeQuery{
-		AccountID: key.AccountID(), Env: key.Env().String(), State: state, After: pg.after, Limit: pg.limit})
+		AccountID: key.AccountID(), Env: env.String(), State: state, After: pg.after, Limit: pg.limit})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -276,13 +276,15 @@ const (
 	maxJobsLimit     = 100
 )
 
-// listJobs answers GET /jobs: the calling key's account's jobs in its env, newest
-// first, a page at a time, optionally in one state.
+// listJobs answers GET /jobs: the calling key's account's jobs in its env (or env=test
+// for a live key), newest first, a page at a time, optionally in one state.
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	key := principal(r.Context())
 	var p domain.Problems
 	state := ""
 	pg := page{limit: defaultJobsLimit}
+	le := listEnvOf(key)
 	eachParam(q, &p, func(name, v string) {
 		switch {
 		case name == "state":
@@ -291,16 +293,21 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 			}
 			state = v
 		case pg.read(&p, name, v, maxJobsLimit, "job_"):
+		case le.read(&p, name, v):
 		default:
-			p.Add(name, "is not a parameter of /jobs (state, limit, cursor)")
+			p.Add(name, "is not a parameter of /jobs (state, env, limit, cursor)")
 		}
 	})
 	if err := p.Err(); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	key := principal(r.Context())
-	jobs, next, err := projections.ListJobs(r.Context(), s.pool, key.AccountID(), key.Env().String(), state, pg.after, pg.limit)
+	env, err := le.show("jobs")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	jobs, next, err := projections.ListJobs(r.Context(), s.pool, key.AccountID(), env.String(), state, pg.after, pg.limit)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -316,7 +323,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	nextCursor := s.nextPage(w, "/jobs", q, next)
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, map[string]any{"env": key.Env().String(), "jobs": out, "next_cursor": nextCursor})
+	writeJSON(w, http.StatusOK, map[string]any{"env": env.String(), "jobs": out, "next_cursor": nextCursor})
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {

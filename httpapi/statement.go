@@ -18,8 +18,8 @@ import (
 )
 
 // The customer's statement: GET /usage/charges lists the charges of the calling key's
-// env line by line, GET /charges/{id} explains one. Both read the ledger's read model
-// and the log through package ledger.
+// env (or env=test for a live key) line by line, GET /charges/{id} explains one (of the
+// key's env only). Both read the ledger's read model and the log through package ledger.
 
 // statementRow is one charge of the statement, the same in JSON and CSV: CSV's columns
 // are these fields' JSON names in this order, and each cell is the JSON value as text
@@ -109,19 +109,25 @@ func (row statementRow) record() []string {
 }
 
 // statementParams are the query parameters of GET /usage/charges.
-var statementParams = []string{"key_id", "endpoint", "from", "to", "cursor", "limit"}
+var statementParams = []string{"key_id", "endpoint", "env", "from", "to", "cursor", "limit"}
 
-// statement answers GET /usage/charges: a page of the calling key's env's charges,
-// oldest first, with the totals of the whole filtered range; CSV when asked for with
-// Accept: text/csv.
+// statement answers GET /usage/charges: a page of the calling key's env's charges (or
+// env=test for a live key), oldest first, with the totals of the whole filtered range;
+// CSV when asked for with Accept: text/csv.
 func (s *Server) statement(w http.ResponseWriter, r *http.Request) {
 	key := principal(r.Context())
-	sq, err := parseStatementQuery(r.URL.Query(), time.Now())
+	le := listEnvOf(key)
+	sq, err := parseStatementQuery(r.URL.Query(), time.Now(), &le)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	sq.AccountID, sq.Env = key.AccountID(), key.Env().String()
+	env, err := le.show("charges")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sq.AccountID, sq.Env = key.AccountID(), env.String()
 	st, err := ledger.ReadStatement(r.Context(), s.pool, sq)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -167,8 +173,8 @@ func (s *Server) statement(w http.ResponseWriter, r *http.Request) {
 // parseStatementQuery reads and checks the statement's filters, every bad one at once.
 // from and to are UTC dates (the charge's day, inclusive, as GET /usage has them) or
 // RFC 3339 times (charged_at, from inclusive, to exclusive); by default the last 30
-// days, as GET /usage.
-func parseStatementQuery(q url.Values, now time.Time) (ledger.StatementQuery, error) {
+// days, as GET /usage. The env parameter goes to le.
+func parseStatementQuery(q url.Values, now time.Time, le *listEnv) (ledger.StatementQuery, error) {
 	var p domain.Problems
 	sq := ledger.StatementQuery{Limit: ledger.DefaultStatementLimit}
 	one := func(name string) (string, bool) {
@@ -192,6 +198,9 @@ func parseStatementQuery(q url.Values, now time.Time) (ledger.StatementQuery, er
 			p.Add("endpoint", "must be eval, bestmove, analyze or batch")
 		}
 		sq.Endpoint = v
+	}
+	if v, ok := one("env"); ok {
+		le.read(&p, "env", v)
 	}
 	if v, ok := one("limit"); ok {
 		n, err := strconv.Atoi(v)

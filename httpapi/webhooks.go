@@ -39,9 +39,27 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, rec)
 }
 
+// listWebhooks answers GET /webhooks: the account's endpoints of the key's env (or
+// env=test for a live key).
 func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request) {
 	key := principal(r.Context())
-	es, err := webhook.List(r.Context(), s.pool, key.AccountID(), key.Env().String())
+	var p domain.Problems
+	le := listEnvOf(key)
+	eachParam(r.URL.Query(), &p, func(name, v string) {
+		if !le.read(&p, name, v) {
+			p.Add(name, "is not a parameter of /webhooks (env)")
+		}
+	})
+	if err := p.Err(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	env, err := le.show("webhook endpoints")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	es, err := webhook.List(r.Context(), s.pool, key.AccountID(), env.String())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
