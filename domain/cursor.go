@@ -28,7 +28,7 @@ func DecodePageCursor(s, idPrefix string) (PageCursor, error) {
 	}
 	at, id, ok := strings.Cut(string(raw), " ")
 	t, err := time.Parse(time.RFC3339Nano, at)
-	if !ok || err != nil || !strings.HasPrefix(id, idPrefix) || len(id) > 64 {
+	if !ok || err != nil || !strings.HasPrefix(id, idPrefix) || len(id) > 64 || !idText(id) {
 		return PageCursor{}, bad
 	}
 	c := PageCursor{At: t, ID: id}
@@ -36,4 +36,17 @@ func DecodePageCursor(s, idPrefix string) (PageCursor, error) {
 		return PageCursor{}, bad
 	}
 	return c, nil
+}
+
+// idText says whether id is spelled as the service's ids are (ASCII letters, digits,
+// '_' and '-'): a cursor is read back into a query, where a NUL or invalid UTF-8 made
+// PostgreSQL fail the list with a 500.
+func idText(id string) bool {
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
