@@ -175,12 +175,7 @@ func (s *Server) analyzeClaimed(w http.ResponseWriter, r *http.Request, idem *le
 		}
 		spec.Chess960 = spec.Chess960 || game.Start.Chess960()
 		for i, ply := range game.Plies {
-			// the game's own ply number: 1 is White's first move, whatever the start position
-			number := 2*(ply.MoveNumber-1) + 1
-			if ply.Color == position.Black {
-				number++
-			}
-			positions = append(positions, domain.JobPosition{Index: i, FEN: ply.FEN, Ply: number, Move: ply.Move.UCI, MoveSAN: ply.Move.SAN})
+			positions = append(positions, domain.JobPosition{Index: i, FEN: ply.FEN, Ply: ply.GamePly, Move: ply.Move.UCI, MoveSAN: ply.Move.SAN})
 		}
 	}
 	if err := p.Err(); err != nil {

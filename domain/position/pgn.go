@@ -27,7 +27,8 @@ type Game struct {
 // Ply is one half-move of the main line.
 type Ply struct {
 	Number     int    // 1 for the first ply after Start
-	MoveNumber int    // PGN move number ("12" in "12." or "12...")
+	GamePly    int    // the game's own ply number: 1 is White's first move, counted from Start's move number
+	MoveNumber int    // PGN move number ("12" in "12." or "12..."; stops at the FEN counters' cap)
 	Color      Color  // the side that played it
 	FEN        string // canonical FEN of the position before the move
 	Move       Move   // the move, UCI and SAN
@@ -104,6 +105,12 @@ func ParsePGN(pgn string, chess960 bool, maxPlies int) (g *Game, err error) {
 
 	g = &Game{Start: start, End: start}
 	cur := *start
+	// Counted from the start, not from each position's move number, which stops at
+	// the counters' cap (a game from move 100000 gave its later plies one number).
+	firstPly := 2*(start.fullmove-1) + 1
+	if start.turn == Black {
+		firstPly++
+	}
 	depth := 0 // variation nesting
 	var buf [256]move
 	for {
@@ -156,7 +163,7 @@ func ParsePGN(pgn string, chess960 bool, maxPlies int) (g *Game, err error) {
 			return g, nil
 		}
 		tok = stripMoveNumber(tok)
-		if strings.Trim(tok, ".!?") == "" {
+		if strings.Trim(tok, ".!?") == "" || tok == "e.p." { // e.p. written apart from its capture
 			continue
 		}
 		if len(g.Plies) == maxPlies {
@@ -182,6 +189,7 @@ func ParsePGN(pgn string, chess960 bool, maxPlies int) (g *Game, err error) {
 		}
 		g.Plies = append(g.Plies, Ply{
 			Number:     len(g.Plies) + 1,
+			GamePly:    firstPly + len(g.Plies),
 			MoveNumber: cur.fullmove,
 			Color:      cur.turn,
 			FEN:        cur.FEN(),
