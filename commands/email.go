@@ -80,8 +80,13 @@ func (h *Handler) VerifyEmail(ctx context.Context, token, requestID string) (*do
 	return out, err
 }
 
+// MaxVerificationMails is how many verification messages an account's address gets
+// in 24 hours (signup's included): an account cannot verify the address it gave, so
+// without a cap anyone could sign up with someone else's and mail it every minute.
+const MaxVerificationMails = 5
+
 // ResendVerification queues a new verification message for the actor's account (409
-// when it is verified already; at most one a minute).
+// when it is verified already; at most one a minute and MaxVerificationMails a day).
 func (h *Handler) ResendVerification(ctx context.Context, actor Actor) error {
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
 		// Calls for one account take turns until commit: without the lock, concurrent
@@ -97,15 +102,23 @@ func (h *Handler) ResendVerification(ctx context.Context, actor Actor) error {
 		if a.Verified() {
 			return domain.Errorf(domain.CodeConflict, "the address %s is already verified", a.Email())
 		}
+		now := h.now()
 		var recent bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM email_verifications
-			WHERE account_id = $1 AND created_at > $2)`, a.ID(), h.now().Add(-time.Minute)).Scan(&recent); err != nil {
+		var today int
+		var oldest time.Time
+		if err := tx.QueryRow(ctx, `SELECT coalesce(bool_or(created_at > $2), false), count(*), coalesce(min(created_at), $3)
+			FROM email_verifications WHERE account_id = $1 AND created_at > $3`,
+			a.ID(), now.Add(-time.Minute), now.Add(-24*time.Hour)).Scan(&recent, &today, &oldest); err != nil {
 			return err
 		}
 		if recent {
 			return domain.Errorf(domain.CodeConflict, "a verification message was sent less than a minute ago; check the inbox of %s", a.Email())
 		}
-		return h.queueVerification(ctx, tx, a.ID(), a.Email(), h.now())
+		if today >= MaxVerificationMails {
+			return domain.Errorf(domain.CodeConflict, "%d verification messages went to %s in the last 24 hours, the most it gets; the next may be sent after %s",
+				today, a.Email(), oldest.Add(24*time.Hour).UTC().Format(time.RFC3339))
+		}
+		return h.queueVerification(ctx, tx, a.ID(), a.Email(), now)
 	})
 	return err
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
+	"chessd/commands"
 	"chessd/domain"
 	"chessd/eventstore"
 	"chessd/ledger"
@@ -361,6 +362,40 @@ func TestRateLimit(t *testing.T) {
 	wantProblem(t, last, 429, "retry_after")
 	if last.Header.Get("RateLimit-Policy") != `"signup";q=10;w=3600` {
 		t.Fatalf("signup policy header: %v", last.Header)
+	}
+}
+
+// An unverified account cannot have the service mail its address without end: five
+// verification messages in 24 hours, signup's included (it queued one a minute for
+// ever: 31 in half an hour of a clock moved back).
+func TestVerificationMailCapped(t *testing.T) {
+	e := newEnv(t)
+	key, _ := e.signup("capped@example.com")
+	ctx := context.Background()
+	var last response
+	for range 10 {
+		if _, err := e.pool.Exec(ctx, `UPDATE email_verifications SET created_at = created_at - interval '61 seconds'`); err != nil {
+			t.Fatal(err)
+		}
+		if last = e.do("POST", "/v1/me/verify-email", key, nil); last.Status != 202 {
+			break
+		}
+	}
+	wantProblem(t, last, 409, "fix_request")
+	var queued int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM mail_outbox WHERE to_email = 'capped@example.com'`).Scan(&queued); err != nil {
+		t.Fatal(err)
+	}
+	if queued != commands.MaxVerificationMails {
+		t.Fatalf("%d messages queued to an unverified address; want %d", queued, commands.MaxVerificationMails)
+	}
+	// a day after the first, the next may go
+	if _, err := e.pool.Exec(ctx, `UPDATE email_verifications SET created_at = created_at - interval '24 hours'
+		WHERE created_at = (SELECT min(created_at) FROM email_verifications)`); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("POST", "/v1/me/verify-email", key, nil); r.Status != 202 {
+		t.Fatalf("a day after the first message: %d %s", r.Status, r.Raw)
 	}
 }
 
