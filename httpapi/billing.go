@@ -45,6 +45,10 @@ func (s *Server) checkout(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if principal(r.Context()).Env() != domain.EnvLive { // test mode grants no live power
+		s.writeError(w, r, domain.Errorf(domain.CodeScope, "a plan is the whole account's, its live keys' caps included; buy it with a live key"))
+		return
+	}
 	url, err := s.billing.Checkout(r.Context(), principal(r.Context()).AccountID(), plan)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -424,6 +424,9 @@ func TestBilling(t *testing.T) {
 	if !strings.Contains(r.Body["detail"].(string), "pro") {
 		t.Fatalf("detail does not name the plan: %s", r.Raw)
 	}
+	// a plan is the whole account's, live keys' caps included: a test key buys none
+	tester, _ := e.createKey(key, map[string]any{"env": "test", "scopes": []string{"billing"}})
+	wantProblem(t, e.do("POST", "/v1/billing/checkout", tester, `{"plan":"pro"}`), 403, "fix_request")
 	wantProblem(t, e.do("POST", "/v1/billing/checkout", key, `{"plan":"gold"}`), 400, "fix_request")
 	wantProblem(t, e.do("POST", "/v1/billing/checkout", key, `{}`), 400, "fix_request")
 	p := e.do("POST", "/v1/billing/portal", key, nil)
