@@ -257,6 +257,11 @@ type parsedFEN struct {
 	fen, normalized string
 }
 
+// maxParsed bounds the parse memo: about 2.3 KB a position, and anyone may fill it
+// (keyless calls parse before their allowance is checked), so 10,000 is 23 MB at most.
+// A miss costs a few microseconds since Parse hands notnil its binary form.
+const maxParsed = 10000
+
 // parse reads a FEN, remembering recent ones with their renderings: positions are
 // immutable and safe to share, and a repeated FEN is the common case of a cached answer.
 func (s *Service) parse(fen string, chess960 bool) (*parsedFEN, error) {
@@ -272,7 +277,7 @@ func (s *Service) parse(fen string, chess960 bool) (*parsedFEN, error) {
 		return nil, err
 	}
 	p := &parsedFEN{pos: pos, fen: pos.FEN(), normalized: pos.Normalized()}
-	if s.parsedN.Add(1) > 50000 { // bounded: start afresh rather than track recency
+	if s.parsedN.Add(1) > maxParsed { // bounded: start afresh rather than track recency
 		s.parsed.Clear()
 		s.parsedN.Store(0)
 	}
