@@ -3417,7 +3417,7 @@ type ClientInterface interface {
 
 	// TestWebhook Send a ping
 	//
-	// Queues a `ping` delivery now. Scope `billing`.
+	// Queues a `ping` delivery now, at most 5 a minute to one endpoint (then 429 with Retry-After). Scope `billing`.
 	//
 	// Corresponds with POST /webhooks/{id}/test (the `TestWebhook` operationId).
 	TestWebhook(ctx context.Context, id WebhookID, params *TestWebhookParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4568,7 +4568,7 @@ func (c *Client) ListWebhookDeliveries(ctx context.Context, id WebhookID, params
 
 // TestWebhook Send a ping
 //
-// Queues a `ping` delivery now. Scope `billing`.
+// Queues a `ping` delivery now, at most 5 a minute to one endpoint (then 429 with Retry-After). Scope `billing`.
 //
 // Corresponds with POST /webhooks/{id}/test (the `TestWebhook` operationId).
 func (c *Client) TestWebhook(ctx context.Context, id WebhookID, params *TestWebhookParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8053,7 +8053,7 @@ type ClientWithResponsesInterface interface {
 
 	// TestWebhookWithResponse Send a ping
 	//
-	// Queues a `ping` delivery now. Scope `billing`.
+	// Queues a `ping` delivery now, at most 5 a minute to one endpoint (then 429 with Retry-After). Scope `billing`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -16434,7 +16434,7 @@ func (c *ClientWithResponses) ListWebhookDeliveriesWithResponse(ctx context.Cont
 
 // TestWebhookWithResponse Send a ping
 //
-// Queues a `ping` delivery now. Scope `billing`.
+// Queues a `ping` delivery now, at most 5 a minute to one endpoint (then 429 with Retry-After). Scope `billing`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -83,13 +83,13 @@ func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) {
 // testWebhook answers POST /webhooks/{id}/test: a "ping" delivery, queued now.
 func (s *Server) testWebhook(w http.ResponseWriter, r *http.Request) {
 	key := principal(r.Context())
-	ids, err := webhook.Enqueue(r.Context(), s.pool, key.AccountID(), key.Env().String(), pathVar(r, "id"), "ping",
+	id, err := webhook.Ping(r.Context(), s.pool, key.AccountID(), key.Env().String(), pathVar(r, "id"),
 		map[string]any{"account_id": key.AccountID(), "requested_by_key": key.ID(), "at": time.Now().UTC().Format(time.RFC3339Nano)})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"delivery_id": ids[0]})
+	writeJSON(w, http.StatusAccepted, map[string]any{"delivery_id": id})
 }
 
 // webhookDeliveries answers GET /webhooks/{id}/deliveries: the newest 100, each with

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,62 @@ func TestWebhookTestDeliveryIsSignedAndRetried(t *testing.T) {
 	wantProblem(t, e.do("POST", "/v1/webhooks/"+id+"/test", key, nil), 404, "fix_request")
 	// A deleted endpoint's log goes with it, as for an endpoint that had none.
 	wantProblem(t, e.do("GET", "/v1/webhooks/"+id+"/deliveries", key, nil), 404, "fix_request")
+}
+
+// An endpoint gets at most webhook.MaxTestPings test deliveries a minute, however many
+// keys ask at once (each key had its own rate, so an account could aim thousands of
+// requests a minute at any address it registered); then 429 with when to come back.
+func TestWebhookTestPingsCapped(t *testing.T) {
+	e := newEnv(t)
+	owner := e.signupPro("pings@example.com")
+	created := e.do("POST", "/v1/webhooks", owner, map[string]any{"url": "https://example.com/victim"})
+	if created.Status != 201 {
+		t.Fatal(created.Raw)
+	}
+	id := created.Body["id"].(string)
+	keys := []string{owner}
+	for range 3 {
+		k, _ := e.createKey(owner, map[string]any{"scopes": []string{"billing"}})
+		keys = append(keys, k)
+	}
+	var queued atomic.Int32
+	var refused []response
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			r := e.do("POST", "/v1/webhooks/"+id+"/test", keys[i%len(keys)], nil)
+			switch r.Status {
+			case 202:
+				queued.Add(1)
+			case 429:
+				mu.Lock()
+				refused = append(refused, r)
+				mu.Unlock()
+			default:
+				t.Errorf("ping: %d %s", r.Status, r.Raw)
+			}
+		})
+	}
+	wg.Wait()
+	if queued.Load() != webhook.MaxTestPings || len(refused) != 16-webhook.MaxTestPings {
+		t.Fatalf("%d pings queued and %d refused of 16; want %d queued", queued.Load(), len(refused), webhook.MaxTestPings)
+	}
+	wantProblem(t, refused[0], 429, "retry_after")
+	if ra, err := strconv.Atoi(refused[0].Header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Fatalf("Retry-After %q: want the seconds until the oldest ping is a minute old", refused[0].Header.Get("Retry-After"))
+	}
+	var n int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1`, id).Scan(&n); err != nil || n != webhook.MaxTestPings {
+		t.Fatalf("%d deliveries queued (%v)", n, err)
+	}
+	// a minute on, pings go again
+	if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET created_at = created_at - interval '61 seconds' WHERE endpoint_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("POST", "/v1/webhooks/"+id+"/test", owner, nil); r.Status != 202 {
+		t.Fatalf("a minute later: %d %s", r.Status, r.Raw)
+	}
 }
 
 // Creations racing for an account's last endpoints never pass the cap (each counted

@@ -149,6 +149,59 @@ func Enqueue(ctx context.Context, q eventstore.Querier, accountID, env, endpoint
 	return ids, nil
 }
 
+// MaxTestPings is how many test deliveries (POST /webhooks/{id}/test) one endpoint
+// gets a minute. An endpoint's URL is the customer's word, not proven theirs: without
+// a cap, an account's keys (each with its own rate) could have the service send
+// thousands of requests a minute to any https address.
+const MaxTestPings = 5
+
+// PingsFull refuses a test delivery past MaxTestPings a minute (429, Retry-After).
+type PingsFull struct{ wait time.Duration }
+
+func (e *PingsFull) Error() string { return "too many test deliveries" }
+func (e *PingsFull) Unwrap() error {
+	return domain.Errorf(domain.CodeRateLimited, "an endpoint gets at most %d test deliveries a minute; retry after the Retry-After delay", MaxTestPings)
+}
+func (e *PingsFull) RetryAfter() time.Duration { return e.wait }
+
+// Ping queues a test delivery (a "ping" with data) to endpointID of accountID's env
+// and returns its id: 404 when the endpoint is not the account's, PingsFull past
+// MaxTestPings in the last minute. Pings of one endpoint take turns on its row, so
+// concurrent ones cannot all find room.
+func Ping(ctx context.Context, db Beginner, accountID, env, endpointID string, data any) (string, error) {
+	var id string
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// The lock first, the count in a statement of its own: one statement's snapshot
+		// predates the wait for the lock, so it would miss the pings queued meanwhile.
+		err := tx.QueryRow(ctx, `SELECT 1 FROM webhook_endpoints
+			WHERE endpoint_id = $1 AND account_id = $2 AND env = $3 AND deleted_at IS NULL
+			FOR UPDATE`, endpointID, accountID, env).Scan(new(int))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Errorf(domain.CodeNotFound, "no webhook endpoint %q on this account", endpointID)
+		}
+		if err != nil {
+			return fmt.Errorf("webhook pings: %w", err)
+		}
+		var n int
+		var oldest, now time.Time
+		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(min(created_at), now()), now() FROM webhook_deliveries
+			WHERE endpoint_id = $1 AND event_type = 'ping' AND created_at > now() - interval '1 minute'`,
+			endpointID).Scan(&n, &oldest, &now); err != nil {
+			return fmt.Errorf("webhook pings: %w", err)
+		}
+		if n >= MaxTestPings {
+			return &PingsFull{wait: oldest.Add(time.Minute).Sub(now)}
+		}
+		ids, err := Enqueue(ctx, tx, accountID, env, endpointID, "ping", data)
+		if err != nil {
+			return err
+		}
+		id = ids[0]
+		return nil
+	})
+	return id, err
+}
+
 // Delivery is one message to one endpoint and how its tries went.
 type Delivery struct {
 	ID, EndpointID, EventType string
