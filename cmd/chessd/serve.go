@@ -151,10 +151,12 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      90 * time.Second, // a search may take 60 s plus queueing
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    httpapi.ServerMaxHeaderBytes, // the door refuses above httpapi.MaxHeaderBytes
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		// A search is bounded at analysis.SearchCap (60 s) plus 30 s for queueing and a
+		// process's start; the answer, or its 503, must still be writable after that.
+		WriteTimeout:   analysis.SearchCap + time.Minute,
+		IdleTimeout:    120 * time.Second,
+		MaxHeaderBytes: httpapi.ServerMaxHeaderBytes, // the door refuses above httpapi.MaxHeaderBytes
+		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
 	go func() {
