@@ -65,18 +65,31 @@ type Spec struct {
 // optionDef maps a JSON option to its UCI option, with the service's own ceiling.
 type optionDef struct {
 	JSON, UCI, Type string
-	policyMax       int64 // 0: the engine's own max
-	get             func(*Options) (any, bool)
+	// ceiling is the service's cap below the engine's own max, for a catalog; nil or
+	// <=0: the engine's own max.
+	ceiling func(*engine.Catalog) int64
+	get     func(*Options) (any, bool)
 }
 
+// policy is a fixed ceiling of the service's.
+func policy(n int64) func(*engine.Catalog) int64 {
+	return func(*engine.Catalog) int64 { return n }
+}
+
+// hashCeiling is the Hash cap the catalog's pools enforce (the operator's
+// CHESSD_ENGINE_MAX_HASH_MB): the schema and the validation take it from there, so a
+// request above it is refused here, naming options.hash_mb, before anything is
+// reserved or any engine taken, and never by the engine after.
+func hashCeiling(cat *engine.Catalog) int64 { return int64(cat.MaxHashMB()) }
+
 var optionDefs = []optionDef{
-	{"hash_mb", "Hash", "integer", 256, func(o *Options) (any, bool) { return o.HashMB, o.HashMB != nil }},
-	{"limit_strength", "UCI_LimitStrength", "boolean", 0, func(o *Options) (any, bool) { return o.LimitStrength, o.LimitStrength != nil }},
-	{"elo", "UCI_Elo", "integer", 0, func(o *Options) (any, bool) { return o.Elo, o.Elo != nil }},
-	{"skill_level", "Skill Level", "integer", 0, func(o *Options) (any, bool) { return o.SkillLevel, o.SkillLevel != nil }},
-	{"chess960", "UCI_Chess960", "boolean", 0, func(o *Options) (any, bool) { return o.Chess960, o.Chess960 != nil }},
-	{"show_wdl", "UCI_ShowWDL", "boolean", 0, func(o *Options) (any, bool) { return o.ShowWDL, o.ShowWDL != nil }},
-	{"move_overhead_ms", "Move Overhead", "integer", 5000, func(o *Options) (any, bool) { return o.MoveOverheadMS, o.MoveOverheadMS != nil }},
+	{"hash_mb", "Hash", "integer", hashCeiling, func(o *Options) (any, bool) { return o.HashMB, o.HashMB != nil }},
+	{"limit_strength", "UCI_LimitStrength", "boolean", nil, func(o *Options) (any, bool) { return o.LimitStrength, o.LimitStrength != nil }},
+	{"elo", "UCI_Elo", "integer", nil, func(o *Options) (any, bool) { return o.Elo, o.Elo != nil }},
+	{"skill_level", "Skill Level", "integer", nil, func(o *Options) (any, bool) { return o.SkillLevel, o.SkillLevel != nil }},
+	{"chess960", "UCI_Chess960", "boolean", nil, func(o *Options) (any, bool) { return o.Chess960, o.Chess960 != nil }},
+	{"show_wdl", "UCI_ShowWDL", "boolean", nil, func(o *Options) (any, bool) { return o.ShowWDL, o.ShowWDL != nil }},
+	{"move_overhead_ms", "Move Overhead", "integer", policy(5000), func(o *Options) (any, bool) { return o.MoveOverheadMS, o.MoveOverheadMS != nil }},
 }
 
 // OptionSpec describes one request option for GET /engines.
@@ -89,9 +102,10 @@ type OptionSpec struct {
 	UCI     string `json:"uci_option"`
 }
 
-// OptionSchema derives the request options of one engine build from its own `uci`
-// option list, clipped by the service's policy. Options the build lacks are left out.
-func OptionSchema(p engine.PathInfo) []OptionSpec {
+// OptionSchema derives the request options of one build of cat's from its own `uci`
+// option list, clipped by the service's policy and cat's configuration (the Hash cap).
+// Options the build lacks are left out.
+func OptionSchema(cat *engine.Catalog, p engine.PathInfo) []OptionSpec {
 	var out []OptionSpec
 	for _, d := range optionDefs {
 		o, ok := findOption(p.Options, d.UCI)
@@ -104,8 +118,10 @@ func OptionSchema(p engine.PathInfo) []OptionSpec {
 			spec.Default = o.Default == "true"
 		default:
 			lo, hi := o.Min, o.Max
-			if d.policyMax > 0 && hi > d.policyMax {
-				hi = d.policyMax
+			if d.ceiling != nil {
+				if c := d.ceiling(cat); c > 0 && hi > c {
+					hi = c
+				}
 			}
 			def, _ := strconv.ParseInt(o.Default, 10, 64)
 			spec.Default, spec.Min, spec.Max = min(def, hi), &lo, &hi
@@ -205,7 +221,7 @@ func clip(s string) string {
 func validateOptions(p *domain.Problems, s *Spec, o *Options, cat *engine.Catalog) {
 	info, _ := pathInfo(cat, s.Engine, s.Path)
 	schema := map[string]OptionSpec{}
-	for _, spec := range OptionSchema(info) {
+	for _, spec := range OptionSchema(cat, info) {
 		schema[spec.Name] = spec
 	}
 	for _, d := range optionDefs {

@@ -1095,8 +1095,10 @@ type EvalRequest struct {
 
 	// Options Within the chosen build's schema (GET /engines). `elo` implies `limit_strength`.
 	Options *struct {
-		Chess960       *bool `json:"chess960,omitempty"`
-		Elo            *int  `json:"elo,omitempty"`
+		Chess960 *bool `json:"chess960,omitempty"`
+		Elo      *int  `json:"elo,omitempty"`
+
+		// HashMb At most the server's Hash cap: hash_mb's `max` in GET /engines (256 unless its operator sets another).
 		HashMb         *int  `json:"hash_mb,omitempty"`
 		LimitStrength  *bool `json:"limit_strength,omitempty"`
 		MoveOverheadMs *int  `json:"move_overhead_ms,omitempty"`
@@ -3008,8 +3010,10 @@ type ClientInterface interface {
 	// ListEngines Engines, options and limits
 	//
 	// The installed versions and their paths (`native`, `wasm`), each build's option
-	// schema (derived from the engine's own `uci` option list, clipped by policy), and
-	// the request limits. `latest` in a request resolves to `default`.
+	// schema (derived from the engine's own `uci` option list, clipped by policy:
+	// `hash_mb` by the server's Hash cap, 256 unless its operator sets another, and
+	// `move_overhead_ms` by 5000), and the request limits. `latest` in a request
+	// resolves to `default`.
 	//
 	// Corresponds with GET /engines (the `ListEngines` operationId).
 	ListEngines(ctx context.Context, params *ListEnginesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3739,8 +3743,10 @@ func (c *Client) GetDocsRenderer(ctx context.Context, params *GetDocsRendererPar
 // ListEngines Engines, options and limits
 //
 // The installed versions and their paths (`native`, `wasm`), each build's option
-// schema (derived from the engine's own `uci` option list, clipped by policy), and
-// the request limits. `latest` in a request resolves to `default`.
+// schema (derived from the engine's own `uci` option list, clipped by policy:
+// `hash_mb` by the server's Hash cap, 256 unless its operator sets another, and
+// `move_overhead_ms` by 5000), and the request limits. `latest` in a request
+// resolves to `default`.
 //
 // Corresponds with GET /engines (the `ListEngines` operationId).
 func (c *Client) ListEngines(ctx context.Context, params *ListEnginesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7600,8 +7606,10 @@ type ClientWithResponsesInterface interface {
 	// ListEnginesWithResponse Engines, options and limits
 	//
 	// The installed versions and their paths (`native`, `wasm`), each build's option
-	// schema (derived from the engine's own `uci` option list, clipped by policy), and
-	// the request limits. `latest` in a request resolves to `default`.
+	// schema (derived from the engine's own `uci` option list, clipped by policy:
+	// `hash_mb` by the server's Hash cap, 256 unless its operator sets another, and
+	// `move_overhead_ms` by 5000), and the request limits. `latest` in a request
+	// resolves to `default`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -15729,8 +15737,10 @@ func (c *ClientWithResponses) GetDocsRendererWithResponse(ctx context.Context, p
 // ListEnginesWithResponse Engines, options and limits
 //
 // The installed versions and their paths (`native`, `wasm`), each build's option
-// schema (derived from the engine's own `uci` option list, clipped by policy), and
-// the request limits. `latest` in a request resolves to `default`.
+// schema (derived from the engine's own `uci` option list, clipped by policy:
+// `hash_mb` by the server's Hash cap, 256 unless its operator sets another, and
+// `move_overhead_ms` by 5000), and the request limits. `latest` in a request
+// resolves to `default`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

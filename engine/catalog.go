@@ -48,7 +48,7 @@ type Config struct {
 	StopGrace    time.Duration // default 1 s
 	HangTimeout  time.Duration // default 60 s
 	StartTimeout time.Duration // default 30 s
-	MaxHashMB    int           // default 256
+	MaxHashMB    int           // cap on a request's Hash (MiB); default 256, <0: the engine's own max
 	MaxThreads   int           // default 1
 	Boost        int           // nice levels ahead of the server (PoolConfig.Boost); default 5, <0: none
 	// Eager starts every pool at Open instead of only the default one (latest, auto).
@@ -121,6 +121,9 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	}
 	if cfg.PoolSize <= 0 {
 		cfg.PoolSize = runtime.NumCPU()
+	}
+	if cfg.MaxHashMB == 0 {
+		cfg.MaxHashMB = defaultMaxHashMB
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -255,6 +258,12 @@ func versionKey(v string) []int {
 // Versions returns the installed versions, newest first. The slice is shared: do not
 // modify it.
 func (c *Catalog) Versions() []VersionInfo { return c.versions }
+
+// MaxHashMB is the cap on a request's Hash (MiB) that every pool of the catalog
+// enforces (Config.MaxHashMB, the operator's CHESSD_ENGINE_MAX_HASH_MB; 256 by default);
+// <0: none beyond the engine's own maximum. Request validation and GET /engines' option
+// schema read it here, so that they refuse and advertise what the pools enforce.
+func (c *Catalog) MaxHashMB() int { return c.cfg.MaxHashMB }
 
 // Default is the id "latest" resolves to.
 func (c *Catalog) Default() string { return c.versions[0].ID }

@@ -86,7 +86,7 @@ func (c *PoolConfig) withDefaults() {
 		c.Boost = 5
 	}
 	if c.MaxHashMB == 0 {
-		c.MaxHashMB = 256
+		c.MaxHashMB = defaultMaxHashMB
 	}
 	if c.MaxThreads == 0 {
 		c.MaxThreads = 1
@@ -95,6 +95,9 @@ func (c *PoolConfig) withDefaults() {
 		c.Logger = slog.Default()
 	}
 }
+
+// defaultMaxHashMB is the cap on a request's Hash (MiB) when none is configured.
+const defaultMaxHashMB = 256
 
 // Pool is a fixed-size set of warm engine processes of one executable.
 //

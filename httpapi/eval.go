@@ -459,7 +459,7 @@ func (s *Server) engines(w http.ResponseWriter, r *http.Request) {
 	for _, v := range cat.Versions() {
 		vj := versionJSON{ID: v.ID, Version: v.Version, Name: v.Name, NNUE: v.NNUE}
 		for _, p := range v.Paths {
-			vj.Paths = append(vj.Paths, pathJSON{Path: p.Path, Name: p.Name, NNUE: p.NNUE, Options: analysis.OptionSchema(p)})
+			vj.Paths = append(vj.Paths, pathJSON{Path: p.Path, Name: p.Name, NNUE: p.NNUE, Options: analysis.OptionSchema(cat, p)})
 		}
 		vj.Options = vj.Paths[0].Options
 		if v.ID == cat.Default() {

@@ -103,6 +103,7 @@ type envConfig struct {
 	keylessPerDay int // httpapi.Config.KeylessPerDay
 	streams       int // httpapi.Config.StreamsPerAccount
 	pool          *pgxpool.Pool
+	catalog       *engine.Catalog                                            // default: testCatalog's
 	observe       func(route, method string, status int, took time.Duration) // Deps.ObserveRequest
 }
 
@@ -129,6 +130,10 @@ func withRateLimits() envOption { return func(c *envConfig) { c.rateLimits = tru
 // onPool shares another env's database.
 func onPool(p *pgxpool.Pool) envOption { return func(c *envConfig) { c.pool = p } }
 
+// withCatalog serves the engines of cat (opened with another engine.Config) instead
+// of the shared test catalog's.
+func withCatalog(cat *engine.Catalog) envOption { return func(c *envConfig) { c.catalog = cat } }
+
 // withoutProjections leaves the read models behind, to prove what must not depend on them.
 func withoutProjections() envOption { return func(c *envConfig) { c.noProjections = true } }
 
@@ -147,7 +152,11 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	store := eventstore.NewStore(pool, logger)
-	svc := analysis.NewService(testCatalog(t), pool, logger)
+	cat := cfg.catalog
+	if cat == nil {
+		cat = testCatalog(t)
+	}
+	svc := analysis.NewService(cat, pool, logger)
 	meterCtx, stopMeter := context.WithCancel(context.Background())
 	t.Cleanup(stopMeter)
 	// idle leases go back quickly, so that tests can set balances between calls
