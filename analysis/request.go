@@ -179,8 +179,8 @@ func Validate(req Request, cat *engine.Catalog) (Spec, error) {
 
 // ResolveEngine resolves the engine version and path a request names (nil: the latest,
 // auto). Each mistake is reported under its own field: an engine that is not installed
-// under "engine", a path that is not auto, native or wasm, or that the engine lacks,
-// under "path".
+// (or "", which is no id: the catalog would read it as latest) under "engine", a path
+// that is not auto, native or wasm, or that the engine lacks, under "path".
 func ResolveEngine(p *domain.Problems, cat *engine.Catalog, version, path *string) (string, engine.Path, bool) {
 	v, want := engine.Latest, engine.PathAuto
 	if version != nil {
@@ -195,7 +195,7 @@ func ResolveEngine(p *domain.Problems, cat *engine.Catalog, version, path *strin
 			ok = false
 		}
 	}
-	if _, _, err := cat.Resolve(v, engine.PathAuto); err != nil {
+	if _, _, err := cat.Resolve(v, engine.PathAuto); err != nil || v == "" {
 		p.Add("engine", fmt.Sprintf("unknown engine %s (see GET /v1/engines)", clip(v)))
 		return "", "", false
 	}

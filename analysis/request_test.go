@@ -74,3 +74,27 @@ func TestHashCeilingIsTheCatalogs(t *testing.T) {
 		t.Fatalf("hash_mb 64 at the cap 64: %v", err)
 	}
 }
+
+// An engine is an id of GET /engines or latest: "" is no id, refused under engine like
+// any unknown one (as "" under path is refused under path), while an absent engine is
+// the default.
+func TestEmptyEngineIsRefused(t *testing.T) {
+	fen := "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
+	for _, tc := range []struct {
+		engine, path *string
+		want         string
+	}{
+		{ptr(""), nil, "engine"},
+		{ptr(""), ptr("native"), "engine"},
+		{nil, ptr(""), "path"},
+	} {
+		_, err := Validate(Request{FEN: &fen, Engine: tc.engine, Path: tc.path}, catalog)
+		if got := fieldsOf(t, err); len(got) != 1 || got[0] != tc.want {
+			t.Errorf("engine %v path %v: errors name %v, want %s", tc.engine, tc.path, got, tc.want)
+		}
+	}
+	s, err := Validate(Request{FEN: &fen}, catalog)
+	if err != nil || s.Engine != catalog.Default() {
+		t.Fatalf("no engine: %q, %v; want the default %s", s.Engine, err, catalog.Default())
+	}
+}

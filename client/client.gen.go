@@ -1010,7 +1010,7 @@ type DisputeState string
 // Endpoint defines model for Endpoint.
 type Endpoint string
 
-// EngineID An id of GET /engines (`sf-17.1`, `sf-15.1`), or `latest` (the default).
+// EngineID An id of GET /engines (`sf-17.1`, `sf-15.1`), or `latest` (the default when absent; an empty string is no id).
 //
 // Examples: sf-17.1
 type EngineID = string
@@ -1079,7 +1079,7 @@ type EvalRequest struct {
 	// Depth Without a key the default is 12, the keyless cap.
 	Depth *int `json:"depth,omitempty"`
 
-	// Engine An id of GET /engines (`sf-17.1`, `sf-15.1`), or `latest` (the default).
+	// Engine An id of GET /engines (`sf-17.1`, `sf-15.1`), or `latest` (the default when absent; an empty string is no id).
 	//
 	// Examples: sf-17.1
 	Engine *EngineID `json:"engine,omitempty"`
@@ -2018,7 +2018,7 @@ type SubmitAnalysisJSONBody struct {
 	Chess960 *bool `json:"chess960,omitempty"`
 	Depth    *int  `json:"depth,omitempty"`
 
-	// Engine An id of GET /engines (`sf-17.1`, `sf-15.1`), or `latest` (the default).
+	// Engine An id of GET /engines (`sf-17.1`, `sf-15.1`), or `latest` (the default when absent; an empty string is no id).
 	//
 	// Examples: sf-17.1
 	Engine *EngineID `json:"engine,omitempty"`
@@ -2052,7 +2052,7 @@ type SubmitBatchJSONBody struct {
 	Chess960 *bool `json:"chess960,omitempty"`
 	Depth    *int  `json:"depth,omitempty"`
 
-	// Engine An id of GET /engines (`sf-17.1`, `sf-15.1`), or `latest` (the default).
+	// Engine An id of GET /engines (`sf-17.1`, `sf-15.1`), or `latest` (the default when absent; an empty string is no id).
 	//
 	// Examples: sf-17.1
 	Engine  *EngineID `json:"engine,omitempty"`

@@ -190,6 +190,7 @@ func TestEvalRefusesBadRequests(t *testing.T) {
 		"movetime 49":           {`{` + fen + `,"movetime_ms":49}`, "movetime_ms"},
 		"movetime 60001":        {`{` + fen + `,"movetime_ms":60001}`, "movetime_ms"},
 		"unknown engine":        {`{` + fen + `,"engine":"sf-99"}`, "engine"},
+		"empty engine":          {`{` + fen + `,"engine":""}`, "engine"},
 		"unknown path":          {`{` + fen + `,"path":"gpu"}`, "path"},
 		"no wasm for 15.1":      {`{` + fen + `,"engine":"sf-15.1","path":"wasm"}`, "path"},
 		"hash above policy":     {`{` + fen + `,"options":{"hash_mb":257}}`, "options.hash_mb"},

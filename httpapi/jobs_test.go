@@ -211,6 +211,7 @@ func TestBadJobsAreRefusedAndCostNothing(t *testing.T) {
 		"no moves":        {"/v1/analyze", map[string]any{"pgn": "*"}, "pgn"},
 		"bad analyze fen": {"/v1/analyze", map[string]any{"fen": "nonsense"}, "fen"},
 		"unknown engine":  {"/v1/batch", map[string]any{"fens": fens, "engine": "sf-99"}, "engine"},
+		"empty engine":    {"/v1/analyze", map[string]any{"pgn": "1. e4 e5", "engine": ""}, "engine"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
