@@ -3,6 +3,7 @@ package analysis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -96,5 +97,30 @@ func TestEmptyEngineIsRefused(t *testing.T) {
 	s, err := Validate(Request{FEN: &fen}, catalog)
 	if err != nil || s.Engine != catalog.Default() {
 		t.Fatalf("no engine: %q, %v; want the default %s", s.Engine, err, catalog.Default())
+	}
+}
+
+// An engine refusing a search means Validate let through what the engine does not take:
+// a bug of ours, not the client's. It is an internal error (500, its detail never the
+// engine's words), not a 400 without an errors entry to fix; the cause stays in the chain
+// for the log.
+func TestEngineRefusalIsInternal(t *testing.T) {
+	for _, cause := range []error{
+		fmt.Errorf("%w: Hash must be in 1..64, not 128", engine.ErrInvalidOption),
+		fmt.Errorf("%w: need a depth or a movetime", engine.ErrInvalidSearch),
+	} {
+		err := engineError(cause)
+		if code := domain.ErrorCode(err); code != domain.CodeInternal || !errors.Is(err, cause) {
+			t.Errorf("%v: code %s (is the cause: %v), want %s keeping the cause", cause, code, errors.Is(err, cause), domain.CodeInternal)
+		}
+	}
+	// The same through a search: a Spec that Validate would refuse (Hash above the cap).
+	svc := NewService(catalog, pgtest.NewDB(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	fen := "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
+	s := spec(t, Request{FEN: &fen, Depth: ptr(4)})
+	s.UCIOptions["Hash"] = "100000"
+	_, err := svc.Analyse(context.Background(), s, engine.Interactive, false)
+	if code := domain.ErrorCode(err); code != domain.CodeInternal || !errors.Is(err, engine.ErrInvalidOption) {
+		t.Fatalf("a search the engine refuses: %v (code %s), want %s wrapping ErrInvalidOption", err, code, domain.CodeInternal)
 	}
 }

@@ -410,7 +410,15 @@ func engineError(err error) error {
 	case errors.Is(err, engine.ErrEngineFailed), errors.Is(err, engine.ErrClosed):
 		return &unavailable{msg: "the engine failed during the search and is being replaced; retry", after: time.Second, err: err}
 	case errors.Is(err, engine.ErrInvalidOption), errors.Is(err, engine.ErrInvalidSearch):
-		return domain.Errorf(domain.CodeInvalid, "%v", err)
+		// Not the client's mistake: Validate checks every field against the same option
+		// lists and the same caps the pools enforce (Catalog.MaxHashMB), and the search
+		// (FEN, depth, movetime, lines) is built here from a validated Spec. An engine
+		// that refuses one anyway means our validation and the engine disagree (a bug,
+		// or an executable replaced under a running server), so it is an internal error:
+		// a 500 whose detail says nothing of the engine (the engine's words go to the
+		// log with the request id), not a 400 telling the client to fix a request that
+		// GET /engines says is valid, with no errors entry to fix it by.
+		return fmt.Errorf("analysis: the engine refused a validated request: %w", err)
 	}
 	return err
 }

@@ -7,9 +7,10 @@ import (
 )
 
 // Errors returned by this package. The HTTP layer maps ErrSaturated and ErrEngineFailed
-// to 503 with Retry-After (next_action retry_after), ErrInvalidOption and ErrInvalidSearch
-// to 400 fix_request, ErrUnknownEngine to 400 fix_request (an id GET /engines does not
-// list), and ErrClosed to 503.
+// to 503 with Retry-After (next_action retry_after), ErrUnknownEngine to 400 fix_request
+// (an id GET /engines does not list), and ErrClosed to 503. ErrInvalidOption and
+// ErrInvalidSearch are a 500 there: package analysis validates every request against
+// the same option lists and caps first, so the engine refusing one is a bug of ours.
 var (
 	// ErrSaturated: every process of the pool stayed busy for the whole queue wait.
 	ErrSaturated = errors.New("engine: pool saturated")
