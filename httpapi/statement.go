@@ -260,14 +260,15 @@ func parseStatementQuery(q url.Values, now time.Time, le *listEnv) (ledger.State
 
 // dayOrTime reads a UTC date (YYYY-MM-DD) or an RFC 3339 time.
 func dayOrTime(v string) (day, at *time.Time, err error) {
-	if d, err := time.Parse(time.DateOnly, v); err == nil {
+	// Year 0 parses in Go but is no date PostgreSQL knows: it answered 500.
+	if d, err := time.Parse(time.DateOnly, v); err == nil && d.Year() >= 1 {
 		return &d, nil, nil
 	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.UTC().Year() >= 1 {
 		t = t.UTC()
 		return nil, &t, nil
 	}
-	return nil, nil, fmt.Errorf("must be a date (YYYY-MM-DD, UTC) or an RFC 3339 time")
+	return nil, nil, fmt.Errorf("must be a date (YYYY-MM-DD, UTC) or an RFC 3339 time, from year 1")
 }
 
 // explainCharge answers GET /charges/{id}: one charge of the calling key's env, from

@@ -545,6 +545,7 @@ func TestStatementRequests(t *testing.T) {
 		{"from=2026-11-10&to=2026-11-01", []string{"to"}},
 		{"from=2026-11-10T12:00:00Z&to=2026-11-10T11:00:00Z", []string{"to"}},
 		{"to=2026-13-01", []string{"to"}},
+		{"from=0000-01-01", []string{"from"}}, // Go reads year 0, PostgreSQL does not: it was a 500
 		{"limit=5&limit=6", []string{"limit"}},
 		{"page=2", []string{"page"}},
 		{"limit=0&cursor=x&endpoint=y", []string{"endpoint", "limit", "cursor"}},
@@ -561,6 +562,10 @@ func TestStatementRequests(t *testing.T) {
 		}
 	}
 	wantProblem(t, e.do("GET", "/v1/charges/chg_x?verbose=1", key, nil), 400, "fix_request")
+	// a zone Go knows and PostgreSQL refuses (leap seconds) names tz; it was a 500
+	if r := e.do("GET", "/v1/usage?tz=right/UTC&group_by=day", key, nil); r.Status != 400 || !strings.Contains(r.Raw, `"field":"tz"`) {
+		t.Errorf("GET /usage?tz=right/UTC: %d %s", r.Status, r.Raw)
+	}
 	wantProblem(t, e.do("GET", "/v1/usage/charges", "", nil), 401, "sign_up")
 	wantProblem(t, e.do("GET", "/v1/usage/charges", evalOnly, nil), 403, "fix_request")
 	wantProblem(t, e.do("GET", "/v1/charges/chg_x", evalOnly, nil), 403, "fix_request")

@@ -40,6 +40,20 @@ type usageParams struct {
 // from its charged_at to its commit.
 const asOfMargin = time.Minute
 
+// dayStart is the first instant in loc of the calendar day day (its year, month and
+// day). time.Date puts a midnight that does not exist (a zone whose clocks jump
+// forward at 00:00, as America/Santiago's and Atlantic/Azores's do) at 23:00 of the
+// day before, which moved an hour of charges into the wrong day; the day then starts
+// at the jump.
+func dayStart(day time.Time, loc *time.Location) time.Time {
+	y, m, d := day.Date()
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	if _, _, got := t.Date(); got != d {
+		_, t = t.ZoneBounds()
+	}
+	return t
+}
+
 // parseUsage checks /usage's query, reporting every bad parameter at once.
 func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 	var p domain.Problems
@@ -88,10 +102,10 @@ func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 			p.Add("window", "must be hour, day or month")
 		}
 	}
-	today := now.In(u.zone)
-	today = time.Date(today.Year(), today.Month(), today.Day(), 0, 0, 0, 0, u.zone)
-	u.from, u.to = today.AddDate(0, 0, -30), today.AddDate(0, 0, 1)
-	u.fromText, u.toText = u.from.Format(time.DateOnly), today.Format(time.DateOnly)
+	y, m, d := now.In(u.zone).Date()
+	today := time.Date(y, m, d, 0, 0, 0, 0, time.UTC) // a calendar day; its start in tz is dayStart's
+	u.from, u.to = dayStart(today.AddDate(0, 0, -30), u.zone), dayStart(today.AddDate(0, 0, 1), u.zone)
+	u.fromText, u.toText = today.AddDate(0, 0, -30).Format(time.DateOnly), today.Format(time.DateOnly)
 	for _, b := range []struct {
 		name string
 		end  bool // to: a date includes its whole day
@@ -102,15 +116,15 @@ func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 		if v == "" {
 			continue
 		}
-		if d, err := time.ParseInLocation(time.DateOnly, v, u.zone); err == nil {
-			*b.dst, *b.text = d, v
+		if d, err := time.Parse(time.DateOnly, v); err == nil && d.Year() >= 1 {
+			*b.dst, *b.text = dayStart(d, u.zone), v
 			if b.end {
-				*b.dst = d.AddDate(0, 0, 1)
+				*b.dst = dayStart(d.AddDate(0, 0, 1), u.zone)
 			}
-		} else if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		} else if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.Year() >= 1 {
 			*b.dst, *b.text = t, v
 		} else {
-			p.Add(b.name, "must be a date YYYY-MM-DD (in tz) or an RFC 3339 time")
+			p.Add(b.name, "must be a date YYYY-MM-DD (in tz) or an RFC 3339 time, from year 1")
 		}
 	}
 	if v := q.Get("as_of"); v != "" {

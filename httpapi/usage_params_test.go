@@ -40,6 +40,13 @@ func TestParseUsage(t *testing.T) {
 		{query: "tz=America/New_York&from=2026-03-08&to=2026-03-08", from: "2026-03-08T05:00:00Z", to: "2026-03-09T04:00:00Z"},
 		{query: "tz=America/New_York&from=2026-11-01&to=2026-11-01", from: "2026-11-01T04:00:00Z", to: "2026-11-02T05:00:00Z"},
 		{query: "tz=Asia/Kolkata&from=2026-01-01&to=2026-01-31", from: "2025-12-31T18:30:00Z", to: "2026-01-31T18:30:00Z"},
+		// midnights that do not exist: the clocks jump from 00:00 to 01:00, so the day
+		// starts at the jump (time.Date gave 23:00 of the day before)
+		{query: "tz=America/Santiago&from=2026-09-06&to=2026-09-06", from: "2026-09-06T04:00:00Z", to: "2026-09-07T03:00:00Z"},
+		{query: "tz=America/Santiago&from=2026-09-05&to=2026-09-05", from: "2026-09-05T04:00:00Z", to: "2026-09-06T04:00:00Z"},
+		{query: "tz=Atlantic/Azores&from=2026-03-29&to=2026-03-29", from: "2026-03-29T01:00:00Z", to: "2026-03-30T00:00:00Z"},
+		{query: "from=0000-01-01", problems: "from"},
+		{query: "to=0000-12-31T00:00:00Z", problems: "to"},
 		{query: "from=2026-11-01T10:00:00Z&to=2026-11-01T11:30:00%2B01:00", from: "2026-11-01T10:00:00Z", to: "2026-11-01T10:30:00Z"},
 		{query: "group_by=key,hour,cached,key&window=hour", from: "2026-10-24T00:00:00Z", to: "2026-11-24T00:00:00Z", dims: "key,hour,cached"},
 		{query: "window=month", from: "2026-10-24T00:00:00Z", to: "2026-11-24T00:00:00Z", dims: "month"},

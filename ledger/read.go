@@ -2,15 +2,18 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
+	"chessd/domain"
 	"chessd/eventstore"
 )
 
@@ -209,6 +212,11 @@ func Usage(ctx context.Context, pool *pgxpool.Pool, uq UsageQuery) (UsageReport,
 	rep := UsageReport{USD: decimal.Zero}
 	err := readOnly(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT set_config('TimeZone', $1, true)`, zone); err != nil {
+			// A zone Go's tz database has and PostgreSQL's refuses (the right/ zones,
+			// which count leap seconds) is the caller's to fix, not a 500.
+			if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "22023" {
+				return domain.Invalid("tz", fmt.Sprintf("the time zone %q is not one the database knows; use an IANA zone such as Europe/Paris", zone))
+			}
 			return fmt.Errorf("time zone %q: %w", zone, err)
 		}
 		src, args, rolled := usageSource(uq, zone)
