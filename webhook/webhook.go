@@ -47,11 +47,12 @@ func newID(prefix string) string {
 }
 
 // CheckURL refuses what is not an absolute https URL (http is allowed only when
-// insecure, for tests and development).
+// insecure, for tests and development), written as RFC 3986 has it: url.Parse takes
+// spaces, quotes and angle brackets as they come, and the URL is shown back as given.
 func CheckURL(raw string, insecure bool) error {
 	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" || len(raw) > 2000 {
-		return domain.Invalid("url", "must be an absolute URL without credentials or fragment, up to 2000 bytes")
+	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" || len(raw) > 2000 || !uriText(raw) {
+		return domain.Invalid("url", "must be an absolute URL (RFC 3986: other characters percent-encoded) without credentials or fragment, up to 2000 bytes")
 	}
 	if u.Scheme != "https" && !(insecure && u.Scheme == "http") {
 		return domain.Invalid("url", "must be https")
@@ -62,6 +63,18 @@ func CheckURL(raw string, insecure bool) error {
 // Beginner starts transactions (a pool or a connection).
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// uriText says whether s holds only the characters a URI may (RFC 3986's unreserved
+// and reserved ones, and '%' of its escapes; url.Parse checks the escapes).
+func uriText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~:/?#[]@!$&'()*+,;=%", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // Create registers url for accountID's env and returns it with its signing secret,

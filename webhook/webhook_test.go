@@ -64,3 +64,33 @@ func TestSignAndVerify(t *testing.T) {
 		}
 	}
 }
+
+// An endpoint's URL is an absolute https URI as RFC 3986 writes it: what url.Parse
+// takes as it comes (spaces, quotes, angle brackets, non-ASCII) is refused.
+func TestCheckURL(t *testing.T) {
+	for _, tc := range []struct {
+		url      string
+		insecure bool
+		ok       bool
+	}{
+		{"https://example.com/hooks", false, true},
+		{"https://example.com:8443/a/b?x=1&y=%20z", false, true},
+		{"https://[2001:db8::1]/h", false, true},
+		{"http://example.com/h", false, false},
+		{"http://example.com/h", true, true},
+		{"ftp://example.com/h", false, false},
+		{"https://user:pw@example.com/h", false, false},
+		{"https://example.com/h#frag", false, false},
+		{"/relative", false, false},
+		{"not a uri", false, false},
+		{`http://127.0.0.1:1/"><img src=x onerror=alert(4)>`, true, false},
+		{"https://example.com/a b", false, false},
+		{"https://example.com/caf\u00e9", false, false},
+		{"https://example.com/%zz", false, false},
+		{"https://example.com/" + strings.Repeat("a", 2000), false, false},
+	} {
+		if err := CheckURL(tc.url, tc.insecure); (err == nil) != tc.ok {
+			t.Errorf("CheckURL(%q, %v) = %v, want ok %v", tc.url, tc.insecure, err, tc.ok)
+		}
+	}
+}
