@@ -115,6 +115,12 @@ func TestNetHTTPErrorsAreProblems(t *testing.T) {
 			wantRawProblem(t, rawExchange(t, addr, tt.raw, 1)[0], tt.status, tt.detail)
 		})
 	}
+	t.Run("a later HTTP/1 minor version is served as 1.1", func(t *testing.T) { // RFC 9110, 2.5
+		res := rawExchange(t, addr, "GET /v1/healthz HTTP/1.9\r\nHost: x\r\n\r\n", 1)
+		if res[0].StatusCode != 200 {
+			t.Fatalf("HTTP/1.9: %s", res[0].Status)
+		}
+	})
 	t.Run("a good request, then a bad one on the same connection", func(t *testing.T) {
 		res := rawExchange(t, addr, "GET /v1/healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/healthz HTTP/1.1\r\nBad Name: y\r\n\r\n", 2)
 		if body, _ := io.ReadAll(res[0].Body); res[0].StatusCode != 200 || !strings.Contains(string(body), `"ok"`) {
