@@ -1,8 +1,12 @@
 package executor
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"chessd/domain"
+	"chessd/engine"
 )
 
 // A take holds what the engines search in Horizon at their recent pace, within
@@ -68,6 +72,37 @@ func TestTakeSizeIsTheNearerPowerOfTwo(t *testing.T) {
 	} {
 		if got := takeSize(c.want, c.room); got != c.size {
 			t.Errorf("takeSize(%d, %d) = %d, want %d", c.want, c.room, got, c.size)
+		}
+	}
+}
+
+// A position's search waits out interactive calls however long they keep the engines
+// (preempted or saturated: not the position's fault), and gives up only after
+// maxEngineFailures failures of its own engine, waiting longer each time; an error
+// that is not the engines' ends it at once.
+func TestRetryAfter(t *testing.T) {
+	saturated := fmt.Errorf("every engine is busy: %w", engine.ErrSaturated)
+	failed := domain.Errorf(domain.CodeUnavailable, "the engine failed during the search")
+	invalid := domain.Invalid("fen", "bad")
+	for _, tc := range []struct {
+		name     string
+		err      error
+		failures int
+		wait     time.Duration
+		retry    bool
+	}{
+		{"preempted", engine.ErrPreempted, 0, 0, true},
+		{"preempted after many failures", engine.ErrPreempted, maxEngineFailures, 0, true},
+		{"saturated", saturated, 0, 200 * time.Millisecond, true},
+		{"saturated for a long time", saturated, 1000, 200 * time.Millisecond, true},
+		{"engine failed once", failed, 0, 100 * time.Millisecond, true},
+		{"engine failed again", failed, 4, 500 * time.Millisecond, true},
+		{"engine failed for the last time", failed, maxEngineFailures - 1, 0, false},
+		{"not the engines'", invalid, 0, 0, false},
+	} {
+		wait, retry := retryAfter(tc.err, tc.failures)
+		if wait != tc.wait || retry != tc.retry {
+			t.Errorf("%s: wait %v retry %v, want %v %v", tc.name, wait, retry, tc.wait, tc.retry)
 		}
 	}
 }

@@ -798,27 +798,50 @@ func (x *Executor) analyse(ctx context.Context, spec domain.JobSpec, p domain.Jo
 	if spec.Chess960 {
 		s.UCIOptions["UCI_Chess960"] = "true"
 	}
-	var err error
-	for attempt := 0; attempt < 30; attempt++ {
-		var res *analysis.Result
-		res, err = x.analysis.Analyse(ctx, s, engine.Batch, true)
+	for failures := 0; ; {
+		res, err := x.analysis.Analyse(ctx, s, engine.Batch, true)
 		if err == nil {
 			return res, nil
 		}
-		if errors.Is(err, engine.ErrPreempted) && ctx.Err() == nil {
-			attempt-- // an interactive call needed the engine: not the position's fault
-			continue
-		}
-		if domain.ErrorCode(err) != domain.CodeUnavailable || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return nil, err
 		}
-		select { // saturated by interactive traffic, or an engine died: wait and retry
+		wait, retry := retryAfter(err, failures)
+		if !retry {
+			return nil, err
+		}
+		if !errors.Is(err, engine.ErrPreempted) && !errors.Is(err, engine.ErrSaturated) {
+			failures++
+		}
+		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(time.Duration(attempt+1) * 100 * time.Millisecond):
+		case <-time.After(wait):
 		}
 	}
-	return nil, err
+}
+
+// maxEngineFailures is how many times a position's search may fail for its engine
+// (a process that died mid-search) before the job fails.
+const maxEngineFailures = 30
+
+// retryAfter says whether a position's search that failed with err, after failures
+// failed searches before it, is tried again, and after how long. Interactive calls
+// taking or keeping the engines (ErrPreempted, ErrSaturated) are not the position's
+// fault: it waits for them as long as they last, the job's leases renewed meanwhile
+// (jobs keep progressing under single calls, and a steady stream of them no longer
+// fails a job after about 30 queue waits). An engine that fails the search is tried
+// again, waiting longer each time, maxEngineFailures times.
+func retryAfter(err error, failures int) (time.Duration, bool) {
+	switch {
+	case errors.Is(err, engine.ErrPreempted):
+		return 0, true
+	case errors.Is(err, engine.ErrSaturated):
+		return 200 * time.Millisecond, true
+	case domain.ErrorCode(err) != domain.CodeUnavailable, failures+1 >= maxEngineFailures:
+		return 0, false
+	}
+	return time.Duration(failures+1) * 100 * time.Millisecond, true
 }
 
 // fail ends a job whose position cannot be analysed.
