@@ -42,3 +42,46 @@ func TestBudgetPeriodBounds(t *testing.T) {
 		}
 	}
 }
+
+// A period that has ended rolls into the next one where it ended, never earlier: after
+// a change of the account's zone, the new zone's midnight can lie before the old end,
+// and a refund of a charge the old period counted then lowered a period that never held
+// it, giving room past the budget. Both the roll and the views that read an ended
+// period as the next one start it at the old end, for keys and for account budgets.
+func TestNextPeriodStartsWhereTheLastEnded(t *testing.T) {
+	budget := int64(1000)
+	f := newFixture(t, &budget)
+	ctx := context.Background()
+	// the old period ended halfway between the zone's last midnight and now
+	const endBetween = `(SELECT n.period_start + (now() - n.period_start) / 2
+		FROM budget_period_bounds('day', account_tz($1), now()) n)`
+	var oldEnd time.Time
+	if err := f.pool.QueryRow(ctx, `UPDATE key_balances SET budget_period = 'day', period_units = 7,
+		period_end = `+endBetween+`, period_start = `+endBetween+` - interval '1 day'
+		WHERE account_id = $1 AND key_id = $2 RETURNING period_end`, f.account.ID(), f.key.ID()).Scan(&oldEnd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, `INSERT INTO account_budgets (account_id, env, budget_units, budget_period, period_units, period_end, period_start)
+		VALUES ($1, 'test', 500, 'day', 7, $2, $2::timestamptz - interval '1 day')`, f.account.ID(), oldEnd); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what, query string, args ...any) {
+		t.Helper()
+		var start time.Time
+		var units int64
+		if err := f.pool.QueryRow(ctx, query, args...).Scan(&start, &units); err != nil {
+			t.Fatal(err)
+		}
+		if !start.Equal(oldEnd) || units != 0 {
+			t.Errorf("%s: the next period starts at %s with %d units spent; want it to start where the last ended, %s, with none",
+				what, start.UTC().Format(time.RFC3339Nano), units, oldEnd.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	check("key_periods", `SELECT period_start, period_units FROM key_periods WHERE key_id = $1`, f.key.ID())
+	check("account_periods", `SELECT period_start, period_units FROM account_periods WHERE account_id = $1 AND env = 'test'`, f.account.ID())
+	if _, err := f.pool.Exec(ctx, `SELECT meter_roll(ARRAY[$1]), account_roll(ARRAY[$2], ARRAY['test'])`, f.key.ID(), f.account.ID()); err != nil {
+		t.Fatal(err)
+	}
+	check("meter_roll", `SELECT period_start, period_units FROM key_balances WHERE key_id = $1`, f.key.ID())
+	check("account_roll", `SELECT period_start, period_units FROM account_budgets WHERE account_id = $1 AND env = 'test'`, f.account.ID())
+}
