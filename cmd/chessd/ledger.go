@@ -96,8 +96,9 @@ func truncate(s string, n int) string {
 }
 
 // replay rebuilds the ledger and accounts read models from the events and checks that
-// they equal the live ones, and recomputes the write-side balances (key spend, daily
-// allowance use) from the events and compares them too.
+// they equal the live ones, and recomputes the write-side balances (key spend, the
+// key's and the account's spend in the current budget period, daily allowance use,
+// closed key balances) from the events and compares them too (ledger.RecomputeBalances).
 func replay(ctx context.Context, db *database, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	asOf := fs.String("as-of", "", "an RFC 3339 time: show the account as it stood then instead")
