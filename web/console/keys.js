@@ -9,6 +9,11 @@ export const title = 'Keys';
 
 const SCOPES = ['eval', 'jobs', 'usage:read', 'keys:write', 'billing'];
 
+// carried is a secret to show on the next mount, once: the key in use rotated with no
+// grace, whose new secret the console switched to (which mounts the page afresh). Kept
+// in memory only, never in storage.
+let carried = null;
+
 export function mount(root) {
   if (!session.key) {
     replace(root, h('h1', {}, 'Keys'), needKey('Managing keys'));
@@ -47,6 +52,10 @@ export function mount(root) {
       h('div', { class: 'row' }, field('Budget (units)', budgetUnits), field('Budget (USD)', budgetUSD), field('Budget period', period)),
       h('button', { type: 'submit', class: 'primary', 'data-testid': 'create-key' }, 'Create key')),
     dialog);
+  if (carried) {
+    showSecret(carried.k, carried.what);
+    carried = null;
+  }
 
   envSel.addEventListener('change', load);
   me().then((m) => {
@@ -138,7 +147,7 @@ export function mount(root) {
             }
           },
         }, 'Copy'),
-        h('button', { type: 'button', class: 'small', onclick: () => session.set(k.api_key) }, 'Use in this console'),
+        session.key === k.api_key ? null : h('button', { type: 'button', class: 'small', onclick: () => session.set(k.api_key) }, 'Use in this console'),
         h('button', { type: 'button', class: 'small', onclick: () => { secretBox.hidden = true; secretBox.replaceChildren(); } }, 'Done'),
         copied));
     secretBox.querySelector('button').focus();
@@ -208,8 +217,14 @@ export function mount(root) {
       async () => {
         const self = session.key.startsWith(k.prefix);
         const res = await api('POST', `/keys/${k.key_id}/rotate`, { body: { grace_seconds: Number(grace.value) || 0 } });
+        if (self && !Number(grace.value)) {
+          // The old secret has stopped: the console switches to the new one, which
+          // mounts this page afresh; the new page shows the secret.
+          carried = { k: res, what: 'rotated; this console now uses it' };
+          session.set(res.api_key);
+          return;
+        }
         showSecret(res, 'rotated');
-        if (self && !Number(grace.value)) session.set(res.api_key); // the old secret has stopped
         await load();
       });
   }
