@@ -1,13 +1,27 @@
 package console_test
 
 import (
+	"context"
+	"encoding/csv"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/chromedp"
 
 	"chessd/console"
+	"chessd/postgres/pgtest"
 )
 
-// What the console shows stays whole, in a real Chromium against a real chessd: the
+// What the console shows is whole, in a real Chromium against a real chessd: a
+// statement of more than one page (1,000 charges) downloads whole as CSV; and the
 // secret of the key in use, rotated with no grace, stays shown (the console switching
 // to it).
 func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
@@ -18,13 +32,46 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	server := startServer(t)
 	base := validated(t, server)
 	key := signup(t, server, "books@example.com")
+
+	// more than a page of live charges: one search, then 1,000 cached answers (a unit
+	// each)
+	if status, body := evalCall(t, server, key); status != 200 {
+		t.Fatalf("the live key's call: %d %s", status, body)
+	}
+	const cached = 1000
+	start := time.Now()
+	manyCalls(t, server, key, cached)
+	t.Logf("%d cached calls in %v", cached, time.Since(start).Round(time.Millisecond))
+
 	b := newBrowser(t, chromium, base)
+	downloads := t.TempDir()
+	b.do(chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.CallBrowser(ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+			Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllow, DownloadPath: downloads})
+		return err
+	}))
+
+	// The statement as CSV: every charge, over both pages, one header row.
+	b.open("/usage")
+	b.setValue("#key-input", key)
+	b.click(".keyform button[type=submit]")
+	b.wait(`/charges/.test(document.querySelector('[data-testid=statement-totals]').textContent)`)
+	b.click("[data-testid=statement-csv]")
+	rows := downloadedCSV(t, downloads, "chessd-statement-")
+	if len(rows) == 0 || len(rows[0]) == 0 || rows[0][0] != "charge_id" {
+		t.Fatalf("the statement's CSV starts %v, want its header row", rows[:min(len(rows), 1)])
+	}
+	ids := map[string]bool{}
+	for _, r := range rows[1:] {
+		ids[r[0]] = true
+	}
+	if len(rows) != 1002 || len(ids) != 1001 {
+		t.Errorf("the statement's CSV has %d rows and %d distinct charges, want a header and the 1001 charges", len(rows), len(ids))
+	}
 
 	// Keys: the key in use rotated with no grace. The console now uses the new secret,
 	// and still shows it, once, to be copied.
-	b.open("/keys")
-	b.setValue("#key-input", key)
-	b.click(".keyform button[type=submit]")
+	b.click(`nav a[href="/keys"]`)
 	b.wait(`!!document.querySelector('[data-testid=keys] tr .badge')`)
 	b.eval(`[...document.querySelectorAll('[data-testid=keys] tr')].find(r => r.querySelector('.badge')).querySelector('button[aria-label^=Rotate]').click(), ''`)
 	b.wait(`document.querySelector('dialog').open`)
@@ -43,4 +90,74 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	}
 
 	b.checkClean()
+}
+
+// manyCalls makes n of evalCall's evaluations with key, four at a time (after a first
+// one, they are answered from the cache).
+func manyCalls(t *testing.T, base, key string, n int) {
+	t.Helper()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []string
+	)
+	next := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for range next {
+				req, _ := http.NewRequest("POST", base+"/v1/eval", strings.NewReader(`{"fen":"8/8/8/4k3/8/8/3QK3/8 w - - 0 1","depth":6}`))
+				req.Header.Set("Authorization", "Bearer "+key)
+				res, err := http.DefaultClient.Do(req)
+				if err == nil {
+					io.Copy(io.Discard, res.Body) //nolint:errcheck // the status says enough
+					res.Body.Close()
+					if res.StatusCode != 200 {
+						err = fmt.Errorf("status %d", res.StatusCode)
+					}
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err.Error())
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for range n {
+		next <- struct{}{}
+	}
+	close(next)
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d calls failed, the first: %s", len(errs), n, errs[0])
+	}
+}
+
+// downloadedCSV waits for the browser to finish downloading a file whose name starts
+// with prefix into dir, and answers its rows.
+func downloadedCSV(t *testing.T, dir, prefix string) [][]string {
+	t.Helper()
+	var name string
+	pgtest.WaitFor(t, "the download of "+prefix+"…", func() bool {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), prefix) && strings.HasSuffix(e.Name(), ".csv") {
+				name = e.Name()
+				return true
+			}
+		}
+		return false
+	})
+	f, err := os.Open(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1
+	rows, err := r.ReadAll()
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return rows
 }

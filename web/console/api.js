@@ -60,11 +60,24 @@ export async function api(method, path, opts = {}) {
   return res.json();
 }
 
-// download fetches a CSV answer and hands it to the browser as a file.
+// download fetches a CSV answer and hands it to the browser as a file: all of it, page
+// after page, following each page's `Link: <…>; rel="next"` (the header row kept from
+// the first page only), so a statement of more than a page downloads whole.
 export async function download(path, query, filename) {
-  const res = await request('GET', path, { query, accept: 'text/csv' });
-  if (!res.ok) throw await problemOf(res);
-  const url = URL.createObjectURL(await res.blob());
+  const parts = [];
+  let cursor = null;
+  for (;;) {
+    const res = await request('GET', path, { query: cursor ? { ...query, cursor } : query, accept: 'text/csv' });
+    if (!res.ok) throw await problemOf(res);
+    let text = await res.text();
+    if (parts.length) text = text.includes('\n') ? text.slice(text.indexOf('\n') + 1) : ''; // the header row, once
+    if (text && !text.endsWith('\n')) text += '\n';
+    parts.push(text);
+    const next = nextCursor(res.headers.get('Link'));
+    if (!next || next === cursor) break;
+    cursor = next;
+  }
+  const url = URL.createObjectURL(new Blob(parts, { type: 'text/csv' }));
   const a = document.createElement('a');
   a.href = url;
   a.download = filename;
@@ -72,6 +85,18 @@ export async function download(path, query, filename) {
   a.click();
   a.remove();
   setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+// nextCursor is the cursor of a Link header's rel="next" URL, or null. The next page is
+// asked for under this console's own /v1 with the same query and that cursor, not at
+// the URL itself: it is on the server's configured base address, which may be another
+// origin than the console's (behind a proxy, say), where the key must not go.
+function nextCursor(link) {
+  for (const part of (link || '').split(',')) {
+    const m = /^\s*<([^>]*)>(.*)$/.exec(part);
+    if (m && /;\s*rel="?next"?(\s|;|$)/.test(m[2])) return new URL(m[1], location.href).searchParams.get('cursor');
+  }
+  return null;
 }
 
 // stream reads a text/event-stream answer, calling onEvent(name, data, id) per event
