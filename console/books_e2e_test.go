@@ -3,11 +3,13 @@ package console_test
 import (
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -20,10 +22,11 @@ import (
 	"chessd/postgres/pgtest"
 )
 
-// What the console shows is whole, in a real Chromium against a real chessd: a
-// statement of more than one page (1,000 charges) downloads whole as CSV; and the
-// secret of the key in use, rotated with no grace, stays shown (the console switching
-// to it).
+// What the console shows is whole and of one book, in a real Chromium against a real
+// chessd: with test usage beside the live, the Usage page's totals are the
+// statement's (the calling key's book); a statement of more than one page (1,000
+// charges) downloads whole as CSV; and the secret of the key in use, rotated with no
+// grace, stays shown (the console switching to it).
 func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	if !console.New().Built() {
 		t.Fatal("the console is not built into console/dist: run `make web`")
@@ -34,9 +37,13 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	key := signup(t, server, "books@example.com")
 
 	// more than a page of live charges: one search, then 1,000 cached answers (a unit
-	// each)
+	// each); and test usage, a test key's call (cached too), in the test book
 	if status, body := evalCall(t, server, key); status != 200 {
 		t.Fatalf("the live key's call: %d %s", status, body)
+	}
+	tester := createKey(t, server, key, `{"env":"test","scopes":["eval"],"label":"sandbox"}`)
+	if status, body := evalCall(t, server, tester.APIKey); status != 200 {
+		t.Fatalf("the test key's call: %d %s", status, body)
 	}
 	const cached = 1000
 	start := time.Now()
@@ -51,11 +58,33 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 		return err
 	}))
 
-	// The statement as CSV: every charge, over both pages, one header row.
+	// Usage: the live key's page shows the live book, as its statement does; the test
+	// key's call is in neither.
 	b.open("/usage")
 	b.setValue("#key-input", key)
 	b.click(".keyform button[type=submit]")
-	b.wait(`/charges/.test(document.querySelector('[data-testid=statement-totals]').textContent)`)
+	b.wait(`/charges/.test(document.querySelector('[data-testid=statement-totals]').textContent) && !!document.querySelector('[data-testid=usage-calls]')`)
+	usageText := b.eval(`document.querySelector('[data-testid=usage-totals]').textContent`)
+	stmtText := b.eval(`document.querySelector('[data-testid=statement-totals]').textContent`)
+	usage := regexp.MustCompile(`([\d,]+) calls, ([\d,]+) units`).FindStringSubmatch(usageText)
+	stmt := regexp.MustCompile(`([\d,]+) charges, ([\d,]+) units`).FindStringSubmatch(stmtText)
+	const liveCalls, liveUnits = "1,001", "1,010" // the search (10 units) and the cached answers
+	if stmt == nil || stmt[1] != liveCalls || stmt[2] != liveUnits {
+		t.Errorf("the statement's totals read %q, want %s charges, %s units", stmtText, liveCalls, liveUnits)
+	}
+	if usage == nil || stmt == nil || usage[1] != stmt[1] || usage[2] != stmt[2] {
+		t.Errorf("the Usage page's totals %q differ from its statement's %q", usageText, stmtText)
+	}
+	byKey := b.eval(`[...document.querySelectorAll('[data-testid=usage-key-table] tbody tr')].map(r => r.cells[0].textContent + '=' + r.cells[1].textContent).join('; ')`)
+	if strings.Contains(byKey, tester.KeyID) || !regexp.MustCompile(`^[^(]+ \(key_\w+\)=1001$`).MatchString(byKey) {
+		t.Errorf("usage by key shows %q, want the live key alone, by its label, with its 1001 calls", byKey)
+	}
+	byDay := b.eval(`[...document.querySelectorAll('[data-testid=usage-day-table] tbody tr')].map(r => r.cells[1].textContent).join()`)
+	if byDay != "1001" {
+		t.Errorf("usage by day shows calls %q, want one day of 1001", byDay)
+	}
+
+	// The statement as CSV: every charge, over both pages, one header row.
 	b.click("[data-testid=statement-csv]")
 	rows := downloadedCSV(t, downloads, "chessd-statement-")
 	if len(rows) == 0 || len(rows[0]) == 0 || rows[0][0] != "charge_id" {
@@ -90,6 +119,28 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	}
 
 	b.checkClean()
+}
+
+type newKey struct {
+	APIKey string `json:"api_key"`
+	KeyID  string `json:"key_id"`
+}
+
+// createKey is POST /keys with key, outside the browser.
+func createKey(t *testing.T, base, key, body string) newKey {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/v1/keys", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var k newKey
+	if err := json.NewDecoder(res.Body).Decode(&k); err != nil || res.StatusCode != 201 {
+		t.Fatalf("POST /keys: %d %v", res.StatusCode, err)
+	}
+	return k
 }
 
 // manyCalls makes n of evalCall's evaluations with key, four at a time (after a first

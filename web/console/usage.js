@@ -1,6 +1,8 @@
 // Usage: charts by day and by key (GET /usage in the account's time zone), what is left
 // of the budgets (GET /me), and the statement with its line items (GET /usage/charges),
-// both downloadable as CSV.
+// both downloadable as CSV. All of it is the calling key's book (its env), as the
+// statement is: GET /usage shows a live key both books, so the page groups by env too
+// and keeps the key's own.
 
 import { api, session, me, download } from './api.js';
 import { chart } from './charts.js';
@@ -29,6 +31,7 @@ export function mount(root) {
   const stmtTotals = h('p', { 'data-testid': 'statement-totals' });
   const pager = h('div', { class: 'row' });
   let tz = 'UTC';
+  let env = 'live'; // the calling key's env: the book shown
   let labels = {};
   const charts = {}; // by canvas: drawn again on each refresh
   let closed = false;
@@ -43,7 +46,7 @@ export function mount(root) {
     h('div', { class: 'grid2' },
       h('section', { class: 'card', 'aria-labelledby': 'u-day' },
         h('div', { class: 'row spread' }, h('h2', { id: 'u-day' }, 'By day'),
-          h('button', { type: 'button', class: 'small', onclick: () => csv('/usage', { group_by: 'day', ...range() }, 'usage-by-day') }, 'Download CSV')),
+          h('button', { type: 'button', class: 'small', onclick: () => csv('/usage', { group_by: 'env,day', ...range() }, 'usage-by-day') }, 'Download CSV')),
         h('div', { class: 'chart' }, dayCanvas), dayTable),
       h('section', { class: 'card', 'aria-labelledby': 'u-key' },
         h('h2', { id: 'u-key' }, 'By key'), h('div', { class: 'chart' }, keyCanvas), keyTable)),
@@ -65,9 +68,10 @@ export function mount(root) {
     try {
       const m = await me({ fresh: true });
       tz = m.timezone || 'UTC';
+      env = m.key.env;
       toIn.value = today(tz);
       fromIn.value = today(tz, 29);
-      tzNote.textContent = `Days and times in the account's time zone, ${tz}.`;
+      tzNote.textContent = `The ${env} book (this key's env). Days and times in the account's time zone, ${tz}.`;
       if (m.key.scopes.includes('keys:write')) {
         const ks = await api('GET', '/keys');
         labels = Object.fromEntries(ks.keys.map((k) => [k.key_id, k.label || k.prefix]));
@@ -86,20 +90,35 @@ export function mount(root) {
     if (closed) return;
     clearBox(problems);
     try {
-      const [byDay, byKey] = await Promise.all([
-        api('GET', '/usage', { query: { group_by: 'day', ...range() } }),
-        api('GET', '/usage', { query: { group_by: 'key', ...range() } }),
+      const [byDay, byKey, byEnv] = await Promise.all([
+        usageGroups({ group_by: 'env,day', ...range() }),
+        usageGroups({ group_by: 'env,key', ...range() }),
+        usageGroups({ group_by: 'env', ...range() }),
       ]);
       if (closed) return;
       drawDays(byDay);
       drawKeys(byKey);
-      const t = byDay.totals;
-      replace(totalsEl, `${byDay.from} to ${byDay.to}: `, h('strong', { 'data-testid': 'usage-calls' }, `${fmtInt(t.calls)} calls`),
+      const t = byEnv.groups[0] || { calls: 0, units: 0, usd: '0.000000' };
+      replace(totalsEl, `${byDay.from} to ${byDay.to}, ${env}: `, h('strong', { 'data-testid': 'usage-calls' }, `${fmtInt(t.calls)} calls`),
         `, ${fmtInt(t.units)} units (${fmtUSD(t.usd)})`, t.credits ? `; credited ${fmtInt(t.credited_units)} units, net ${fmtUSD(t.net_usd)}` : '', '.');
       await statement(0);
     } catch (err) {
       showProblem(problems, err);
     }
+  }
+
+  // usageGroups is GET /usage's groups of the key's env, every page of them (its totals
+  // are both books' for a live key, so they are not used).
+  async function usageGroups(query) {
+    const groups = [];
+    let res;
+    let cursor;
+    do {
+      res = await api('GET', '/usage', { query: { ...query, cursor } });
+      groups.push(...res.groups.filter((g) => g.env === env));
+      cursor = res.next_cursor;
+    } while (cursor && !closed);
+    return { ...res, groups };
   }
 
   function draw(canvas, config) {
