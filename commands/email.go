@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,10 +30,11 @@ func (h *Handler) queueVerification(ctx context.Context, tx *eventstore.Tx, acco
 		return fmt.Errorf("verification token: %w", err)
 	}
 	body := fmt.Sprintf("Welcome to chessd.\r\n\r\n"+
-		"To verify this address for account %s, send this token within 24 hours:\r\n\r\n"+
+		"To verify this address for account %s, use this token within 24 hours:\r\n\r\n"+
 		"    %s\r\n\r\n"+
+		"Paste it on the console's Account page, %s/account (no key needed), or send it:\r\n\r\n"+
 		"curl -X POST %s/verify-email -d '{\"token\":\"%s\"}'\r\n\r\n"+
-		"If you did not sign up, ignore this message.\r\n", accountID, token, h.APIURL, token)
+		"If you did not sign up, ignore this message.\r\n", accountID, token, strings.TrimSuffix(h.APIURL, "/v1"), h.APIURL, token)
 	if _, err := tx.Exec(ctx, `INSERT INTO mail_outbox (account_id, to_email, subject, body) VALUES ($1, $2, $3, $4)`,
 		accountID, email, "Verify your e-mail address for chessd", body); err != nil {
 		return fmt.Errorf("queue verification mail: %w", err)

@@ -17,14 +17,16 @@ import (
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/console"
 	"chessd/postgres/pgtest"
 )
 
 // What the console shows is whole and of one book, in a real Chromium against a real
-// chessd: with test usage beside the live, the Usage page's totals are the
-// statement's (the calling key's book); a statement of more than one page (1,000
+// chessd: an address verified with the mail's token pasted on the Account page (with a
+// key and without one); with test usage beside the live, the Usage page's totals are
+// the statement's (the calling key's book); a statement of more than one page (1,000
 // charges) downloads whole as CSV; and the secret of the key in use, rotated with no
 // grace, stays shown (the console switching to it).
 func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
@@ -32,9 +34,11 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 		t.Fatal("the console is not built into console/dist: run `make web`")
 	}
 	chromium := chromiumPath(t)
-	server := startServer(t)
+	server, dbURL := startServerDB(t)
 	base := validated(t, server)
+	db := pgtest.NewDBAt(t, dbURL)
 	key := signup(t, server, "books@example.com")
+	other := signup(t, server, "other-books@example.com")
 
 	// more than a page of live charges: one search, then 1,000 cached answers (a unit
 	// each); and test usage, a test key's call (cached too), in the test book
@@ -118,6 +122,37 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 		t.Errorf("the new secret's call answered %d %s", status, body)
 	}
 
+	// With the key: the Account page says the address is not verified and takes the
+	// mail's token; a wrong one is refused as the API refuses it, the right one
+	// verifies the address.
+	b.click(`nav a[href="/account"]`)
+	b.wait(`/not verified/.test(document.querySelector('[data-testid=account]')?.textContent || '')`)
+	token := verificationToken(t, db, "books@example.com", server)
+	if b.eval(`String(!!document.querySelector('[data-testid=verify-token]'))`) != "true" {
+		t.Fatal("the Account page of an unverified address has no field for the mail's token")
+	}
+	b.setValue("[data-testid=verify-token]", token+"0")
+	b.expectFailure("POST", "/v1/verify-email", 400)
+	b.click("[data-testid=verify-submit]")
+	b.wait(`/token/.test(document.querySelector('.alert.error')?.textContent || '')`)
+	b.setValue("[data-testid=verify-token]", token)
+	b.click("[data-testid=verify-submit]")
+	b.wait(`/\(verified\)/.test(document.querySelector('[data-testid=account]').textContent)`)
+	if status := meVerified(t, server, rotated); status != "true" {
+		t.Errorf("after the token was pasted, GET /me says email_verified %s", status)
+	}
+
+	// Without a key (the mail opened in a new tab): the token pasted on the Account
+	// page verifies the address.
+	b.click("#keybar button")
+	b.wait(`!!document.querySelector('[data-testid=verify-token]')`)
+	b.setValue("[data-testid=verify-token]", verificationToken(t, db, "other-books@example.com", server))
+	b.click("[data-testid=verify-submit]")
+	b.wait(`/other-books@example\.com.*verified/.test(document.querySelector('.alert.notice')?.textContent || '')`)
+	if status := meVerified(t, server, other); status != "true" {
+		t.Errorf("after the token was pasted keyless, GET /me says email_verified %s", status)
+	}
+
 	b.checkClean()
 }
 
@@ -182,6 +217,43 @@ func manyCalls(t *testing.T, base, key string, n int) {
 	if len(errs) > 0 {
 		t.Fatalf("%d of %d calls failed, the first: %s", len(errs), n, errs[0])
 	}
+}
+
+// verificationToken reads the token of the verification message sent to email from
+// the mail outbox, checking the message points to the console's Account page.
+func verificationToken(t *testing.T, db *pgxpool.Pool, email, server string) string {
+	t.Helper()
+	var body string
+	if err := db.QueryRow(context.Background(), `SELECT body FROM mail_outbox WHERE to_email = $1 ORDER BY id DESC LIMIT 1`, email).Scan(&body); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(body, server+"/account") {
+		t.Errorf("the verification message does not point to the console's Account page (%s/account):\n%s", server, body)
+	}
+	token := regexp.MustCompile(`ev_[0-9A-Za-z]+`).FindString(body)
+	if token == "" {
+		t.Fatalf("no token in the verification message:\n%s", body)
+	}
+	return token
+}
+
+// meVerified answers GET /me's email_verified for key.
+func meVerified(t *testing.T, base, key string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/v1/me", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var me struct {
+		Verified bool `json:"email_verified"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&me); err != nil || res.StatusCode != 200 {
+		t.Fatalf("GET /me: %d %v", res.StatusCode, err)
+	}
+	return fmt.Sprint(me.Verified)
 }
 
 // downloadedCSV waits for the browser to finish downloading a file whose name starts

@@ -434,6 +434,14 @@ func validated(t *testing.T, base string) string {
 // the server's root address.
 func startServer(t *testing.T) string {
 	t.Helper()
+	base, _ := startServerDB(t)
+	return base
+}
+
+// startServerDB is startServer answering the database's URL too, for what a test reads
+// there (the mail outbox).
+func startServerDB(t *testing.T) (string, string) {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "chessd")
 	build := exec.Command("go", "build", "-o", bin, "chessd/cmd/chessd")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -446,8 +454,9 @@ func startServer(t *testing.T) string {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	dbURL := pgtest.URL(t)
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+pgtest.URL(t), fmt.Sprintf("PORT=%d", port), "LOG_LEVEL=error",
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, fmt.Sprintf("PORT=%d", port), "LOG_LEVEL=error",
 		"CHESSD_BASE_URL="+base+"/v1", "CHESSD_KEY_PEPPER=console-test-pepper-0123456789", "CHESSD_RATE_LIMITS=off",
 		"CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_METRICS_ADDR=off", "CHESSD_DATA_DIR="+t.TempDir())
 	cmd.Stderr = os.Stderr
@@ -461,7 +470,7 @@ func startServer(t *testing.T) string {
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {
-				return base
+				return base, dbURL
 			}
 		}
 		if time.Now().After(deadline) {

@@ -1,6 +1,8 @@
-// Account: the page POST /billing/portal points to. Without a key: sign up (the new
-// key goes straight into this tab's session). With one: the account (GET /me), its
-// time zone and budget (PATCH /me), the plan.
+// Account: the page POST /billing/portal points to, and the one the verification
+// message points to. Without a key: sign up (the new key goes straight into this tab's
+// session), or verify an address with the message's token. With one: the account
+// (GET /me), its address's verification (the token, or a new message), its time zone
+// and budget (PATCH /me), the plan.
 
 import { api, session, me } from './api.js';
 import { h, replace, field, alertBox, showProblem, showNotice, clearBox, fmtTime, fmtUSD, fmtInt } from './ui.js';
@@ -29,7 +31,8 @@ export function mount(root) {
             showProblem(problems, err);
           }
         },
-      }, h('h2', {}, 'Sign up'), field('E-mail', email), field('Name (optional)', name), h('button', { type: 'submit', class: 'primary' }, 'Create account')));
+      }, h('h2', {}, 'Sign up'), field('E-mail', email), field('Name (optional)', name), h('button', { type: 'submit', class: 'primary' }, 'Create account')),
+      verifyForm(problems));
     return null;
   }
 
@@ -41,12 +44,19 @@ export function mount(root) {
   const usd = h('input', { type: 'text', name: 'budget_usd', inputmode: 'decimal', placeholder: 'none' });
   const period = h('select', { name: 'budget_period' }, ['total', 'month', 'day'].map((p) => h('option', { value: p }, p)));
   const budgetNow = h('p', { class: 'muted' });
+  const verifyCard = verifyForm(problems, async (res) => {
+    const m = await me({ fresh: true });
+    // the answer to the token is the word on this account's address, should GET /me lag
+    show(res.account_id === m.account_id && res.email === m.email && res.email_verified ? { ...m, email_verified: true } : m);
+  }, h('button', { type: 'button', onclick: resend }, 'Resend verification e-mail'));
+  verifyCard.hidden = true;
   let current = null;
   replace(root,
     h('h1', {}, 'Account'),
     problems,
     fresh ? h('div', { class: 'secret' }, h('p', {}, h('strong', {}, 'Your account is ready.'), ' This is its first key, shown once; it is in use in this tab:'), h('code', { 'data-testid': 'signup-secret' }, fresh)) : null,
     h('section', { class: 'card' }, h('h2', {}, 'Account'), info),
+    verifyCard,
     h('form', { class: 'card', onsubmit: saveTz }, h('h2', {}, 'Time zone'),
       h('p', { class: 'muted' }, 'Usage days, statement times and budgets by day or month follow it.'),
       h('div', { class: 'row' }, field('Time zone', tzSel), h('button', { type: 'submit' }, 'Save time zone'))),
@@ -55,11 +65,10 @@ export function mount(root) {
       budgetNow,
       h('div', { class: 'row' }, field('Units', units), field('USD', usd), field('Period', period), h('button', { type: 'submit' }, 'Save budget'))),
     h('section', { class: 'card' }, h('h2', {}, 'Plan'),
-      h('p', { class: 'muted' }, 'Paid plans are bought through checkout; the service says when that is not open yet.'),
+      h('p', { class: 'muted' }, 'Paid plans are bought through checkout, once the address is verified; the service says when that is not open yet.'),
       h('div', { class: 'row' },
         h('button', { type: 'button', onclick: () => checkout('hobby') }, 'Upgrade to hobby'),
-        h('button', { type: 'button', onclick: () => checkout('pro') }, 'Upgrade to pro'),
-        h('button', { type: 'button', onclick: resend }, 'Resend verification e-mail'))));
+        h('button', { type: 'button', onclick: () => checkout('pro') }, 'Upgrade to pro'))));
   load();
 
   async function load() {
@@ -72,6 +81,7 @@ export function mount(root) {
 
   function show(m) {
     current = m;
+    verifyCard.hidden = !!m.email_verified;
     const c = m.caps || {};
     replace(info,
       h('dt', {}, 'Account'), h('dd', {}, h('code', {}, m.account_id)),
@@ -140,4 +150,32 @@ export function mount(root) {
   }
 
   return null;
+}
+
+// verifyForm takes the token of the verification message and sends it
+// (POST /verify-email: no key needed, the token is the proof), saying in box what
+// became of it; onVerified(answer) runs first when it verified an address. extra goes
+// beside the submit button.
+function verifyForm(box, onVerified, ...extra) {
+  const token = h('input', {
+    type: 'text', name: 'token', required: true, autocomplete: 'off', spellcheck: 'false', maxlength: 100, placeholder: 'ev_…', 'data-testid': 'verify-token',
+  });
+  return h('form', {
+    class: 'card',
+    onsubmit: async (e) => {
+      e.preventDefault();
+      clearBox(box);
+      try {
+        const res = await api('POST', '/verify-email', { body: { token: token.value.trim() } });
+        token.value = '';
+        await onVerified?.(res);
+        showNotice(box, `The address ${res.email} is verified.`);
+      } catch (err) {
+        showProblem(box, err);
+      }
+    },
+  },
+  h('h2', {}, 'Verify your e-mail address'),
+  h('p', { class: 'muted' }, 'Paste the token (ev_…) of the verification message; it works once, for 24 hours, and needs no key.'),
+  h('div', { class: 'row' }, field('Token', token), h('button', { type: 'submit', 'data-testid': 'verify-submit' }, 'Verify address'), extra));
 }
