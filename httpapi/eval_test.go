@@ -245,10 +245,14 @@ func TestEvalCache(t *testing.T) {
 	if shallower.Body["cached"] != true || len(pvs(shallower)) != 1 || shallower.Body["depth"].(float64) < 12 {
 		t.Fatalf("a deeper result with more lines must answer, trimmed: %s", shallower.Raw)
 	}
-	// other move counters: the same position
-	r := e.do("POST", "/v1/eval", key, evalBody(strings.Replace(fen, " 2 3", " 0 17", 1), `"depth":12`))
+	// another fullmove number: the same position; another halfmove clock is not
+	// (Stockfish's answer depends on it: the fifty-move rule, and its evaluation scales)
+	r := e.do("POST", "/v1/eval", key, evalBody(strings.Replace(fen, " 2 3", " 2 17", 1), `"depth":12`))
 	if r.Body["cached"] != true {
-		t.Fatalf("move counters must not matter: %s", r.Raw)
+		t.Fatalf("the fullmove number must not matter: %s", r.Raw)
+	}
+	if r := e.do("POST", "/v1/eval", key, evalBody(strings.Replace(fen, " 2 3", " 0 3", 1), `"depth":12`)); r.Body["cached"] != false {
+		t.Fatalf("another halfmove clock answered from the cache: %s", r.Raw)
 	}
 	for name, extra := range map[string]string{
 		"deeper":             `"depth":13`,

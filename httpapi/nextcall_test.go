@@ -109,12 +109,12 @@ func TestNextCallSeesChangesOnEveryServer(t *testing.T) {
 }
 
 // A cached answer echoes the FEN of its own request, not of the request that filled the
-// cache (same position, other move counters).
+// cache (same position and halfmove clock, another fullmove number).
 func TestCachedAnswerEchoesItsOwnFEN(t *testing.T) {
 	e := newEnv(t)
 	key := e.signupPro("echo@example.com")
 	first := "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
-	second := "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 0 17"
+	second := "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 17"
 	for _, tc := range []struct {
 		fen    string
 		cached bool

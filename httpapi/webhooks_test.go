@@ -219,9 +219,15 @@ func TestSlowWebhookEndpointDoesNotHoldBackOthers(t *testing.T) {
 		return r.Body["id"].(string)
 	}
 	slowID, fastID := endpoint(slowKey, slow.URL), endpoint(fastKey, fast.URL)
-	for range 12 {
+	for i := range 12 {
 		if r := e.do("POST", "/v1/webhooks/"+slowID+"/test", slowKey, nil); r.Status != 202 {
 			t.Fatalf("test delivery: %d %s", r.Status, r.Raw)
+		}
+		if i%webhook.MaxTestPings == webhook.MaxTestPings-1 { // a minute on: the pings' cap lets more go
+			if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET created_at = created_at - interval '61 seconds'
+				WHERE endpoint_id = $1`, slowID); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if r := e.do("POST", "/v1/webhooks/"+fastID+"/test", fastKey, nil); r.Status != 202 {
