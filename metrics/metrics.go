@@ -117,7 +117,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 var (
 	engineLabels = []string{"engine", "path"}
 
-	engineProcesses = desc("chessd_engine_processes", "Engine processes of a pool by state: busy (searching or being reset), idle, starting (replacing a dead one).",
+	engineProcesses = desc("chessd_engine_processes", "Engine processes of a pool by state: busy (searching), idle (free, or clearing its hash after a search: the next search is handed to it at once and runs after the reset), starting (replacing a dead one).",
 		"engine", "path", "state")
 	enginePoolSize   = desc("chessd_engine_pool_size", "Engine processes a pool is configured to keep.", engineLabels...)
 	engineQueued     = desc("chessd_engine_queue_length", "Searches waiting for a free process of a pool, by priority.", "engine", "path", "priority")
