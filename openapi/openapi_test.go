@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"reflect"
+	"slices"
 	"testing"
 
 	yaml "github.com/pb33f/go-yaml"
@@ -83,5 +84,70 @@ func TestServeAnswers304ToItsETag(t *testing.T) {
 		if tc.status == 200 && !bytes.Equal(w.Body.Bytes(), f.Body) {
 			t.Errorf("If-None-Match %q: the body is not the document", tc.ifNoneMatch)
 		}
+	}
+}
+
+// Operations reads each operation's query parameters (the path's and its own, through
+// components) and whether it declares a body.
+func TestOperations(t *testing.T) {
+	ops, err := Operations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]Operation{}
+	for _, o := range ops {
+		byName[o.Method+" "+o.Path] = o
+	}
+	for name, want := range map[string]Operation{
+		"GET /price":           {Query: []string{"endpoint", "depth", "multipv", "movetime_ms", "items", "plies"}},
+		"GET /keys":            {Query: []string{"env"}},
+		"GET /me":              {},
+		"POST /eval":           {Body: true},
+		"POST /billing/portal": {},
+		"PATCH /me":            {Body: true},
+		"DELETE /jobs/{id}":    {},
+	} {
+		got, ok := byName[name]
+		if !ok {
+			t.Errorf("no operation %s", name)
+			continue
+		}
+		if !slices.Equal(got.Query, want.Query) || got.Body != want.Body {
+			t.Errorf("%s: query %q, body %v; want %q, %v", name, got.Query, got.Body, want.Query, want.Body)
+		}
+	}
+	if len(ops) < 40 {
+		t.Errorf("only %d operations", len(ops))
+	}
+
+	for name, doc := range map[string]string{
+		"an array parameter": `
+paths:
+  /x:
+    get:
+      parameters: [{name: ids, in: query, schema: {type: array, items: {type: string}}}]`,
+		"a reference that does not resolve": `
+paths:
+  /x:
+    parameters: [{$ref: '#/components/parameters/Nope'}]
+    get: {}`,
+	} {
+		if _, err := parseOperations([]byte(doc)); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	// the operation's parameter overrides the path's of the same name
+	ops, err = parseOperations([]byte(`
+components:
+  parameters:
+    Q: {name: q, in: query, schema: {type: string}}
+paths:
+  /x:
+    parameters: [{$ref: '#/components/parameters/Q'}, {name: h, in: header}]
+    post:
+      parameters: [{name: q, in: query, schema: {type: integer}}, {name: r, in: query}]
+      requestBody: {content: {application/json: {}}}`))
+	if err != nil || len(ops) != 1 || !slices.Equal(ops[0].Query, []string{"q", "r"}) || !ops[0].Body || ops[0].Method != "POST" {
+		t.Fatalf("%+v, %v", ops, err)
 	}
 }
