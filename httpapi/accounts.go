@@ -274,16 +274,11 @@ func (s *Server) writeKey(w http.ResponseWriter, r *http.Request, status int, k 
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 	key := principal(r.Context())
 	le := listEnvOf(key)
-	for name, vals := range r.URL.Query() {
-		var p domain.Problems
-		if !le.read(&p, name, vals[len(vals)-1]) {
-			s.writeError(w, r, domain.Invalid(name, "is not a parameter of GET /keys (env)"))
-			return
-		}
-		if err := p.Err(); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
+	var p domain.Problems
+	eachParam(r.URL.Query(), func(name, v string) { le.read(&p, name, v) })
+	if err := p.Err(); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	env, err := le.show("keys")
 	if err != nil {

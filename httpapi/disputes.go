@@ -68,7 +68,7 @@ func (s *Server) listDisputes(w http.ResponseWriter, r *http.Request) {
 	state := ""
 	pg := page{limit: defaultDisputesLimit}
 	le := listEnvOf(key)
-	eachParam(q, &p, func(name, v string) {
+	eachParam(q, func(name, v string) {
 		switch {
 		case name == "state":
 			switch v {
@@ -78,9 +78,8 @@ func (s *Server) listDisputes(w http.ResponseWriter, r *http.Request) {
 			}
 			state = v
 		case pg.read(&p, name, v, maxDisputesLimit, "dsp_"):
-		case le.read(&p, name, v):
 		default:
-			p.Add(name, "is not a parameter of /disputes (state, env, limit, cursor)")
+			le.read(&p, name, v)
 		}
 	})
 	if err := p.Err(); err != nil {

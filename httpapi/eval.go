@@ -513,12 +513,6 @@ func (s *Server) price(w http.ResponseWriter, r *http.Request) {
 	case domain.EndpointAnalyze:
 		call.Positions = intParam("plies", 1, 1, 50)
 	}
-	for _, name := range []string{"endpoint", "depth", "multipv", "movetime_ms", "items", "plies"} {
-		delete(q, name)
-	}
-	for name := range q {
-		p.Add(name, "is not a parameter of /price")
-	}
 	if err := p.Err(); err != nil {
 		s.writeError(w, r, err)
 		return

@@ -280,7 +280,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	state := ""
 	pg := page{limit: defaultJobsLimit}
 	le := listEnvOf(key)
-	eachParam(q, &p, func(name, v string) {
+	eachParam(q, func(name, v string) {
 		switch {
 		case name == "state":
 			if _, ok := domain.ParseJobState(v); !ok {
@@ -288,9 +288,8 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 			}
 			state = v
 		case pg.read(&p, name, v, maxJobsLimit, "job_"):
-		case le.read(&p, name, v):
 		default:
-			p.Add(name, "is not a parameter of /jobs (state, env, limit, cursor)")
+			le.read(&p, name, v)
 		}
 	})
 	if err := p.Err(); err != nil {

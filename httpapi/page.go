@@ -55,14 +55,11 @@ func (s *Server) nextPage(w http.ResponseWriter, path string, q url.Values, next
 }
 
 // eachParam calls f with each query parameter of a list and its value, in name order
-// (so that problems come in one order), adding to p the names given more than once.
-func eachParam(q url.Values, p *domain.Problems, f func(name, v string)) {
+// (so that problems come in one order). Each is one the operation declares, given once:
+// declaredOnly refused the others before the handler ran.
+func eachParam(q url.Values, f func(name, v string)) {
 	for _, name := range slices.Sorted(maps.Keys(q)) {
-		vs := q[name]
-		if len(vs) > 1 {
-			p.Add(name, "is given more than once")
-		}
-		f(name, vs[0])
+		f(name, q[name][0])
 	}
 }
 

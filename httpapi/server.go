@@ -148,7 +148,13 @@ func (s *Server) routes() {
 		s.writeError(w, r, &domain.Error{Code: codeMethodNotAllowed,
 			Message: fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allowed, ", "))})
 	})
-	handle := func(method, path string, h http.HandlerFunc) { root.HandleFunc("/v1"+path, h).Methods(method) }
+	// Every route under /v1 takes only what the OpenAPI document declares of its
+	// operation (declaredOnly; filled in by declareRoutes below).
+	declaredOf := map[*mux.Route]*declared{}
+	handle := func(method, path string, h http.HandlerFunc) {
+		d := &declared{}
+		declaredOf[root.HandleFunc("/v1"+path, s.declaredOnly(d, h)).Methods(method)] = d
+	}
 	// The costed calls first: the router tries routes in order, and these take nearly
 	// all requests (no two routes here match one path, so the order changes nothing else).
 	handle("POST", "/eval", s.eval) // keyless allowed: costed authenticates itself
@@ -208,6 +214,7 @@ func (s *Server) routes() {
 	handle("GET", "/jobs/{id}/events", s.authed(domain.ScopeJobs, s.jobEvents))
 	handle("POST", "/validate", s.authed(domain.ScopeEval, s.idempotent(s.validate)))
 	handle("POST", "/legal-moves", s.authed(domain.ScopeEval, s.idempotent(s.legalMoves)))
+	declareRoutes(root, declaredOf)
 	// Only the router knows which route took a request: it tells the middleware's box
 	// (runs for matched routes only).
 	root.Use(func(next http.Handler) http.Handler {

@@ -54,17 +54,11 @@ func dayStart(day time.Time, loc *time.Location) time.Time {
 	return t
 }
 
-// parseUsage checks /usage's query, reporting every bad parameter at once.
+// parseUsage checks /usage's query, reporting every bad parameter at once. Each is one
+// GET /usage declares, given once (declaredOnly refused the others).
 func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 	var p domain.Problems
 	u := usageParams{zone: time.UTC, limit: usagePageDefault}
-	for name := range q {
-		switch name {
-		case "group_by", "window", "tz", "from", "to", "limit", "cursor", "as_of":
-		default:
-			p.Add(name, "is not a parameter of /usage")
-		}
-	}
 	if v := q.Get("tz"); v != "" {
 		// LoadLocation also reads files: only IANA-shaped names reach it
 		loc, err := time.LoadLocation(v)

@@ -60,7 +60,7 @@ func TestParseUsage(t *testing.T) {
 		{query: "tz=../../etc/passwd", problems: "tz"},
 		{query: "tz=Local", problems: "tz"},
 		{query: "from=2026-11-30&to=2026-11-01", problems: "to"},
-		{query: "from=yesterday&limit=0&cursor=xyz&sort=asc", problems: "cursor from limit sort"},
+		{query: "from=yesterday&limit=0&cursor=xyz", problems: "cursor from limit"},
 		{query: "group_by=day&cursor=" + encodeUsageCursor([]string{"2026-11-01", "x"}), problems: "cursor"},
 		{query: "group_by=day&cursor=" + encodeUsageCursor([]string{"2026-11-01\x00"}), problems: "cursor"},
 	}

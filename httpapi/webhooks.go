@@ -45,11 +45,7 @@ func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request) {
 	key := principal(r.Context())
 	var p domain.Problems
 	le := listEnvOf(key)
-	eachParam(r.URL.Query(), &p, func(name, v string) {
-		if !le.read(&p, name, v) {
-			p.Add(name, "is not a parameter of /webhooks (env)")
-		}
-	})
+	eachParam(r.URL.Query(), func(name, v string) { le.read(&p, name, v) })
 	if err := p.Err(); err != nil {
 		s.writeError(w, r, err)
 		return
