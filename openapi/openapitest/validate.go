@@ -5,19 +5,28 @@ package openapitest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
+	"github.com/pb33f/libopenapi-validator/config"
 	verrors "github.com/pb33f/libopenapi-validator/errors"
 	"github.com/pb33f/libopenapi-validator/helpers"
+	"github.com/pb33f/libopenapi-validator/parameters"
+	"github.com/pb33f/libopenapi-validator/paths"
 	"github.com/pb33f/libopenapi-validator/schema_validation"
 	"github.com/pb33f/libopenapi/datamodel/high/base"
+	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
+	"github.com/pb33f/libopenapi/orderedmap"
 
 	"chessd/openapi"
 )
@@ -27,19 +36,45 @@ import (
 // drift from the handlers: the tests run every exchange they make through it.
 //
 // The rules: a response must be what the document says of its operation (status,
-// content type, body, required headers). A request the document refuses is fine when
-// the server refused it too (tests send malformed requests on purpose), but a
-// mismatch when the server accepted it (status below 400): the document is stricter
-// than the API. A body without a Content-Type is read as JSON, as the API reads it. A
-// path under the API's base (/v1) or method the document does not have must be
-// answered with a problem (404 or 405, or a 4xx of the checks made before routing);
-// paths outside it that the document does not list (/metrics) are not the API's. Streamed answers
-// (text/event-stream) are checked for status and content type, not body.
+// content type, body, required headers), a problem's status member is the answer's
+// status, an answer whose response declares content is not empty, and a 204 or 304 has
+// no body. A request the document refuses is fine when the server refused it too
+// (tests send malformed requests on purpose), but a mismatch when the server accepted
+// it (status below 400): the document is stricter than the API, or the server let
+// through what the document does not declare. Refused as the document has it: a query
+// parameter the operation does not declare, a parameter given twice (unless its schema
+// is an array), a query that does not parse, a request header it does not declare
+// (standard HTTP, browser and proxy headers aside: ignoredHeaders), a request body on
+// an operation that declares none. A body without a Content-Type is read as JSON, as
+// the API reads it. A path under the API's base (/v1) or method the document does not
+// have must be answered with a problem (404 or 405, or a 4xx of the checks made before
+// routing); paths outside it that the document does not list (/metrics) are not the
+// API's. Streamed answers (text/event-stream) are checked for status and content type,
+// not body.
 type Validator struct {
 	v       validator.Validator
+	strict  parameters.ParameterValidator // undeclared query parameters and request headers
+	doc     *v3.Document
+	find    *config.ValidationOptions // finds a request's path in doc
 	problem *base.Schema
 	schemas schema_validation.SchemaValidator
 	base    string // the API's path (/v1): what is outside it and not in the document is not the API's
+}
+
+// ignoredHeaders are request headers no operation declares and none needs to: HTTP's
+// own, and what browsers, proxies and tracing add, beside libopenapi-validator's
+// defaults (Accept, Authorization, Content-Type, Content-Length, User-Agent, Host,
+// Connection, Accept-Encoding, Accept-Language, Cache-Control, Pragma, Origin,
+// Referer, Cookie, If-Match, If-None-Match, If-Modified-Since, Transfer-Encoding,
+// X-Forwarded-For, X-Forwarded-Proto, X-Real-IP, X-Request-Id, ...). Sec-* (the browser's
+// fetch metadata and client hints) are ignored by pattern. Any other undeclared header
+// is a mismatch when the server accepted the request: the API's own headers
+// (Idempotency-Key, Last-Event-ID) where the operation does not take them, or a header
+// the document should declare.
+var ignoredHeaders = []string{
+	"expect", "te", "trailer", "upgrade", "keep-alive", "proxy-connection", "via", "forwarded",
+	"x-forwarded-host", "x-forwarded-port", "accept-charset", "dnt", "priority", "upgrade-insecure-requests",
+	"traceparent", "tracestate", "baggage", "purpose", "sec-purpose",
 }
 
 // NewValidator builds a Validator of openapi's document, which must itself be a
@@ -49,7 +84,7 @@ func NewValidator() (*Validator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openapi: parse: %w", err)
 	}
-	v, errs := validator.NewValidator(doc)
+	v, errs := validator.NewValidator(doc, config.WithRejectUndeclaredRequestBody())
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("openapi: build the validator: %w", errors.Join(errs...))
 	}
@@ -67,7 +102,10 @@ func NewValidator() (*Validator, error) {
 	if len(model.Model.Servers) != 1 || !strings.HasPrefix(model.Model.Servers[0].URL, "/") {
 		return nil, errors.New("openapi: the document must name one server by its path (/v1)")
 	}
-	return &Validator{v: v, problem: p.Schema(), schemas: schema_validation.NewSchemaValidator(),
+	strict := parameters.NewParameterValidator(&model.Model, config.WithStrictMode(),
+		config.WithStrictIgnoredHeadersExtra(ignoredHeaders...), config.WithStrictIgnorePaths("$.headers.sec-*"))
+	return &Validator{v: v, strict: strict, doc: &model.Model, find: config.NewValidationOptions(),
+		problem: p.Schema(), schemas: schema_validation.NewSchemaValidator(),
 		base: strings.TrimRight(model.Model.Servers[0].URL, "/")}, nil
 }
 
@@ -90,9 +128,18 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, res *http.Response,
 	if !reqOK && unrouted(reqErrs) {
 		return v.checkUnrouted(req, res, resBody)
 	}
+	pathItem, _, pathValue := paths.FindPath(req, v.doc, v.find)
+	if pathItem == nil {
+		return []string{"the validator routed the request, but cannot find its path again"}
+	}
+	op := helpers.ExtractOperation(req, pathItem)
+	reqErrs = append(reqErrs, v.undeclared(req, pathItem, op, pathValue)...)
 	var out []string
-	if !reqOK && res.StatusCode < 400 {
+	if len(reqErrs) > 0 && res.StatusCode < 400 {
 		out = append(out, fmt.Sprintf("the server answered %d to a request the document refuses: %s", res.StatusCode, describe(reqErrs)))
+	}
+	if !streamed(res) {
+		out = append(out, answerBody(op, res, resBody)...)
 	}
 	res2 := *res
 	res2.Header = res.Header.Clone()
@@ -105,6 +152,105 @@ func (v *Validator) Check(req *http.Request, reqBody []byte, res *http.Response,
 		out = append(out, fmt.Sprintf("the %d answer does not match the document: %s", res.StatusCode, describe(errs)))
 	}
 	return out
+}
+
+// undeclared finds what the request holds that op does not declare: query parameters
+// and headers (libopenapi-validator's strict mode, which reports nothing more while the
+// parameters have other faults: those come from the validator itself), a query
+// parameter given twice whose schema is not an array, and a query that does not parse.
+func (v *Validator) undeclared(req *http.Request, pathItem *v3.PathItem, op *v3.Operation, pathValue string) []*verrors.ValidationError {
+	var out []*verrors.ValidationError
+	if _, errs := v.strict.ValidateQueryParamsWithPathItem(req, pathItem, pathValue); len(errs) > 0 {
+		out = append(out, onlyStrict(errs)...)
+	}
+	if _, errs := v.strict.ValidateHeaderParamsWithPathItem(req, pathItem, pathValue); len(errs) > 0 {
+		out = append(out, onlyStrict(errs)...)
+	}
+	if req.URL.RawQuery == "" || op == nil {
+		return out
+	}
+	q, err := url.ParseQuery(req.URL.RawQuery)
+	if err != nil { // url.Values drops what it cannot read, and the checks above never see it
+		out = append(out, &verrors.ValidationError{ValidationType: helpers.ParameterValidationQuery,
+			Message: fmt.Sprintf("the query does not parse: %v", err)})
+	}
+	for _, p := range slices.Concat(pathItem.Parameters, op.Parameters) {
+		if p.In != "query" || len(q[p.Name]) < 2 {
+			continue
+		}
+		if p.Schema != nil && slices.Contains(p.Schema.Schema().Type, "array") {
+			continue
+		}
+		out = append(out, &verrors.ValidationError{ValidationType: helpers.ParameterValidationQuery,
+			Message: fmt.Sprintf("query parameter '%s' is given %d times; its schema takes one value", p.Name, len(q[p.Name]))})
+	}
+	return out
+}
+
+func onlyStrict(errs []*verrors.ValidationError) []*verrors.ValidationError {
+	var out []*verrors.ValidationError
+	for _, e := range errs {
+		if e.ValidationType == verrors.StrictValidationType {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// answerBody checks an answer's body against what the document can say of it beyond
+// its schema: none on a 204 or 304, some where op's response declares content, and a
+// problem's status member equal to the answer's status.
+func answerBody(op *v3.Operation, res *http.Response, body []byte) []string {
+	if res.StatusCode == http.StatusNoContent || res.StatusCode == http.StatusNotModified {
+		if len(body) > 0 {
+			return []string{fmt.Sprintf("the %d answer has a body of %d bytes", res.StatusCode, len(body))}
+		}
+		return nil
+	}
+	if len(body) == 0 {
+		if r := responseOf(op, res.StatusCode); r != nil && orderedmap.Len(r.Content) > 0 {
+			var types []string
+			for mt := range r.Content.KeysFromOldest() {
+				types = append(types, mt)
+			}
+			return []string{fmt.Sprintf("the %d answer is empty, but the document declares its content (%s)", res.StatusCode, strings.Join(types, ", "))}
+		}
+		return nil
+	}
+	return problemStatus(res, body)
+}
+
+// responseOf is op's response for status: its own code, its range (4XX) or default.
+func responseOf(op *v3.Operation, status int) *v3.Response {
+	if op == nil || op.Responses == nil {
+		return nil
+	}
+	if op.Responses.Codes != nil {
+		for _, code := range []string{strconv.Itoa(status), fmt.Sprintf("%dXX", status/100)} {
+			if r := op.Responses.Codes.GetOrZero(code); r != nil {
+				return r
+			}
+		}
+	}
+	return op.Responses.Default
+}
+
+// problemStatus: a problem's status member, when present, is the answer's status (RFC
+// 9457, 3.1.2).
+func problemStatus(res *http.Response, body []byte) []string {
+	if mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); mt != "application/problem+json" {
+		return nil
+	}
+	var p struct {
+		Status *json.Number `json:"status"`
+	}
+	if json.Unmarshal(body, &p) != nil || p.Status == nil {
+		return nil // the schema check says what is wrong with it
+	}
+	if p.Status.String() != strconv.Itoa(res.StatusCode) {
+		return []string{fmt.Sprintf("the %d answer is a problem whose status is %s", res.StatusCode, p.Status)}
+	}
+	return nil
 }
 
 // unrouted says whether the document has no operation for the request's path and method.
@@ -130,6 +276,8 @@ func (v *Validator) checkUnrouted(req *http.Request, res *http.Response, body []
 		out = append(out, fmt.Sprintf("the %d answer to a request the document has no operation for is %q, not application/problem+json", res.StatusCode, mt))
 	} else if ok, errs := v.schemas.ValidateSchemaBytes(v.problem, body); !ok {
 		out = append(out, fmt.Sprintf("the %d answer is not a Problem: %s", res.StatusCode, describe(errs)))
+	} else {
+		out = append(out, problemStatus(res, body)...)
 	}
 	if res.StatusCode == http.StatusMethodNotAllowed && res.Header.Get("Allow") == "" {
 		out = append(out, "a 405 answer without Allow")
