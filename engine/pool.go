@@ -132,6 +132,10 @@ type Pool struct {
 	closing chan struct{}
 	bg      sync.WaitGroup // replacements of dead processes
 
+	// testHookAcquired, when set (by tests, before any search), is called by Search
+	// as soon as it has its process.
+	testHookAcquired func(Priority)
+
 	searches  atomic.Int64 // searches handed to a process
 	preempted atomic.Int64 // Batch searches stopped for interactive ones
 	nodes     atomic.Int64 // nodes the finished searches reported
@@ -431,15 +435,32 @@ func (pl *Pool) Search(ctx context.Context, prio Priority, s Search) (*Result, e
 	}
 	waits.observe(time.Since(queued))
 	pl.searches.Add(1)
+	if pl.testHookAcquired != nil {
+		pl.testHookAcquired(prio)
+	}
+	early := false // preempted before it began
 	if prio == Batch && !aged && !pl.cfg.NoPreempt {
 		var stop context.CancelCauseFunc
 		ctx, stop = context.WithCancelCause(ctx)
 		defer stop(nil)
+		b := &batchRun{started: time.Now(), stop: stop}
 		pl.mu.Lock()
-		pl.batches[p] = &batchRun{started: time.Now(), stop: stop}
+		pl.batches[p] = b
+		// An interactive search that came since acquire gave us the process found this
+		// one not yet preemptible, and preemption is tried as a waiter joins the queue:
+		// it is tried again now. This search, the youngest, is the one stopped.
+		if len(pl.waiting[Interactive]) > 0 {
+			pl.preemptLocked()
+		}
+		early = b.preempted
 		pl.mu.Unlock()
 	}
-	res, err := p.search(ctx, &s, opts)
+	var res *Result
+	if early {
+		err = errors.New("engine: search preempted before it began") // the engine was sent nothing
+	} else {
+		res, err = p.search(ctx, &s, opts)
+	}
 	if res != nil {
 		pl.nodes.Add(res.Nodes)
 	}
@@ -626,6 +647,12 @@ func (pl *Pool) put(p *process) {
 // nextWaiterLocked takes the waiter a free process goes to: the first interactive one,
 // else the first batch one, unless the first batch waiter has waited BatchMaxWait;
 // nil if nobody waits. pl.mu held.
+//
+// A process that goes to an aged batch waiter while interactive ones wait may be the
+// very one an interactive waiter's preemption freed: that preemption is spent on the
+// batch waiter (which goes first by design) and nothing else would stop another batch
+// search, so the interactive waiter would wait for a batch search to end, or give up
+// after QueueWait. It is preempted for again here, as if it had just joined the queue.
 func (pl *Pool) nextWaiterLocked() *waiter {
 	order := [numPriorities]Priority{Interactive, Batch}
 	if q := pl.waiting[Batch]; len(q) > 0 && time.Since(q[0].since) >= pl.cfg.BatchMaxWait {
@@ -637,6 +664,9 @@ func (pl *Pool) nextWaiterLocked() *waiter {
 			w := q[0]
 			q[0] = nil
 			pl.waiting[prio] = q[1:]
+			if prio == Batch && len(pl.waiting[Interactive]) > 0 {
+				pl.preemptLocked()
+			}
 			return w
 		}
 	}
