@@ -469,7 +469,7 @@ func TestResettingUntilReadyok(t *testing.T) {
 	fresh, p := firstSearch(t, pl, full)
 	waitStats(t, pl, func(s PoolStats) bool { return s.Resetting == 0 })
 
-	got, _, err := pl.acquire(context.Background(), Interactive)
+	got, _, err := pl.acquire(context.Background(), Interactive, pl.cfg.QueueWait)
 	if err != nil || got != p {
 		t.Fatalf("acquire: %v (process %p, want %p)", err, got, p)
 	}

@@ -20,7 +20,7 @@ import (
 // readyok it has read. A process fn fails (or panics) on is killed and replaced. Lend
 // waits for a process as a search does (QueueWait).
 func (pl *Pool) Lend(ctx context.Context, fn func(*Lent) error) error {
-	p, _, err := pl.acquire(ctx, Interactive)
+	p, _, err := pl.acquire(ctx, Interactive, pl.cfg.QueueWait)
 	if err != nil {
 		return err
 	}

@@ -110,9 +110,12 @@ const defaultMaxHashMB = 256
 //     commands that start its search. Either way a busy engine goes from one search to
 //     the next without a round trip.
 //   - A process that dies or hangs is killed and replaced in the background; the
-//     request that finds it so gets ErrEngineFailed (one that died idle is replaced
-//     before any request gets it). The number of processes never
-//     exceeds Size: a replacement only takes a dead process's slot.
+//     request that finds it so gets ErrEngineFailed. One that died idle is replaced
+//     before any request gets it, and a request that got it in the moment before the
+//     pool could see it had died (its output not yet ended) runs again, once, on
+//     another: a search whose engine printed nothing for it, on a process taken at
+//     rest. The number of processes never exceeds Size: a replacement only takes a
+//     dead process's slot.
 //   - When all are busy a search queues up to QueueWait, by Priority, then gets
 //     ErrSaturated.
 type Pool struct {
@@ -425,16 +428,36 @@ func (pl *Pool) Search(ctx context.Context, prio Priority, s Search) (*Result, e
 		return nil, err
 	}
 	queued := time.Now()
-	p, aged, err := pl.acquire(ctx, prio)
+	res, again, err := pl.searchOnce(ctx, prio, &s, opts, queued, true)
+	if again {
+		// The process had died at rest: its commands could not be written, or its output
+		// ended without a line for them. A process that dies idle is replaced before a
+		// search gets it once its reader has reaped it; one taken in the moment before
+		// that gets here. Nothing of the search reached the caller, so it runs again,
+		// once, on another process (the replacement, in a one-process pool), within
+		// what is left of QueueWait.
+		pl.log.Warn("engine process had died before its search; running it on another", "err", err)
+		res, _, err = pl.searchOnce(ctx, prio, &s, opts, queued, false)
+	}
+	return res, err
+}
+
+// searchOnce is one try of Search, on a process acquired by queued + QueueWait. again
+// says it failed on a process taken at rest (not straight from another search) before
+// the engine printed anything for it: it may run again on another (when mayRetry).
+func (pl *Pool) searchOnce(ctx context.Context, prio Priority, s *Search, opts []optionValue, queued time.Time, mayRetry bool) (*Result, bool, error) {
+	asked := time.Now()
+	p, aged, err := pl.acquire(ctx, prio, pl.cfg.QueueWait-asked.Sub(queued))
 	waits := &pl.waits[min(prio, Batch)]
 	if err != nil {
 		if errors.Is(err, ErrSaturated) {
 			waits.saturated.Add(1)
 		}
-		return nil, err
+		return nil, false, err
 	}
-	waits.observe(time.Since(queued))
+	waits.observe(time.Since(asked))
 	pl.searches.Add(1)
+	atRest := !p.dirty
 	if pl.testHookAcquired != nil {
 		pl.testHookAcquired(prio)
 	}
@@ -459,7 +482,7 @@ func (pl *Pool) Search(ctx context.Context, prio Priority, s Search) (*Result, e
 	if early {
 		err = errors.New("engine: search preempted before it began") // the engine was sent nothing
 	} else {
-		res, err = p.search(ctx, &s, opts)
+		res, err = p.search(ctx, s, opts)
 	}
 	if res != nil {
 		pl.nodes.Add(res.Nodes)
@@ -470,7 +493,7 @@ func (pl *Pool) Search(ctx context.Context, prio Priority, s Search) (*Result, e
 		pl.mu.Unlock()
 		if err != nil && errors.Is(context.Cause(ctx), ErrPreempted) {
 			pl.release(p)
-			return nil, fmt.Errorf("%w (%v)", ErrPreempted, err)
+			return nil, false, fmt.Errorf("%w (%v)", ErrPreempted, err)
 		}
 	}
 	pl.release(p)
@@ -479,16 +502,20 @@ func (pl *Pool) Search(ctx context.Context, prio Priority, s Search) (*Result, e
 		closed := pl.closed
 		pl.mu.Unlock()
 		if closed {
-			return nil, fmt.Errorf("%w: %v", ErrClosed, err)
+			return nil, false, fmt.Errorf("%w: %v", ErrClosed, err)
+		}
+		var silent silentFailure
+		if mayRetry && atRest && errors.As(err, &silent) && ctx.Err() == nil {
+			return nil, true, err
 		}
 		pl.log.Warn("engine search failed", "pid", p.pid, "err", err)
 	}
-	return res, err
+	return res, false, err
 }
 
-// acquire takes an idle process or waits in its priority queue; aged says a Batch
-// search got its process ahead of interactive ones (after BatchMaxWait).
-func (pl *Pool) acquire(ctx context.Context, prio Priority) (*process, bool, error) {
+// acquire takes an idle process or waits in its priority queue up to wait; aged says
+// a Batch search got its process ahead of interactive ones (after BatchMaxWait).
+func (pl *Pool) acquire(ctx context.Context, prio Priority, wait time.Duration) (*process, bool, error) {
 	if prio >= numPriorities {
 		prio = Batch
 	}
@@ -527,7 +554,7 @@ func (pl *Pool) acquire(ctx context.Context, prio Priority) (*process, bool, err
 	}
 	pl.mu.Unlock()
 
-	t := time.NewTimer(pl.cfg.QueueWait)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	var err error
 	select {

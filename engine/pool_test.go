@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -106,5 +107,68 @@ func TestPreemptABatchSearchAcquiredAsAnInteractiveOneCame(t *testing.T) {
 	}
 	if np := onlyProcess(t, pl); np != p {
 		t.Errorf("process replaced (pid %d -> %d)", p.pid, np.pid)
+	}
+}
+
+// TestSearchJustAfterAnIdleProcessDied: a search that comes just after its idle process
+// died, before the pool could see it had (the reader has yet to read the end of its
+// output and reap it), is served by the replacement: its commands went to a dead
+// engine, which printed nothing for them, so the search is run again once on another
+// process (review: 12 and 17 of 20 such searches failed with ErrEngineFailed).
+func TestSearchJustAfterAnIdleProcessDied(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-15.1", PathNative, func(c *PoolConfig) { c.QueueWait = 30 * time.Second })
+	const rounds = 20
+	failed := 0
+	for i := range rounds {
+		p := onlyProcess(t, pl)
+		if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(i%5) * time.Millisecond) // 0-4 ms: before it is reaped, mostly
+		res, err := pl.Search(context.Background(), Interactive, Search{FEN: fenWhiteMateIn1, Depth: 5})
+		if err != nil || res.BestMove != "h5f7" {
+			failed++
+			t.Logf("round %d: %+v, %v", i, res, err)
+		}
+		if np := onlyProcess(t, pl); np == p {
+			t.Fatalf("round %d: the killed process is back in the pool", i)
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d searches just after the idle process died failed, want none", failed, rounds)
+	}
+	if st := pl.Stats(); st.Live != 1 {
+		t.Errorf("live = %d, want 1", st.Live)
+	}
+}
+
+// TestNoRetryOnceTheEngineSpoke: a search whose engine dies after printing some of its
+// lines is not run again (its caller has heard of them: a second search's would
+// follow): it fails with ErrEngineFailed.
+func TestNoRetryOnceTheEngineSpoke(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-15.1", PathNative, nil)
+	p := onlyProcess(t, pl)
+	// a search run again would end by this deadline, with the context's error
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var depths []int // the reader's goroutine appends; read after Search returns
+	_, err := pl.Search(ctx, Interactive, Search{FEN: fenMiddlegame, Depth: 40, Progress: func(pr *Progress) {
+		if len(depths) == 0 {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		depths = append(depths, pr.Depth)
+	}})
+	if !errors.Is(err, ErrEngineFailed) {
+		t.Fatalf("search whose engine died after its first depth: %v, want ErrEngineFailed", err)
+	}
+	for i := 1; i < len(depths); i++ {
+		if depths[i] <= depths[i-1] {
+			t.Fatalf("depths reported %v: a second search's after the first's", depths)
+		}
+	}
+	if np := onlyProcess(t, pl); np == p {
+		t.Fatal("the killed process is back in the pool")
 	}
 }

@@ -456,6 +456,7 @@ func (p *process) search(ctx context.Context, s *Search, opts []optionValue) (*R
 	var stopped atomic.Bool
 	watch := newDepthWatch(s, opts)
 	p.setInfo(func(line string) {
+		col.heard = true
 		if strings.HasPrefix(line, "info string") {
 			return
 		}
@@ -469,10 +470,18 @@ func (p *process) search(ctx context.Context, s *Search, opts []optionValue) (*R
 	defer p.setInfo(nil)
 	if err := p.sendBytes(b); err != nil {
 		p.kill()
-		return nil, err
+		return nil, silentFailure{err}
 	}
 	return p.collect(ctx, s, &col, &stopped, watch)
 }
+
+// silentFailure is a search's failure before the engine printed anything after its
+// commands: they could not be written, or the engine's output ended without a line.
+// Nothing of the search reached its caller, so it may be run again on another
+// process (Pool.Search). It wraps the failure's error (ErrEngineFailed).
+type silentFailure struct{ error }
+
+func (e silentFailure) Unwrap() error { return e.error }
 
 func moveTimeMS(d time.Duration) int64 {
 	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
@@ -504,13 +513,20 @@ func (p *process) collect(ctx context.Context, s *Search, col *lineCollector, st
 	}
 	done := ctx.Done()
 	var grace <-chan time.Time
+	heard := false // a line came here
 	for {
 		select {
 		case line, ok := <-p.lines:
 			if !ok {
 				p.kill()
+				// col.heard is safe to read: the reader took its last info line before it
+				// closed lines.
+				if !heard && !col.heard {
+					return nil, silentFailure{p.exitError()}
+				}
 				return nil, p.exitError()
 			}
+			heard = true
 			// Reset the silence timer. Stop+drain keeps Reset correct on any Go version.
 			if !silence.Stop() {
 				select {

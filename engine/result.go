@@ -94,6 +94,7 @@ type lineCollector struct {
 	bound map[int]Line
 	nodes int64
 	time  int64
+	heard bool // an info line came, parsed or not
 }
 
 func (c *lineCollector) add(in *Info) {
