@@ -82,6 +82,7 @@ func (l *Lent) Exchange(ctx context.Context, prefix string, info func(line strin
 				return "", ErrClosed
 			}
 			if !ok {
+				p.kill() // an engine can close its output and run on: exitError waits for its exit
 				return "", p.exitError()
 			}
 			if line = strings.TrimRight(line, "\r"); strings.HasPrefix(line, prefix) {

@@ -167,3 +167,39 @@ func onlyBusyProcess(t *testing.T, pl *Pool) *process {
 	t.Fatal("no process")
 	return nil
 }
+
+// TestExchangeEndsWhenOutputEndsButTheEngineRuns: a lent engine that closes its output
+// but keeps running is killed, and Exchange returns at once with ErrEngineFailed; it
+// waited for the engine to exit (here 20 s).
+func TestExchangeEndsWhenOutputEndsButTheEngineRuns(t *testing.T) {
+	t.Parallel()
+	path := fakeEngine(t, `while read -r line; do
+	case "$line" in
+	uci) echo "id name Fake"; echo uciok ;;
+	isready) echo readyok ;;
+	close) exec >&-; exec sleep 20 ;;
+	esac
+done
+`)
+	ctx := context.Background()
+	pl, err := NewPool(ctx, PoolConfig{Path: path, Size: 1, Boost: -1, StartTimeout: 10 * time.Second, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- pl.Lend(ctx, func(l *Lent) error {
+			_, err := l.Exchange(ctx, "bestmove", nil, "close")
+			return err
+		})
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrEngineFailed) {
+			t.Fatalf("Lend: %v, want ErrEngineFailed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Exchange still waiting 5 s after the engine closed its output")
+	}
+}

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -170,5 +172,43 @@ func TestNoRetryOnceTheEngineSpoke(t *testing.T) {
 	}
 	if np := onlyProcess(t, pl); np == p {
 		t.Fatal("the killed process is back in the pool")
+	}
+}
+
+// fakeEngine writes an executable shell script to a temporary directory and returns
+// its path: an engine that misbehaves as no real one does on demand.
+func fakeEngine(t *testing.T, script string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "engine")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestHandshakeEndsWhenOutputEndsButTheEngineRuns: an engine that closes its output in
+// the handshake but keeps running is killed, and startProcess returns at once with
+// ErrEngineFailed; it waited for the engine to exit (here 20 s; a replacement's start,
+// and Close after it, could wait for ever).
+func TestHandshakeEndsWhenOutputEndsButTheEngineRuns(t *testing.T) {
+	t.Parallel()
+	path := fakeEngine(t, "read line\nexec >&-\nexec sleep 20\n")
+	errc := make(chan error, 1)
+	go func() {
+		p, err := startProcess(context.Background(), &procConfig{path: path, startTimeout: 30 * time.Second,
+			stopGrace: time.Second, hangTimeout: time.Minute, log: testLogger()})
+		if err == nil {
+			p.kill()
+			err = errors.New("handshake succeeded")
+		}
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrEngineFailed) {
+			t.Fatalf("startProcess: %v, want ErrEngineFailed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("startProcess still waiting 5 s after the engine closed its output")
 	}
 }

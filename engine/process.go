@@ -298,6 +298,7 @@ func (p *process) readUntil(ctx context.Context, want string, timeout time.Durat
 		select {
 		case line, ok := <-p.lines:
 			if !ok {
+				p.kill() // an engine can close its output and run on: exitError waits for its exit
 				return p.exitError()
 			}
 			line = strings.TrimRight(line, "\r")
