@@ -9,7 +9,10 @@
 -- period could then charge past its budget by the refund. The roll, and the views that
 -- read an ended period as the next one, now start the next period where the old ended.
 
-CREATE OR REPLACE FUNCTION meter_roll(p_keys text[]) RETURNS void LANGUAGE plpgsql AS $$
+-- CREATE OR REPLACE drops a function's settings: the rolls keep theirs, planned once
+-- (0028) and looking up by key (0039).
+CREATE OR REPLACE FUNCTION meter_roll(p_keys text[]) RETURNS void LANGUAGE plpgsql
+    SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
 BEGIN
     UPDATE key_balances
        SET (period_start, period_end) =
@@ -19,7 +22,8 @@ BEGIN
      WHERE key_id = ANY (p_keys) AND period_end <= now();
 END $$;
 
-CREATE OR REPLACE FUNCTION account_roll(p_accounts text[], p_envs text[]) RETURNS void LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION account_roll(p_accounts text[], p_envs text[]) RETURNS void LANGUAGE plpgsql
+    SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
 BEGIN
     UPDATE account_budgets a
        SET (period_start, period_end) =
@@ -29,10 +33,6 @@ BEGIN
       FROM unnest(p_accounts, p_envs) AS p(account_id, env)
      WHERE a.account_id = p.account_id AND a.env = p.env AND a.period_end <= now();
 END $$;
-
--- CREATE OR REPLACE drops a function's settings: the rolls keep looking up by key (0039).
-ALTER FUNCTION meter_roll(text[]) SET enable_seqscan = off;
-ALTER FUNCTION account_roll(text[], text[]) SET enable_seqscan = off;
 
 CREATE OR REPLACE VIEW key_periods AS
 SELECT b.key_id, b.account_id, b.env, b.budget_units, b.budget_usd, b.spent_units, b.spent_usd,
