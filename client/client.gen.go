@@ -2346,6 +2346,11 @@ type UpdateMeParams struct {
 
 // ResendVerificationParams defines parameters for ResendVerification.
 type ResendVerificationParams struct {
+	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
+	// A retry with the same key and request within 24 hours answers the first response
+	// again; with another request it is 422; while the first still runs, 409.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
 	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
@@ -2512,6 +2517,11 @@ type VerifyEmailJSONBody struct {
 
 // VerifyEmailParams defines parameters for VerifyEmail.
 type VerifyEmailParams struct {
+	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
+	// A retry with the same key and request within 24 hours answers the first response
+	// again; with another request it is 422; while the first still runs, 409.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
 	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
@@ -2555,6 +2565,11 @@ type ListWebhookDeliveriesParams struct {
 
 // TestWebhookParams defines parameters for TestWebhook.
 type TestWebhookParams struct {
+	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
+	// A retry with the same key and request within 24 hours answers the first response
+	// again; with another request it is 422; while the first still runs, 409.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
 	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
@@ -3252,7 +3267,7 @@ type ClientInterface interface {
 
 	// ResendVerification Send a new verification message
 	//
-	// 409 when the address is verified already, or when a message went out less than a minute ago. Scope `usage:read`.
+	// 409 when the address is verified already, when a message went out less than a minute ago, or when five went out in the last 24 hours (signup's included). Scope `usage:read`.
 	//
 	// Corresponds with POST /me/verify-email (the `ResendVerification` operationId).
 	ResendVerification(ctx context.Context, params *ResendVerificationParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4215,7 +4230,7 @@ func (c *Client) UpdateMe(ctx context.Context, params *UpdateMeParams, body Upda
 
 // ResendVerification Send a new verification message
 //
-// 409 when the address is verified already, or when a message went out less than a minute ago. Scope `usage:read`.
+// 409 when the address is verified already, when a message went out less than a minute ago, or when five went out in the last 24 hours (signup's included). Scope `usage:read`.
 //
 // Corresponds with POST /me/verify-email (the `ResendVerification` operationId).
 func (c *Client) ResendVerification(ctx context.Context, params *ResendVerificationParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6293,15 +6308,26 @@ func NewResendVerificationRequest(server string, params *ResendVerificationParam
 
 	if params != nil {
 
-		if params.XRequestId != nil {
+		if params.IdempotencyKey != nil {
 			var headerParam0 string
 
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
 			if err != nil {
 				return nil, err
 			}
 
-			req.Header.Set("X-Request-Id", headerParam0)
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.XRequestId != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam1)
 		}
 
 	}
@@ -7096,15 +7122,26 @@ func NewVerifyEmailRequestWithBody(server string, params *VerifyEmailParams, con
 
 	if params != nil {
 
-		if params.XRequestId != nil {
+		if params.IdempotencyKey != nil {
 			var headerParam0 string
 
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
 			if err != nil {
 				return nil, err
 			}
 
-			req.Header.Set("X-Request-Id", headerParam0)
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.XRequestId != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam1)
 		}
 
 	}
@@ -7378,15 +7415,26 @@ func NewTestWebhookRequest(server string, id WebhookID, params *TestWebhookParam
 
 	if params != nil {
 
-		if params.XRequestId != nil {
+		if params.IdempotencyKey != nil {
 			var headerParam0 string
 
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
 			if err != nil {
 				return nil, err
 			}
 
-			req.Header.Set("X-Request-Id", headerParam0)
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.XRequestId != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam1)
 		}
 
 	}
@@ -7870,7 +7918,7 @@ type ClientWithResponsesInterface interface {
 
 	// ResendVerificationWithResponse Send a new verification message
 	//
-	// 409 when the address is verified already, or when a message went out less than a minute ago. Scope `usage:read`.
+	// 409 when the address is verified already, when a message went out less than a minute ago, or when five went out in the last 24 hours (signup's included). Scope `usage:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -12934,7 +12982,8 @@ func (r UpdateMeResponse) ContentType() string {
 
 // ResendVerificationResponse202Headers the declared response headers of an HTTP 202 response for ResendVerification
 type ResendVerificationResponse202Headers struct {
-	XRequestId string
+	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // ResendVerificationResponse400Headers the declared response headers of an HTTP 400 response for ResendVerification
@@ -12964,6 +13013,11 @@ type ResendVerificationResponse409Headers struct {
 
 // ResendVerificationResponse413Headers the declared response headers of an HTTP 413 response for ResendVerification
 type ResendVerificationResponse413Headers struct {
+	XRequestId string
+}
+
+// ResendVerificationResponse422Headers the declared response headers of an HTTP 422 response for ResendVerification
+type ResendVerificationResponse422Headers struct {
 	XRequestId string
 }
 
@@ -13011,6 +13065,8 @@ type ResendVerificationResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyMismatch
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
@@ -13031,6 +13087,8 @@ type ResendVerificationResponse struct {
 	Headers409 *ResendVerificationResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *ResendVerificationResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ResendVerificationResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ResendVerificationResponse429Headers
 	// Headers431 the parsed response headers for an HTTP 431 response
@@ -13073,6 +13131,11 @@ func (r ResendVerificationResponse) GetApplicationproblemJSON409() *Conflict {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ResendVerificationResponse) GetApplicationproblemJSON413() *TooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ResendVerificationResponse) GetApplicationproblemJSON422() *IdempotencyMismatch {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -14435,7 +14498,8 @@ func (r ValidatePositionResponse) ContentType() string {
 
 // VerifyEmailResponse200Headers the declared response headers of an HTTP 200 response for VerifyEmail
 type VerifyEmailResponse200Headers struct {
-	XRequestId string
+	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // VerifyEmailResponse400Headers the declared response headers of an HTTP 400 response for VerifyEmail
@@ -14443,8 +14507,19 @@ type VerifyEmailResponse400Headers struct {
 	XRequestId string
 }
 
+// VerifyEmailResponse409Headers the declared response headers of an HTTP 409 response for VerifyEmail
+type VerifyEmailResponse409Headers struct {
+	RetryAfter string
+	XRequestId string
+}
+
 // VerifyEmailResponse413Headers the declared response headers of an HTTP 413 response for VerifyEmail
 type VerifyEmailResponse413Headers struct {
+	XRequestId string
+}
+
+// VerifyEmailResponse422Headers the declared response headers of an HTTP 422 response for VerifyEmail
+type VerifyEmailResponse422Headers struct {
 	XRequestId string
 }
 
@@ -14476,8 +14551,12 @@ type VerifyEmailResponse struct {
 	}
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *InProgress
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyMismatch
 	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
 	ApplicationproblemJSON431 *HeadersTooLarge
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -14488,8 +14567,12 @@ type VerifyEmailResponse struct {
 	Headers200 *VerifyEmailResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *VerifyEmailResponse400Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *VerifyEmailResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *VerifyEmailResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *VerifyEmailResponse422Headers
 	// Headers431 the parsed response headers for an HTTP 431 response
 	Headers431 *VerifyEmailResponse431Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -14512,9 +14595,19 @@ func (r VerifyEmailResponse) GetApplicationproblemJSON400() *BadRequest {
 	return r.ApplicationproblemJSON400
 }
 
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r VerifyEmailResponse) GetApplicationproblemJSON409() *InProgress {
+	return r.ApplicationproblemJSON409
+}
+
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r VerifyEmailResponse) GetApplicationproblemJSON413() *TooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r VerifyEmailResponse) GetApplicationproblemJSON422() *IdempotencyMismatch {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
@@ -15286,9 +15379,10 @@ func (r ListWebhookDeliveriesResponse) ContentType() string {
 
 // TestWebhookResponse202Headers the declared response headers of an HTTP 202 response for TestWebhook
 type TestWebhookResponse202Headers struct {
-	RateLimit       *string
-	RateLimitPolicy *string
-	XRequestId      string
+	IdempotentReplayed *string
+	RateLimit          *string
+	RateLimitPolicy    *string
+	XRequestId         string
 }
 
 // TestWebhookResponse400Headers the declared response headers of an HTTP 400 response for TestWebhook
@@ -15315,8 +15409,19 @@ type TestWebhookResponse404Headers struct {
 	XRequestId      string
 }
 
+// TestWebhookResponse409Headers the declared response headers of an HTTP 409 response for TestWebhook
+type TestWebhookResponse409Headers struct {
+	RetryAfter string
+	XRequestId string
+}
+
 // TestWebhookResponse413Headers the declared response headers of an HTTP 413 response for TestWebhook
 type TestWebhookResponse413Headers struct {
+	XRequestId string
+}
+
+// TestWebhookResponse422Headers the declared response headers of an HTTP 422 response for TestWebhook
+type TestWebhookResponse422Headers struct {
 	XRequestId string
 }
 
@@ -15360,8 +15465,12 @@ type TestWebhookResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *InProgress
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyMismatch
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *TooManyRequests
 	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
@@ -15380,8 +15489,12 @@ type TestWebhookResponse struct {
 	Headers403 *TestWebhookResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *TestWebhookResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *TestWebhookResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *TestWebhookResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *TestWebhookResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *TestWebhookResponse429Headers
 	// Headers431 the parsed response headers for an HTTP 431 response
@@ -15419,9 +15532,19 @@ func (r TestWebhookResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
 }
 
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r TestWebhookResponse) GetApplicationproblemJSON409() *InProgress {
+	return r.ApplicationproblemJSON409
+}
+
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r TestWebhookResponse) GetApplicationproblemJSON413() *TooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r TestWebhookResponse) GetApplicationproblemJSON422() *IdempotencyMismatch {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -16139,7 +16262,7 @@ func (c *ClientWithResponses) UpdateMeWithResponse(ctx context.Context, params *
 
 // ResendVerificationWithResponse Send a new verification message
 //
-// 409 when the address is verified already, or when a message went out less than a minute ago. Scope `usage:read`.
+// 409 when the address is verified already, when a message went out less than a minute ago, or when five went out in the last 24 hours (signup's included). Scope `usage:read`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -23534,6 +23657,13 @@ func ParseResendVerificationResponse(rsp *http.Response) (*ResendVerificationRes
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -23567,6 +23697,13 @@ func ParseResendVerificationResponse(rsp *http.Response) (*ResendVerificationRes
 	switch {
 	case rsp.StatusCode == 202:
 		var headers ResendVerificationResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -23660,6 +23797,16 @@ func ParseResendVerificationResponse(rsp *http.Response) (*ResendVerificationRes
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers ResendVerificationResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers ResendVerificationResponse429Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
@@ -25604,12 +25751,26 @@ func ParseVerifyEmailResponse(rsp *http.Response) (*VerifyEmailResponse, error) 
 		}
 		response.ApplicationproblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest InProgress
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest TooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
 		var dest HeadersTooLarge
@@ -25637,6 +25798,13 @@ func ParseVerifyEmailResponse(rsp *http.Response) (*VerifyEmailResponse, error) 
 	switch {
 	case rsp.StatusCode == 200:
 		var headers VerifyEmailResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -25655,6 +25823,23 @@ func ParseVerifyEmailResponse(rsp *http.Response) (*VerifyEmailResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 409:
+		var headers VerifyEmailResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers VerifyEmailResponse413Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -25665,6 +25850,16 @@ func ParseVerifyEmailResponse(rsp *http.Response) (*VerifyEmailResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers VerifyEmailResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 431:
 		var headers VerifyEmailResponse431Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -26802,12 +26997,26 @@ func ParseTestWebhookResponse(rsp *http.Response) (*TestWebhookResponse, error) 
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest InProgress
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest TooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
@@ -26842,6 +27051,13 @@ func ParseTestWebhookResponse(rsp *http.Response) (*TestWebhookResponse, error) 
 	switch {
 	case rsp.StatusCode == 202:
 		var headers TestWebhookResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -26932,6 +27148,23 @@ func ParseTestWebhookResponse(rsp *http.Response) (*TestWebhookResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers TestWebhookResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers TestWebhookResponse413Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -26942,6 +27175,16 @@ func ParseTestWebhookResponse(rsp *http.Response) (*TestWebhookResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers TestWebhookResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers TestWebhookResponse429Headers
 		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {

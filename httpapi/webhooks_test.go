@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -329,5 +330,54 @@ func TestWebhookLapsedClaimLeavesTheDeliveryToItsNewHolder(t *testing.T) {
 	}
 	if status != nil || soon {
 		t.Fatalf("the lapsed try recorded its failure (last_status %v, next try moved forward %v) over the new holder's claim", status, soon)
+	}
+}
+
+// The POSTs that queue mail or a delivery, and the verification of an address, honour
+// an Idempotency-Key like every other POST: a retry gets the first answer and queues
+// nothing more (they ignored it, so a retried ping queued a second delivery).
+func TestIdempotencyKeyOnMailAndPings(t *testing.T) {
+	e := newEnv(t)
+	key, _ := e.signup("idem-mail@example.com")
+	ctx := context.Background()
+	id := e.do("POST", "/v1/webhooks", key, map[string]any{"url": "https://example.com/h"}).Body["id"].(string)
+	count := func(query string, args ...any) (n int) {
+		t.Helper()
+		if err := e.pool.QueryRow(ctx, query, args...).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE email_verifications SET created_at = created_at - interval '2 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path, body string
+		status     int
+		queued     func() int
+	}{
+		{"/v1/webhooks/" + id + "/test", "", 202, func() int { return count(`SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1`, id) }},
+		{"/v1/me/verify-email", "", 202, func() int { return count(`SELECT count(*) FROM mail_outbox WHERE to_email = 'idem-mail@example.com'`) }},
+	} {
+		first := e.withIdem(tc.path, key, "once-"+tc.path, tc.body)
+		before := tc.queued()
+		again := e.withIdem(tc.path, key, "once-"+tc.path, tc.body)
+		if first.Status != tc.status || again.Status != tc.status || again.Raw != first.Raw || again.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("%s: first %d %s, retry %d %s (replayed %q)", tc.path, first.Status, first.Raw, again.Status, again.Raw, again.Header.Get("Idempotent-Replayed"))
+		}
+		if after := tc.queued(); after != before {
+			t.Fatalf("%s: the retry queued %d more", tc.path, after-before)
+		}
+	}
+	var body string
+	if err := e.pool.QueryRow(ctx, `SELECT body FROM mail_outbox WHERE to_email = 'idem-mail@example.com' ORDER BY created_at DESC LIMIT 1`).Scan(&body); err != nil {
+		t.Fatal(err)
+	}
+	token := regexp.MustCompile(`ev_[0-9A-Za-z]+`).FindString(body)
+	verify := fmt.Sprintf(`{"token":%q}`, token)
+	first := e.withIdem("/v1/verify-email", "", "verify-once", verify)
+	again := e.withIdem("/v1/verify-email", "", "verify-once", verify)
+	if first.Status != 200 || again.Status != 200 || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("verify, retried with its key: %d then %d %s (a retry without it is told the token is used)", first.Status, again.Status, again.Raw)
 	}
 }
