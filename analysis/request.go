@@ -5,11 +5,14 @@
 package analysis
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
 	"chessd/domain"
+	"chessd/domain/position"
 	"chessd/engine"
 )
 
@@ -141,7 +144,9 @@ func findOption(opts []engine.Option, name string) (engine.Option, bool) {
 }
 
 // Validate checks a request against the catalog and the chosen engine's options,
-// reporting every bad field at once, and applies the defaults.
+// reporting every bad field at once, and applies the defaults. The FEN of a valid
+// request is read later, once (Service.Lookup, which remembers it); when another field
+// is bad, it is read here too, so that the refusal names it as well.
 func Validate(req Request, cat *engine.Catalog) (Spec, error) {
 	var p domain.Problems
 	s := Spec{Depth: DefaultDepth, MultiPV: 1, Engine: engine.Latest, Path: engine.PathAuto, UCIOptions: map[string]string{}}
@@ -174,7 +179,26 @@ func Validate(req Request, cat *engine.Catalog) (Spec, error) {
 			validateOptions(&p, &s, req.Options, cat)
 		}
 	}
+	if len(p) > 0 {
+		p = FENProblem(p, req)
+	}
 	return s, p.Err()
+}
+
+// FENProblem is p with the request's FEN's problem first, if it has one that p does not
+// name already: a refused request's FEN is read only to be named with its other
+// problems (a valid request's is read by Service.Lookup). The FEN is read as the
+// request's options say (chess960), whether or not they are valid.
+func FENProblem(p domain.Problems, req Request) domain.Problems {
+	if req.FEN == nil || slices.ContainsFunc(p, func(f domain.FieldError) bool { return f.Field == "fen" }) {
+		return p
+	}
+	chess960 := req.Options != nil && req.Options.Chess960 != nil && *req.Options.Chess960
+	var pe *position.Error
+	if _, err := position.Parse(*req.FEN, chess960); errors.As(err, &pe) {
+		return append(domain.Problems{{Field: "fen", Reason: pe.Reason}}, p...)
+	}
+	return p
 }
 
 // ResolveEngine resolves the engine version and path a request names (nil: the latest,

@@ -252,6 +252,16 @@ func validateLabel(p *Problems, label string) {
 	CheckText(p, "label", label, MaxLabelLength)
 }
 
+// CheckKeyFields checks the label (nil: none given) and budgets a client asks a key to
+// have, as NewKey and Update do, so that a handler can name their problems with those
+// it finds itself (a period, an env, scopes) in one refusal.
+func CheckKeyFields(p *Problems, label *string, units *int64, usd *decimal.Decimal) {
+	if label != nil {
+		validateLabel(p, *label)
+	}
+	ValidateBudgets(p, units, usd)
+}
+
 // Headroom is what a key has left, per kind: its budget less what it spent (never
 // below 0; reservations come and go with its traffic and are left out); nil where it
 // has no budget of that kind. Commands read it in their own transaction

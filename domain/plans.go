@@ -22,21 +22,30 @@ var planLimits = map[Plan]PlanLimits{
 func (p Plan) Limits() PlanLimits { return planLimits[p] }
 
 // CheckCaps refuses a request above the plan's caps (402 upgrade). The refusal names
-// the field and its cap (FieldError.Max).
+// each field above its cap, with the cap (FieldError.Max), so that one retry within
+// them all succeeds.
 func (l PlanLimits) CheckCaps(plan Plan, depth, multipv, movetimeMS int) error {
-	above := func(field string, asked, limit int) error {
-		reason := fmt.Sprintf("above the %s plan's cap of %d", plan, limit)
-		return &Error{Code: CodeUpgrade, Message: fmt.Sprintf("%s %d is %s", field, asked, reason), Fields: []FieldError{AboveCap(field, reason, limit)}}
+	if depth <= l.MaxDepth && multipv <= l.MaxMultiPV && movetimeMS <= l.MaxMoveTimeMS {
+		return nil
 	}
-	switch {
-	case depth > l.MaxDepth:
-		return above("depth", depth, l.MaxDepth)
-	case multipv > l.MaxMultiPV:
-		return above("multipv", multipv, l.MaxMultiPV)
-	case movetimeMS > l.MaxMoveTimeMS:
-		return above("movetime_ms", movetimeMS, l.MaxMoveTimeMS)
+	e := &Error{Code: CodeUpgrade}
+	for _, c := range []struct {
+		field        string
+		asked, limit int
+	}{{"depth", depth, l.MaxDepth}, {"multipv", multipv, l.MaxMultiPV}, {"movetime_ms", movetimeMS, l.MaxMoveTimeMS}} {
+		if c.asked <= c.limit {
+			continue
+		}
+		reason := fmt.Sprintf("above the %s plan's cap of %d", plan, c.limit)
+		if e.Message == "" {
+			e.Message = fmt.Sprintf("%s %d is %s", c.field, c.asked, reason)
+		}
+		e.Fields = append(e.Fields, AboveCap(c.field, reason, c.limit))
 	}
-	return nil
+	if len(e.Fields) > 1 {
+		e.Message = fmt.Sprintf("%s (and %d more)", e.Message, len(e.Fields)-1)
+	}
+	return e
 }
 
 // PlanChanged moves an account to another plan (an operator's act while paid

@@ -311,9 +311,31 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	actor := principal(r.Context())
 	var req createKeyRequest
 	if err := decode(r, &req, true); err != nil {
+		if fieldProblems(err) { // with the problems of the fields it could read
+			_, more := newKeySettings(actor, req)
+			err = withProblems(err, more)
+		}
 		s.writeError(w, r, err)
 		return
 	}
+	set, p := newKeySettings(actor, req)
+	if err := p.Err(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	k, secret, err := s.commands.CreateKey(r.Context(), s.actor(r), set)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.settle(r.Context(), k)
+	s.writeKey(w, r, http.StatusCreated, k, secret)
+}
+
+// newKeySettings reads a POST /keys body made by actor, with every problem of its
+// fields: the period, env and scopes, and the label and budgets the domain checks
+// again (domain.NewKey), so that one refusal names them all.
+func newKeySettings(actor *domain.Key, req createKeyRequest) (domain.KeySettings, domain.Problems) {
 	set := domain.KeySettings{Label: req.Label, BudgetUnits: req.BudgetUnits, BudgetUSD: req.BudgetUSD, Env: actor.Env()}
 	var p domain.Problems
 	if req.Period != nil {
@@ -336,17 +358,8 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		}
 		set.Scopes = scopes
 	}
-	if err := p.Err(); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	k, secret, err := s.commands.CreateKey(r.Context(), s.actor(r), set)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.settle(r.Context(), k)
-	s.writeKey(w, r, http.StatusCreated, k, secret)
+	domain.CheckKeyFields(&p, &set.Label, set.BudgetUnits, set.BudgetUSD)
+	return set, p
 }
 
 // settle gives the keys projection a moment to catch up with a change, so that the
@@ -377,6 +390,7 @@ func (s *Server) updateKey(w http.ResponseWriter, r *http.Request) {
 			var label string
 			if err := json.Unmarshal(v, &label); err != nil || isNull {
 				p.Add("label", "must be a string")
+				continue
 			}
 			c.Label = &label
 		case "scopes":
@@ -401,6 +415,9 @@ func (s *Server) updateKey(w http.ResponseWriter, r *http.Request) {
 	if len(raw) == 0 {
 		p.Add("body", "names no field to change ("+keyFields+")")
 	}
+	// The label and budgets given are checked here too, as Update checks them, so that
+	// they are named with the other fields' problems.
+	domain.CheckKeyFields(&p, c.Label, c.Budget.Units, c.Budget.USD)
 	if err := p.Err(); err != nil {
 		s.writeError(w, r, err)
 		return

@@ -344,7 +344,10 @@ func decodeValue(p *domain.Problems, path string, raw json.RawMessage, v reflect
 		elem := reflect.New(t.Elem())
 		before := len(*p)
 		decodeValue(p, path, raw, elem.Elem(), multiline)
-		if len(*p) == before {
+		// An object is kept with the members it could take (each bad one left out, as
+		// at the top level), so that a caller can check those too and name every
+		// problem at once; any other value only when it was read.
+		if len(*p) == before || t.Elem().Kind() == reflect.Struct && raw[0] == '{' {
 			v.Set(elem)
 		}
 		return
@@ -369,6 +372,7 @@ func decodeValue(p *domain.Problems, path string, raw json.RawMessage, v reflect
 	}
 	if err := strictUnmarshal(raw, v.Addr().Interface()); err != nil {
 		p.Add(path, fmt.Sprintf("must be %s, not %s", describe(t), jsonKindOf(raw)))
+		v.SetZero() // not what encoding/json left half-set (a pointer to false): left out
 	}
 }
 

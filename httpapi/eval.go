@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -348,6 +349,7 @@ func (s *Server) prepare(r *http.Request, keyless bool) prepared {
 	p.body = body
 	var req analysis.Request
 	if p.err = decodeBody(body, &req, false); p.err != nil {
+		p.err = s.alsoInvalid(p.err, req)
 		return p
 	}
 	if p.spec, p.err = analysis.Validate(req, s.analysis.Catalog()); p.err != nil {
@@ -358,6 +360,47 @@ func (s *Server) prepare(r *http.Request, keyless bool) prepared {
 	}
 	p.known, p.hit, p.err = s.analysis.Lookup(r.Context(), p.spec)
 	return p
+}
+
+// alsoInvalid adds to a body's decoding problems (an unknown field, a wrong type, a
+// member given twice) those of the fields it could read, the FEN included, so that one
+// refusal names every bad field. req is what decoding filled in: each field it named
+// is left out (nil), or, given twice, holds its last value.
+func (s *Server) alsoInvalid(err error, req analysis.Request) error {
+	if !fieldProblems(err) {
+		return err
+	}
+	var more domain.Problems
+	var de *domain.Error
+	if _, verr := analysis.Validate(req, s.analysis.Catalog()); errors.As(verr, &de) {
+		more = de.Fields
+	}
+	return withProblems(err, analysis.FENProblem(more, req))
+}
+
+// fieldProblems says whether err is a refusal of a body naming its fields, whose
+// other fields can be checked too (decode filled in those it could read). A body that
+// is not a JSON object names none, and is refused as it is.
+func fieldProblems(err error) bool {
+	var de *domain.Error
+	return errors.As(err, &de) && de.Code == domain.CodeInvalid && len(de.Fields) > 0 && len(de.Fields) < maxProblems
+}
+
+// withProblems is the refusal err (see fieldProblems) with more's problems of fields
+// it does not name already, up to maxProblems in all.
+func withProblems(err error, more domain.Problems) error {
+	var de *domain.Error
+	if !errors.As(err, &de) || len(more) == 0 {
+		return err
+	}
+	p := domain.Problems(slices.Clone(de.Fields))
+	for _, f := range more {
+		named := slices.ContainsFunc(de.Fields, func(n domain.FieldError) bool { return strings.EqualFold(n.Field, f.Field) })
+		if !named && len(p) < maxProblems {
+			p = append(p, f)
+		}
+	}
+	return p.Err()
 }
 
 // pendingClaim is a costed call's Idempotency-Key claim, written while the engine

@@ -367,7 +367,7 @@ func TestCapsLearnedFromRefusals(t *testing.T) {
 		{"free plan", &fakeAPI{plan: domain.PlanFree}, "ce_k", "", []string{"30/1", "20/1"}, []string{"20/1"}, "the free plan's cap of 20", false},
 		{"hobby plan", &fakeAPI{plan: domain.PlanHobby}, "ce_k", "", []string{"30/1", "26/1"}, []string{"26/1"}, "the hobby plan's cap of 26", false},
 		{"free plan, depth and multipv", &fakeAPI{plan: domain.PlanFree}, "ce_k", "5",
-			[]string{"30/5", "20/5", "20/3"}, []string{"20/3"}, "multipv 5 is above the free plan's cap of 3", false},
+			[]string{"30/5", "20/3"}, []string{"20/3"}, "depth 30 is above the free plan's cap of 20 (and 1 more)", false}, // one refusal names both caps
 		{"the daily allowance used up: nothing lower is asked", &fakeAPI{plan: domain.PlanHobby, allowance: true}, "ce_k", "",
 			[]string{"30/1"}, []string{"30/1"}, "daily allowance", true},
 		{"keyless, GET /engines down: the keyless caps", &fakeAPI{enginesDown: -1}, "", "5", []string{"12/3"}, []string{"12/3"}, "", false},

@@ -1,0 +1,141 @@
+package httpapi_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// fieldsNamed is the set of fields a problem's errors name, sorted.
+func fieldsNamed(t *testing.T, r response) []string {
+	t.Helper()
+	errs, _ := r.Body["errors"].([]any)
+	var out []string
+	for _, e := range errs {
+		m, _ := e.(map[string]any)
+		f, _ := m["field"].(string)
+		out = append(out, f)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// wantFields checks that r is a refusal with status and next naming exactly fields.
+func wantFields(t *testing.T, r response, status int, next string, fields ...string) {
+	t.Helper()
+	wantProblem(t, r, status, next)
+	slices.Sort(fields)
+	if got := fieldsNamed(t, r); !slices.Equal(got, fields) {
+		t.Fatalf("errors name %v, want %v: %s", got, fields, r.Raw)
+	}
+}
+
+// TestEvalNamesEveryBadField: a 400 from /eval and /bestmove names every bad field at
+// once (docs/API.md), the FEN and unknown fields included.
+func TestEvalNamesEveryBadField(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("every-field@example.com")
+	fen := `"fen":"` + startFEN + `"`
+	cases := []struct {
+		name, body string
+		fields     []string
+	}{
+		{"bad fen, multipv ok, unknown engine", `{"fen":"bad","multipv":2,"engine":"nope"}`, []string{"fen", "engine"}},
+		{"bad fen, depth 31", `{"fen":"bad","depth":31}`, []string{"fen", "depth"}},
+		{"illegal fen, bad multipv and path", `{"fen":"4k3/8/8/8/8/8/4R3/4K3 w - - 0 1","multipv":0,"path":"gpu"}`, []string{"fen", "multipv", "path"}},
+		{"bad fen, bad option", `{"fen":"bad","options":{"elo":100}}`, []string{"fen", "options.elo"}},
+		{"missing fen, bad depth", `{"depth":0}`, []string{"fen", "depth"}},
+		{"unknown option with bad fields", `{"fen":"bad","depth":31,"multipv":0,"movetime_ms":1,"options":{"elo":100,"foo":1}}`,
+			[]string{"fen", "depth", "multipv", "movetime_ms", "options.elo", "options.foo"}},
+		{"unknown field with bad fields", `{` + fen + `,"depth":31,"ponder":true}`, []string{"depth", "ponder"}},
+		{"wrong type with bad fields", `{"fen":"bad","depth":"14","multipv":11}`, []string{"fen", "depth", "multipv"}},
+		{"wrong-typed fen with bad depth", `{"fen":5,"depth":31}`, []string{"fen", "depth"}},
+		{"wrong-typed option with bad option", `{` + fen + `,"options":{"limit_strength":"no","elo":100}}`, []string{"options.limit_strength", "options.elo"}},
+		{"depth given twice with bad multipv", `{` + fen + `,"depth":5,"depth":31,"multipv":0}`, []string{"depth", "multipv"}},
+	}
+	for _, tc := range cases {
+		for _, path := range []string{"/v1/eval", "/v1/bestmove"} {
+			t.Run(tc.name+" "+path, func(t *testing.T) {
+				wantFields(t, e.do("POST", path, key, tc.body), 400, "fix_request", tc.fields...)
+			})
+		}
+	}
+	t.Run("keyless", func(t *testing.T) {
+		wantFields(t, e.do("POST", "/v1/eval", "", `{"fen":"bad","depth":31,"engine":"nope"}`), 400, "fix_request", "fen", "depth", "engine")
+	})
+	t.Run("a valid body is still answered", func(t *testing.T) {
+		if r := e.do("POST", "/v1/eval", key, `{`+fen+`,"depth":6,"options":{"elo":1500}}`); r.Status != 200 {
+			t.Fatalf("%d %s", r.Status, r.Raw)
+		}
+	})
+}
+
+// TestPlanCapsNameEveryField: a keyed call above several of its plan's caps is told of
+// each in one 402, as a keyless one is.
+func TestPlanCapsNameEveryField(t *testing.T) {
+	e := newEnv(t)
+	free, _ := e.signup("caps-every@example.com")
+	body := `{"fen":"` + startFEN + `","depth":21,"multipv":4,"movetime_ms":20000}`
+	r := e.do("POST", "/v1/eval", free, body)
+	wantFields(t, r, 402, "upgrade", "depth", "multipv", "movetime_ms")
+	for _, want := range []string{`"field":"depth","reason":"above the free plan's cap of 20","max":20`,
+		`"field":"multipv","reason":"above the free plan's cap of 3","max":3`,
+		`"field":"movetime_ms","reason":"above the free plan's cap of 10000","max":10000`} {
+		if !strings.Contains(r.Raw, want) {
+			t.Errorf("no %s in %s", want, r.Raw)
+		}
+	}
+	wantFields(t, e.do("POST", "/v1/bestmove", free, `{"fen":"`+startFEN+`","depth":20,"multipv":4}`), 402, "upgrade", "multipv")
+	wantFields(t, e.do("POST", "/v1/eval", "", `{"fen":"`+startFEN+`","depth":21,"multipv":4}`), 402, "sign_up", "depth", "multipv")
+}
+
+// TestKeysNameEveryBadField: POST /keys and PATCH /keys/{id} name every bad field at
+// once, the budgets and the label included.
+func TestKeysNameEveryBadField(t *testing.T) {
+	e := newEnv(t)
+	key, keyID := e.signup("keys-every@example.com")
+	long := strings.Repeat("x", 101)
+	create := []struct {
+		name   string
+		body   string
+		fields []string
+	}{
+		{"budgets and period", `{"scopes":["eval"],"budget_usd":"1.0000001","budget_units":-1,"budget_period":"week"}`,
+			[]string{"budget_usd", "budget_units", "budget_period"}},
+		{"env, scopes and budgets", `{"env":"prod","scopes":["bogus"],"budget_units":-1,"label":"` + long + `"}`,
+			[]string{"env", "scopes", "budget_units", "label"}},
+		{"empty scopes and budget", `{"scopes":[],"budget_usd":"-1"}`, []string{"scopes", "budget_usd"}},
+		{"wrong-typed label and budget", `{"label":5,"budget_usd":"1.0000001"}`, []string{"label", "budget_usd"}},
+		{"unknown field and budget", `{"colour":"red","budget_units":-1}`, []string{"colour", "budget_units"}},
+	}
+	for _, tc := range create {
+		t.Run("POST "+tc.name, func(t *testing.T) {
+			wantFields(t, e.do("POST", "/v1/keys", key, tc.body), 400, "fix_request", tc.fields...)
+		})
+	}
+	patch := []struct {
+		name   string
+		body   string
+		fields []string
+	}{
+		{"scopes, budget and label", `{"scopes":["bogus"],"budget_units":-5,"label":"` + long + `"}`,
+			[]string{"scopes", "budget_units", "label"}},
+		{"wrong-typed label and budget", `{"label":5,"budget_usd":"1.0000001"}`, []string{"label", "budget_usd"}},
+		{"period and budgets", `{"budget_period":"week","budget_usd":"-1","budget_units":-1}`,
+			[]string{"budget_period", "budget_usd", "budget_units"}},
+		{"unknown field and label", `{"colour":"red","label":"` + long + `"}`, []string{"colour", "label"}},
+	}
+	for _, tc := range patch {
+		t.Run("PATCH "+tc.name, func(t *testing.T) {
+			wantFields(t, e.do("PATCH", "/v1/keys/"+keyID, key, tc.body), 400, "fix_request", tc.fields...)
+		})
+	}
+	t.Run("valid bodies are still taken", func(t *testing.T) {
+		if r := e.do("POST", "/v1/keys", key, `{"scopes":["eval"],"budget_usd":"1.000001","budget_units":1,"budget_period":"day","label":"ok"}`); r.Status != 201 {
+			t.Fatalf("create: %d %s", r.Status, r.Raw)
+		}
+		if r := e.do("PATCH", "/v1/keys/"+keyID, key, `{"label":"fine","budget_units":5}`); r.Status != 200 {
+			t.Fatalf("patch: %d %s", r.Status, r.Raw)
+		}
+	})
+}
