@@ -357,8 +357,10 @@ type Spend struct {
 
 // Explanation is one charge explained from the log.
 type Explanation struct {
-	Charge ChargeLine // from the event itself (a UnitsCharged, or a ChargesSettled's line)
-	Event  EventRef   // that event
+	// Charge is from the event itself (a UnitsCharged, or a ChargesSettled's line),
+	// with its credit, if any, as the statement shows it.
+	Charge ChargeLine
+	Event  EventRef // that event
 	// HashMatches: the event's hash covers its content and its predecessor's hash, as
 	// `chessd verify` checks for the whole log.
 	HashMatches bool
@@ -391,16 +393,21 @@ func ExplainCharge(ctx context.Context, db TxStarter, accountID, env, chargeID s
 	var x Explanation
 	notFound := domain.Errorf(domain.CodeNotFound, "no charge %q", chargeID)
 	err := readOnly(ctx, db, func(tx pgx.Tx) error {
-		var pos int64
-		var line int
-		err := tx.QueryRow(ctx, `SELECT position, line FROM charge_lines() WHERE `+chargeByID+` AND account_id = $3 AND env = $4`,
-			append(chargeIDArgs(chargeID), accountID, env)...).Scan(&pos, &line)
+		// the line item as the statement reads it, whose credit (from the credits
+		// table) the explanation shows with the event's own line
+		rows, err := tx.Query(ctx, `SELECT `+chargeLineColumns+` FROM charge_lines() charges WHERE `+chargeByID+` AND account_id = $3 AND env = $4`,
+			append(chargeIDArgs(chargeID), accountID, env)...)
+		if err != nil {
+			return err
+		}
+		item, err := pgx.CollectExactlyOneRow(rows, scanChargeLine)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound
 		}
 		if err != nil {
 			return err
 		}
+		pos, line := item.Position, item.Line
 		// the event and its predecessor, if any (positions have no gaps)
 		from := max(0, pos-2)
 		evs, err := eventstore.ReadFrom(ctx, tx, from, int(pos-from))
@@ -425,6 +432,7 @@ func ExplainCharge(ctx context.Context, db TxStarter, accountID, env, chargeID s
 			return fmt.Errorf("charge %s: position %d holds %s, not the charge", chargeID, pos, ev.Type)
 		}
 		x.Charge = lines[line]
+		x.Charge.CreditID, x.Charge.CreditedAt, x.Charge.CreditReason = item.CreditID, item.CreditedAt, item.CreditReason
 		var accountOf string
 		switch e := d.(type) {
 		case *UnitsCharged:

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"chessd/domain"
+	"chessd/eventstore"
 	"chessd/ledger"
 	"chessd/postgres/pgtest"
 )
@@ -395,5 +397,61 @@ func TestExplainSumsTheChargesBeforeIt(t *testing.T) {
 	}
 	if periods == 0 {
 		t.Fatal("no charge was explained within a budget's period")
+	}
+}
+
+// An explained charge shows its credit as the statement does (the line item, as in the
+// statement): a credited charge its credit's id, time and reason, one of a batch too,
+// and an uncredited one none.
+func TestExplainShowsTheCreditAsTheStatement(t *testing.T) {
+	f := newRollupFixture(t)
+	ctx := context.Background()
+	start := time.Date(2026, 3, 6, 5, 3, 0, 0, time.UTC)
+	f.chargeInGroups(t, 9, func(j int) time.Time { return start.Add(time.Duration(j) * time.Minute) })
+	rows, err := f.pool.Query(ctx, `SELECT charge_id FROM charge_lines() WHERE account_id = $1 AND env = 'live' ORDER BY position DESC, line DESC`, f.account.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) < 4 {
+		t.Fatalf("%d charges (%v)", len(ids), err)
+	}
+	for i, id := range []string{ids[0], ids[3]} {
+		_, err := f.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+			_, err := ledger.Credit(ctx, tx, ledger.CreditRequest{ChargeID: id, Reason: fmt.Sprintf("test %d", i), Actor: "ops"},
+				start.Add(time.Duration(i+1)*time.Hour))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := ledger.ReadStatement(ctx, f.pool, ledger.StatementQuery{AccountID: f.account.ID(), Env: "live", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	credited := 0
+	for _, c := range st.Charges {
+		x, err := ledger.ExplainCharge(ctx, f.pool, f.account.ID(), c.Env, c.ChargeID)
+		if err != nil {
+			t.Fatalf("explain %s: %v", c.ChargeID, err)
+		}
+		str := func(s *string) string {
+			if s == nil {
+				return "<nil>"
+			}
+			return *s
+		}
+		if str(x.Charge.CreditID) != str(c.CreditID) || str(x.Charge.CreditReason) != str(c.CreditReason) ||
+			(x.Charge.CreditedAt == nil) != (c.CreditedAt == nil) || (c.CreditedAt != nil && !x.Charge.CreditedAt.Equal(*c.CreditedAt)) {
+			t.Fatalf("%s: explained with credit %s at %v (%s), the statement has %s at %v (%s)", c.ChargeID,
+				str(x.Charge.CreditID), x.Charge.CreditedAt, str(x.Charge.CreditReason), str(c.CreditID), c.CreditedAt, str(c.CreditReason))
+		}
+		if c.CreditID != nil {
+			credited++
+		}
+	}
+	if credited != 2 {
+		t.Fatalf("%d charges credited in the statement, want 2", credited)
 	}
 }
