@@ -86,6 +86,31 @@ func TestBodyTooLarge(t *testing.T) {
 	wantProblem(t, e.do("POST", "/v1/signup", "", big), 413, "fix_request")
 }
 
+// A body that is not one JSON object is a 400 whose errors name the field "body", with
+// the detail as its reason: every 400 lists what to fix.
+func TestMalformedBodiesNameTheBody(t *testing.T) {
+	e := newEnv(t)
+	for _, tt := range []struct{ body, detail string }{
+		{`{"email":"a@b.co",,}`, "malformed JSON at byte "},
+		{`{"email":"a@b.co"} {"x":1}`, "unexpected data after the JSON object"},
+		{`["a@b.co"]`, "the request body must be a JSON object, not "},
+	} {
+		r := e.do("POST", "/v1/signup", "", tt.body)
+		wantProblem(t, r, 400, "fix_request")
+		detail, _ := r.Body["detail"].(string)
+		if !strings.HasPrefix(detail, tt.detail) {
+			t.Fatalf("%s: detail %q, want it to start %q", tt.body, detail, tt.detail)
+		}
+		errs, _ := r.Body["errors"].([]any)
+		if len(errs) != 1 {
+			t.Fatalf("%s: errors %v, want one: %s", tt.body, r.Body["errors"], r.Raw)
+		}
+		if f, _ := errs[0].(map[string]any); f["field"] != "body" || f["reason"] != detail {
+			t.Fatalf("%s: errors %v, want the field body with the detail as its reason", tt.body, errs)
+		}
+	}
+}
+
 func TestLegalMovesAndValidate(t *testing.T) {
 	e := newEnv(t)
 	key, _ := e.signup("chess@example.com")

@@ -37,7 +37,7 @@ func decodeBody(body []byte, v any, optional bool) error {
 		if optional {
 			return nil
 		}
-		return domain.Errorf(domain.CodeInvalid, "the request body must be a JSON object")
+		return bodyInvalid("the request body must be a JSON object")
 	}
 	return decodeBytes(body, v)
 }
@@ -48,7 +48,15 @@ func decodeReadError(err error) error {
 	if errors.As(err, &tooBig) {
 		return domain.Errorf(domain.CodeTooLarge, "the request body is over %d bytes", tooBig.Limit)
 	}
-	return domain.Errorf(domain.CodeInvalid, "could not read the request body")
+	return bodyInvalid("could not read the request body")
+}
+
+// bodyInvalid is a 400 about the body as a whole (not JSON, not one object, more than
+// one): its message, also listed in errors as the problem of the field "body", so that
+// every 400 names what to fix.
+func bodyInvalid(format string, args ...any) *domain.Error {
+	msg := fmt.Sprintf(format, args...)
+	return &domain.Error{Code: domain.CodeInvalid, Message: msg, Fields: []domain.FieldError{{Field: "body", Reason: msg}}}
 }
 
 // member is one name and value of a JSON object, in the order of the body.
@@ -233,11 +241,11 @@ func objectMembers(body []byte) ([]member, error) {
 		return nil, jsonError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, domain.Errorf(domain.CodeInvalid, "unexpected data after the JSON object")
+		return nil, bodyInvalid("unexpected data after the JSON object")
 	}
 	raw = bytes.TrimSpace(raw)
 	if raw[0] != '{' {
-		return nil, domain.Errorf(domain.CodeInvalid, "the request body must be a JSON object, not %s", jsonKindOf(raw))
+		return nil, bodyInvalid("the request body must be a JSON object, not %s", jsonKindOf(raw))
 	}
 	return splitObject(raw), nil
 }
@@ -567,18 +575,18 @@ func jsonError(err error) error {
 	case errors.As(err, &fe):
 		return fe
 	case errors.As(err, &syntax):
-		return domain.Errorf(domain.CodeInvalid, "malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
+		return bodyInvalid("malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
 	case errors.As(err, &typ):
 		field := typ.Field
 		if field == "" {
-			return domain.Errorf(domain.CodeInvalid, "the request body must be a JSON object")
+			return bodyInvalid("the request body must be a JSON object")
 		}
 		return domain.Invalid(field, fmt.Sprintf("must be %s, not %s", describe(typ.Type), typ.Value))
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return domain.Errorf(domain.CodeInvalid, "the JSON body ends early")
+		return bodyInvalid("the JSON body ends early")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return domain.Invalid(name, "is not a known field")
 	}
-	return domain.Errorf(domain.CodeInvalid, "invalid JSON: %s", err.Error())
+	return bodyInvalid("invalid JSON: %s", err.Error())
 }
