@@ -8133,7 +8133,8 @@ type SubmitAnalysisResponse400Headers struct {
 
 // SubmitAnalysisResponse401Headers the declared response headers of an HTTP 401 response for SubmitAnalysis
 type SubmitAnalysisResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // SubmitAnalysisResponse402Headers the declared response headers of an HTTP 402 response for SubmitAnalysis
@@ -8349,7 +8350,8 @@ type SubmitBatchResponse400Headers struct {
 
 // SubmitBatchResponse401Headers the declared response headers of an HTTP 401 response for SubmitBatch
 type SubmitBatchResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // SubmitBatchResponse402Headers the declared response headers of an HTTP 402 response for SubmitBatch
@@ -8565,7 +8567,8 @@ type BestMoveResponse400Headers struct {
 
 // BestMoveResponse401Headers the declared response headers of an HTTP 401 response for BestMove
 type BestMoveResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // BestMoveResponse402Headers the declared response headers of an HTTP 402 response for BestMove
@@ -8780,7 +8783,8 @@ type CheckoutResponse400Headers struct {
 
 // CheckoutResponse401Headers the declared response headers of an HTTP 401 response for Checkout
 type CheckoutResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // CheckoutResponse403Headers the declared response headers of an HTTP 403 response for Checkout
@@ -8987,7 +8991,8 @@ type BillingPortalResponse400Headers struct {
 
 // BillingPortalResponse401Headers the declared response headers of an HTTP 401 response for BillingPortal
 type BillingPortalResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // BillingPortalResponse403Headers the declared response headers of an HTTP 403 response for BillingPortal
@@ -9191,7 +9196,8 @@ type ExplainChargeResponse400Headers struct {
 
 // ExplainChargeResponse401Headers the declared response headers of an HTTP 401 response for ExplainCharge
 type ExplainChargeResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // ExplainChargeResponse403Headers the declared response headers of an HTTP 403 response for ExplainCharge
@@ -9364,7 +9370,8 @@ type ListDisputesResponse400Headers struct {
 
 // ListDisputesResponse401Headers the declared response headers of an HTTP 401 response for ListDisputes
 type ListDisputesResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // ListDisputesResponse403Headers the declared response headers of an HTTP 403 response for ListDisputes
@@ -9531,7 +9538,8 @@ type OpenDisputeResponse400Headers struct {
 
 // OpenDisputeResponse401Headers the declared response headers of an HTTP 401 response for OpenDispute
 type OpenDisputeResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // OpenDisputeResponse403Headers the declared response headers of an HTTP 403 response for OpenDispute
@@ -9747,7 +9755,8 @@ type GetDisputeResponse400Headers struct {
 
 // GetDisputeResponse401Headers the declared response headers of an HTTP 401 response for GetDispute
 type GetDisputeResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // GetDisputeResponse403Headers the declared response headers of an HTTP 403 response for GetDispute
@@ -10210,7 +10219,8 @@ type EvalResponse400Headers struct {
 
 // EvalResponse401Headers the declared response headers of an HTTP 401 response for Eval
 type EvalResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // EvalResponse402Headers the declared response headers of an HTTP 402 response for Eval
@@ -10626,7 +10636,8 @@ type ListJobsResponse400Headers struct {
 
 // ListJobsResponse401Headers the declared response headers of an HTTP 401 response for ListJobs
 type ListJobsResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // ListJobsResponse403Headers the declared response headers of an HTTP 403 response for ListJobs
@@ -10781,7 +10792,8 @@ type CancelJobResponse400Headers struct {
 
 // CancelJobResponse401Headers the declared response headers of an HTTP 401 response for CancelJob
 type CancelJobResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // CancelJobResponse403Headers the declared response headers of an HTTP 403 response for CancelJob
@@ -10969,7 +10981,8 @@ type GetJobResponse400Headers struct {
 
 // GetJobResponse401Headers the declared response headers of an HTTP 401 response for GetJob
 type GetJobResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // GetJobResponse403Headers the declared response headers of an HTTP 403 response for GetJob
@@ -11144,7 +11157,8 @@ type StreamJobEventsResponse400Headers struct {
 
 // StreamJobEventsResponse401Headers the declared response headers of an HTTP 401 response for StreamJobEvents
 type StreamJobEventsResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // StreamJobEventsResponse403Headers the declared response headers of an HTTP 403 response for StreamJobEvents
@@ -11310,7 +11324,8 @@ type GetJobResultResponse400Headers struct {
 
 // GetJobResultResponse401Headers the declared response headers of an HTTP 401 response for GetJobResult
 type GetJobResultResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // GetJobResultResponse403Headers the declared response headers of an HTTP 403 response for GetJobResult
@@ -11481,7 +11496,8 @@ type ListKeysResponse400Headers struct {
 
 // ListKeysResponse401Headers the declared response headers of an HTTP 401 response for ListKeys
 type ListKeysResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // ListKeysResponse403Headers the declared response headers of an HTTP 403 response for ListKeys
@@ -11641,7 +11657,8 @@ type CreateKeyResponse400Headers struct {
 
 // CreateKeyResponse401Headers the declared response headers of an HTTP 401 response for CreateKey
 type CreateKeyResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // CreateKeyResponse403Headers the declared response headers of an HTTP 403 response for CreateKey
@@ -11841,7 +11858,8 @@ type RevokeKeyResponse400Headers struct {
 
 // RevokeKeyResponse401Headers the declared response headers of an HTTP 401 response for RevokeKey
 type RevokeKeyResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // RevokeKeyResponse403Headers the declared response headers of an HTTP 403 response for RevokeKey
@@ -12005,7 +12023,8 @@ type UpdateKeyResponse400Headers struct {
 
 // UpdateKeyResponse401Headers the declared response headers of an HTTP 401 response for UpdateKey
 type UpdateKeyResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // UpdateKeyResponse403Headers the declared response headers of an HTTP 403 response for UpdateKey
@@ -12208,7 +12227,8 @@ type RotateKeyResponse400Headers struct {
 
 // RotateKeyResponse401Headers the declared response headers of an HTTP 401 response for RotateKey
 type RotateKeyResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // RotateKeyResponse403Headers the declared response headers of an HTTP 403 response for RotateKey
@@ -12425,7 +12445,8 @@ type LegalMovesResponse400Headers struct {
 
 // LegalMovesResponse401Headers the declared response headers of an HTTP 401 response for LegalMoves
 type LegalMovesResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // LegalMovesResponse403Headers the declared response headers of an HTTP 403 response for LegalMoves
@@ -12653,7 +12674,8 @@ type GetMeResponse400Headers struct {
 
 // GetMeResponse401Headers the declared response headers of an HTTP 401 response for GetMe
 type GetMeResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // GetMeResponse403Headers the declared response headers of an HTTP 403 response for GetMe
@@ -12808,7 +12830,8 @@ type UpdateMeResponse400Headers struct {
 
 // UpdateMeResponse401Headers the declared response headers of an HTTP 401 response for UpdateMe
 type UpdateMeResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // UpdateMeResponse403Headers the declared response headers of an HTTP 403 response for UpdateMe
@@ -12993,7 +13016,8 @@ type ResendVerificationResponse400Headers struct {
 
 // ResendVerificationResponse401Headers the declared response headers of an HTTP 401 response for ResendVerification
 type ResendVerificationResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // ResendVerificationResponse403Headers the declared response headers of an HTTP 403 response for ResendVerification
@@ -13409,7 +13433,8 @@ type GetPriceResponse400Headers struct {
 
 // GetPriceResponse401Headers the declared response headers of an HTTP 401 response for GetPrice
 type GetPriceResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // GetPriceResponse403Headers the declared response headers of an HTTP 403 response for GetPrice
@@ -13993,7 +14018,8 @@ type GetUsageResponse400Headers struct {
 
 // GetUsageResponse401Headers the declared response headers of an HTTP 401 response for GetUsage
 type GetUsageResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // GetUsageResponse403Headers the declared response headers of an HTTP 403 response for GetUsage
@@ -14156,7 +14182,8 @@ type GetStatementResponse400Headers struct {
 
 // GetStatementResponse401Headers the declared response headers of an HTTP 401 response for GetStatement
 type GetStatementResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // GetStatementResponse403Headers the declared response headers of an HTTP 403 response for GetStatement
@@ -14312,7 +14339,8 @@ type ValidatePositionResponse400Headers struct {
 
 // ValidatePositionResponse401Headers the declared response headers of an HTTP 401 response for ValidatePosition
 type ValidatePositionResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // ValidatePositionResponse403Headers the declared response headers of an HTTP 403 response for ValidatePosition
@@ -14668,7 +14696,8 @@ type ListWebhooksResponse400Headers struct {
 
 // ListWebhooksResponse401Headers the declared response headers of an HTTP 401 response for ListWebhooks
 type ListWebhooksResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // ListWebhooksResponse403Headers the declared response headers of an HTTP 403 response for ListWebhooks
@@ -14828,7 +14857,8 @@ type CreateWebhookResponse400Headers struct {
 
 // CreateWebhookResponse401Headers the declared response headers of an HTTP 401 response for CreateWebhook
 type CreateWebhookResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // CreateWebhookResponse403Headers the declared response headers of an HTTP 403 response for CreateWebhook
@@ -15052,7 +15082,8 @@ type DeleteWebhookResponse400Headers struct {
 
 // DeleteWebhookResponse401Headers the declared response headers of an HTTP 401 response for DeleteWebhook
 type DeleteWebhookResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // DeleteWebhookResponse403Headers the declared response headers of an HTTP 403 response for DeleteWebhook
@@ -15216,7 +15247,8 @@ type ListWebhookDeliveriesResponse400Headers struct {
 
 // ListWebhookDeliveriesResponse401Headers the declared response headers of an HTTP 401 response for ListWebhookDeliveries
 type ListWebhookDeliveriesResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // ListWebhookDeliveriesResponse403Headers the declared response headers of an HTTP 403 response for ListWebhookDeliveries
@@ -15392,7 +15424,8 @@ type TestWebhookResponse400Headers struct {
 
 // TestWebhookResponse401Headers the declared response headers of an HTTP 401 response for TestWebhook
 type TestWebhookResponse401Headers struct {
-	XRequestId string
+	WWWAuthenticate string
+	XRequestId      string
 }
 
 // TestWebhookResponse403Headers the declared response headers of an HTTP 403 response for TestWebhook
@@ -16731,6 +16764,13 @@ func ParseSubmitAnalysisResponse(rsp *http.Response) (*SubmitAnalysisResponse, e
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers SubmitAnalysisResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -17055,6 +17095,13 @@ func ParseSubmitBatchResponse(rsp *http.Response) (*SubmitBatchResponse, error) 
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers SubmitBatchResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -17382,6 +17429,13 @@ func ParseBestMoveResponse(rsp *http.Response) (*BestMoveResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers BestMoveResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -17695,6 +17749,13 @@ func ParseCheckoutResponse(rsp *http.Response) (*CheckoutResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers CheckoutResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -17998,6 +18059,13 @@ func ParseBillingPortalResponse(rsp *http.Response) (*BillingPortalResponse, err
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers BillingPortalResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -18263,6 +18331,13 @@ func ParseExplainChargeResponse(rsp *http.Response) (*ExplainChargeResponse, err
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ExplainChargeResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -18527,6 +18602,13 @@ func ParseListDisputesResponse(rsp *http.Response) (*ListDisputesResponse, error
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListDisputesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -18790,6 +18872,13 @@ func ParseOpenDisputeResponse(rsp *http.Response) (*OpenDisputeResponse, error) 
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers OpenDisputeResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -19093,6 +19182,13 @@ func ParseGetDisputeResponse(rsp *http.Response) (*GetDisputeResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetDisputeResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -19724,6 +19820,13 @@ func ParseEvalResponse(rsp *http.Response) (*EvalResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers EvalResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -20233,6 +20336,13 @@ func ParseListJobsResponse(rsp *http.Response) (*ListJobsResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListJobsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -20468,6 +20578,13 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers CancelJobResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -20751,6 +20868,13 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetJobResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -21002,6 +21126,13 @@ func ParseStreamJobEventsResponse(rsp *http.Response) (*StreamJobEventsResponse,
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers StreamJobEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -21254,6 +21385,13 @@ func ParseGetJobResultResponse(rsp *http.Response) (*GetJobResultResponse, error
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetJobResultResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -21501,6 +21639,13 @@ func ParseListKeysResponse(rsp *http.Response) (*ListKeysResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListKeysResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -21750,6 +21895,13 @@ func ParseCreateKeyResponse(rsp *http.Response) (*CreateKeyResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers CreateKeyResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -22025,6 +22177,13 @@ func ParseRevokeKeyResponse(rsp *http.Response) (*RevokeKeyResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers RevokeKeyResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -22291,6 +22450,13 @@ func ParseUpdateKeyResponse(rsp *http.Response) (*UpdateKeyResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers UpdateKeyResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -22612,6 +22778,13 @@ func ParseRotateKeyResponse(rsp *http.Response) (*RotateKeyResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers RotateKeyResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -22951,6 +23124,13 @@ func ParseLegalMovesResponse(rsp *http.Response) (*LegalMovesResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers LegalMovesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -23209,6 +23389,13 @@ func ParseGetMeResponse(rsp *http.Response) (*GetMeResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetMeResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -23444,6 +23631,13 @@ func ParseUpdateMeResponse(rsp *http.Response) (*UpdateMeResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers UpdateMeResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -23724,6 +23918,13 @@ func ParseResendVerificationResponse(rsp *http.Response) (*ResendVerificationRes
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ResendVerificationResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -24248,6 +24449,13 @@ func ParseGetPriceResponse(rsp *http.Response) (*GetPriceResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetPriceResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -25041,6 +25249,13 @@ func ParseGetUsageResponse(rsp *http.Response) (*GetUsageResponse, error) {
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetUsageResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -25321,6 +25536,13 @@ func ParseGetStatementResponse(rsp *http.Response) (*GetStatementResponse, error
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetStatementResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -25570,6 +25792,13 @@ func ParseValidatePositionResponse(rsp *http.Response) (*ValidatePositionRespons
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ValidatePositionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -26020,6 +26249,13 @@ func ParseListWebhooksResponse(rsp *http.Response) (*ListWebhooksResponse, error
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListWebhooksResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -26281,6 +26517,13 @@ func ParseCreateWebhookResponse(rsp *http.Response) (*CreateWebhookResponse, err
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers CreateWebhookResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -26556,6 +26799,13 @@ func ParseDeleteWebhookResponse(rsp *http.Response) (*DeleteWebhookResponse, err
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers DeleteWebhookResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -26810,6 +27060,13 @@ func ParseListWebhookDeliveriesResponse(rsp *http.Response) (*ListWebhookDeliver
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers ListWebhookDeliveriesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -27092,6 +27349,13 @@ func ParseTestWebhookResponse(rsp *http.Response) (*TestWebhookResponse, error) 
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers TestWebhookResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

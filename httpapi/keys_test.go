@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"reflect"
 	"slices"
 	"strings"
@@ -330,6 +331,12 @@ func TestScopes(t *testing.T) {
 	t.Run("wrong auth scheme", func(t *testing.T) {
 		req := e.do("GET", "/v1/keys", "", nil)
 		wantProblem(t, req, 401, "sign_up")
+		basic, err := http.NewRequest("GET", e.srv.URL+"/v1/keys", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		basic.SetBasicAuth("user", key)
+		wantProblem(t, e.send(basic), 401, "fix_request")
 	})
 }
 

@@ -370,4 +370,13 @@ func wantProblem(t testing.TB, r response, status int, next string) {
 	if r.Body["title"] == "" || r.Body["detail"] == "" || r.Body["status"] != float64(status) {
 		t.Fatalf("incomplete problem: %s", r.Raw)
 	}
+	if status == 401 {
+		want := "Bearer" // no credential
+		if next != "sign_up" {
+			want = `Bearer error="invalid_token"` // one sent and refused
+		}
+		if got := r.Header.Values("WWW-Authenticate"); len(got) != 1 || got[0] != want {
+			t.Fatalf("WWW-Authenticate %q, want %q", got, want)
+		}
+	}
 }

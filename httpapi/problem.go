@@ -142,6 +142,14 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	} else {
 		p.Detail, p.Errors = de.Message, de.Fields
 	}
+	// A 401 says how to authenticate (RFC 9110 §11.6.1, RFC 6750 §3): with a bearer
+	// token, and when one was sent and refused, that it was the token.
+	switch code {
+	case domain.CodeNoCredential:
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	case domain.CodeBadCredential:
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+	}
 	var ra retryAfterer
 	switch {
 	case dbAway:
