@@ -49,6 +49,7 @@ func newID(prefix string) string {
 // CheckURL refuses what is not an absolute https URL (http is allowed only when
 // insecure, for tests and development), written as RFC 3986 has it: url.Parse takes
 // spaces, quotes and angle brackets as they come, and the URL is shown back as given.
+// Nor may its host be an address the sender would refuse (publicOnly), unless insecure.
 func CheckURL(raw string, insecure bool) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" || len(raw) > 2000 || !uriText(raw) {
@@ -56,6 +57,12 @@ func CheckURL(raw string, insecure bool) error {
 	}
 	if u.Scheme != "https" && !(insecure && u.Scheme == "http") {
 		return domain.Invalid("url", "must be https")
+	}
+	// An address written in the URL is refused now, by the sender's own rule, rather
+	// than at every delivery; a name is checked when sending, on the address it
+	// resolves to then. insecure also lets the sender reach private addresses.
+	if ip, err := netip.ParseAddr(u.Hostname()); err == nil && !insecure && !isPublic(ip) {
+		return domain.Invalid("url", "must not be a loopback, private or other non-public address: deliveries go only to public addresses")
 	}
 	return nil
 }
@@ -289,16 +296,24 @@ func publicOnly(_, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return err
 	}
+	if !isPublic(ip) {
+		return errors.New("webhook: the address is not public")
+	}
+	return nil
+}
+
+// isPublic says whether ip is none of the addresses publicOnly refuses.
+func isPublic(ip netip.Addr) bool {
 	ip = ip.Unmap()
 	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() {
-		return errors.New("webhook: the address is not public")
+		return false
 	}
 	for _, p := range nonPublic {
 		if p.Contains(ip) {
-			return errors.New("webhook: the address is not public")
+			return false
 		}
 	}
-	return nil
+	return true
 }
 
 // nonPublic are the special-purpose ranges (IANA's registries) that Go's address
