@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,13 +28,45 @@ func TestRouterErrorsAreProblems(t *testing.T) {
 	wantProblem(t, e.do("GET", "/eval", "", nil), 404, "fix_request")
 	r := e.do("PUT", "/v1/keys", key, nil)
 	wantProblem(t, r, 405, "fix_request")
-	if allow := r.Header.Get("Allow"); allow != "GET, POST" {
+	if allow := r.Header.Get("Allow"); allow != "GET, HEAD, POST" {
 		t.Fatalf("Allow = %q", allow)
 	}
 	wantProblem(t, e.do("GET", "/v1/signup", "", nil), 405, "fix_request")
 	// the console's bundle answers a file it lacks the same way
 	for _, path := range []string{"/assets/no-such-file.js", "/assets/"} {
 		wantProblem(t, e.do("GET", path, "", nil), 404, "fix_request")
+	}
+}
+
+// HEAD is answered wherever GET is (RFC 9110, 9.1: uptime checkers use it): the GET
+// answer's status and headers, no body. A job's event stream is GET only (a HEAD would
+// hold the connection for as long as the job runs). The document lists GET operations
+// only, so this runs on a server without the contract check.
+func TestHeadWhereverGet(t *testing.T) {
+	e := newEnv(t)
+	key, _ := e.signup("head@example.com")
+	plain := httptest.NewServer(e.api)
+	defer plain.Close()
+	head := func(path string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodHead, plain.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := plain.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res, body
+	}
+	for _, path := range []string{"/v1/healthz", "/v1/me", "/v1/engines", "/v1/openapi.json", "/v1/keys"} {
+		res, body := head(path)
+		if res.StatusCode != 200 || len(body) != 0 || res.Header.Get("Content-Type") == "" {
+			t.Errorf("HEAD %s: %s, %d bytes of body, Content-Type %q", path, res.Status, len(body), res.Header.Get("Content-Type"))
+		}
+	}
+	if res, _ := head("/v1/jobs/job_x/events"); res.StatusCode != 405 || res.Header.Get("Allow") != "GET" {
+		t.Errorf("HEAD of a job's event stream: %s, Allow %q", res.Status, res.Header.Get("Allow"))
 	}
 }
 

@@ -153,7 +153,14 @@ func (s *Server) routes() {
 	declaredOf := map[*mux.Route]*declared{}
 	handle := func(method, path string, h http.HandlerFunc) {
 		d := &declared{}
-		declaredOf[root.HandleFunc("/v1"+path, s.declaredOnly(d, h)).Methods(method)] = d
+		methods := []string{method}
+		// RFC 9110 (9.1): a general-purpose server takes HEAD wherever it takes GET;
+		// net/http sends the GET answer's headers without its body. A job's event stream
+		// is left out: a HEAD would hold its connection for as long as the job runs.
+		if method == http.MethodGet && path != "/jobs/{id}/events" {
+			methods = append(methods, http.MethodHead)
+		}
+		declaredOf[root.HandleFunc("/v1"+path, s.declaredOnly(d, h)).Methods(methods...)] = d
 	}
 	// The costed calls first: the router tries routes in order, and these take nearly
 	// all requests (no two routes here match one path, so the order changes nothing else).
@@ -233,7 +240,7 @@ func (s *Server) routes() {
 // allowedMethods lists the methods the router would accept for r's path.
 func allowedMethods(router *mux.Router, r *http.Request) []string {
 	var out []string
-	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+	for _, m := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
 		var match mux.RouteMatch
