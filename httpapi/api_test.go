@@ -123,12 +123,18 @@ func TestBodyTooLarge(t *testing.T) {
 // the detail as its reason: every 400 lists what to fix.
 func TestMalformedBodiesNameTheBody(t *testing.T) {
 	e := newEnv(t)
-	for _, tt := range []struct{ body, detail string }{
-		{`{"email":"a@b.co",,}`, "malformed JSON at byte "},
-		{`{"email":"a@b.co"} {"x":1}`, "unexpected data after the JSON object"},
-		{`["a@b.co"]`, "the request body must be a JSON object, not "},
+	key, _ := e.signup("bodies@example.com")
+	// the body alone, also where a refusal naming fields is completed with the other
+	// fields' problems (/eval, /keys): nothing of this body was read to check
+	for _, tt := range []struct{ path, key, body, detail string }{
+		{"/v1/signup", "", `{"email":"a@b.co",,}`, "malformed JSON at byte "},
+		{"/v1/signup", "", `{"email":"a@b.co"} {"x":1}`, "unexpected data after the JSON object"},
+		{"/v1/signup", "", `["a@b.co"]`, "the request body must be a JSON object, not "},
+		{"/v1/eval", "", `{"fen":`, "the JSON body ends early"},
+		{"/v1/eval", "", `[1]`, "the request body must be a JSON object, not "},
+		{"/v1/keys", key, `{"scopes":["eval"]} x`, "unexpected data after the JSON object"},
 	} {
-		r := e.do("POST", "/v1/signup", "", tt.body)
+		r := e.do("POST", tt.path, tt.key, tt.body)
 		wantProblem(t, r, 400, "fix_request")
 		detail, _ := r.Body["detail"].(string)
 		if !strings.HasPrefix(detail, tt.detail) {

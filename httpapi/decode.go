@@ -59,6 +59,12 @@ func bodyInvalid(format string, args ...any) *domain.Error {
 	return &domain.Error{Code: domain.CodeInvalid, Message: msg, Fields: []domain.FieldError{{Field: "body", Reason: msg}}}
 }
 
+// wholeBody says whether de is bodyInvalid's: a refusal of the body as a whole, whose
+// fields were not read at all (a member named "body" is told as "body: …").
+func wholeBody(de *domain.Error) bool {
+	return len(de.Fields) == 1 && de.Fields[0].Field == "body" && de.Message == de.Fields[0].Reason
+}
+
 // member is one name and value of a JSON object, in the order of the body.
 type member struct {
 	name  string

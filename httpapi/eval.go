@@ -380,10 +380,11 @@ func (s *Server) alsoInvalid(err error, req analysis.Request) error {
 
 // fieldProblems says whether err is a refusal of a body naming its fields, whose
 // other fields can be checked too (decode filled in those it could read). A body that
-// is not a JSON object names none, and is refused as it is.
+// is not one JSON object (wholeBody) is refused as it is: nothing of it was read, and
+// checking the empty request would add "fen: is required" to "malformed JSON".
 func fieldProblems(err error) bool {
 	var de *domain.Error
-	return errors.As(err, &de) && de.Code == domain.CodeInvalid && len(de.Fields) > 0 && len(de.Fields) < maxProblems
+	return errors.As(err, &de) && de.Code == domain.CodeInvalid && len(de.Fields) > 0 && len(de.Fields) < maxProblems && !wholeBody(de)
 }
 
 // withProblems is the refusal err (see fieldProblems) with more's problems of fields
