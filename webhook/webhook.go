@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/domain"
 	"chessd/eventstore"
@@ -67,11 +68,6 @@ func CheckURL(raw string, insecure bool) error {
 	return nil
 }
 
-// Beginner starts transactions (a pool or a connection).
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // uriText says whether s holds only the characters a URI may (RFC 3986's unreserved
 // and reserved ones, and '%' of its escapes; url.Parse checks the escapes).
 func uriText(s string) bool {
@@ -88,7 +84,7 @@ func uriText(s string) bool {
 // which is stored sealed by secrets. The count and the insert run under a lock of
 // the account's endpoints: counted in one statement alone, concurrent creations
 // each saw room and went past MaxEndpoints.
-func Create(ctx context.Context, db Beginner, secrets *Secrets, accountID, env, rawURL string, insecure bool) (*Endpoint, error) {
+func Create(ctx context.Context, pool *pgxpool.Pool, secrets *Secrets, accountID, env, rawURL string, insecure bool) (*Endpoint, error) {
 	if err := CheckURL(rawURL, insecure); err != nil {
 		return nil, err
 	}
@@ -96,7 +92,7 @@ func Create(ctx context.Context, db Beginner, secrets *Secrets, accountID, env, 
 		return nil, errors.New("webhook: no Secrets to seal the endpoint's secret with")
 	}
 	e := &Endpoint{ID: newID("whe_"), AccountID: accountID, Env: env, URL: rawURL, Secret: "whsec_" + newID("")}
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "webhooks-of-"+accountID); err != nil {
 			return err
 		}
@@ -188,9 +184,9 @@ func (e *PingsFull) RetryAfter() time.Duration { return e.wait }
 // and returns its id: 404 when the endpoint is not the account's, PingsFull past
 // MaxTestPings in the last minute. Pings of one endpoint take turns on its row, so
 // concurrent ones cannot all find room.
-func Ping(ctx context.Context, db Beginner, accountID, env, endpointID string, data any) (string, error) {
+func Ping(ctx context.Context, pool *pgxpool.Pool, accountID, env, endpointID string, data any) (string, error) {
 	var id string
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		// The lock first, the count in a statement of its own: one statement's snapshot
 		// predates the wait for the lock, so it would miss the pings queued meanwhile.
 		err := tx.QueryRow(ctx, `SELECT 1 FROM webhook_endpoints
