@@ -273,14 +273,7 @@ func (s *Server) writeKey(w http.ResponseWriter, r *http.Request, status int, k 
 // key sees live keys, or test keys with env=test.
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 	key := principal(r.Context())
-	le := listEnvOf(key)
-	var p domain.Problems
-	eachParam(r.URL.Query(), func(name, v string) { le.read(&p, name, v) })
-	if err := p.Err(); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	env, err := le.show("keys")
+	env, err := envOnly(r, "keys")
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -91,6 +91,20 @@ func (le *listEnv) read(p *domain.Problems, name, v string) bool {
 	return true
 }
 
+// envOnly is the env a list whose one parameter is env shows (GET /keys, /webhooks),
+// or its refusal; items names what the list holds.
+func envOnly(r *http.Request, items string) (domain.Env, error) {
+	le := listEnvOf(principal(r.Context()))
+	var p domain.Problems
+	if vs, ok := r.URL.Query()["env"]; ok { // declaredOnly lets no other parameter through
+		le.read(&p, "env", vs[0])
+	}
+	if err := p.Err(); err != nil {
+		return domain.Env{}, err
+	}
+	return le.show(items)
+}
+
 // show is the env to list, or the refusal (403 missing-scope) of a test key that asked
 // for live; items names what the list holds ("jobs"). Bad parameters are answered first.
 func (le *listEnv) show(items string) (domain.Env, error) {

@@ -43,14 +43,7 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
 // env=test for a live key).
 func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request) {
 	key := principal(r.Context())
-	var p domain.Problems
-	le := listEnvOf(key)
-	eachParam(r.URL.Query(), func(name, v string) { le.read(&p, name, v) })
-	if err := p.Err(); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	env, err := le.show("webhook endpoints")
+	env, err := envOnly(r, "webhook endpoints")
 	if err != nil {
 		s.writeError(w, r, err)
 		return
