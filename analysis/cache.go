@@ -15,9 +15,9 @@ import (
 )
 
 // cacheKey names everything that changes an unlimited search's result: the position
-// (normalised FEN: canonical castling and en passant, no fullmove number) with its
-// halfmove clock, the engine version and path (the wasm build has its own net), and
-// Chess960 mode (castling notation). The halfmove clock changes Stockfish's answer:
+// (parsedFEN.normalized: the normalised FEN, canonical castling and en passant, no
+// fullmove number, with its halfmove clock), the engine version and path (the wasm
+// build has its own net), and Chess960 mode (castling notation). The halfmove clock changes Stockfish's answer:
 // the fifty-move rule, and Stockfish 17 scales its evaluation down as the clock
 // grows (one position read cp 38 / 20 / 16 at clocks 0 / 20 / 80, and a won ending
 // at clock 99 is a draw); without it a cached answer at one clock was served at
@@ -25,7 +25,7 @@ import (
 // answers a shallower request with fewer. Hash size and move overhead do not change
 // what a depth- or time-limited search means and are left out; WDL is always computed.
 func cacheKey(parsed *parsedFEN, spec Spec) string {
-	return parsed.normalized + " " + strconv.Itoa(parsed.pos.HalfmoveClock()) + "|" + spec.Engine + "|" + string(spec.Path) + "|" + strconv.FormatBool(spec.Chess960)
+	return parsed.normalized + "|" + spec.Engine + "|" + string(spec.Path) + "|" + strconv.FormatBool(spec.Chess960)
 }
 
 // Cache keeps finished analyses in memory (bounded, least recently used out first) in

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -251,7 +252,8 @@ func (s *Service) stored(ctx context.Context, key string, spec Spec) (*Result, b
 }
 
 // parsedFEN is a position with the two renderings every answer of it needs: its
-// canonical FEN (the answer's) and its normalised one (the cache key's).
+// canonical FEN (the answer's) and its normalised one with its halfmove clock (the
+// cache key's, see cacheKey).
 type parsedFEN struct {
 	pos             *position.Position
 	fen, normalized string
@@ -276,7 +278,7 @@ func (s *Service) parse(fen string, chess960 bool) (*parsedFEN, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &parsedFEN{pos: pos, fen: pos.FEN(), normalized: pos.Normalized()}
+	p := &parsedFEN{pos: pos, fen: pos.FEN(), normalized: pos.Normalized() + " " + strconv.Itoa(pos.HalfmoveClock())}
 	if s.parsedN.Add(1) > maxParsed { // bounded: start afresh rather than track recency
 		s.parsed.Clear()
 		s.parsedN.Store(0)
