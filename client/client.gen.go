@@ -3267,7 +3267,7 @@ type ClientInterface interface {
 
 	// ResendVerification Send a new verification message
 	//
-	// 409 when the address is verified already, when a message went out less than a minute ago, or when five went out in the last 24 hours (signup's included). Scope `usage:read`.
+	// 409 when the address is verified already; 429 with Retry-After (when the next may go) when a message went out less than a minute ago, or when five went out in the last 24 hours (signup's included). Scope `usage:read`.
 	//
 	// Corresponds with POST /me/verify-email (the `ResendVerification` operationId).
 	ResendVerification(ctx context.Context, params *ResendVerificationParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4230,7 +4230,7 @@ func (c *Client) UpdateMe(ctx context.Context, params *UpdateMeParams, body Upda
 
 // ResendVerification Send a new verification message
 //
-// 409 when the address is verified already, when a message went out less than a minute ago, or when five went out in the last 24 hours (signup's included). Scope `usage:read`.
+// 409 when the address is verified already; 429 with Retry-After (when the next may go) when a message went out less than a minute ago, or when five went out in the last 24 hours (signup's included). Scope `usage:read`.
 //
 // Corresponds with POST /me/verify-email (the `ResendVerification` operationId).
 func (c *Client) ResendVerification(ctx context.Context, params *ResendVerificationParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7918,7 +7918,7 @@ type ClientWithResponsesInterface interface {
 
 	// ResendVerificationWithResponse Send a new verification message
 	//
-	// 409 when the address is verified already, when a message went out less than a minute ago, or when five went out in the last 24 hours (signup's included). Scope `usage:read`.
+	// 409 when the address is verified already; 429 with Retry-After (when the next may go) when a message went out less than a minute ago, or when five went out in the last 24 hours (signup's included). Scope `usage:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -16295,7 +16295,7 @@ func (c *ClientWithResponses) UpdateMeWithResponse(ctx context.Context, params *
 
 // ResendVerificationWithResponse Send a new verification message
 //
-// 409 when the address is verified already, when a message went out less than a minute ago, or when five went out in the last 24 hours (signup's included). Scope `usage:read`.
+// 409 when the address is verified already; 429 with Retry-After (when the next may go) when a message went out less than a minute ago, or when five went out in the last 24 hours (signup's included). Scope `usage:read`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -87,8 +87,21 @@ func (h *Handler) VerifyEmail(ctx context.Context, token, requestID string) (*do
 // without a cap anyone could sign up with someone else's and mail it every minute.
 const MaxVerificationMails = 5
 
+// MailsFull refuses a verification message past one a minute or MaxVerificationMails
+// a day (429): the refusal is about time, so it says when the next may go
+// (Retry-After), as a ping past its rate does.
+type MailsFull struct {
+	msg  string
+	wait time.Duration
+}
+
+func (e *MailsFull) Error() string             { return e.msg }
+func (e *MailsFull) Unwrap() error             { return domain.Errorf(domain.CodeRateLimited, "%s", e.msg) }
+func (e *MailsFull) RetryAfter() time.Duration { return e.wait }
+
 // ResendVerification queues a new verification message for the actor's account (409
-// when it is verified already; at most one a minute and MaxVerificationMails a day).
+// when it is verified already; MailsFull past one a minute or MaxVerificationMails a
+// day).
 func (h *Handler) ResendVerification(ctx context.Context, actor Actor) error {
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
 		// Calls for one account take turns until commit: without the lock, concurrent
@@ -105,20 +118,21 @@ func (h *Handler) ResendVerification(ctx context.Context, actor Actor) error {
 			return domain.Errorf(domain.CodeConflict, "the address %s is already verified", a.Email())
 		}
 		now := h.now()
-		var recent bool
 		var today int
-		var oldest time.Time
-		if err := tx.QueryRow(ctx, `SELECT coalesce(bool_or(created_at > $2), false), count(*), coalesce(min(created_at), $3)
-			FROM email_verifications WHERE account_id = $1 AND created_at > $3`,
-			a.ID(), now.Add(-time.Minute), now.Add(-24*time.Hour)).Scan(&recent, &today, &oldest); err != nil {
+		var oldest, latest time.Time
+		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(min(created_at), $2), coalesce(max(created_at), $2)
+			FROM email_verifications WHERE account_id = $1 AND created_at > $2`,
+			a.ID(), now.Add(-24*time.Hour)).Scan(&today, &oldest, &latest); err != nil {
 			return err
 		}
-		if recent {
-			return domain.Errorf(domain.CodeConflict, "a verification message was sent less than a minute ago; check the inbox of %s", a.Email())
+		if next := latest.Add(time.Minute); today > 0 && next.After(now) {
+			return &MailsFull{wait: next.Sub(now),
+				msg: fmt.Sprintf("a verification message was sent less than a minute ago; check the inbox of %s", a.Email())}
 		}
 		if today >= MaxVerificationMails {
-			return domain.Errorf(domain.CodeConflict, "%d verification messages went to %s in the last 24 hours, the most it gets; the next may be sent after %s",
-				today, a.Email(), oldest.Add(24*time.Hour).UTC().Format(time.RFC3339))
+			next := oldest.Add(24 * time.Hour)
+			return &MailsFull{wait: next.Sub(now), msg: fmt.Sprintf("%d verification messages went to %s in the last 24 hours, the most it gets; the next may be sent after %s",
+				today, a.Email(), next.UTC().Format(time.RFC3339))}
 		}
 		return h.queueVerification(ctx, tx, a.ID(), a.Email(), now)
 	})

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -381,7 +382,12 @@ func TestVerificationMailCapped(t *testing.T) {
 			break
 		}
 	}
-	wantProblem(t, last, 409, "fix_request")
+	// a refusal about time: 429 saying when the next may go, a day after the first
+	// message (about 24 h less the nine minutes the clock was moved back)
+	wantProblem(t, last, 429, "retry_after")
+	if ra, err := strconv.Atoi(last.Header.Get("Retry-After")); err != nil || ra < 86400-10*61 || ra > 86400-4*61 {
+		t.Fatalf("Retry-After %q past the day's cap, want about a day less the minutes moved back", last.Header.Get("Retry-After"))
+	}
 	var queued int
 	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM mail_outbox WHERE to_email = 'capped@example.com'`).Scan(&queued); err != nil {
 		t.Fatal(err)
@@ -404,7 +410,11 @@ func TestBilling(t *testing.T) {
 	key, _ := e.signup("billing@example.com")
 	// a plan is bought only from an account whose address is verified
 	wantProblem(t, e.do("POST", "/v1/billing/checkout", key, `{"plan":"pro"}`), 403, "verify_email")
-	wantProblem(t, e.do("POST", "/v1/me/verify-email", key, nil), 409, "fix_request") // one message a minute
+	soon := e.do("POST", "/v1/me/verify-email", key, nil) // one message a minute
+	wantProblem(t, soon, 429, "retry_after")
+	if ra, err := strconv.Atoi(soon.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Fatalf("Retry-After %q a moment after signup's message, want at most the minute", soon.Header.Get("Retry-After"))
+	}
 	var body string
 	if err := e.pool.QueryRow(context.Background(), `SELECT body FROM mail_outbox WHERE to_email = 'billing@example.com'`).Scan(&body); err != nil {
 		t.Fatal(err)
