@@ -2381,13 +2381,15 @@ type GetPriceParams struct {
 	Depth *int `form:"depth,omitempty" json:"depth,omitempty"`
 
 	// Multipv Default 1; 1–10, or 1–3 for jobs.
-	Multipv    *int `form:"multipv,omitempty" json:"multipv,omitempty"`
+	Multipv *int `form:"multipv,omitempty" json:"multipv,omitempty"`
+
+	// MovetimeMs eval and bestmove only (jobs take none): 400 with analyze or batch.
 	MovetimeMs *int `form:"movetime_ms,omitempty" json:"movetime_ms,omitempty"`
 
-	// Items batch: positions, 1–50.
+	// Items batch: positions, 1–50; 400 with another endpoint.
 	Items *int `form:"items,omitempty" json:"items,omitempty"`
 
-	// Plies analyze: plies, 1–50.
+	// Plies analyze: plies, 1–50; 400 with another endpoint.
 	Plies *int `form:"plies,omitempty" json:"plies,omitempty"`
 
 	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.

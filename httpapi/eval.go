@@ -547,10 +547,20 @@ func (s *Server) price(w http.ResponseWriter, r *http.Request) {
 		}
 		return n
 	}
+	// A parameter the endpoint's calls cannot have is refused, not ignored: a quote
+	// with movetime_ms for a job (jobs take none) priced a call that cannot be made.
+	applies := map[string]bool{"movetime_ms": !job, "items": ep == domain.EndpointBatch, "plies": ep == domain.EndpointAnalyze}
+	for _, name := range []string{"movetime_ms", "items", "plies"} {
+		if ok && !applies[name] && q.Has(name) {
+			p.Add(name, fmt.Sprintf("does not apply to endpoint %s", ep))
+		}
+	}
 	call := domain.Call{Endpoint: ep, Positions: 1}
 	call.Depth = intParam("depth", defDepth, 1, maxDepth)
 	call.MultiPV = intParam("multipv", 1, 1, maxPV)
-	call.MoveTimeMS = intParam("movetime_ms", 0, analysis.MinMoveTime, analysis.MaxMoveTime)
+	if !job {
+		call.MoveTimeMS = intParam("movetime_ms", 0, analysis.MinMoveTime, analysis.MaxMoveTime)
+	}
 	switch ep {
 	case domain.EndpointBatch:
 		call.Positions = intParam("items", 1, 1, 50)

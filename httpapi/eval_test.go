@@ -398,6 +398,16 @@ func TestEnginesAndPrice(t *testing.T) {
 	for _, q := range []string{"", "endpoint=ponder", "endpoint=batch&depth=15", "endpoint=batch&items=51", "endpoint=eval&multipv=11", "endpoint=eval&depth=x", "endpoint=eval&color=white"} {
 		wantProblem(t, e.do("GET", "/v1/price?"+q, key, nil), 400, "fix_request")
 	}
+	// a parameter the endpoint's calls cannot have is named, not ignored (jobs take no
+	// movetime: the quote was of a call that cannot be made)
+	for q, field := range map[string]string{"endpoint=batch&items=50&movetime_ms=100": "movetime_ms", "endpoint=eval&items=5": "items",
+		"endpoint=analyze&items=5": "items", "endpoint=bestmove&plies=3": "plies", "endpoint=batch&plies=3": "plies"} {
+		r := e.do("GET", "/v1/price?"+q, key, nil)
+		wantProblem(t, r, 400, "fix_request")
+		if errs, _ := r.Body["errors"].([]any); len(errs) != 1 || errs[0].(map[string]any)["field"] != field {
+			t.Fatalf("%s: want one error naming %s: %s", q, field, r.Raw)
+		}
+	}
 	wantProblem(t, e.do("GET", "/v1/price?endpoint=eval", "", nil), 401, "sign_up")
 	// what /price quotes is what /eval charges
 	ev := e.do("POST", "/v1/eval", key, evalBody(startFEN, `"depth":9,"multipv":2`))
