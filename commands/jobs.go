@@ -278,16 +278,37 @@ func (h *Handler) RecordPositions(ctx context.Context, key *domain.Key, jobID, w
 }
 
 // keyStops says why a job of key may charge nothing more: the key was revoked, or its
-// budget lowered below what it has spent this period and holds, since key was loaded
-// (by StartJob, which checked it then). A key unchanged since (its stream at key's
-// version) costs one lookup.
+// budget or its account's was lowered below what has been spent this period and is
+// held, since key was loaded (by StartJob, which checked it then). The key's and the
+// account's stream rows are read FOR SHARE: a change of either (it appends to its
+// stream, then writes its budget) that is committing is waited for and seen here, and
+// one that starts later waits for this record's commit, so no charge slips in between
+// a change and its check (one did, with the change waiting on the key's balance row).
+// A key unchanged since costs this lookup and the account's check.
 func keyStops(ctx context.Context, tx *eventstore.Tx, key *domain.Key) (*domain.Error, error) {
-	var version int64
-	if err := tx.QueryRow(ctx, `SELECT version FROM streams WHERE stream_id = $1`, domain.KeyStream(key.ID())).Scan(&version); err != nil {
+	keyStream := domain.KeyStream(key.ID())
+	rows, err := tx.Query(ctx, `SELECT stream_id, version FROM streams WHERE stream_id = ANY($1) ORDER BY stream_id FOR SHARE`,
+		[]string{keyStream, domain.AccountStream(key.AccountID())})
+	if err != nil {
+		return nil, fmt.Errorf("key %s: %w", key.ID(), err)
+	}
+	version := int64(-1)
+	for rows.Next() {
+		var id string
+		var v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("key %s: %w", key.ID(), err)
+		}
+		if id == keyStream {
+			version = v
+		}
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("key %s: %w", key.ID(), err)
 	}
 	if version == key.Version() {
-		return nil, nil
+		return accountRefuses(ctx, tx, key)
 	}
 	now, err := LoadKey(ctx, tx, key.ID())
 	if err != nil {
@@ -307,6 +328,20 @@ func keyRefuses(ctx context.Context, tx *eventstore.Tx, key *domain.Key) (*domai
 	}
 	if over {
 		return domain.Errorf(domain.CodeBudget, "the job's key's budget was lowered below what its jobs hold: its other positions were not analysed, and are not charged"), nil
+	}
+	return accountRefuses(ctx, tx, key)
+}
+
+// accountRefuses says why a job of key may charge nothing more on its account: the
+// account's budget in the key's env was lowered below what its keys have spent this
+// period and hold (no account's budget is ever crossed: decisions.md).
+func accountRefuses(ctx context.Context, tx *eventstore.Tx, key *domain.Key) (*domain.Error, error) {
+	over, err := ledger.AccountOverHeld(ctx, tx, key.AccountID(), key.Env().String())
+	if err != nil {
+		return nil, err
+	}
+	if over {
+		return domain.Errorf(domain.CodeBudget, "the account's budget was lowered below what its keys have spent and hold: the job's other positions were not analysed, and are not charged"), nil
 	}
 	return nil, nil
 }

@@ -338,10 +338,10 @@ func (h *Handler) RenewPositions(ctx context.Context, worker string, held []Slot
 // positions: a queued job starts (JobStarted, once, by whichever worker comes first),
 // and a worker that took over positions of a stopped worker says so (JobResumed). It
 // returns the job and its key as of this start, which the worker charges with
-// (RecordPositions checks it again only once the key's stream moves on). A job whose
-// key was revoked, or whose budget was lowered below what it has spent and holds,
-// while the job waited fails here, charging nothing: ErrNotClaimable, as when the
-// job has ended.
+// (RecordPositions reloads it only once the key's stream moves on, and checks the
+// account's budget at every record). A job whose key was revoked, or whose budget or
+// its account's was lowered below what has been spent and is held, while the job
+// waited fails here, charging nothing: ErrNotClaimable, as when the job has ended.
 func (h *Handler) StartJob(ctx context.Context, jobID, worker string, tookOver bool) (*domain.Job, *domain.Key, error) {
 	var out *domain.Job
 	var key *domain.Key

@@ -782,8 +782,8 @@ func TestEndStreamsEndsJobEventStreams(t *testing.T) {
 	}
 }
 
-// A job's key revoked, or its budget lowered below what it holds, while the job waits
-// for a worker: the job fails as it starts and charges nothing (the worker read the
+// A job's key revoked, or its budget or its account's lowered below what it holds,
+// while the job waits for a worker: the job fails as it starts and charges nothing (the worker read the
 // key after the change and took that copy as the unchanged key; the job ran in full,
 // charged, past the lowered budget).
 func TestKeyChangeWhileQueuedStopsItsJob(t *testing.T) {
@@ -802,6 +802,8 @@ func TestKeyChangeWhileQueuedStopsItsJob(t *testing.T) {
 		{func(id string) response {
 			return e.do("PATCH", "/v1/keys/"+id, owner, map[string]any{"budget_units": 1})
 		}, domain.CodeBudget},
+		// last: the account's budget is every key's
+		{func(string) response { return e.do("PATCH", "/v1/me", owner, map[string]any{"budget_units": 1}) }, domain.CodeBudget},
 	} {
 		key, keyID := e.createKey(owner, map[string]any{"scopes": []string{"jobs"}, "budget_units": 1_000_000})
 		r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(4), "depth": 3})
@@ -826,8 +828,8 @@ func TestKeyChangeWhileQueuedStopsItsJob(t *testing.T) {
 	}
 }
 
-// A job's key revoked, or its budget lowered below what it holds, while the job runs:
-// the job fails at its next record and charges nothing more; what it recorded stays
+// A job's key revoked, or its budget or its account's lowered below what it holds,
+// while the job runs: the job fails at its next record and charges nothing more; what it recorded stays
 // charged, and the rest of its hold goes back.
 func TestKeyChangeStopsItsJobs(t *testing.T) {
 	e := newEnv(t)
@@ -842,6 +844,10 @@ func TestKeyChangeStopsItsJobs(t *testing.T) {
 		{"revoked", func(id string) response { return e.do("DELETE", "/v1/keys/"+id, owner, nil) }, domain.CodeBadCredential},
 		{"budget lowered", func(id string) response {
 			return e.do("PATCH", "/v1/keys/"+id, owner, map[string]any{"budget_units": 1})
+		}, domain.CodeBudget},
+		// last: the account's budget is every key's
+		{"account budget lowered", func(string) response {
+			return e.do("PATCH", "/v1/me", owner, map[string]any{"budget_units": 1})
 		}, domain.CodeBudget},
 	} {
 		t.Run(c.name, func(t *testing.T) {

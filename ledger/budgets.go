@@ -2,8 +2,11 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"chessd/domain"
 	"chessd/eventstore"
@@ -103,6 +106,23 @@ func KeyOverHeld(ctx context.Context, tx *eventstore.Tx, keyID string) (bool, er
 		FROM key_periods WHERE key_id = $1`, keyID).Scan(&over)
 	if err != nil {
 		return false, fmt.Errorf("balance of key %s: %w", keyID, err)
+	}
+	return over, nil
+}
+
+// AccountOverHeld says whether account accountID's budget in env, lowered since, no
+// longer covers what its keys have spent this period and what is held of it (the rule
+// meter_lease grants by): the account's jobs may charge nothing more.
+func AccountOverHeld(ctx context.Context, tx *eventstore.Tx, accountID, env string) (bool, error) {
+	var over bool
+	err := tx.QueryRow(ctx, `SELECT coalesce(budget_units < period_units + held_units, false)
+			OR coalesce(floor((budget_usd - period_usd) / $3) < held_units, false)
+		FROM account_periods WHERE account_id = $1 AND env = $2`, accountID, env, UnitPriceUSD).Scan(&over)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // the account never reserved anything in env: no budget row
+	}
+	if err != nil {
+		return false, fmt.Errorf("budget of account %s: %w", accountID, err)
 	}
 	return over, nil
 }
