@@ -198,62 +198,6 @@ func TestWebhookCapHoldsUnderRace(t *testing.T) {
 	}
 }
 
-// One endpoint that never answers, with a backlog of deliveries queued first, does not
-// hold back another account's delivery: the sender takes endpoints in turn and tries a
-// batch at once, so the other delivery goes in the first batch, beside at most nine of
-// the backlog (taken oldest first, ten at a time, it waited behind ten slow tries).
-func TestSlowWebhookEndpointDoesNotHoldBackOthers(t *testing.T) {
-	e := newEnv(t)
-	slowKey, fastKey := e.signupPro("slow-hooks@example.com"), e.signupPro("fast-hooks@example.com")
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body) //nolint:errcheck // read whole, the server notices the client hang up
-		<-r.Context().Done()        // never answers: the sender's timeout ends it
-	}))
-	defer slow.Close()
-	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-	defer fast.Close()
-	endpoint := func(key, url string) string {
-		r := e.do("POST", "/v1/webhooks", key, map[string]any{"url": url + "/hooks"})
-		if r.Status != 201 {
-			t.Fatalf("create: %d %s", r.Status, r.Raw)
-		}
-		return r.Body["id"].(string)
-	}
-	slowID, fastID := endpoint(slowKey, slow.URL), endpoint(fastKey, fast.URL)
-	for i := range 12 {
-		if r := e.do("POST", "/v1/webhooks/"+slowID+"/test", slowKey, nil); r.Status != 202 {
-			t.Fatalf("test delivery: %d %s", r.Status, r.Raw)
-		}
-		if i%webhook.MaxTestPings == webhook.MaxTestPings-1 { // a minute on: the pings' cap lets more go
-			if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET created_at = created_at - interval '61 seconds'
-				WHERE endpoint_id = $1`, slowID); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if r := e.do("POST", "/v1/webhooks/"+fastID+"/test", fastKey, nil); r.Status != 202 {
-		t.Fatalf("test delivery: %d %s", r.Status, r.Raw)
-	}
-	// the sender starts with everything queued: its first claim decides
-	ctx, cancel := context.WithCancel(context.Background())
-	sender := webhook.NewSender(webhook.Config{AllowPrivate: true, Timeout: 2 * time.Second, RetryBase: time.Hour, Poll: 50 * time.Millisecond,
-		Secrets: testWebhookSecrets(t)}, e.pool, slog.New(slog.DiscardHandler))
-	done := make(chan struct{})
-	go func() { sender.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	pgtest.WaitFor(t, "the other account's delivery", func() bool {
-		log := e.do("GET", "/v1/webhooks/"+fastID+"/deliveries", fastKey, nil).Body["deliveries"].([]any)
-		return len(log) == 1 && log[0].(map[string]any)["state"] == "delivered"
-	})
-	var tried int
-	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND attempts > 0`, slowID).Scan(&tried); err != nil {
-		t.Fatal(err)
-	}
-	if tried > 9 {
-		t.Fatalf("%d of the slow endpoint's deliveries were tried before the other account's was delivered", tried)
-	}
-}
-
 // heldDelivery registers an endpoint whose receiver holds each request until release
 // gets a value (or is closed), then answers status; it queues a test delivery and starts
 // a sender, returning once the receiver has the delivery; cancel stops the sender, whose

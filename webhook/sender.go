@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +25,9 @@ type Config struct {
 	RetryBase   time.Duration // the wait after a first failure, doubled after each; default 5 s (at most an hour)
 	MaxAttempts int           // then the delivery is failed; default 8
 	Poll        time.Duration // look for due deliveries at least this often; default 5 s
+	// Slots is how many tries a server runs at once; default 10. Failing endpoints'
+	// tries hold at most half of them (failingSlots).
+	Slots int
 	// AllowPrivate lets deliveries reach loopback and private addresses (tests and
 	// development); production refuses them.
 	AllowPrivate bool
@@ -39,6 +43,11 @@ type Sender struct {
 	logger *slog.Logger
 	client *http.Client
 	now    func() time.Time
+
+	mu      sync.Mutex
+	busy    map[string]bool // endpoints with a try under way here
+	failing int             // tries under way to failing endpoints
+	freed   chan struct{}   // a try ended: its slot and its endpoint are free
 }
 
 // NewSender builds a Sender.
@@ -55,6 +64,9 @@ func NewSender(cfg Config, pool *pgxpool.Pool, logger *slog.Logger) *Sender {
 	if cfg.Poll <= 0 {
 		cfg.Poll = 5 * time.Second
 	}
+	if cfg.Slots <= 0 {
+		cfg.Slots = 10
+	}
 	dialer := &net.Dialer{Timeout: cfg.Timeout}
 	if !cfg.AllowPrivate {
 		dialer.Control = publicOnly // checked on the address actually dialled: DNS cannot smuggle one in
@@ -65,79 +77,172 @@ func NewSender(cfg Config, pool *pgxpool.Pool, logger *slog.Logger) *Sender {
 		// a redirect would send the signed body somewhere the customer did not register
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &Sender{cfg: cfg, pool: pool, logger: logger.With("component", "webhook"), client: client, now: time.Now}
+	return &Sender{cfg: cfg, pool: pool, logger: logger.With("component", "webhook"), client: client, now: time.Now,
+		busy: map[string]bool{}, freed: make(chan struct{}, 1)}
 }
 
 // recordTimeout bounds recording how a try went, which goes on after ctx ends: a
 // delivery that arrived and was not recorded would be sent again.
 const recordTimeout = 10 * time.Second
 
-// Run delivers due messages until ctx ends, woken by each queued delivery's commit. The
-// tries under way when ctx ends are finished (within Timeout) and recorded; no other
-// is started.
+// Run delivers due messages until ctx ends. Each of its Slots takes the next due
+// delivery as soon as its try ends, so a slow try holds only its own slot (a batch
+// tried at once waited for its slowest try, up to Timeout, before any other began).
+// It looks again at each queued delivery's commit, each ended try, the next retry's
+// time and at least every Poll. The tries under way when ctx ends are finished
+// (within Timeout) and recorded; no other is started.
 func (s *Sender) Run(ctx context.Context) {
-	eventstore.Drain(ctx, s.pool, s.logger, Topic, s.cfg.Poll, s.SendDue)
+	queued, unsubscribe := eventstore.Listen(ctx, s.pool, s.logger).Subscribe(Topic)
+	defer unsubscribe()
+	var tries sync.WaitGroup
+	defer tries.Wait()
+	for ctx.Err() == nil {
+		s.fill(ctx, &tries)
+		timer := time.NewTimer(s.untilDue(ctx))
+		select {
+		case <-ctx.Done():
+		case <-queued:
+		case <-s.freed:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// fill starts a try of each due delivery the free slots may take.
+func (s *Sender) fill(ctx context.Context, tries *sync.WaitGroup) {
+	// Claimed, each is tried to its end whatever ctx does meanwhile (Timeout bounds it):
+	// a try cut off mid-request may or may not have arrived, and would be sent again.
+	tryCtx := context.WithoutCancel(ctx)
+	for ctx.Err() == nil {
+		d, ok := s.claimNext(ctx)
+		if !ok {
+			return
+		}
+		tries.Go(func() {
+			defer s.release(d)
+			s.try(tryCtx, d)
+		})
+	}
 }
 
 type due struct {
 	id, endpointID, url, secret, eventType string
 	payload                                []byte
 	attempts                               int
+	failing                                bool // claimed for a failing endpoint: it holds one of failingSlots
 }
 
-// SendDue claims up to ten due deliveries and tries them at once; it returns how many.
-//
-// The claim takes endpoints in turn (each endpoint's oldest due delivery first, then
-// each one's second, ...), so one endpoint's backlog, a slow one's above all, does not
-// hold back other endpoints' deliveries: they were taken oldest first, ten at a time,
-// and tried one after another, each up to Timeout. Tried at once, a batch takes one
-// Timeout at most, well within the claim (twice Timeout): tried in turn, ten slow ones
-// outlasted it, and another server claimed and sent the last of them again.
-func (s *Sender) SendDue(ctx context.Context) int {
-	if ctx.Err() != nil {
-		return 0
+// failingSlots is how many slots failing endpoints' tries may hold: the others stay
+// for the endpoints that answer, however many endpoints are down.
+func (s *Sender) failingSlots() int { return max(1, s.cfg.Slots/2) }
+
+// claimNext claims the oldest due delivery a free slot may take, and marks its slot
+// and endpoint busy; false when there is none (or no free slot). Only Run claims, so
+// the busy endpoints it reads cannot gain one before it marks its own.
+func (s *Sender) claimNext(ctx context.Context) (due, bool) {
+	s.mu.Lock()
+	if len(s.busy) >= s.cfg.Slots {
+		s.mu.Unlock()
+		return due{}, false
 	}
-	// The claim moves the next try past the timeout, so a sender that dies mid-try
-	// leaves the delivery to be tried again then, by any server. A delivery another
-	// sender claims meanwhile is skipped: the claim's conditions are checked again on
-	// the row it committed.
-	rows, err := s.pool.Query(ctx, `UPDATE webhook_deliveries d SET attempts = d.attempts + 1,
-			next_attempt_at = now() + $1::interval
-		FROM (SELECT delivery_id FROM (
-		        SELECT delivery_id, next_attempt_at,
-		               row_number() OVER (PARTITION BY endpoint_id ORDER BY next_attempt_at) AS turn
-		          FROM webhook_deliveries
-		         WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()) t
-		      ORDER BY turn, next_attempt_at LIMIT 10) c, webhook_endpoints e
-		WHERE d.delivery_id = c.delivery_id AND e.endpoint_id = d.endpoint_id
-		  AND d.delivered_at IS NULL AND d.failed_at IS NULL AND d.next_attempt_at <= now()
-		RETURNING d.delivery_id, e.endpoint_id, e.url, e.secret, d.event_type, d.payload::text, d.attempts`, (2 * s.cfg.Timeout).String())
+	busy := make([]string, 0, len(s.busy))
+	for id := range s.busy {
+		busy = append(busy, id)
+	}
+	failingOK := s.failing < s.failingSlots()
+	s.mu.Unlock()
+
+	d, ok, err := s.claim(ctx, busy, failingOK)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.logger.Warn("claim webhook deliveries", "err", err)
+			s.logger.Warn("claim a webhook delivery", "err", err)
 		}
-		return 0
+		return due{}, false
 	}
-	claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
-		var d due
-		var payload string
-		err := r.Scan(&d.id, &d.endpointID, &d.url, &d.secret, &d.eventType, &payload, &d.attempts)
-		d.payload = []byte(payload)
-		return d, err
-	})
+	if !ok {
+		return due{}, false
+	}
+	s.mu.Lock()
+	s.busy[d.endpointID] = true
+	if d.failing {
+		s.failing++
+	}
+	s.mu.Unlock()
+	return d, true
+}
+
+// release frees d's slot and endpoint once its try is recorded, and wakes Run.
+func (s *Sender) release(d due) {
+	s.mu.Lock()
+	delete(s.busy, d.endpointID)
+	if d.failing {
+		s.failing--
+	}
+	s.mu.Unlock()
+	select {
+	case s.freed <- struct{}{}:
+	default: // Run is woken already
+	}
+}
+
+// claim takes the oldest due delivery of an endpoint not in busy (one try under way
+// per endpoint here, so a backlog holds one slot), of an endpoint that is not failing
+// unless failingOK. An endpoint is failing while it has a pending delivery whose last
+// try failed or timed out.
+//
+// The claim moves the next try past the timeout, so a sender that dies mid-try leaves
+// the delivery to be tried again then, by any server; attempts is raised by each claim,
+// so a try whose claim lapsed records nothing over the new holder's. A delivery another
+// server is claiming is skipped (SKIP LOCKED), and one it claimed meanwhile too: the
+// conditions are checked again on the row it committed.
+func (s *Sender) claim(ctx context.Context, busy []string, failingOK bool) (due, bool, error) {
+	var d due
+	var payload string
+	err := s.pool.QueryRow(ctx, `WITH failing AS (
+			SELECT DISTINCT endpoint_id FROM webhook_deliveries
+			 WHERE delivered_at IS NULL AND failed_at IS NULL AND last_error IS NOT NULL),
+		c AS (
+			SELECT d.delivery_id, d.endpoint_id IN (SELECT endpoint_id FROM failing) AS failing
+			  FROM webhook_deliveries d
+			 WHERE d.delivered_at IS NULL AND d.failed_at IS NULL AND d.next_attempt_at <= now()
+			   AND d.endpoint_id <> ALL ($2::text[])
+			   AND ($3 OR d.endpoint_id NOT IN (SELECT endpoint_id FROM failing))
+			 ORDER BY d.next_attempt_at LIMIT 1
+			   FOR UPDATE OF d SKIP LOCKED)
+		UPDATE webhook_deliveries d SET attempts = d.attempts + 1, next_attempt_at = now() + $1::interval
+		  FROM c, webhook_endpoints e
+		 WHERE d.delivery_id = c.delivery_id AND e.endpoint_id = d.endpoint_id
+		RETURNING d.delivery_id, e.endpoint_id, e.url, e.secret, d.event_type, d.payload::text, d.attempts, c.failing`,
+		(2*s.cfg.Timeout).String(), busy, failingOK).
+		Scan(&d.id, &d.endpointID, &d.url, &d.secret, &d.eventType, &payload, &d.attempts, &d.failing)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return due{}, false, nil
+	}
 	if err != nil {
-		s.logger.Warn("claim webhook deliveries", "err", err)
-		return 0
+		return due{}, false, fmt.Errorf("claim: %w", err)
 	}
-	// Claimed, each is tried to its end whatever ctx does meanwhile (Timeout bounds it):
-	// a try cut off mid-request may or may not have arrived, and would be sent again.
-	tries := context.WithoutCancel(ctx)
-	var wg sync.WaitGroup
-	for _, d := range claimed {
-		wg.Go(func() { s.try(tries, d) })
+	d.payload = []byte(payload)
+	return d, true, nil
+}
+
+// untilDue is how long Run may wait before looking again: until the next pending
+// delivery falls due (a retry, or a claim that lapses), at most Poll. Due deliveries
+// it could not take wait for a slot or their endpoint to be freed, which wakes Run.
+func (s *Sender) untilDue(ctx context.Context) time.Duration {
+	var ms *int64
+	err := s.pool.QueryRow(ctx, `SELECT ceil(extract(epoch FROM min(next_attempt_at) - now()) * 1000)::bigint
+		FROM webhook_deliveries WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at > now()`).Scan(&ms)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.logger.Warn("next webhook delivery due", "err", err)
+		}
+		return s.cfg.Poll
 	}
-	wg.Wait()
-	return len(claimed)
+	if ms == nil {
+		return s.cfg.Poll
+	}
+	return min(time.Duration(*ms)*time.Millisecond, s.cfg.Poll)
 }
 
 // try sends one delivery and records how it went.

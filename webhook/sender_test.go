@@ -1,0 +1,198 @@
+package webhook_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/postgres/pgtest"
+	"chessd/webhook"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+func testSecrets(t *testing.T) *webhook.Secrets {
+	t.Helper()
+	s, err := webhook.NewSecrets([]byte("webhook test pepper"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// hook is a registered endpoint of its own account.
+type hook struct{ id, account string }
+
+var accounts atomic.Int64
+
+// register registers url for a new account, insecure (http, private addresses).
+func register(t *testing.T, pool *pgxpool.Pool, secrets *webhook.Secrets, url string) hook {
+	t.Helper()
+	account := fmt.Sprintf("acct_%d", accounts.Add(1))
+	e, err := webhook.Create(context.Background(), pool, secrets, account, "live", url, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hook{id: e.ID, account: account}
+}
+
+// queue queues n deliveries to h (Enqueue, so the test pings' cap does not apply).
+func queue(t *testing.T, pool *pgxpool.Pool, h hook, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := webhook.Enqueue(context.Background(), pool, h.account, "live", h.id, "ping", map[string]int{"n": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// run runs a sender until the test ends, then waits for its Run to return.
+func run(t *testing.T, pool *pgxpool.Pool, cfg webhook.Config) {
+	t.Helper()
+	cfg.AllowPrivate = true
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { webhook.NewSender(cfg, pool, slog.New(slog.DiscardHandler)).Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// receiver counts the requests it gets, the most it held at once, and when each came.
+type receiver struct {
+	mu           sync.Mutex
+	got, now, hi int
+	at           []time.Time
+}
+
+func (r *receiver) begin() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got, r.now = r.got+1, r.now+1
+	r.hi = max(r.hi, r.now)
+	r.at = append(r.at, time.Now())
+}
+
+func (r *receiver) end() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.now--
+}
+
+func (r *receiver) stats() (got, hi int, at []time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.got, r.hi, append([]time.Time(nil), r.at...)
+}
+
+// serve starts an endpoint answering status, or never answering when status is 0 (the
+// sender's timeout ends each try).
+func serve(t *testing.T, status int) (*receiver, string) {
+	t.Helper()
+	rec := &receiver{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.begin()
+		defer rec.end()
+		io.Copy(io.Discard, r.Body) //nolint:errcheck // read whole, so the server notices the client hang up
+		if status == 0 {
+			<-r.Context().Done()
+			return
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	return rec, srv.URL + "/hooks"
+}
+
+// count is a count of deliveries matching where (with $1 the endpoint).
+func count(t *testing.T, pool *pgxpool.Pool, where string, endpointIDs ...string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_deliveries
+		WHERE endpoint_id = ANY ($1) AND `+where, endpointIDs).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Endpoints that never answer, each with a backlog, do not hold back a healthy one:
+// each has one try under way at a time, and once their tries have failed they share
+// half the slots, so the healthy endpoint's deliveries go out while most of the
+// backlog is still untried. (Claimed ten at a time, endpoints in turn, and each batch
+// waited for its slowest try: the healthy deliveries went after all fifty slow tries.)
+func TestDeadEndpointsDoNotHoldBackAHealthyOne(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	secrets := testSecrets(t)
+	const dead, backlog = 10, 5
+	var deadIDs []string
+	var deadRecs []*receiver
+	for range dead {
+		rec, url := serve(t, 0)
+		h := register(t, pool, secrets, url)
+		queue(t, pool, h, backlog)
+		deadIDs, deadRecs = append(deadIDs, h.id), append(deadRecs, rec)
+	}
+	run(t, pool, webhook.Config{Timeout: time.Second, RetryBase: time.Hour, Poll: 50 * time.Millisecond, Secrets: secrets})
+	pgtest.WaitFor(t, "every dead endpoint's first try", func() bool {
+		for _, rec := range deadRecs {
+			if got, _, _ := rec.stats(); got == 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	healthy, url := serve(t, http.StatusNoContent)
+	h := register(t, pool, secrets, url)
+	queue(t, pool, h, backlog)
+	pgtest.WaitFor(t, "the healthy endpoint's deliveries", func() bool {
+		return count(t, pool, "delivered_at IS NOT NULL", h.id) == backlog
+	})
+	if untried := count(t, pool, "attempts = 0", deadIDs...); untried < dead*backlog/2 {
+		t.Errorf("only %d of the dead endpoints' %d deliveries were still untried when the healthy endpoint's were delivered", untried, dead*backlog)
+	}
+	if got, _, _ := healthy.stats(); got != backlog {
+		t.Errorf("the healthy endpoint got %d requests, want %d", got, backlog)
+	}
+	for i, rec := range deadRecs {
+		if _, hi, _ := rec.stats(); hi > 1 {
+			t.Errorf("dead endpoint %d had %d tries under way at once, want at most 1", i, hi)
+		}
+	}
+}
+
+// A failing endpoint's retries come after RetryBase, doubled each time, whatever the
+// poll (5 s by default) and an endpoint that never answers beside it (which held each batch, and so
+// every retry, for its timeout).
+func TestRetriesKeepTheirSpacing(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	secrets := testSecrets(t)
+	_, deadURL := serve(t, 0)
+	queue(t, pool, register(t, pool, secrets, deadURL), 5)
+	failing, url := serve(t, http.StatusInternalServerError)
+	h := register(t, pool, secrets, url)
+	queue(t, pool, h, 1)
+	const base, attempts = 100 * time.Millisecond, 5
+	run(t, pool, webhook.Config{Timeout: 2 * time.Second, RetryBase: base, MaxAttempts: attempts, Secrets: secrets})
+	pgtest.WaitFor(t, "the failing endpoint's delivery to fail", func() bool {
+		return count(t, pool, "failed_at IS NOT NULL", h.id) == 1
+	})
+	got, _, at := failing.stats()
+	if got != attempts {
+		t.Fatalf("the failing endpoint got %d tries, want %d", got, attempts)
+	}
+	for i := 1; i < len(at); i++ {
+		want := base << (i - 1)
+		if gap := at[i].Sub(at[i-1]); gap < want-10*time.Millisecond || gap > want+400*time.Millisecond {
+			t.Errorf("try %d came %v after try %d, want %v", i+1, gap, i, want)
+		}
+	}
+}
