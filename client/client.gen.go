@@ -3424,7 +3424,9 @@ type ClientInterface interface {
 
 	// DeleteWebhook Remove a webhook endpoint
 	//
-	// Scope `billing`.
+	// Stops the endpoint's deliveries: its pending ones end as `failed` with `last_error`
+	// `endpoint deleted` and are not tried again (a try already under way may still
+	// arrive). Scope `billing`.
 	//
 	// Corresponds with DELETE /webhooks/{id} (the `DeleteWebhook` operationId).
 	DeleteWebhook(ctx context.Context, id WebhookID, params *DeleteWebhookParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4557,7 +4559,9 @@ func (c *Client) CreateWebhook(ctx context.Context, params *CreateWebhookParams,
 
 // DeleteWebhook Remove a webhook endpoint
 //
-// Scope `billing`.
+// Stops the endpoint's deliveries: its pending ones end as `failed` with `last_error`
+// `endpoint deleted` and are not tried again (a try already under way may still
+// arrive). Scope `billing`.
 //
 // Corresponds with DELETE /webhooks/{id} (the `DeleteWebhook` operationId).
 func (c *Client) DeleteWebhook(ctx context.Context, id WebhookID, params *DeleteWebhookParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8093,7 +8097,9 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteWebhookWithResponse Remove a webhook endpoint
 	//
-	// Scope `billing`.
+	// Stops the endpoint's deliveries: its pending ones end as `failed` with `last_error`
+	// `endpoint deleted` and are not tried again (a try already under way may still
+	// arrive). Scope `billing`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -16572,7 +16578,9 @@ func (c *ClientWithResponses) CreateWebhookWithResponse(ctx context.Context, par
 
 // DeleteWebhookWithResponse Remove a webhook endpoint
 //
-// Scope `billing`.
+// Stops the endpoint's deliveries: its pending ones end as `failed` with `last_error`
+// `endpoint deleted` and are not tried again (a try already under way may still
+// arrive). Scope `billing`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

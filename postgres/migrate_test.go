@@ -287,3 +287,41 @@ func TestJobErrorsBackfill(t *testing.T) {
 		t.Fatalf("after the backfill: %q (%v), want %q", got, err, want)
 	}
 }
+
+// Migration 0044 ends the pending deliveries of endpoints deleted before it (the sender
+// still sent them), and leaves the other endpoints' and the finished ones as they were.
+func TestDeletedWebhookEndpointsDeliveriesEnd(t *testing.T) {
+	ctx := context.Background()
+	pool := emptyDB(t)
+	if err := postgres.Migrate(ctx, pool, quiet); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`DELETE FROM schema_migrations WHERE name = '0044_deleted_webhook_endpoints.sql'`,
+		`INSERT INTO webhook_endpoints (endpoint_id, account_id, env, url, secret, deleted_at)
+		 VALUES ('whe_gone', 'acct_a', 'live', 'https://example.com/a', 's', now()),
+		        ('whe_kept', 'acct_a', 'live', 'https://example.com/b', 's', NULL)`,
+		`INSERT INTO webhook_deliveries (delivery_id, endpoint_id, account_id, event_type, payload, delivered_at, failed_at, last_error)
+		 VALUES ('whd_gone_pending', 'whe_gone', 'acct_a', 'ping', '{}', NULL, NULL, 'HTTP 500'),
+		        ('whd_gone_delivered', 'whe_gone', 'acct_a', 'ping', '{}', now(), NULL, NULL),
+		        ('whd_kept_pending', 'whe_kept', 'acct_a', 'ping', '{}', NULL, NULL, 'HTTP 500')`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := postgres.Migrate(ctx, pool, quiet); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT delivery_id || ' ' || CASE WHEN delivered_at IS NOT NULL THEN 'delivered'
+		WHEN failed_at IS NOT NULL THEN 'failed' ELSE 'pending' END || ' ' || coalesce(last_error, '-')
+		FROM webhook_deliveries ORDER BY delivery_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	want := []string{"whd_gone_delivered delivered -", "whd_gone_pending failed endpoint deleted", "whd_kept_pending pending HTTP 500"}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("after the migration: %q (%v), want %q", got, err, want)
+	}
+}

@@ -187,9 +187,9 @@ func (s *Sender) release(d due) {
 }
 
 // claim takes the oldest due delivery of an endpoint not in busy (one try under way
-// per endpoint here, so a backlog holds one slot), of an endpoint that is not failing
-// unless failingOK. An endpoint is failing while it has a pending delivery whose last
-// try failed or timed out.
+// per endpoint here, so a backlog holds one slot), nor deleted (Delete ends its
+// deliveries; an older server's did not), nor failing unless failingOK. An endpoint
+// is failing while it has a pending delivery whose last try failed or timed out.
 //
 // The claim moves the next try past the timeout, so a sender that dies mid-try leaves
 // the delivery to be tried again then, by any server; attempts is raised by each claim,
@@ -207,6 +207,7 @@ func (s *Sender) claim(ctx context.Context, busy []string, failingOK bool) (due,
 			  FROM webhook_deliveries d
 			 WHERE d.delivered_at IS NULL AND d.failed_at IS NULL AND d.next_attempt_at <= now()
 			   AND d.endpoint_id <> ALL ($2::text[])
+			   AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.endpoint_id = d.endpoint_id AND e.deleted_at IS NULL)
 			   AND ($3 OR d.endpoint_id NOT IN (SELECT endpoint_id FROM failing))
 			 ORDER BY d.next_attempt_at LIMIT 1
 			   FOR UPDATE OF d SKIP LOCKED)
@@ -254,7 +255,8 @@ func (s *Sender) try(ctx context.Context, d due) {
 	switch {
 	case err == nil && status/100 == 2:
 		// recorded whoever holds the claim now: it arrived, so no server sends it again
-		tag, err = s.pool.Exec(rctx, `UPDATE webhook_deliveries SET delivered_at = now(), last_status = $2, last_error = NULL
+		// (even ended by Delete meanwhile: it arrived)
+		tag, err = s.pool.Exec(rctx, `UPDATE webhook_deliveries SET delivered_at = now(), failed_at = NULL, last_status = $2, last_error = NULL
 			WHERE delivery_id = $1 AND delivered_at IS NULL`, d.id, status)
 	default:
 		msg := fmt.Sprintf("HTTP %d", status)
@@ -267,16 +269,17 @@ func (s *Sender) try(ctx context.Context, d due) {
 		}
 		wait := min(s.cfg.RetryBase<<min(d.attempts-1, 20), time.Hour)
 		// only while the claim is still ours (attempts is raised by each claim): a claim
-		// that lapsed may be another server's now, which this would cut short
+		// that lapsed may be another server's now, which this would cut short; and not
+		// over a Delete that ended the delivery meanwhile, which would make it pending again
 		tag, err = s.pool.Exec(rctx, `UPDATE webhook_deliveries SET last_status = $2, last_error = $3,
 				next_attempt_at = now() + $4::interval, failed_at = CASE WHEN attempts >= $5 THEN now() END
-			WHERE delivery_id = $1 AND attempts = $6 AND delivered_at IS NULL`, d.id, statusArg, msg, wait.String(), s.cfg.MaxAttempts, d.attempts)
+			WHERE delivery_id = $1 AND attempts = $6 AND delivered_at IS NULL AND failed_at IS NULL`, d.id, statusArg, msg, wait.String(), s.cfg.MaxAttempts, d.attempts)
 	}
 	switch {
 	case err != nil:
 		s.logger.Warn("webhook try not recorded; it will be tried again", "delivery_id", d.id, "err", err)
 	case tag.RowsAffected() == 0:
-		s.logger.Warn("webhook try not recorded: another server holds the delivery now", "delivery_id", d.id)
+		s.logger.Warn("webhook try not recorded: another server holds the delivery now, or its endpoint was deleted", "delivery_id", d.id)
 	}
 }
 

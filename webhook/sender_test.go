@@ -196,3 +196,78 @@ func TestRetriesKeepTheirSpacing(t *testing.T) {
 		}
 	}
 }
+
+// A deleted endpoint gets no more tries: DELETE ends its pending deliveries ("endpoint
+// deleted"), even one whose try is under way, whose failure then records nothing over
+// it, and the claim skips a deleted endpoint's deliveries (those an older server's
+// DELETE left pending). It kept getting them: the claim did not look at deleted_at.
+func TestDeletedEndpointGetsNoMoreTries(t *testing.T) {
+	deleteEndpoint := func(t *testing.T, pool *pgxpool.Pool, h hook) {
+		if err := webhook.Delete(context.Background(), pool, h.account, "live", h.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		midTry    bool // deleted while the first try is under way, not once it is recorded
+		delete    func(*testing.T, *pgxpool.Pool, hook)
+		wantError string // the delivery's last_error then; "" when it stays pending
+	}{
+		{"deleted after a failed try", false, deleteEndpoint, "endpoint deleted"},
+		{"deleted during a try", true, deleteEndpoint, "endpoint deleted"},
+		{"deleted by an older server", false, func(t *testing.T, pool *pgxpool.Pool, h hook) {
+			if _, err := pool.Exec(context.Background(), `UPDATE webhook_endpoints SET deleted_at = now() WHERE endpoint_id = $1`, h.id); err != nil {
+				t.Fatal(err)
+			}
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := pgtest.NewDB(t)
+			secrets := testSecrets(t)
+			rec := &receiver{}
+			arrived, release := make(chan struct{}, 8), make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				rec.begin()
+				defer rec.end()
+				arrived <- struct{}{}
+				if tc.midTry {
+					<-release
+				}
+				w.WriteHeader(http.StatusInternalServerError)
+			}))
+			t.Cleanup(srv.Close)
+			h := register(t, pool, secrets, srv.URL+"/hooks")
+			queue(t, pool, h, 1)
+			// another endpoint failing alike: its tries tell the time of the deleted one's retries
+			control, url := serve(t, http.StatusInternalServerError)
+			queue(t, pool, register(t, pool, secrets, url), 1)
+			run(t, pool, webhook.Config{RetryBase: 300 * time.Millisecond, Poll: 50 * time.Millisecond, Secrets: secrets})
+
+			pgtest.Within(t, "the first try", arrived)
+			if !tc.midTry {
+				pgtest.WaitFor(t, "the first try's failure recorded", func() bool {
+					return count(t, pool, "last_status = 500", h.id) == 1
+				})
+			}
+			tc.delete(t, pool, h)
+			close(release)
+			pgtest.WaitFor(t, "three tries of the other endpoint", func() bool {
+				got, _, _ := control.stats()
+				return got >= 3
+			})
+			if got, _, _ := rec.stats(); got != 1 {
+				t.Errorf("the deleted endpoint got %d tries, want 1", got)
+			}
+			var attempts int
+			var lastError string
+			var pending bool
+			if err := pool.QueryRow(context.Background(), `SELECT attempts, coalesce(last_error, ''), failed_at IS NULL AND delivered_at IS NULL
+				FROM webhook_deliveries WHERE endpoint_id = $1`, h.id).Scan(&attempts, &lastError, &pending); err != nil {
+				t.Fatal(err)
+			}
+			if attempts != 1 || pending != (tc.wantError == "") || tc.wantError != "" && lastError != tc.wantError {
+				t.Errorf("the delivery: %d attempts, pending %v, last_error %v; want 1 attempt and last_error %q", attempts, pending, lastError, tc.wantError)
+			}
+		})
+	}
+}

@@ -124,14 +124,27 @@ func List(ctx context.Context, q eventstore.Querier, accountID, env string) ([]E
 	})
 }
 
+// DeletedError is the last_error of the deliveries a Delete ended.
+const DeletedError = "endpoint deleted"
+
 // Delete stops deliveries to an endpoint of accountID's env; 404 for anyone else's.
+// Its pending deliveries fail (DeletedError) in the same statement, so no server
+// claims them again; a try under way still goes out, and records nothing over that
+// unless it arrived.
 func Delete(ctx context.Context, q eventstore.Querier, accountID, env, id string) error {
-	tag, err := q.Exec(ctx, `UPDATE webhook_endpoints SET deleted_at = now()
-		WHERE endpoint_id = $1 AND account_id = $2 AND env = $3 AND deleted_at IS NULL`, id, accountID, env)
+	var deleted bool
+	err := q.QueryRow(ctx, `WITH e AS (
+			UPDATE webhook_endpoints SET deleted_at = now()
+			 WHERE endpoint_id = $1 AND account_id = $2 AND env = $3 AND deleted_at IS NULL
+			RETURNING endpoint_id),
+		d AS (
+			UPDATE webhook_deliveries SET failed_at = now(), last_error = $4
+			 WHERE endpoint_id IN (SELECT endpoint_id FROM e) AND delivered_at IS NULL AND failed_at IS NULL)
+		SELECT EXISTS (SELECT 1 FROM e)`, id, accountID, env, DeletedError).Scan(&deleted)
 	if err != nil {
 		return fmt.Errorf("webhook endpoint: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !deleted {
 		return domain.Errorf(domain.CodeNotFound, "no webhook endpoint %q on this account", id)
 	}
 	return nil
