@@ -259,10 +259,7 @@ func (s *Sender) try(ctx context.Context, d due) {
 		tag, err = s.pool.Exec(rctx, `UPDATE webhook_deliveries SET delivered_at = now(), failed_at = NULL, last_status = $2, last_error = NULL
 			WHERE delivery_id = $1 AND delivered_at IS NULL`, d.id, status)
 	default:
-		msg := fmt.Sprintf("HTTP %d", status)
-		if err != nil {
-			msg = err.Error()
-		}
+		msg := failure(status, err)
 		var statusArg *int
 		if status != 0 {
 			statusArg = &status
@@ -280,6 +277,18 @@ func (s *Sender) try(ctx context.Context, d due) {
 		s.logger.Warn("webhook try not recorded; it will be tried again", "delivery_id", d.id, "err", err)
 	case tag.RowsAffected() == 0:
 		s.logger.Warn("webhook try not recorded: another server holds the delivery now, or its endpoint was deleted", "delivery_id", d.id)
+	}
+}
+
+// failure is a failed try's last_error, which the endpoint's account reads.
+func failure(status int, err error) string {
+	switch {
+	case errors.Is(err, errNotPublic):
+		return NotPublicError // err names the address the host resolved to
+	case err != nil:
+		return err.Error()
+	default:
+		return fmt.Sprintf("HTTP %d", status)
 	}
 }
 

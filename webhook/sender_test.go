@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,7 +61,6 @@ func queue(t *testing.T, pool *pgxpool.Pool, h hook, n int) {
 // run runs a sender until the test ends, then waits for its Run to return.
 func run(t *testing.T, pool *pgxpool.Pool, cfg webhook.Config) {
 	t.Helper()
-	cfg.AllowPrivate = true
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { webhook.NewSender(cfg, pool, slog.New(slog.DiscardHandler)).Run(ctx); close(done) }()
@@ -140,7 +141,7 @@ func TestDeadEndpointsDoNotHoldBackAHealthyOne(t *testing.T) {
 		queue(t, pool, h, backlog)
 		deadIDs, deadRecs = append(deadIDs, h.id), append(deadRecs, rec)
 	}
-	run(t, pool, webhook.Config{Timeout: time.Second, RetryBase: time.Hour, Poll: 50 * time.Millisecond, Secrets: secrets})
+	run(t, pool, webhook.Config{AllowPrivate: true, Timeout: time.Second, RetryBase: time.Hour, Poll: 50 * time.Millisecond, Secrets: secrets})
 	pgtest.WaitFor(t, "every dead endpoint's first try", func() bool {
 		for _, rec := range deadRecs {
 			if got, _, _ := rec.stats(); got == 0 {
@@ -181,7 +182,7 @@ func TestRetriesKeepTheirSpacing(t *testing.T) {
 	h := register(t, pool, secrets, url)
 	queue(t, pool, h, 1)
 	const base, attempts = 100 * time.Millisecond, 5
-	run(t, pool, webhook.Config{Timeout: 2 * time.Second, RetryBase: base, MaxAttempts: attempts, Secrets: secrets})
+	run(t, pool, webhook.Config{AllowPrivate: true, Timeout: 2 * time.Second, RetryBase: base, MaxAttempts: attempts, Secrets: secrets})
 	pgtest.WaitFor(t, "the failing endpoint's delivery to fail", func() bool {
 		return count(t, pool, "failed_at IS NOT NULL", h.id) == 1
 	})
@@ -241,7 +242,7 @@ func TestDeletedEndpointGetsNoMoreTries(t *testing.T) {
 			// another endpoint failing alike: its tries tell the time of the deleted one's retries
 			control, url := serve(t, http.StatusInternalServerError)
 			queue(t, pool, register(t, pool, secrets, url), 1)
-			run(t, pool, webhook.Config{RetryBase: 300 * time.Millisecond, Poll: 50 * time.Millisecond, Secrets: secrets})
+			run(t, pool, webhook.Config{AllowPrivate: true, RetryBase: 300 * time.Millisecond, Poll: 50 * time.Millisecond, Secrets: secrets})
 
 			pgtest.Within(t, "the first try", arrived)
 			if !tc.midTry {
@@ -269,5 +270,29 @@ func TestDeletedEndpointGetsNoMoreTries(t *testing.T) {
 				t.Errorf("the delivery: %d attempts, pending %v, last_error %v; want 1 attempt and last_error %q", attempts, pending, lastError, tc.wantError)
 			}
 		})
+	}
+}
+
+// A delivery refused for its endpoint's address (a name resolving to a loopback or
+// private one) records why without naming the address: the log is the customer's, and
+// told them what the name resolves to inside our network ("dial tcp 127.0.0.1:…").
+func TestRefusedAddressIsNotLogged(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	secrets := testSecrets(t)
+	rec, url := serve(t, http.StatusNoContent)
+	h := register(t, pool, secrets, strings.Replace(url, "127.0.0.1", "localhost", 1))
+	queue(t, pool, h, 1)
+	run(t, pool, webhook.Config{AllowPrivate: false, Poll: 50 * time.Millisecond, Secrets: secrets})
+	var lastError string
+	pgtest.WaitFor(t, "the try's failure recorded", func() bool {
+		err := pool.QueryRow(context.Background(), `SELECT last_error FROM webhook_deliveries
+			WHERE endpoint_id = $1 AND last_error IS NOT NULL`, h.id).Scan(&lastError)
+		return err == nil
+	})
+	if !strings.Contains(lastError, "not public") || regexp.MustCompile(`\d+\.\d+\.\d+\.\d+|::|:\d+`).MatchString(lastError) {
+		t.Errorf("last_error %q: want the refusal, naming no address", lastError)
+	}
+	if got, _, _ := rec.stats(); got != 0 {
+		t.Errorf("the private address got %d requests", got)
 	}
 }

@@ -292,10 +292,18 @@ func Verify(secret, header string, body []byte, now time.Time, tolerance time.Du
 	return hmac.Equal([]byte(want), []byte(header))
 }
 
+// errNotPublic is publicOnly's refusal. The net package wraps it in an error naming
+// the address dialled, so the sender records NotPublicError instead (errors.Is).
+var errNotPublic = errors.New("webhook: the address is not public")
+
+// NotPublicError is the last_error of a try refused by publicOnly. It names no
+// address: the delivery log would tell a customer what a name resolves to inside our
+// network.
+const NotPublicError = "the endpoint's host resolves to an address that is not public (loopback, private or other special-purpose): deliveries go only to public addresses"
+
 // publicOnly refuses connections to loopback, private, link-local, unspecified,
 // multicast and other special-purpose addresses (nonPublic): a customer's URL must not
-// reach inside our network. The error does not name the address: the delivery log
-// would tell a customer what a name resolves to inside our network.
+// reach inside our network.
 func publicOnly(_, address string, _ syscall.RawConn) error {
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {
@@ -306,7 +314,7 @@ func publicOnly(_, address string, _ syscall.RawConn) error {
 		return err
 	}
 	if !isPublic(ip) {
-		return errors.New("webhook: the address is not public")
+		return errNotPublic
 	}
 	return nil
 }
