@@ -108,16 +108,26 @@ func (s *Server) webhookDeliveries(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]map[string]any, 0, len(ds))
 	for _, d := range ds {
-		state := "pending"
-		switch {
-		case d.DeliveredAt != nil:
-			state = "delivered"
-		case d.FailedAt != nil:
-			state = "failed"
-		}
-		out = append(out, map[string]any{"delivery_id": d.ID, "type": d.EventType, "state": state, "attempts": d.Attempts,
-			"created_at": d.CreatedAt.UTC().Format(time.RFC3339Nano), "delivered_at": d.DeliveredAt, "last_status": d.LastStatus,
-			"last_error": d.LastError, "next_attempt_at": d.NextAttemptAt.UTC().Format(time.RFC3339Nano), "data": d.Payload})
+		out = append(out, deliveryRecord(d))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"deliveries": out})
+}
+
+// deliveryRecord is a delivery as the log shows it. Its times are UTC, as every time
+// the API shows: pgx reads them in the server's zone.
+func deliveryRecord(d webhook.Delivery) map[string]any {
+	state := "pending"
+	switch {
+	case d.DeliveredAt != nil:
+		state = "delivered"
+	case d.FailedAt != nil:
+		state = "failed"
+	}
+	var deliveredAt any // null until delivered
+	if d.DeliveredAt != nil {
+		deliveredAt = d.DeliveredAt.UTC().Format(time.RFC3339Nano)
+	}
+	return map[string]any{"delivery_id": d.ID, "type": d.EventType, "state": state, "attempts": d.Attempts,
+		"created_at": d.CreatedAt.UTC().Format(time.RFC3339Nano), "delivered_at": deliveredAt, "last_status": d.LastStatus,
+		"last_error": d.LastError, "next_attempt_at": d.NextAttemptAt.UTC().Format(time.RFC3339Nano), "data": d.Payload}
 }
