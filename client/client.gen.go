@@ -1942,8 +1942,8 @@ type WebhookDelivery struct {
 	// LastStatus The endpoint's last HTTP status.
 	LastStatus *int `json:"last_status"`
 
-	// NextAttemptAt Examples: 2026-11-22T10:04:05.123456Z
-	NextAttemptAt Time                 `json:"next_attempt_at"`
+	// NextAttemptAt When the next try is due (while one is under way, when its claim lapses); null once the delivery is delivered or failed.
+	NextAttemptAt *time.Time           `json:"next_attempt_at"`
 	State         WebhookDeliveryState `json:"state"`
 
 	// Type Examples: ping, budget.threshold

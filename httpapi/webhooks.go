@@ -127,7 +127,13 @@ func deliveryRecord(d webhook.Delivery) map[string]any {
 	if d.DeliveredAt != nil {
 		deliveredAt = d.DeliveredAt.UTC().Format(time.RFC3339Nano)
 	}
+	// null once finished: the row still holds the time the last failure set, or its
+	// claim's lapse, for a try that will never be made
+	var nextAttemptAt any
+	if state == "pending" {
+		nextAttemptAt = d.NextAttemptAt.UTC().Format(time.RFC3339Nano)
+	}
 	return map[string]any{"delivery_id": d.ID, "type": d.EventType, "state": state, "attempts": d.Attempts,
 		"created_at": d.CreatedAt.UTC().Format(time.RFC3339Nano), "delivered_at": deliveredAt, "last_status": d.LastStatus,
-		"last_error": d.LastError, "next_attempt_at": d.NextAttemptAt.UTC().Format(time.RFC3339Nano), "data": d.Payload}
+		"last_error": d.LastError, "next_attempt_at": nextAttemptAt, "data": d.Payload}
 }
