@@ -1933,7 +1933,7 @@ type WebhookDelivery struct {
 	// CreatedAt Examples: 2026-11-22T10:04:05.123456Z
 	CreatedAt Time `json:"created_at"`
 
-	// Data What the delivery carries: `budget.threshold`: key_id, threshold_percent, budget_units, spent_units, at.
+	// Data What the delivery carries. `ping`: account_id, requested_by_key, at. `budget.threshold`: scope (`key`, or `account` for the account's budget), key_id (null for scope `account`), threshold_percent, budget_units, spent_units (the period's spend), budget_period, period_start (null for a `total` budget), at.
 	Data        map[string]interface{} `json:"data"`
 	DeliveredAt *time.Time             `json:"delivered_at"`
 	DeliveryId  string                 `json:"delivery_id"`
@@ -2539,6 +2539,7 @@ type ListWebhooksParams struct {
 
 // CreateWebhookJSONBody defines parameters for CreateWebhook.
 type CreateWebhookJSONBody struct {
+	// Url The https address to deliver to: absolute, RFC 3986 (other characters percent-encoded), no credentials or fragment.
 	Url string `json:"url"`
 }
 
@@ -3404,8 +3405,11 @@ type ClientInterface interface {
 
 	// CreateWebhookWithBody Register a webhook endpoint
 	//
-	// Up to 10 https endpoints per account and env (409 beyond). The signing secret is
-	// shown here only. Scope `billing`.
+	// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+	// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
+	// without credentials or fragment, and its host is no loopback, private or other
+	// non-public IP address (400 otherwise). The signing secret is shown here only; to
+	// replace it, register a new endpoint and delete the old one. Scope `billing`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3414,8 +3418,11 @@ type ClientInterface interface {
 
 	// CreateWebhook Register a webhook endpoint
 	//
-	// Up to 10 https endpoints per account and env (409 beyond). The signing secret is
-	// shown here only. Scope `billing`.
+	// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+	// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
+	// without credentials or fragment, and its host is no loopback, private or other
+	// non-public IP address (400 otherwise). The signing secret is shown here only; to
+	// replace it, register a new endpoint and delete the old one. Scope `billing`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4519,8 +4526,11 @@ func (c *Client) ListWebhooks(ctx context.Context, params *ListWebhooksParams, r
 
 // CreateWebhookWithBody Register a webhook endpoint
 //
-// Up to 10 https endpoints per account and env (409 beyond). The signing secret is
-// shown here only. Scope `billing`.
+// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
+// without credentials or fragment, and its host is no loopback, private or other
+// non-public IP address (400 otherwise). The signing secret is shown here only; to
+// replace it, register a new endpoint and delete the old one. Scope `billing`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4539,8 +4549,11 @@ func (c *Client) CreateWebhookWithBody(ctx context.Context, params *CreateWebhoo
 
 // CreateWebhook Register a webhook endpoint
 //
-// Up to 10 https endpoints per account and env (409 beyond). The signing secret is
-// shown here only. Scope `billing`.
+// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
+// without credentials or fragment, and its host is no loopback, private or other
+// non-public IP address (400 otherwise). The signing secret is shown here only; to
+// replace it, register a new endpoint and delete the old one. Scope `billing`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8077,8 +8090,11 @@ type ClientWithResponsesInterface interface {
 
 	// CreateWebhookWithBodyWithResponse Register a webhook endpoint
 	//
-	// Up to 10 https endpoints per account and env (409 beyond). The signing secret is
-	// shown here only. Scope `billing`.
+	// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+	// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
+	// without credentials or fragment, and its host is no loopback, private or other
+	// non-public IP address (400 otherwise). The signing secret is shown here only; to
+	// replace it, register a new endpoint and delete the old one. Scope `billing`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8087,8 +8103,11 @@ type ClientWithResponsesInterface interface {
 
 	// CreateWebhookWithResponse Register a webhook endpoint
 	//
-	// Up to 10 https endpoints per account and env (409 beyond). The signing secret is
-	// shown here only. Scope `billing`.
+	// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+	// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
+	// without credentials or fragment, and its host is no loopback, private or other
+	// non-public IP address (400 otherwise). The signing secret is shown here only; to
+	// replace it, register a new endpoint and delete the old one. Scope `billing`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -16546,8 +16565,11 @@ func (c *ClientWithResponses) ListWebhooksWithResponse(ctx context.Context, para
 
 // CreateWebhookWithBodyWithResponse Register a webhook endpoint
 //
-// Up to 10 https endpoints per account and env (409 beyond). The signing secret is
-// shown here only. Scope `billing`.
+// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
+// without credentials or fragment, and its host is no loopback, private or other
+// non-public IP address (400 otherwise). The signing secret is shown here only; to
+// replace it, register a new endpoint and delete the old one. Scope `billing`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16562,8 +16584,11 @@ func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Cont
 
 // CreateWebhookWithResponse Register a webhook endpoint
 //
-// Up to 10 https endpoints per account and env (409 beyond). The signing secret is
-// shown here only. Scope `billing`.
+// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
+// without credentials or fragment, and its host is no loopback, private or other
+// non-public IP address (400 otherwise). The signing secret is shown here only; to
+// replace it, register a new endpoint and delete the old one. Scope `billing`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
