@@ -95,10 +95,9 @@ func withDatabase(ctx context.Context, cfg config, logger *slog.Logger, fn func(
 	return fn(db)
 }
 
-// verify walks the chain, checking it against the anchors given (--anchor, --anchors),
-// and prints the anchor of what it walked, to be kept outside the database.
-func verify(ctx context.Context, db *database, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+// parseVerify reads verify's anchors (--anchor, --anchors), files included, before the
+// database is opened.
+func parseVerify(fs *flag.FlagSet, args []string) (action, error) {
 	var anchors []eventstore.Anchor
 	fs.Func("anchor", "position:hash printed by an earlier verify (or logged by serve); repeatable", func(s string) error {
 		a, err := eventstore.ParseAnchor(s)
@@ -113,9 +112,15 @@ func verify(ctx context.Context, db *database, args []string, out io.Writer) err
 		anchors = append(anchors, read...)
 		return err
 	})
-	if err := fs.Parse(args); err != nil {
-		return err
+	if _, err := parseArgs(fs, args, 0); err != nil {
+		return nil, err
 	}
+	return onDatabase(func(ctx context.Context, db *database, out io.Writer) error { return verify(ctx, db, anchors, out) }), nil
+}
+
+// verify walks the chain, checking it against the anchors given, and prints the anchor
+// of what it walked, to be kept outside the database.
+func verify(ctx context.Context, db *database, anchors []eventstore.Anchor, out io.Writer) error {
 	rep, err := eventstore.Verify(ctx, db.pool, anchors...)
 	if err != nil {
 		return err

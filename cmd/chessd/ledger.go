@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -19,30 +20,36 @@ import (
 	"chessd/projections"
 )
 
-// audit prints every charge and credit of one key charged (credited) in a range of UTC
-// days, from the key's ledger stream (the events themselves, not a read model), with a
-// running total net of credits: what GET /usage says for those days.
-func audit(ctx context.Context, db *database, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+// parseAudit reads audit's key and days.
+func parseAudit(fs *flag.FlagSet, args []string) (action, error) {
 	keyID := fs.String("key", "", "key id (key_...)")
 	fromS := fs.String("from", "", "first day, YYYY-MM-DD (UTC)")
 	toS := fs.String("to", "", "last day, YYYY-MM-DD (UTC)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	if _, err := parseArgs(fs, args, 0); err != nil {
+		return nil, err
 	}
 	if *keyID == "" || *fromS == "" || *toS == "" {
-		return fmt.Errorf("usage: chessd audit --key KEY --from YYYY-MM-DD --to YYYY-MM-DD")
+		return nil, errors.New("--key, --from and --to are required")
 	}
 	from, err1 := time.Parse(time.DateOnly, *fromS)
 	to, err2 := time.Parse(time.DateOnly, *toS)
 	if err1 != nil || err2 != nil {
-		return fmt.Errorf("--from and --to are dates, YYYY-MM-DD")
+		return nil, errors.New("--from and --to are dates, YYYY-MM-DD")
 	}
-	evs, err := eventstore.Load(ctx, db.pool, ledger.Stream(*keyID))
+	return onDatabase(func(ctx context.Context, db *database, out io.Writer) error {
+		return audit(ctx, db, *keyID, from, to, out)
+	}), nil
+}
+
+// audit prints every charge and credit of one key charged (credited) in a range of UTC
+// days, from the key's ledger stream (the events themselves, not a read model), with a
+// running total net of credits: what GET /usage says for those days.
+func audit(ctx context.Context, db *database, keyID string, from, to time.Time, out io.Writer) error {
+	evs, err := eventstore.Load(ctx, db.pool, ledger.Stream(keyID))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "charges of %s from %s to %s (UTC days), from the event log\n", *keyID, *fromS, *toS)
+	fmt.Fprintf(out, "charges of %s from %s to %s (UTC days), from the event log\n", keyID, from.Format(time.DateOnly), to.Format(time.DateOnly))
 	fmt.Fprintf(out, "%-8s %-27s %-28s %-28s %-9s %-38s %-14s %-6s %7s %10s %9s %11s\n",
 		"position", "charged_at", "charge_id", "request_id", "endpoint", "params", "engine/path", "cached", "units", "usd", "total", "total_usd")
 	var n, units int64
@@ -95,29 +102,35 @@ func truncate(s string, n int) string {
 	return s[:n-1] + "…"
 }
 
-// replay rebuilds the ledger and accounts read models from the events and checks that
-// they equal the live ones, and recomputes the write-side balances (key spend, the
-// key's and the account's spend in the current budget period, daily allowance use,
-// closed key balances) from the events and compares them too (ledger.RecomputeBalances).
-func replay(ctx context.Context, db *database, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+// parseReplay reads replay's --as-of and --account.
+func parseReplay(fs *flag.FlagSet, args []string) (action, error) {
 	asOf := fs.String("as-of", "", "an RFC 3339 time: show the account as it stood then instead")
 	accountID := fs.String("account", "", "with --as-of: the account (acct_...)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	if _, err := parseArgs(fs, args, 0); err != nil {
+		return nil, err
 	}
-	if *asOf != "" {
-		at, err := time.Parse(time.RFC3339Nano, *asOf)
-		if err != nil || *accountID == "" {
-			return fmt.Errorf("usage: chessd replay --as-of RFC3339-TIME --account ACCOUNT")
-		}
+	if *asOf == "" {
+		return onDatabase(replay), nil
+	}
+	at, err := time.Parse(time.RFC3339Nano, *asOf)
+	if err != nil || *accountID == "" {
+		return nil, errors.New("--as-of takes an RFC 3339 time (2026-11-20T12:00:00Z) and needs --account")
+	}
+	return onDatabase(func(ctx context.Context, db *database, out io.Writer) error {
 		v, err := projections.AsOf(ctx, db.pool, *accountID, at, time.Now())
 		if err != nil {
 			return err
 		}
 		printAsOf(out, v)
 		return nil
-	}
+	}), nil
+}
+
+// replay rebuilds the ledger and accounts read models from the events and checks that
+// they equal the live ones, and recomputes the write-side balances (key spend, the
+// key's and the account's spend in the current budget period, daily allowance use,
+// closed key balances) from the events and compares them too (ledger.RecomputeBalances).
+func replay(ctx context.Context, db *database, out io.Writer) error {
 	same := true
 	for _, p := range allProjections() {
 		before, err := projections.Snapshot(ctx, db.pool, p)
@@ -166,39 +179,51 @@ func replay(ctx context.Context, db *database, args []string, out io.Writer) err
 
 // changePlan is the operator's way to move an account between plans while paid
 // subscriptions are not enabled.
-func changePlan(ctx context.Context, db *database, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+func parsePlan(fs *flag.FlagSet, args []string) (action, error) {
 	accountID := fs.String("account", "", "account id (acct_...)")
 	planName := fs.String("plan", "", "free, hobby or pro")
 	reason := fs.String("reason", "", "why (kept in the event)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	if _, err := parseArgs(fs, args, 0); err != nil {
+		return nil, err
 	}
 	plan, ok := domain.ParsePlan(*planName)
 	if *accountID == "" || !ok {
-		return fmt.Errorf("usage: chessd plan --account ACCOUNT --plan free|hobby|pro [--reason TEXT]")
+		return nil, errors.New("--account and --plan (free, hobby or pro) are required")
 	}
+	return onDatabase(func(ctx context.Context, db *database, out io.Writer) error {
+		return changePlan(ctx, db, *accountID, plan, *reason, out)
+	}), nil
+}
+
+func changePlan(ctx context.Context, db *database, accountID string, plan domain.Plan, reason string, out io.Writer) error {
 	h := commands.New(eventstore.NewStore(db.pool, nil), nil)
-	if err := h.ChangePlan(ctx, *accountID, plan, *reason); err != nil {
+	if err := h.ChangePlan(ctx, accountID, plan, reason); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "account %s is now on the %s plan\n", *accountID, plan)
+	fmt.Fprintf(out, "account %s is now on the %s plan\n", accountID, plan)
 	return nil
 }
 
-// refund credits charges back: `chessd refund --reason TEXT [--by NAME] CHARGE_ID...`.
-func refund(ctx context.Context, db *database, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("refund", flag.ContinueOnError)
+// parseRefund reads `chessd refund --reason TEXT [--by NAME] CHARGE_ID...`.
+func parseRefund(fs *flag.FlagSet, args []string) (action, error) {
 	reason := fs.String("reason", "", "why (kept with the credit, shown to the customer)")
 	by := fs.String("by", "", "who decides (default: the operator's $USER)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	ids, err := parseArgs(fs, args, -1)
+	if err != nil {
+		return nil, err
 	}
-	if *reason == "" || fs.NArg() == 0 {
-		return fmt.Errorf("usage: chessd refund --reason TEXT [--by NAME] CHARGE_ID...")
+	if *reason == "" || len(ids) == 0 {
+		return nil, errors.New("--reason and at least one charge id are required")
 	}
+	return onDatabase(func(ctx context.Context, db *database, out io.Writer) error {
+		return refund(ctx, db, ids, *reason, decidedBy(*by), out)
+	}), nil
+}
+
+// refund credits the charges back, all or none.
+func refund(ctx context.Context, db *database, ids []string, reason, by string, out io.Writer) error {
 	h := commands.New(eventstore.NewStore(db.pool, nil), nil)
-	credits, err := h.RefundCharges(ctx, fs.Args(), *reason, decidedBy(*by), "cli-refund")
+	credits, err := h.RefundCharges(ctx, ids, reason, by, "cli-refund")
 	if err != nil {
 		return err
 	}
@@ -216,45 +241,67 @@ func decidedBy(by string) string {
 	return operator()
 }
 
-// dispute lists open disputes or answers one: `chessd dispute list`, `chessd dispute
-// accept ID --note TEXT`, `chessd dispute reject ID --reason TEXT`.
-func dispute(ctx context.Context, db *database, args []string, out io.Writer) error {
-	const use = "usage: chessd dispute list | accept ID --note TEXT [--by NAME] | reject ID --reason TEXT [--by NAME]"
+// parseDispute reads `chessd dispute list`, `chessd dispute accept ID --note TEXT` and
+// `chessd dispute reject ID --reason TEXT`, the flags before or after the id.
+func parseDispute(fs *flag.FlagSet, args []string) (action, error) {
 	if len(args) == 0 {
-		return errors.New(use)
+		return nil, errors.New("say list, accept or reject")
 	}
-	if args[0] == "list" {
-		rows, err := ledger.OpenDisputes(ctx, db.pool)
-		if err != nil {
+	sub, args := args[0], args[1:]
+	if sub == "list" {
+		if _, err := parseArgs(fs, args, 0); err != nil {
+			return nil, err
+		}
+		return onDatabase(listDisputes), nil
+	}
+	if sub != "accept" && sub != "reject" {
+		if isHelp(sub) {
+			return nil, flag.ErrHelp
+		}
+		return nil, fmt.Errorf("unknown dispute command %q: say list, accept or reject", sub)
+	}
+	accept := sub == "accept"
+	var text *string
+	if accept {
+		text = fs.String("note", "", "what the customer is told (required)")
+	} else {
+		text = fs.String("reason", "", "why not, told to the customer (required)")
+	}
+	by := fs.String("by", "", "who decides (default: the operator's $USER)")
+	ids, err := parseArgs(fs, args, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("name the dispute: chessd dispute %s ID", sub)
+	}
+	if strings.TrimSpace(*text) == "" {
+		return nil, fmt.Errorf("%s --%s TEXT is required: the customer is shown it", sub, map[bool]string{true: "note", false: "reason"}[accept])
+	}
+	return onDatabase(func(ctx context.Context, db *database, out io.Writer) error {
+		h := commands.New(eventstore.NewStore(db.pool, nil), nil)
+		if err := h.ResolveDispute(ctx, ids[0], accept, decidedBy(*by), *text, "cli-dispute"); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "%-28s %-26s %-5s %-27s %s\n", "dispute", "account", "env", "opened_at", "charges / reason")
-		for _, d := range rows {
-			fmt.Fprintf(out, "%-28s %-26s %-5s %-27s %v / %s\n", d.ID, d.AccountID, d.Env, d.OpenedAt.Format(time.RFC3339), d.ChargeIDs, d.Reason)
-		}
-		fmt.Fprintf(out, "%d open\n", len(rows))
-		return nil
-	}
-	if len(args) < 2 || (args[0] != "accept" && args[0] != "reject") {
-		return errors.New(use)
-	}
-	fs := flag.NewFlagSet("dispute", flag.ContinueOnError)
-	note := fs.String("note", "", "what the customer is told (accept)")
-	reason := fs.String("reason", "", "why not (reject)")
-	by := fs.String("by", "", "who decides (default: the operator's $USER)")
-	if err := fs.Parse(args[2:]); err != nil {
+		_, err := fmt.Fprintf(out, "dispute %s %sed\n", ids[0], sub)
+		return err
+	}), nil
+}
+
+// isHelp says whether arg asks for help, as the flag package reads it.
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" || arg == "--h" }
+
+func listDisputes(ctx context.Context, db *database, out io.Writer) error {
+	rows, err := ledger.OpenDisputes(ctx, db.pool)
+	if err != nil {
 		return err
 	}
-	accept, text := args[0] == "accept", *reason
-	if accept {
-		text = *note
+	fmt.Fprintf(out, "%-28s %-26s %-5s %-27s %s\n", "dispute", "account", "env", "opened_at", "charges / reason")
+	for _, d := range rows {
+		fmt.Fprintf(out, "%-28s %-26s %-5s %-27s %v / %s\n", d.ID, d.AccountID, d.Env, d.OpenedAt.Format(time.RFC3339), d.ChargeIDs, d.Reason)
 	}
-	h := commands.New(eventstore.NewStore(db.pool, nil), nil)
-	if err := h.ResolveDispute(ctx, args[1], accept, decidedBy(*by), text, "cli-dispute"); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "dispute %s %sed\n", args[1], args[0])
-	return nil
+	_, err = fmt.Fprintf(out, "%d open\n", len(rows))
+	return err
 }
 
 // printAsOf prints what the account's /me, keys and usage said at v.At.

@@ -405,7 +405,8 @@ func TestAuditAndReplay(t *testing.T) {
 	if out, err := runCLI(t, url, "dispute", "list"); err != nil || !strings.Contains(out, d.DisputeID) || !strings.Contains(out, "1 open") {
 		t.Fatalf("dispute list: %v\n%s", err, out)
 	}
-	if out, err := runCLI(t, url, "dispute", "accept", d.DisputeID, "--note", "our timeout", "--by", "ops:test"); err != nil || !strings.Contains(out, "accepted") {
+	// the flags before the id, as after it
+	if out, err := runCLI(t, url, "dispute", "accept", "--note", "our timeout", "--by", "ops:test", d.DisputeID); err != nil || !strings.Contains(out, "accepted") {
 		t.Fatalf("dispute accept: %v\n%s", err, out)
 	}
 	if out, err := runCLI(t, url, "dispute", "reject", d.DisputeID, "--reason", "too late"); err == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,50 +16,59 @@ import (
 	"chessd/projections"
 )
 
-const setAsideUsage = `usage: chessd setaside list [--all]
-       chessd setaside retry ID [--reason TEXT] [--by WHO]
-       chessd setaside skip ID --reason TEXT [--by WHO]`
-
-// setAside lists, retries or skips the events projections set aside because they could
-// not apply them (docs/ARCHITECTURE.md, "Events a projection cannot apply"). Every
-// retry and skip is recorded with who did it; the event log is never touched.
-func setAside(ctx context.Context, db *database, args []string, out io.Writer) error {
+// parseSetAside reads `chessd setaside list [--all]`, `retry ID [--reason TEXT] [--by
+// WHO]` and `skip ID --reason TEXT [--by WHO]`, the flags before or after the id.
+//
+// The set-aside events are those projections could not apply (docs/ARCHITECTURE.md,
+// "Events a projection cannot apply"). Every retry and skip is recorded with who did
+// it; the event log is never touched.
+func parseSetAside(fs *flag.FlagSet, args []string) (action, error) {
 	if len(args) == 0 {
-		return fmt.Errorf("%s", setAsideUsage)
+		return nil, errors.New("say list, retry ID or skip ID")
 	}
-	switch args[0] {
+	sub, args := args[0], args[1:]
+	switch sub {
 	case "list":
-		fs := flag.NewFlagSet("setaside list", flag.ContinueOnError)
 		all := fs.Bool("all", false, "also the retried and skipped ones")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
+		if _, err := parseArgs(fs, args, 0); err != nil {
+			return nil, err
 		}
-		return listSetAside(ctx, db, *all, out)
+		return onDatabase(func(ctx context.Context, db *database, out io.Writer) error { return listSetAside(ctx, db, *all, out) }), nil
 	case "retry", "skip":
-		if len(args) < 2 {
-			return fmt.Errorf("%s", setAsideUsage)
-		}
-		id, err := strconv.ParseInt(args[1], 10, 64)
-		if err != nil {
-			return fmt.Errorf("set-aside event id %q: not a number\n%s", args[1], setAsideUsage)
-		}
-		fs := flag.NewFlagSet("setaside "+args[0], flag.ContinueOnError)
 		reason := fs.String("reason", "", "why (recorded with the action; required to skip)")
 		by := fs.String("by", operator(), "who acts (recorded with the action)")
-		if err := fs.Parse(args[2:]); err != nil {
-			return err
-		}
-		act := projections.RetrySetAside
-		if args[0] == "skip" {
-			act = projections.SkipSetAside
-		}
-		res, err := act(ctx, db.pool, allProjections(), id, *by, *reason)
+		ids, err := parseArgs(fs, args, 1)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return reportResolution(out, args[0], id, res)
+		if len(ids) == 0 {
+			return nil, fmt.Errorf("name the set-aside event: chessd setaside %s ID", sub)
+		}
+		id, err := strconv.ParseInt(ids[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("set-aside event id %q: not a number", ids[0])
+		}
+		return onDatabase(func(ctx context.Context, db *database, out io.Writer) error {
+			return resolveSetAside(ctx, db, sub, id, *by, *reason, out)
+		}), nil
 	}
-	return fmt.Errorf("unknown setaside command %q\n%s", args[0], setAsideUsage)
+	if isHelp(sub) {
+		return nil, flag.ErrHelp
+	}
+	return nil, fmt.Errorf("unknown setaside command %q: say list, retry or skip", sub)
+}
+
+// resolveSetAside retries or skips (action) the set-aside event id.
+func resolveSetAside(ctx context.Context, db *database, action string, id int64, by, reason string, out io.Writer) error {
+	act := projections.RetrySetAside
+	if action == "skip" {
+		act = projections.SkipSetAside
+	}
+	res, err := act(ctx, db.pool, allProjections(), id, by, reason)
+	if err != nil {
+		return err
+	}
+	return reportResolution(out, action, id, res)
 }
 
 func listSetAside(ctx context.Context, db *database, all bool, out io.Writer) error {
