@@ -46,6 +46,7 @@ func TestCommandLineIsReadFirst(t *testing.T) {
 		{[]string{"replay", "all"}, 2, "takes no arguments"},
 		{[]string{"audit", "--key", "key_x"}, 2, "--key, --from and --to are required"},
 		{[]string{"audit", "--key", "key_x", "--from", "2026-01-01", "--to", "soon"}, 2, "are dates"},
+		{[]string{"audit", "--key", "key_x", "--from", "2026-02-01", "--to", "2026-01-31"}, 2, "--from 2026-02-01 is after --to 2026-01-31"},
 		{[]string{"plan", "--account", "acct_x", "--plan", "gold"}, 2, "--plan"},
 		{[]string{"refund", "chg_1"}, 2, "--reason"},
 		{[]string{"dispute"}, 2, "say list, accept or reject"},

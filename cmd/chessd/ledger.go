@@ -36,6 +36,9 @@ func parseAudit(fs *flag.FlagSet, args []string) (action, error) {
 	if err1 != nil || err2 != nil {
 		return nil, errors.New("--from and --to are dates, YYYY-MM-DD")
 	}
+	if from.After(to) {
+		return nil, fmt.Errorf("--from %s is after --to %s", *fromS, *toS)
+	}
 	return onDatabase(func(ctx context.Context, db *database, out io.Writer) error {
 		return audit(ctx, db, *keyID, from, to, out)
 	}), nil
@@ -45,6 +48,12 @@ func parseAudit(fs *flag.FlagSet, args []string) (action, error) {
 // days, from the key's ledger stream (the events themselves, not a read model), with a
 // running total net of credits: what GET /usage says for those days.
 func audit(ctx context.Context, db *database, keyID string, from, to time.Time, out io.Writer) error {
+	// a key never created has no charges either: say so rather than total nothing
+	if v, err := eventstore.StreamVersion(ctx, db.pool, domain.KeyStream(keyID)); err != nil {
+		return err
+	} else if v == 0 {
+		return fmt.Errorf("audit: no key %q in the event log", keyID)
+	}
 	evs, err := eventstore.Load(ctx, db.pool, ledger.Stream(keyID))
 	if err != nil {
 		return err

@@ -314,6 +314,9 @@ func TestAuditAndReplay(t *testing.T) {
 	if err != nil || !strings.Contains(out, "total: 0 charges, 0 units, 0.000000 USD") {
 		t.Fatalf("audit of an empty range: %v\n%s", err, out)
 	}
+	if out, err := runCLI(t, url, "audit", "--key", "key_nope", "--from", today, "--to", today); err == nil || !strings.Contains(err.Error(), `no key "key_nope"`) {
+		t.Fatalf("audit of a key that does not exist: %v\n%s", err, out)
+	}
 
 	// /usage reads the inline ledger model; the accounts model is the runner's, which
 	// may still be applying the signup on a loaded machine: replay compares both
