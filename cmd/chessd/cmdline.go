@@ -39,8 +39,9 @@ var operatorCommands = []operatorCommand{
 			"verify; exit 1 at the first tampered event"},
 	{name: "rebuild", about: "drop the read models and rebuild them from the events", parse: noArguments(onDatabase(rebuild))},
 	{name: "replay", synopsis: "[--as-of TIME --account ACCOUNT]", parse: parseReplay,
-		about: "rebuild the ledger read models from the events and check they equal the live\n" +
-			"ones; --as-of TIME --account ACCOUNT: what the account's /me, keys and usage said at TIME"},
+		about: "rebuild every read model (accounts, ledger, jobs, disputes) from the events, say\n" +
+			"which live tables differed (left rebuilt), and check the balances against the charges;\n" +
+			"--as-of TIME --account ACCOUNT instead: what the account's /me, keys and usage said at TIME"},
 	{name: "audit", synopsis: "--key KEY --from DAY --to DAY", parse: parseAudit,
 		about: "every charge of a key with a running total"},
 	{name: "plan", synopsis: "--account ACCOUNT --plan free|hobby|pro [--reason TEXT]", parse: parsePlan,

@@ -44,6 +44,8 @@ func TestCommandLineIsReadFirst(t *testing.T) {
 		{[]string{"verify", "--anchor", "6:nothex"}, 2, "invalid value"},
 		{[]string{"verify", "--anchors", "/nonexistent/anchors"}, 2, "/nonexistent/anchors"},
 		{[]string{"replay", "all"}, 2, "takes no arguments"},
+		{[]string{"replay", "--account", "acct_x"}, 2, "--account goes with --as-of"},
+		{[]string{"replay", "--as-of", "2026-01-01T00:00:00Z"}, 2, "needs --account"},
 		{[]string{"audit", "--key", "key_x"}, 2, "--key, --from and --to are required"},
 		{[]string{"audit", "--key", "key_x", "--from", "2026-01-01", "--to", "soon"}, 2, "are dates"},
 		{[]string{"audit", "--key", "key_x", "--from", "2026-02-01", "--to", "2026-01-31"}, 2, "--from 2026-02-01 is after --to 2026-01-31"},

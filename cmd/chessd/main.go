@@ -6,7 +6,8 @@
 //	chessd verify    walk the event log's hash chain (and check it against anchors kept
 //	                 outside the database); exit 1 at the first tampered event
 //	chessd rebuild   drop the read models and rebuild them from the events
-//	chessd replay    rebuild the ledger read models and check they equal the live ones
+//	chessd replay    rebuild every read model, say where the live ones differed, and check
+//	                 the balances against the charges
 //	chessd audit     every charge of a key in a date range, with a running total
 //	chessd plan      move an account to another plan (operators)
 //	chessd refund    credit charges back, with a reason (operators)
