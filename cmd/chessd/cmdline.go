@@ -36,7 +36,8 @@ var operatorCommands = []operatorCommand{
 		onDatabase(func(context.Context, *database, io.Writer) error { return nil }))},
 	{name: "verify", synopsis: "[--anchor POS:HASH]... [--anchors FILE]", parse: parseVerify,
 		about: "walk the event log's hash chain and check it against anchors printed by an earlier\n" +
-			"verify; exit 1 at the first tampered event"},
+			"verify; exit 0 when intact, 1 at the first tampered event, 2 when it could not check\n" +
+			"(a bad flag, anchor or anchors file, the database out of reach)"},
 	{name: "rebuild", about: "drop the read models and rebuild them from the events", parse: noArguments(onDatabase(rebuild))},
 	{name: "replay", synopsis: "[--as-of TIME --account ACCOUNT]", parse: parseReplay,
 		about: "rebuild every read model (accounts, ledger, jobs, disputes) from the events, say\n" +

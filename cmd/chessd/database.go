@@ -115,11 +115,20 @@ func parseVerify(fs *flag.FlagSet, args []string) (action, error) {
 	if _, err := parseArgs(fs, args, 0); err != nil {
 		return nil, err
 	}
-	return onDatabase(func(ctx context.Context, db *database, out io.Writer) error { return verify(ctx, db, anchors, out) }), nil
+	walk := onDatabase(func(ctx context.Context, db *database, out io.Writer) error { return verify(ctx, db, anchors, out) })
+	return func(ctx context.Context, cfg config, logger *slog.Logger, out io.Writer) error {
+		// exit 1 says tampered: a walk that could not be made (the database out of
+		// reach) must not say so, nor pass for intact
+		err := walk(ctx, cfg, logger, out)
+		if err != nil && !errors.As(err, new(exitCode)) {
+			return exitError{code: 2, err: err}
+		}
+		return err
+	}, nil
 }
 
 // verify walks the chain, checking it against the anchors given, and prints the anchor
-// of what it walked, to be kept outside the database.
+// of what it walked, to be kept outside the database. Tampering found is exit status 1.
 func verify(ctx context.Context, db *database, anchors []eventstore.Anchor, out io.Writer) error {
 	rep, err := eventstore.Verify(ctx, db.pool, anchors...)
 	if err != nil {

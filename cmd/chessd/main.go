@@ -4,7 +4,8 @@
 //	chessd worker    run only the job executor
 //	chessd migrate   apply the database migrations and exit
 //	chessd verify    walk the event log's hash chain (and check it against anchors kept
-//	                 outside the database); exit 1 at the first tampered event
+//	                 outside the database); exit 1 at the first tampered event, 2 when
+//	                 it could not check
 //	chessd rebuild   drop the read models and rebuild them from the events
 //	chessd replay    rebuild every read model, say where the live ones differed, and check
 //	                 the balances against the charges

@@ -137,8 +137,13 @@ func TestVerifyAndRebuildCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err = runCLI(t, url, "verify")
-	if err == nil || !strings.Contains(out, "position 4 edited") {
-		t.Fatalf("verify after an edit: %v %q", err, out)
+	if code, _ := exitStatus(err); code != 1 || !strings.Contains(out, "position 4 edited") {
+		t.Fatalf("verify after an edit: exit %d (%v) %q, want 1", code, err, out)
+	}
+	// a walk that cannot be made is not tampering: exit 2, not 1
+	out, err = runCLI(t, "postgres://chessd:%zz@localhost/chessd", "verify")
+	if code, msg := exitStatus(err); code != 2 || !strings.Contains(msg, "DATABASE_URL") {
+		t.Fatalf("verify without a database: exit %d %q %q, want 2", code, msg, out)
 	}
 }
 
@@ -162,6 +167,8 @@ func TestVerifyAnchorCommand(t *testing.T) {
 	}
 	if _, err := runCLI(t, url, "verify", "--anchor", "6:nothex"); err == nil {
 		t.Fatal("verify --anchor with a bad hash ran")
+	} else if code, _ := exitStatus(err); code != 2 {
+		t.Fatalf("verify --anchor with a bad hash: exit %d (%v), want 2 (tampering is 1)", code, err)
 	}
 	// Someone who can write the database edits event 2 and recomputes the chain after it.
 	if _, err := pool.Exec(ctx, `UPDATE events SET metadata = '{}' WHERE position = 2`); err != nil {
