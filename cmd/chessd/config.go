@@ -53,6 +53,10 @@ type config struct {
 	SchemaCheck time.Duration
 }
 
+// maxParallel caps CHESSD_ENGINE_POOL_SIZE (engine processes per pool) and
+// CHESSD_WORKER_JOBS (positions an executor searches at once, each on a process).
+const maxParallel = 64
+
 func loadConfig(getenv func(string) string) (config, error) {
 	c := config{
 		DatabaseURL: getenv("DATABASE_URL"),
@@ -112,8 +116,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	if v := getenv("CHESSD_ENGINE_POOL_SIZE"); v != "" {
-		if c.Engines.PoolSize, err = strconv.Atoi(v); err != nil || c.Engines.PoolSize < 1 || c.Engines.PoolSize > 64 {
-			return c, fmt.Errorf("CHESSD_ENGINE_POOL_SIZE must be from 1 to 64, got %q", v)
+		if c.Engines.PoolSize, err = strconv.Atoi(v); err != nil || c.Engines.PoolSize < 1 || c.Engines.PoolSize > maxParallel {
+			return c, fmt.Errorf("CHESSD_ENGINE_POOL_SIZE must be from 1 to %d, got %q", maxParallel, v)
 		}
 	}
 	c.Mail = mail.Config{SMTPAddr: getenv("CHESSD_SMTP_ADDR"), From: getenv("CHESSD_SMTP_FROM"),
@@ -153,9 +157,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 		c.Executor.Parallel = runtime.NumCPU()
 	}
 	if v := getenv("CHESSD_WORKER_JOBS"); v != "" {
+		// the executor starts a searcher and sizes its queues by it: unbounded, a typo
+		// ends in an out-of-memory crash. The pool's cap: a search at once per engine.
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return c, fmt.Errorf("CHESSD_WORKER_JOBS must be 0 or more, got %q", v)
+		if err != nil || n < 0 || n > maxParallel {
+			return c, fmt.Errorf("CHESSD_WORKER_JOBS must be from 0 to %d, got %q", maxParallel, v)
 		}
 		if n > 0 {
 			c.Executor.Parallel = n

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,28 +30,36 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatalf("set: %+v %v", c, err)
 	}
 	for name, kv := range map[string]map[string]string{
-		"port":         {"PORT": "http"},
-		"port range":   {"PORT": "70000"},
-		"log level":    {"LOG_LEVEL": "loud"},
-		"pepper":       {"CHESSD_KEY_PEPPER": "short"},
-		"pool size":    {"CHESSD_ENGINE_POOL_SIZE": "0"},
-		"duration":     {"CHESSD_ENGINE_HANG_TIMEOUT": "soon"},
-		"record every": {"CHESSD_JOB_RECORD_EVERY": "often"},
-		"schema check": {"CHESSD_SCHEMA_CHECK": "0"}, // a ticker of zero panics
-		"proxies":      {"CHESSD_TRUSTED_PROXIES": "10.0.0.0/8,lb.internal"},
-		"negative":     {"CHESSD_LEASE_TTL": "-15s"},
-		"rate limits":  {"CHESSD_RATE_LIMITS": "maybe"},
-		"worker jobs":  {"CHESSD_WORKER_JOBS": "-1"},
-		"hash":         {"CHESSD_ENGINE_MAX_HASH_MB": "0"},
-		"boost 0":      {"CHESSD_ENGINE_BOOST": "0"},
-		"boost range":  {"CHESSD_ENGINE_BOOST": "20"},
-		"smtp tls":     {"CHESSD_SMTP_TLS": "insecure"},
-		"smtp addr":    {"CHESSD_SMTP_ADDR": "mail.example.com"}, // no port
-		"smtp ipv6":    {"CHESSD_SMTP_ADDR": "::1:25"},
+		"port":            {"PORT": "http"},
+		"port range":      {"PORT": "70000"},
+		"log level":       {"LOG_LEVEL": "loud"},
+		"pepper":          {"CHESSD_KEY_PEPPER": "short"},
+		"pool size":       {"CHESSD_ENGINE_POOL_SIZE": "0"},
+		"duration":        {"CHESSD_ENGINE_HANG_TIMEOUT": "soon"},
+		"record every":    {"CHESSD_JOB_RECORD_EVERY": "often"},
+		"schema check":    {"CHESSD_SCHEMA_CHECK": "0"}, // a ticker of zero panics
+		"proxies":         {"CHESSD_TRUSTED_PROXIES": "10.0.0.0/8,lb.internal"},
+		"negative":        {"CHESSD_LEASE_TTL": "-15s"},
+		"rate limits":     {"CHESSD_RATE_LIMITS": "maybe"},
+		"worker jobs":     {"CHESSD_WORKER_JOBS": "-1"},
+		"worker jobs cap": {"CHESSD_WORKER_JOBS": "65"}, // 9 queues' worth of slots each: 10⁹ ran out of memory
+		"pool size cap":   {"CHESSD_ENGINE_POOL_SIZE": "65"},
+		"hash":            {"CHESSD_ENGINE_MAX_HASH_MB": "0"},
+		"boost 0":         {"CHESSD_ENGINE_BOOST": "0"},
+		"boost range":     {"CHESSD_ENGINE_BOOST": "20"},
+		"smtp tls":        {"CHESSD_SMTP_TLS": "insecure"},
+		"smtp addr":       {"CHESSD_SMTP_ADDR": "mail.example.com"}, // no port
+		"smtp ipv6":       {"CHESSD_SMTP_ADDR": "::1:25"},
 	} {
-		if _, err := loadConfig(env(kv)); err == nil {
-			t.Errorf("%s: %v accepted", name, kv)
+		_, err := loadConfig(env(kv))
+		for v := range kv {
+			if err == nil || !strings.Contains(err.Error(), v) {
+				t.Errorf("%s: %v gave %v, want an error naming %s", name, kv, err, v)
+			}
 		}
+	}
+	if c, err := loadConfig(env(map[string]string{"CHESSD_WORKER_JOBS": "64"})); err != nil || c.Executor.Parallel != 64 {
+		t.Errorf("CHESSD_WORKER_JOBS=64: parallel %d, %v", c.Executor.Parallel, err)
 	}
 }
 
