@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -71,6 +72,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return c, err
 	}
 	c.BaseURL = or(getenv("CHESSD_BASE_URL"), fmt.Sprintf("http://localhost:%d/v1", c.Port))
+	if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// it is the prefix of problem type URIs and of the verification mail's link
+		return c, fmt.Errorf("CHESSD_BASE_URL must be an absolute http(s) URL such as https://api.example.com/v1, got %q", c.BaseURL)
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(or(getenv("LOG_LEVEL"), "info"))); err != nil {
 		return c, fmt.Errorf("LOG_LEVEL: %w", err)
 	}
@@ -108,7 +113,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 			}
 		}
 	}
-	c.Engines.Eager = getenv("CHESSD_ENGINE_EAGER") == "true"
+	if c.Engines.Eager, err = boolEnv(getenv, "CHESSD_ENGINE_EAGER"); err != nil {
+		return c, err
+	}
 	if v := getenv("CHESSD_ENGINE_BOOST"); v != "" {
 		// 0 would mean the default: -1 is none
 		if c.Engines.Boost, err = strconv.Atoi(v); err != nil || c.Engines.Boost < -1 || c.Engines.Boost > 19 || c.Engines.Boost == 0 {
@@ -130,7 +137,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.Mail.TLS, err = mail.ParseTLSMode(getenv("CHESSD_SMTP_TLS")); err != nil {
 		return c, fmt.Errorf("CHESSD_SMTP_TLS: %w", err)
 	}
-	c.InsecureWebhooks = getenv("CHESSD_WEBHOOKS_INSECURE") == "true"
+	if c.InsecureWebhooks, err = boolEnv(getenv, "CHESSD_WEBHOOKS_INSECURE"); err != nil {
+		return c, err
+	}
 	for _, v := range strings.Split(getenv("CHESSD_TRUSTED_PROXIES"), ",") {
 		if v = strings.TrimSpace(v); v == "" {
 			continue
@@ -244,6 +253,21 @@ func or(v, def string) string {
 		return def
 	}
 	return v
+}
+
+// boolEnv reads a boolean variable as strconv.ParseBool does (1, t, T, TRUE, true,
+// True; 0, f, F, FALSE, false, False), unset being false. Anything else is an error:
+// read as false, CHESSD_ENGINE_EAGER=yes would quietly be off.
+func boolEnv(getenv func(string) string, name string) (bool, error) {
+	v := getenv(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s must be true or false (or 1, 0, t, f), got %q", name, v)
+	}
+	return b, nil
 }
 
 func portEnv(getenv func(string) string, name string, def int) (int, error) {

@@ -50,6 +50,13 @@ func TestLoadConfig(t *testing.T) {
 		"smtp tls":        {"CHESSD_SMTP_TLS": "insecure"},
 		"smtp addr":       {"CHESSD_SMTP_ADDR": "mail.example.com"}, // no port
 		"smtp ipv6":       {"CHESSD_SMTP_ADDR": "::1:25"},
+		"eager yes":       {"CHESSD_ENGINE_EAGER": "yes"}, // was read as false
+		"eager on":        {"CHESSD_ENGINE_EAGER": "on"},
+		"insecure yes":    {"CHESSD_WEBHOOKS_INSECURE": "yes"},
+		"base url path":   {"CHESSD_BASE_URL": "/v1"},
+		"base url host":   {"CHESSD_BASE_URL": "api.example.com/v1"},
+		"base url scheme": {"CHESSD_BASE_URL": "ftp://api.example.com/v1"},
+		"base url empty":  {"CHESSD_BASE_URL": "https:///v1"},
 	} {
 		_, err := loadConfig(env(kv))
 		for v := range kv {
@@ -60,6 +67,16 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if c, err := loadConfig(env(map[string]string{"CHESSD_WORKER_JOBS": "64"})); err != nil || c.Executor.Parallel != 64 {
 		t.Errorf("CHESSD_WORKER_JOBS=64: parallel %d, %v", c.Executor.Parallel, err)
+	}
+	// every boolean variable reads what strconv.ParseBool does
+	for v, want := range map[string]bool{"": false, "1": true, "true": true, "TRUE": true, "t": true, "0": false, "false": false, "F": false} {
+		c, err := loadConfig(env(map[string]string{"CHESSD_ENGINE_EAGER": v, "CHESSD_WEBHOOKS_INSECURE": v}))
+		if err != nil || c.Engines.Eager != want || c.InsecureWebhooks != want {
+			t.Errorf("%q: eager %t, insecure webhooks %t, %v; want %t", v, c.Engines.Eager, c.InsecureWebhooks, err, want)
+		}
+	}
+	if c, err := loadConfig(env(map[string]string{"CHESSD_BASE_URL": "https://api.example.com/v1"})); err != nil || c.BaseURL != "https://api.example.com/v1" {
+		t.Errorf("an https base URL: %q %v", c.BaseURL, err)
 	}
 }
 
