@@ -114,7 +114,8 @@ type poolEntry struct {
 
 // Open discovers the engines under cfg.Dir, checks each answers the UCI handshake
 // (which also yields names and option lists), and starts the default pool. It fails
-// when nothing usable is installed, naming `make engines`.
+// when nothing usable is installed, naming `make engines`, and with ctx's error when ctx
+// ends first.
 func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	if cfg.Dir == "" {
 		cfg.Dir = DefaultDir()
@@ -207,6 +208,9 @@ func (c *Catalog) discover(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err // the probes were cut short (a stop during startup): no verdict on the engines
+	}
 	// Rebuild each version's path list from the probes that answered; a broken
 	// executable is logged and left out rather than taking the service down.
 	for i := range c.versions {

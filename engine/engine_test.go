@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -918,6 +919,40 @@ func waitStats(t *testing.T, pl *Pool, ok func(PoolStats) bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// Open whose context has ended fails with the context's error and blames no engine: a
+// server stopped during its startup is not a broken installation.
+func TestOpenStopped(t *testing.T) {
+	catalog(t) // fails with the `make engines` hint when engines are missing
+	var logs lockedBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cat, err := Open(ctx, Config{Dir: shared.dir, PoolSize: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err == nil {
+		_ = cat.Close()
+	}
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnknownEngine) || strings.Contains(logs.String(), "does not answer") {
+		t.Fatalf("Open after its context ended: %v, logged:\n%s", err, logs.String())
+	}
+}
+
+// lockedBuffer is a log written by several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestLazyPools: a non-eager catalog starts only the default pool; another path's

@@ -71,10 +71,21 @@ func (c *core) close(logger *slog.Logger) {
 	c.db.close(logger)
 }
 
+// startupFailed is serve's and work's outcome when openCore failed: nothing when ctx
+// ended first (SIGTERM or SIGINT during startup), whatever failed because of it, since
+// stopping is what was asked; err otherwise.
+func startupFailed(ctx context.Context, err error, logger *slog.Logger) error {
+	if ctx.Err() != nil {
+		logger.Info("stopped during startup", "err", err)
+		return nil
+	}
+	return err
+}
+
 func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	c, err := openCore(ctx, cfg, logger)
 	if err != nil {
-		return err
+		return startupFailed(ctx, err, logger)
 	}
 	defer c.close(logger)
 	db, store, cmds, svc, pepper := c.db, c.store, c.cmds, c.svc, c.pepper
@@ -264,7 +275,7 @@ func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 func work(ctx context.Context, cfg config, logger *slog.Logger) error {
 	c, err := openCore(ctx, cfg, logger)
 	if err != nil {
-		return err
+		return startupFailed(ctx, err, logger)
 	}
 	defer c.close(logger)
 	if cfg.NoExecutor {

@@ -8,6 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -187,5 +192,67 @@ func TestStopServingAfterTheGraceChargesNothingAnsweredLate(t *testing.T) {
 	}
 	if n := s.count(); n != 0 {
 		t.Fatalf("%d charges for a call whose answer was withheld, want 0", n)
+	}
+}
+
+// SIGTERM during startup stops serve and worker quietly, exit status 0: the engines'
+// handshakes it cut short are not reported as broken engines ("no working engine … run
+// make engines"). The engine here answers nothing and says when it was started, so the
+// signal comes while its handshake is awaited.
+func TestStopDuringStartup(t *testing.T) {
+	bin := buildBinary(t)
+	dbURL := pgtest.URL(t)
+	for _, command := range []string{"serve", "worker"} {
+		t.Run(command, func(t *testing.T) {
+			engines := t.TempDir()
+			started := filepath.Join(engines, "started")
+			if err := os.Mkdir(filepath.Join(engines, "sf-99.0"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			script := fmt.Sprintf("#!/bin/sh\ntouch %q\nexec sleep 30\n", started)
+			if err := os.WriteFile(filepath.Join(engines, "sf-99.0", "stockfish"), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(bin, command)
+			cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, fmt.Sprintf("PORT=%d", freePort(t)), "LOG_LEVEL=info",
+				"CHESSD_ENGINES_DIR="+engines, "CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_DATA_DIR="+t.TempDir(),
+				"CHESSD_KEY_PEPPER=stop-test-pepper-0123456789") // one for both: the database keeps the first
+			var logs lockedBuffer
+			cmd.Stderr = &logs
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			t.Cleanup(func() {
+				if cmd.ProcessState == nil {
+					cmd.Process.Kill() //nolint:errcheck // the test failed with it running
+					<-exited
+				}
+			})
+			waitFor(t, "the engine's handshake", time.Minute, func() bool {
+				select {
+				case err := <-exited:
+					t.Fatalf("%s exited (%v) before it started the engine:\n%s", command, err, logs.String())
+				default:
+				}
+				_, err := os.Stat(started)
+				return err == nil
+			})
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			select {
+			case err = <-exited:
+			case <-time.After(time.Minute):
+				t.Fatalf("%s did not stop:\n%s", command, logs.String())
+			}
+			out := logs.String()
+			if err != nil || !strings.Contains(out, "stopped during startup") || strings.Contains(out, "does not answer") ||
+				strings.Contains(out, "make engines") {
+				t.Fatalf("%s stopped during startup: %v, want exit 0 and no blame on the engines; logged:\n%s", command, err, out)
+			}
+		})
 	}
 }
