@@ -165,6 +165,9 @@ func New(cfg Config, pool *pgxpool.Pool, cmds *commands.Handler, svc *analysis.S
 		held: map[commands.Slot]*task{}, jobs: map[string]*jobRun{}, poke: make(chan struct{}, 1)}
 }
 
+// Name is the worker's name, Config.Worker or its default (host:pid).
+func (x *Executor) Name() string { return x.cfg.Worker }
+
 // Running lists the jobs this executor holds positions of: a job leaves the list once
 // every position it held has been recorded (committed) or dropped.
 func (x *Executor) Running() []string {

@@ -132,6 +132,11 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 			return err
 		}
 	}
+	// The API's listener too: a port in use stops serve here, before it says "serving".
+	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", cfg.Port))
+	if err != nil {
+		return fmt.Errorf("API listener: %w", err)
+	}
 	go expireOldRows(ctx, db, logger)
 	go logAnchors(ctx, db, logger)
 	mailDone := make(chan struct{})
@@ -158,7 +163,6 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	go func() { runnerDone <- runner.Run(ctx, nil) }()
 
 	srv := &http.Server{
-		Addr:              fmt.Sprintf(":%d", cfg.Port),
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -170,15 +174,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		ErrorLog:       slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
-	go func() {
-		ln, err := net.Listen("tcp", srv.Addr)
-		if err != nil {
-			serveErr <- err
-			return
-		}
-		serveErr <- srv.Serve(api.Listener(ln)) // net/http's own errors as problem+json
-	}()
-	logger.Info("serving", "addr", srv.Addr, "base_url", cfg.BaseURL)
+	go func() { serveErr <- srv.Serve(api.Listener(ln)) }() // net/http's own errors as problem+json
+	logger.Info("serving", "addr", ln.Addr().String(), "base_url", cfg.BaseURL)
 
 	runnerStopped := false
 	select {
@@ -281,8 +278,8 @@ func work(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if cfg.NoExecutor {
 		return fmt.Errorf("CHESSD_WORKER_JOBS=0 leaves a worker nothing to do")
 	}
-	logger.Info("worker running", "worker", cfg.Executor.Worker)
 	exec := executor.New(cfg.Executor, c.db.pool, c.cmds, c.svc, logger)
+	logger.Info("worker running", "worker", exec.Name())
 	if a := cfg.MetricsAddr; a != "" && a != "off" { // a worker has no other listener
 		mx := metrics.New(metrics.Sources{Engines: c.catalog, DB: c.db.pool, Executor: exec, Logger: logger})
 		if err := serveMetrics(ctx, a, mx.Handler(cfg.MetricsToken), logger); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -255,4 +256,55 @@ func TestStopDuringStartup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serve binds its port before it says "serving": a port in use is an error, with no
+// "serving" logged first.
+func TestServeOnABusyPort(t *testing.T) {
+	bin := buildBinary(t)
+	busy, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "serve")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+pgtest.URL(t), fmt.Sprintf("PORT=%d", busy.Addr().(*net.TCPAddr).Port),
+		"LOG_LEVEL=info", "CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_KEY_PEPPER=busy-test-pepper-0123456789", "CHESSD_DATA_DIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "address already in use") || strings.Contains(string(out), `"msg":"serving"`) {
+		t.Fatalf("serve on a port in use: %v, want an error and no \"serving\" logged:\n%s", err, out)
+	}
+}
+
+// A worker without CHESSD_WORKER_NAME logs the name it runs under, host:pid, as the
+// jobs record it.
+func TestWorkerLogsItsName(t *testing.T) {
+	bin := buildBinary(t)
+	w := exec.Command(bin, "worker")
+	w.Env = append(os.Environ(), "DATABASE_URL="+pgtest.URL(t), "LOG_LEVEL=info", "CHESSD_KEY_PEPPER=name-test-pepper-0123456789",
+		"CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_WORKER_NAME=", "CHESSD_DATA_DIR="+t.TempDir())
+	stderr, err := w.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Process.Signal(syscall.SIGTERM); w.Wait() }) //nolint:errcheck // stopping
+	var logged []string
+	for sc := bufio.NewScanner(stderr); sc.Scan(); {
+		logged = append(logged, sc.Text())
+		var line struct{ Msg, Worker string }
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "worker running" {
+			continue
+		}
+		host, _ := os.Hostname()
+		if want := fmt.Sprintf("%s:%d", host, w.Process.Pid); line.Worker != want {
+			t.Fatalf("worker running as %q, want %q", line.Worker, want)
+		}
+		return
+	}
+	t.Fatalf("no \"worker running\" logged:\n%s", strings.Join(logged, "\n"))
 }
