@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -271,7 +270,7 @@ func followOnce(ctx context.Context, e *env, id string, lastID *string, fn func(
 		res.Body.Close()
 		return followed{done: true}
 	case res.StatusCode == http.StatusTooManyRequests || res.StatusCode >= 500:
-		d, told := retryAfter(res.Header.Get("Retry-After"))
+		d, told := client.RetryAfter(res.Header.Get("Retry-After"))
 		return followed{why: answerError(res), retryAfter: d, told: told}
 	case res.StatusCode != http.StatusOK:
 		return followed{done: true, err: fmt.Errorf("job %s: events: %w", id, answerError(res))}
@@ -313,18 +312,4 @@ func answerError(res *http.Response) error {
 		return err
 	}
 	return errors.New(res.Status)
-}
-
-// retryAfter reads a Retry-After header: seconds, or an HTTP date.
-func retryAfter(h string) (time.Duration, bool) {
-	if h == "" {
-		return 0, false
-	}
-	if n, err := strconv.Atoi(h); err == nil {
-		return time.Duration(max(n, 0)) * time.Second, true
-	}
-	if t, err := http.ParseTime(h); err == nil {
-		return max(time.Until(t), 0), true
-	}
-	return 0, false
 }

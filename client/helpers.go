@@ -13,7 +13,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // WithKey authenticates every request with an API key (`Authorization: Bearer KEY`).
@@ -43,7 +45,8 @@ func ServerURL(s string) string {
 	return s
 }
 
-// Error makes a problem document an error: "402 Payment required: detail".
+// Error makes a problem document an error: "402 Payment required: detail", then each
+// invalid field the detail does not already name ("field: reason").
 func (p *Problem) Error() string {
 	s := fmt.Sprintf("%d %s", p.Status, p.Title)
 	if p.Detail != "" {
@@ -51,14 +54,32 @@ func (p *Problem) Error() string {
 	}
 	if p.Errors != nil {
 		for _, e := range *p.Errors {
-			s += fmt.Sprintf("; %s: %s", e.Field, e.Reason)
+			// the server's detail is the first field's "field: reason" (and how many more)
+			if fault := e.Field + ": " + e.Reason; !strings.Contains(p.Detail, fault) {
+				s += "; " + fault
+			}
 		}
 	}
 	return s
 }
 
+// RetryProblem is a problem answered with a Retry-After header (429, 503): its message
+// says the delay, which the detail only refers to ("retry after the Retry-After
+// delay"). errors.As finds its *Problem.
+type RetryProblem struct {
+	*Problem
+	RetryAfter time.Duration
+}
+
+func (e *RetryProblem) Error() string {
+	return fmt.Sprintf("%s (Retry-After: %d s)", e.Problem.Error(), int64(e.RetryAfter.Round(time.Second)/time.Second))
+}
+
+func (e *RetryProblem) Unwrap() error { return e.Problem }
+
 // Check is nil for a 2xx answer, else the answer's problem as an error (*Problem when
-// the body is one). Pass a generated response's HTTPResponse and Body.
+// the body is one, inside a *RetryProblem when the answer says Retry-After: errors.As
+// finds the *Problem either way). Pass a generated response's HTTPResponse and Body.
 func Check(res *http.Response, body []byte) error {
 	if res == nil {
 		return errors.New("no response")
@@ -68,9 +89,27 @@ func Check(res *http.Response, body []byte) error {
 	}
 	var p Problem
 	if err := json.Unmarshal(body, &p); err == nil && p.Status != 0 {
+		if d, ok := RetryAfter(res.Header.Get("Retry-After")); ok {
+			return &RetryProblem{Problem: &p, RetryAfter: d}
+		}
 		return &p
 	}
 	return fmt.Errorf("%s: %.200s", res.Status, body)
+}
+
+// RetryAfter reads a Retry-After header, seconds or an HTTP date; false when there is
+// none or it is neither.
+func RetryAfter(h string) (time.Duration, bool) {
+	if h == "" {
+		return 0, false
+	}
+	if n, err := strconv.Atoi(h); err == nil {
+		return time.Duration(max(n, 0)) * time.Second, true
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		return max(time.Until(t), 0), true
+	}
+	return 0, false
 }
 
 // Media types of the live evaluation stream (docs/API.md, "Live evaluation"): ask for
