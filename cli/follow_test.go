@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -88,5 +89,71 @@ func TestFollowJobReconnectsAnIdleStream(t *testing.T) {
 	defer mu.Unlock()
 	if err != nil || strings.Join(events, " ") != "state/1 end/2" || strings.Join(lastIDs, ",") != ",1" {
 		t.Fatalf("followJob: %v; events %v; Last-Event-IDs sent %q", err, events, lastIDs)
+	}
+}
+
+// A watch stopped (Ctrl-C) while the job runs says that the job goes on, charged, and
+// how to follow it again, rather than "context canceled".
+func TestStoppedWatchSaysTheJobGoesOn(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "id: 1\nevent: state\ndata: {\"job_id\":\"job_x\",\"state\":\"running\"}\n\n") //nolint:errcheck // the test's server
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the job runs on
+	}))
+	defer srv.Close()
+	api, err := client.NewClientWithResponses(srv.URL + "/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Ctrl-C once the state event is shown: the watch is under way
+	e := &env{io: IO{Out: io.Discard, Err: cancelOn{"running", cancel}}, api: api}
+	err = watch(ctx, e, "job_x", false)
+	for _, want := range []string{"stopped watching job job_x", "goes on running", "charged", "chessd jobs watch job_x"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("a stopped watch: %v, want it to say %q", err, want)
+		}
+	}
+}
+
+// cancelOn is a progress output that calls cancel once a line says word.
+type cancelOn struct {
+	word   string
+	cancel context.CancelFunc
+}
+
+func (c cancelOn) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), c.word) {
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+// analyze stopped while its job is submitted says the job may have been accepted, and
+// how to find it, rather than "context canceled".
+func TestStoppedSubmitSaysTheJobMayRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	answered := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cancel() // Ctrl-C while the server takes the job
+		<-answered
+	}))
+	defer srv.Close()
+	defer close(answered) // before Close, which waits for the handler
+	api, err := client.NewClientWithResponses(srv.URL + "/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("analyze", flag.ContinueOnError)
+	run := analyzeCommand(fs)
+	if err := fs.Parse([]string{"--fen", "8/8/8/8/8/8/8/K6k w - - 0 1"}); err != nil {
+		t.Fatal(err)
+	}
+	err = run(ctx, &env{io: IO{Out: io.Discard, Err: io.Discard}, api: api})
+	if err == nil || !strings.Contains(err.Error(), "may have been accepted") || !strings.Contains(err.Error(), "GET /v1/jobs") {
+		t.Fatalf("a stopped submit: %v", err)
 	}
 }

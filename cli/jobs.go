@@ -41,6 +41,10 @@ func analyzeCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 			return errors.New("usage: chessd analyze --pgn FILE | --fen FEN [--depth N] [--multipv N] [--json]")
 		}
 		res, err := e.api.SubmitAnalysisWithResponse(ctx, nil, body)
+		if err != nil && ctx.Err() != nil { // the server may have taken it before the cut
+			return errors.New("stopped while submitting the job: it may have been accepted, and then runs and is charged " +
+				"(GET /v1/jobs lists the account's jobs; `chessd jobs watch JOB_ID` follows one)")
+		}
 		if err != nil {
 			return err
 		}
@@ -110,8 +114,18 @@ func (b *idleBody) Read(p []byte) (int, error) {
 }
 
 // watch follows a job's events (GET /jobs/{id}/events) with a progress line until it
-// ends, then prints its result: a table of positions, or the result's JSON.
+// ends, then prints its result: a table of positions, or the result's JSON. Stopped
+// (Ctrl-C), it says that the job is not: it runs on the server, charged, whoever watches.
 func watch(ctx context.Context, e *env, id string, asJSON bool) error {
+	err := watchJob(ctx, e, id, asJSON)
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("stopped watching job %s, which goes on running on the server and is charged for the "+
+			"positions it analyses: `chessd jobs watch %s` follows it again (DELETE /v1/jobs/%s cancels it)", id, id, id)
+	}
+	return err
+}
+
+func watchJob(ctx context.Context, e *env, id string, asJSON bool) error {
 	prog := newProgress(e)
 	var last client.Job
 	err := followJob(ctx, e, id, prog, func(ev client.StreamEvent) error {
