@@ -19,12 +19,16 @@ import (
 // Commands are the subcommands this package runs.
 var Commands = map[string]bool{"eval": true, "bestmove": true, "analyze": true, "jobs": true, "usage": true, "uci": true}
 
+// flagsOnly are the commands that take no positional argument: one given is a mistake
+// (a flag after it is not read as one), refused rather than ignored.
+var flagsOnly = map[string]bool{"analyze": true, "usage": true, "uci": true}
+
 // Usage lists them, for the binary's help.
 const Usage = `  eval      [--depth N] [--multipv N] [--movetime MS] [--engine ID] [--wdl] [--json] FEN: evaluate a position on a server
   bestmove  the same flags: the best move
   analyze   [--pgn FILE|-] [--fen FEN] [--depth N] [--multipv N] [--json]: analyse a game (a job) and show each ply
   jobs      watch [--json] JOB_ID: follow a job to its end
-  usage     [--from DAY] [--to DAY] [--group-by day,endpoint,...] [--json]: what was charged, as a table
+  usage     [--from DAY] [--to DAY] [--group-by day,endpoint,...] [--tz ZONE] [--json]: what was charged, as a table
   uci       speak UCI on stdin/stdout, each search run by the server (for chess GUIs)
             (all: --server URL --key KEY, or CHESSD_SERVER, CHESSD_KEY, or the file $CHESSD_CONFIG / ~/.config/chessd/client.json)`
 
@@ -80,6 +84,9 @@ func Run(ctx context.Context, args []string, io IO) error {
 		return nil
 	} else if err != nil {
 		return err
+	}
+	if flagsOnly[name] && fs.NArg() > 0 {
+		return fmt.Errorf("chessd %s takes no arguments, got %q (flags go before any argument)", name, fs.Arg(0))
 	}
 	server, key, err := conn.resolve(io.Getenv)
 	if err != nil {

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"context"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -67,6 +70,26 @@ func TestLine(t *testing.T) {
 	for _, tt := range tests {
 		if got := line(tt.fen, tt.san); got != tt.want {
 			t.Errorf("line(%q, %v) = %q, want %q", tt.fen, tt.san, got, tt.want)
+		}
+	}
+}
+
+// analyze, usage and uci take flags only: an argument is refused before anything is
+// asked of a server (none runs here), not ignored.
+func TestFlagsOnlyCommandsRefuseArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"usage", "extra"},
+		{"usage", "--from", "2026-01-01", "2026-01-31"},
+		{"usage", "today", "--json"}, // --json after an argument is one too
+		{"uci", "extra"},
+		{"analyze", "--fen", "8/8/8/8/8/8/8/K6k w - - 0 1", "game.pgn"},
+	} {
+		// a server nothing listens on, should a command go on to ask it
+		env := map[string]string{"CHESSD_SERVER": "http://127.0.0.1:1", "HOME": t.TempDir()}
+		streams := IO{In: strings.NewReader(""), Out: io.Discard, Err: io.Discard, Getenv: func(k string) string { return env[k] }}
+		err := Run(context.Background(), args, streams)
+		if err == nil || !strings.Contains(err.Error(), "takes no arguments") {
+			t.Errorf("chessd %s: %v, want it refused", strings.Join(args, " "), err)
 		}
 	}
 }
