@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"chessd/syncbuf"
 )
 
 const (
@@ -925,7 +927,7 @@ func waitStats(t *testing.T, pl *Pool, ok func(PoolStats) bool) {
 // server stopped during its startup is not a broken installation.
 func TestOpenStopped(t *testing.T) {
 	catalog(t) // fails with the `make engines` hint when engines are missing
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	cat, err := Open(ctx, Config{Dir: shared.dir, PoolSize: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -935,24 +937,6 @@ func TestOpenStopped(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnknownEngine) || strings.Contains(logs.String(), "does not answer") {
 		t.Fatalf("Open after its context ended: %v, logged:\n%s", err, logs.String())
 	}
-}
-
-// lockedBuffer is a log written by several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestLazyPools: a non-eager catalog starts only the default pool; another path's

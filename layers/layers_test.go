@@ -23,6 +23,7 @@ var layer = map[string]int{
 	"domain":          0, // events, aggregates, invariants: no I/O
 	"domain/position": 0,
 	"migrations":      0, // SQL text, embedded
+	"syncbuf":         0, // a buffer for concurrent writers (tests' logs, processes' output)
 	"postgres":        1, // connections, migrations, the embedded cluster
 	"postgres/pgtest": 1,
 	"engine":          1, // UCI processes: no database, no domain

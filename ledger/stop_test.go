@@ -1,7 +1,6 @@
 package ledger_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 
 	"chessd/ledger"
 	"chessd/postgres/pgtest"
+	"chessd/syncbuf"
 )
 
 // A meter asked to stop while calls it reserved are still running (a search takes up
@@ -66,7 +66,7 @@ func TestMeterStopChargesCallsAnsweredWhileStopping(t *testing.T) {
 // those settled while it began.
 func TestMeterSettleAfterTheFinalDrainIsRefused(t *testing.T) {
 	f := newFixture(t, nil)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	m := ledger.NewMeter(context.Background(), f.store, logger, ledger.MeterConfig{})
 	ctx := context.Background()
@@ -122,22 +122,4 @@ func TestMeterSettleAfterTheFinalDrainIsRefused(t *testing.T) {
 		t.Fatalf("balance %+v, want the %d calls settled before the drain charged, nothing held", b, charged)
 	}
 	t.Logf("%d of %d calls settled as the drain began were charged", charged, before)
-}
-
-// syncBuffer is a log sink for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

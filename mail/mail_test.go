@@ -22,6 +22,7 @@ import (
 	"chessd/eventstore"
 	"chessd/mail"
 	"chessd/postgres/pgtest"
+	"chessd/syncbuf"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -229,7 +230,7 @@ func TestVerificationMailOverSMTP(t *testing.T) {
 // Without an SMTP server the message goes to the log and is marked sent there.
 func TestMailToTheLogWithoutSMTP(t *testing.T) {
 	pool := pgtest.NewDB(t)
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, nil))
 	h := commands.New(eventstore.NewStore(pool, logger), []byte("mail-test-pepper-0123456789"))
 	if _, err := h.Signup(context.Background(), domain.Signup{Email: "log@example.com"}, "r"); err != nil {
@@ -286,21 +287,4 @@ func TestSilentSMTPServerTimesOut(t *testing.T) {
 	if sent || lastError == nil || !strings.Contains(*lastError, "timeout") {
 		t.Fatalf("sent %v, last error %v", sent, lastError)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -18,6 +18,7 @@ import (
 	"chessd/domain"
 	"chessd/httpapi"
 	"chessd/postgres/pgtest"
+	"chessd/syncbuf"
 )
 
 // clientCmd runs `chessd ARGS...` (a client command) with env and stdin, and returns
@@ -215,24 +216,6 @@ func usageAligned(t *testing.T, table string) {
 	}
 }
 
-// lockedBuffer is a process's output, read by the test while the process writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // `jobs watch` follows a job to its end across what cuts its event stream: a 429 for
 // an account holding its maximum of streams is waited out for its Retry-After, and a
 // server's restart (which ends its streams) is outlasted, the stream resumed with
@@ -271,7 +254,7 @@ func TestJobsWatchFollowsAcrossCuts(t *testing.T) {
 
 	cmd := exec.Command(bin, "jobs", "watch", jobID)
 	cmd.Env = append(os.Environ(), "CHESSD_SERVER="+srv.base, "CHESSD_KEY="+su.Secret, "CHESSD_CONFIG=", "HOME="+t.TempDir())
-	var stdout, stderr lockedBuffer
+	var stdout, stderr syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"chessd/eventstore"
 	"chessd/ledger"
 	"chessd/postgres/pgtest"
+	"chessd/syncbuf"
 )
 
 // stopRig is a server as serve stops it (stopServing): a stream that ends when the
@@ -218,7 +219,7 @@ func TestStopDuringStartup(t *testing.T) {
 			cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, fmt.Sprintf("PORT=%d", freePort(t)), "LOG_LEVEL=info",
 				"CHESSD_ENGINES_DIR="+engines, "CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_DATA_DIR="+t.TempDir(),
 				"CHESSD_KEY_PEPPER=stop-test-pepper-0123456789") // one for both: the database keeps the first
-			var logs lockedBuffer
+			var logs syncbuf.Buffer
 			cmd.Stderr = &logs
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
