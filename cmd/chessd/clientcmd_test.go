@@ -256,17 +256,7 @@ func TestJobsWatchFollowsAcrossCuts(t *testing.T) {
 	cmd.Env = append(os.Environ(), "CHESSD_SERVER="+srv.base, "CHESSD_KEY="+su.Secret, "CHESSD_CONFIG=", "HOME="+t.TempDir())
 	var stdout, stderr syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill() //nolint:errcheck // the test failed with the watch running
-			<-exited
-		}
-	})
+	exited := startProcess(t, cmd)
 	says := func(what, re string) {
 		t.Helper()
 		waitFor(t, what, time.Minute, func() bool {

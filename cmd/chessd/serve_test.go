@@ -221,17 +221,7 @@ func TestStopDuringStartup(t *testing.T) {
 				"CHESSD_KEY_PEPPER=stop-test-pepper-0123456789") // one for both: the database keeps the first
 			var logs syncbuf.Buffer
 			cmd.Stderr = &logs
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
-			t.Cleanup(func() {
-				if cmd.ProcessState == nil {
-					cmd.Process.Kill() //nolint:errcheck // the test failed with it running
-					<-exited
-				}
-			})
+			exited := startProcess(t, cmd)
 			waitFor(t, "the engine's handshake", time.Minute, func() bool {
 				select {
 				case err := <-exited:
@@ -308,4 +298,22 @@ func TestWorkerLogsItsName(t *testing.T) {
 		return
 	}
 	t.Fatalf("no \"worker running\" logged:\n%s", strings.Join(logged, "\n"))
+}
+
+// startProcess starts cmd and returns its exit status, once it ends (a receiver may put it
+// back for another); the test's cleanup kills it if it still runs then.
+func startProcess(t *testing.T, cmd *exec.Cmd) chan error {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill() //nolint:errcheck // the test failed with it running
+			<-exited
+		}
+	})
+	return exited
 }
