@@ -97,8 +97,9 @@ func findCommand(name string) *operatorCommand {
 }
 
 // runOperator reads the command line of cmd, then the configuration, then runs it. A
-// command line it cannot run is refused with exit status 2, as Go's flag package does;
-// --help prints the command's help and exits 0; neither opens anything.
+// command line it cannot run is refused with exit status 2, as Go's flag package does,
+// and so is a configuration the environment gets wrong; --help prints the command's
+// help and exits 0; none of them opens anything.
 func runOperator(ctx context.Context, cmd *operatorCommand, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("chessd "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors and the help are printed here, not by the flag package
@@ -112,7 +113,8 @@ func runOperator(ctx context.Context, cmd *operatorCommand, args []string, geten
 	}
 	cfg, err := loadConfig(getenv)
 	if err != nil {
-		return err
+		// Nothing ran either: exit 2, as for the command line (verify's 1 says tampered).
+		return exitError{code: 2, err: err}
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	return act(ctx, cfg, logger, stdout)

@@ -16,7 +16,7 @@ import (
 // too many or a missing one is refused with exit status 2; neither starts the embedded
 // cluster (the data directory stays empty) nor anything else. PORT=0 is refused by the
 // configuration, which is read only once the command line was: a command that read its
-// configuration first, or went on past a bad command line, fails there with exit 1.
+// configuration first, or went on past a bad command line, fails there, saying PORT.
 func TestCommandLineIsReadFirst(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -85,6 +85,34 @@ func TestCommandLineIsReadFirst(t *testing.T) {
 				t.Errorf("the data directory holds %v: the command opened something", entries)
 			}
 		})
+	}
+}
+
+// A configuration the environment gets wrong is exit 2 for every server-side command,
+// having opened nothing: verify's 1 means tampering, and a script must not read a bad
+// variable as a tampered log.
+func TestBadConfigurationIsExit2(t *testing.T) {
+	for _, tc := range []struct{ name, value, says string }{
+		{"PORT", "0", "PORT"},
+		{"CHESSD_BASE_URL", "foo", "CHESSD_BASE_URL"},
+		{"CHESSD_ENGINE_EAGER", "yes", "CHESSD_ENGINE_EAGER"},
+		{"LOG_LEVEL", "bogus", "LOG_LEVEL"},
+	} {
+		for _, command := range []string{"verify", "serve", "replay"} {
+			dir := t.TempDir()
+			env := map[string]string{"CHESSD_DATA_DIR": dir, "CHESSD_PG_PORT": "54398", tc.name: tc.value}
+			out, err := os.CreateTemp(t.TempDir(), "out")
+			if err != nil {
+				t.Fatal(err)
+			}
+			code, msg := exitStatus(run(context.Background(), []string{command}, func(k string) string { return env[k] }, out))
+			if code != 2 || !strings.Contains(msg, tc.says) {
+				t.Errorf("%s with %s=%s: exit %d, %q; want exit 2 naming %s", command, tc.name, tc.value, code, msg, tc.says)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("%s with %s=%s opened something: %v", command, tc.name, tc.value, entries)
+			}
+		}
 	}
 }
 
