@@ -125,14 +125,19 @@ func (h *Handler) ResendVerification(ctx context.Context, actor Actor) error {
 			a.ID(), now.Add(-24*time.Hour)).Scan(&today, &oldest, &latest); err != nil {
 			return err
 		}
+		// Both limits may hold: the refusal names the one that ends last, so a client that
+		// waits its Retry-After is not refused again.
+		var full *MailsFull
 		if next := latest.Add(time.Minute); today > 0 && next.After(now) {
-			return &MailsFull{wait: next.Sub(now),
+			full = &MailsFull{wait: next.Sub(now),
 				msg: fmt.Sprintf("a verification message was sent less than a minute ago; check the inbox of %s", a.Email())}
 		}
-		if today >= MaxVerificationMails {
-			next := oldest.Add(24 * time.Hour)
-			return &MailsFull{wait: next.Sub(now), msg: fmt.Sprintf("%d verification messages went to %s in the last 24 hours, the most it gets; the next may be sent after %s",
+		if next := oldest.Add(24 * time.Hour); today >= MaxVerificationMails && (full == nil || next.Sub(now) > full.wait) {
+			full = &MailsFull{wait: next.Sub(now), msg: fmt.Sprintf("%d verification messages went to %s in the last 24 hours, the most it gets; the next may be sent after %s",
 				today, a.Email(), next.UTC().Format(time.RFC3339))}
+		}
+		if full != nil {
+			return full
 		}
 		return h.queueVerification(ctx, tx, a.ID(), a.Email(), now)
 	})

@@ -388,6 +388,19 @@ func TestVerificationMailCapped(t *testing.T) {
 	if ra, err := strconv.Atoi(last.Header.Get("Retry-After")); err != nil || ra < 86400-10*61 || ra > 86400-4*61 {
 		t.Fatalf("Retry-After %q past the day's cap, want about a day less the minutes moved back", last.Header.Get("Retry-After"))
 	}
+	// the fifth message a moment ago: both limits hold, and the wait is the day's
+	if _, err := e.pool.Exec(ctx, `UPDATE email_verifications SET created_at = now() - interval '10 seconds'
+		WHERE created_at = (SELECT max(created_at) FROM email_verifications)`); err != nil {
+		t.Fatal(err)
+	}
+	both := e.do("POST", "/v1/me/verify-email", key, nil)
+	wantProblem(t, both, 429, "retry_after")
+	if ra, err := strconv.Atoi(both.Header.Get("Retry-After")); err != nil || ra < 86400-10*61 {
+		t.Fatalf("Retry-After %q with both limits holding, want the day's wait (the minute's was told, then refused again)", both.Header.Get("Retry-After"))
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE email_verifications SET created_at = created_at - interval '1 minute'`); err != nil {
+		t.Fatal(err)
+	}
 	var queued int
 	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM mail_outbox WHERE to_email = 'capped@example.com'`).Scan(&queued); err != nil {
 		t.Fatal(err)
