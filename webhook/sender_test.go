@@ -296,3 +296,42 @@ func TestRefusedAddressIsNotLogged(t *testing.T) {
 		t.Errorf("the private address got %d requests", got)
 	}
 }
+
+// A delivery queued as its endpoint is being deleted ends with the others: the Delete
+// waits for the queueing transaction, then ends what it queued. It stayed pending for
+// ever (never sent: the claim skips deleted endpoints), because Delete's one statement
+// neither waited for the queueing nor saw its delivery.
+func TestDeleteEndsADeliveryQueuedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewDB(t)
+	h := register(t, pool, testSecrets(t), "http://127.0.0.1:9/hooks")
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := webhook.Enqueue(ctx, tx, h.account, "live", "", "budget.threshold", map[string]int{"n": 1}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := make(chan error, 1)
+	go func() { deleted <- webhook.Delete(ctx, pool, h.account, "live", h.id) }()
+	// the Delete waits for the queueing transaction's hold on the endpoint's row
+	pgtest.WaitFor(t, "the Delete to wait for the queueing", func() bool {
+		var waiting bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database())`).Scan(&waiting)
+		return err == nil && waiting
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, "delivered_at IS NULL AND failed_at IS NULL", h.id); n != 0 {
+		t.Fatalf("%d deliveries of the deleted endpoint still pending", n)
+	}
+	if n := count(t, pool, "last_error = 'endpoint deleted'", h.id); n != 1 {
+		t.Fatalf("%d deliveries ended by the Delete, want the one queued meanwhile", n)
+	}
+}

@@ -128,26 +128,29 @@ func List(ctx context.Context, q eventstore.Querier, accountID, env string) ([]E
 const DeletedError = "endpoint deleted"
 
 // Delete stops deliveries to an endpoint of accountID's env; 404 for anyone else's.
-// Its pending deliveries fail (DeletedError) in the same statement, so no server
+// Its pending deliveries fail (DeletedError) in the same transaction, so no server
 // claims them again; a try under way still goes out, and records nothing over that
-// unless it arrived.
-func Delete(ctx context.Context, q eventstore.Querier, accountID, env, id string) error {
-	var deleted bool
-	err := q.QueryRow(ctx, `WITH e AS (
-			UPDATE webhook_endpoints SET deleted_at = now()
-			 WHERE endpoint_id = $1 AND account_id = $2 AND env = $3 AND deleted_at IS NULL
-			RETURNING endpoint_id),
-		d AS (
-			UPDATE webhook_deliveries SET failed_at = now(), last_error = $4
-			 WHERE endpoint_id IN (SELECT endpoint_id FROM e) AND delivered_at IS NULL AND failed_at IS NULL)
-		SELECT EXISTS (SELECT 1 FROM e)`, id, accountID, env, DeletedError).Scan(&deleted)
-	if err != nil {
-		return fmt.Errorf("webhook endpoint: %w", err)
-	}
-	if !deleted {
-		return domain.Errorf(domain.CodeNotFound, "no webhook endpoint %q on this account", id)
-	}
-	return nil
+// unless it arrived. The deliveries are ended by a statement of their own, after the
+// endpoint's row: a delivery queued as the endpoint was being deleted (Enqueue holds
+// the endpoint's row meanwhile) has committed by then and is seen, where one
+// statement's snapshot, taken before the wait for the row, missed it and left it
+// pending for ever.
+func Delete(ctx context.Context, pool *pgxpool.Pool, accountID, env, id string) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET deleted_at = now()
+			WHERE endpoint_id = $1 AND account_id = $2 AND env = $3 AND deleted_at IS NULL`, id, accountID, env)
+		if err != nil {
+			return fmt.Errorf("webhook endpoint: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return domain.Errorf(domain.CodeNotFound, "no webhook endpoint %q on this account", id)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET failed_at = now(), last_error = $2
+			WHERE endpoint_id = $1 AND delivered_at IS NULL AND failed_at IS NULL`, id, DeletedError); err != nil {
+			return fmt.Errorf("webhook endpoint's deliveries: %w", err)
+		}
+		return nil
+	})
 }
 
 // Enqueue queues eventType with data for every endpoint of accountID's env (or only
@@ -161,6 +164,7 @@ func Enqueue(ctx context.Context, q eventstore.Querier, accountID, env, endpoint
 	rows, err := q.Query(ctx, `INSERT INTO webhook_deliveries (delivery_id, endpoint_id, account_id, event_type, payload)
 		SELECT 'whd_' || replace(gen_random_uuid()::text, '-', ''), endpoint_id, account_id, $4, $5::jsonb
 		  FROM webhook_endpoints WHERE account_id = $1 AND env = $2 AND deleted_at IS NULL AND ($3 = '' OR endpoint_id = $3)
+		   FOR SHARE -- a Delete waits for this transaction, then ends what it queued (Delete)
 		RETURNING delivery_id`, accountID, env, endpointID, eventType, body)
 	if err != nil {
 		return nil, fmt.Errorf("queue webhook: %w", err)
