@@ -102,6 +102,17 @@ func TestReplayChecksEveryBalance(t *testing.T) {
 			t.Errorf("no check %s among %v", n, names)
 		}
 	}
+	// the budgets and periods the fixture's events set are the meter's (day, month,
+	// total keys; an account budget)
+	settings, err := ledger.RecomputeSettings(ctx, f.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range settings {
+		if !c.Equal() || len(c.Live) == 0 && c.Name != "account_zones" {
+			t.Errorf("untouched ledger: %s: live %v, from the events %v", c.Name, c.Live, c.Replayed)
+		}
+	}
 	var adminID string
 	if err := f.pool.QueryRow(ctx, `SELECT key_id FROM key_balances WHERE account_id = $1 AND key_id <> ALL ($2)`,
 		f.account.ID(), []string{f.keys[0].ID(), f.keys[1].ID(), f.keys[2].ID(), f.day.ID()}).Scan(&adminID); err != nil {

@@ -144,7 +144,8 @@ func parseReplay(fs *flag.FlagSet, args []string) (action, error) {
 // events give (a differing one is left rebuilt), and recomputes the write-side balances
 // (key spend, the key's and the account's spend in the current budget period, daily
 // allowance use, closed key balances) from the charges and compares them too
-// (ledger.RecomputeBalances; those it reports, never changes).
+// (ledger.RecomputeBalances), and the budgets and zones the meter enforces with the
+// keys' and accounts' events (ledger.RecomputeSettings); those it reports, never changes.
 func replay(ctx context.Context, db *database, out io.Writer) error {
 	same := true
 	for _, p := range allProjections() {
@@ -177,9 +178,17 @@ func replay(ctx context.Context, db *database, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	for _, c := range checks {
+	settings, err := ledger.RecomputeSettings(ctx, db.pool)
+	if err != nil {
+		return err
+	}
+	for i, c := range append(checks, settings...) {
+		from := "the charges"
+		if i >= len(checks) {
+			from = "the keys' and accounts' events"
+		}
 		if c.Equal() {
-			fmt.Fprintf(out, "equal   %s: %d rows recomputed from the charges\n", c.Name, len(c.Live))
+			fmt.Fprintf(out, "equal   %s: %d rows recomputed from %s\n", c.Name, len(c.Live), from)
 		} else {
 			same = false
 			fmt.Fprintf(out, "DIFFERS %s: live %v, from the events %v\n", c.Name, c.Live, c.Replayed)

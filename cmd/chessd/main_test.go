@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
 
 	"chessd/auth"
 	"chessd/commands"
@@ -241,6 +242,60 @@ func TestReplayChecksRevokedBalances(t *testing.T) {
 	revoke() // again: nothing new to record, but the balance closes
 	if out, err := runCLI(t, url, "replay"); err != nil || !strings.Contains(out, "equal   key_balances.revoked: 1 rows") {
 		t.Fatalf("replay after the key was revoked again: %v\n%s", err, out)
+	}
+}
+
+// `chessd replay` compares the budgets and zones the meter enforces (and GET /me
+// shows) with the events that set them: a key's budget, an account's budget and its
+// zone drifted in the write side's tables are each reported; replay said every line
+// equal and exited 0.
+func TestReplayChecksBudgetSettings(t *testing.T) {
+	url, pool := twoSignups(t)
+	ctx := context.Background()
+	h := commands.New(eventstore.NewStore(pool, nil), []byte("pepper-for-the-cli-test"))
+	var adminID string
+	if err := pool.QueryRow(ctx, `SELECT key_id FROM key_balances ORDER BY key_id LIMIT 1`).Scan(&adminID); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := commands.LoadKey(ctx, pool, adminID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor := commands.Actor{Key: admin, RequestID: "r"}
+	units, usd := int64(90000), decimal.RequireFromString("1.25")
+	key, _, err := h.CreateKey(ctx, actor, domain.KeySettings{Label: "budgeted", Scopes: []domain.Scope{domain.ScopeEval}, Env: domain.EnvLive,
+		BudgetUnits: &units, BudgetUSD: &usd, Period: domain.PeriodDay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tz, accountUnits := "Europe/Paris", int64(5000)
+	if _, err := h.UpdateAccount(ctx, actor, commands.AccountChange{Timezone: &tz, Budget: &domain.BudgetChange{Units: &accountUnits}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, url, "rebuild"); err != nil { // the read models, which no runner keeps here
+		t.Fatalf("rebuild: %v\n%s", err, out)
+	}
+	out, err := runCLI(t, url, "replay")
+	for _, line := range []string{"equal   key_balances.budget: 3 rows", "equal   account_budgets.budget: 1 rows", "equal   account_zones: 1 rows"} {
+		if err != nil || !strings.Contains(out, line) {
+			t.Fatalf("replay of the settings as set, want %q: %v\n%s", line, err, out)
+		}
+	}
+	for _, tc := range []struct{ name, drift, undo string }{
+		{"key_balances.budget", `UPDATE key_balances SET budget_units = 5 WHERE key_id = '` + key.ID() + `'`,
+			`UPDATE key_balances SET budget_units = 90000 WHERE key_id = '` + key.ID() + `'`},
+		{"account_budgets.budget", `UPDATE account_budgets SET budget_units = 999`, `UPDATE account_budgets SET budget_units = 5000`},
+		{"account_zones", `UPDATE account_zones SET tz = 'Asia/Tokyo'`, `UPDATE account_zones SET tz = 'Europe/Paris'`},
+	} {
+		if _, err := pool.Exec(ctx, tc.drift); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := runCLI(t, url, "replay"); err == nil || !strings.Contains(out, "DIFFERS "+tc.name) {
+			t.Errorf("replay with %s drifted: %v\n%s", tc.name, err, out)
+		}
+		if _, err := pool.Exec(ctx, tc.undo); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
