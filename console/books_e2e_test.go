@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -257,26 +258,33 @@ func meVerified(t *testing.T, base, key string) string {
 }
 
 // downloadedCSV waits for the browser to finish downloading a file whose name starts
-// with prefix into dir, and answers its rows.
+// with prefix into dir, and answers its rows. The file can appear under its name
+// before its bytes are written (a CI run read it empty), so it is done once it is not
+// empty, ends a line, and has kept its size from one look to the next.
 func downloadedCSV(t *testing.T, dir, prefix string) [][]string {
 	t.Helper()
 	var name string
+	var data []byte
+	size := -1
 	pgtest.WaitFor(t, "the download of "+prefix+"…", func() bool {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".crdownload") {
+				return false // Chromium is still writing
+			}
 			if strings.HasPrefix(e.Name(), prefix) && strings.HasSuffix(e.Name(), ".csv") {
 				name = e.Name()
-				return true
 			}
 		}
-		return false
+		if name == "" {
+			return false
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		last := size
+		data, size = b, len(b)
+		return err == nil && size > 0 && size == last && b[size-1] == '\n'
 	})
-	f, err := os.Open(filepath.Join(dir, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r := csv.NewReader(f)
+	r := csv.NewReader(bytes.NewReader(data))
 	r.FieldsPerRecord = -1
 	rows, err := r.ReadAll()
 	if err != nil {
