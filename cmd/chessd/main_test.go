@@ -119,6 +119,20 @@ func twoSignups(t *testing.T) (string, *pgxpool.Pool) {
 	return url, pool
 }
 
+// signupActor is a command handler on pool and the first signup's key acting through it.
+func signupActor(t *testing.T, pool *pgxpool.Pool) (*commands.Handler, commands.Actor) {
+	t.Helper()
+	var adminID string
+	if err := pool.QueryRow(context.Background(), `SELECT key_id FROM key_balances ORDER BY key_id LIMIT 1`).Scan(&adminID); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := commands.LoadKey(context.Background(), pool, adminID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return commands.New(eventstore.NewStore(pool, nil), []byte("pepper-for-the-cli-test")), commands.Actor{Key: admin, RequestID: "r"}
+}
+
 func TestVerifyAndRebuildCommands(t *testing.T) {
 	url, pool := twoSignups(t)
 	ctx := context.Background()
@@ -205,16 +219,7 @@ func TestVerifyAnchorCommand(t *testing.T) {
 func TestReplayChecksRevokedBalances(t *testing.T) {
 	url, pool := twoSignups(t)
 	ctx := context.Background()
-	h := commands.New(eventstore.NewStore(pool, nil), []byte("pepper-for-the-cli-test"))
-	var adminID string
-	if err := pool.QueryRow(ctx, `SELECT key_id FROM key_balances ORDER BY key_id LIMIT 1`).Scan(&adminID); err != nil {
-		t.Fatal(err)
-	}
-	admin, err := commands.LoadKey(ctx, pool, adminID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	actor := commands.Actor{Key: admin, RequestID: "r"}
+	h, actor := signupActor(t, pool)
 	key, _, err := h.CreateKey(ctx, actor, domain.KeySettings{Label: "to revoke", Scopes: []domain.Scope{domain.ScopeEval}, Env: domain.EnvLive})
 	if err != nil {
 		t.Fatal(err)
@@ -252,16 +257,7 @@ func TestReplayChecksRevokedBalances(t *testing.T) {
 func TestReplayChecksBudgetSettings(t *testing.T) {
 	url, pool := twoSignups(t)
 	ctx := context.Background()
-	h := commands.New(eventstore.NewStore(pool, nil), []byte("pepper-for-the-cli-test"))
-	var adminID string
-	if err := pool.QueryRow(ctx, `SELECT key_id FROM key_balances ORDER BY key_id LIMIT 1`).Scan(&adminID); err != nil {
-		t.Fatal(err)
-	}
-	admin, err := commands.LoadKey(ctx, pool, adminID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	actor := commands.Actor{Key: admin, RequestID: "r"}
+	h, actor := signupActor(t, pool)
 	units, usd := int64(90000), decimal.RequireFromString("1.25")
 	key, _, err := h.CreateKey(ctx, actor, domain.KeySettings{Label: "budgeted", Scopes: []domain.Scope{domain.ScopeEval}, Env: domain.EnvLive,
 		BudgetUnits: &units, BudgetUSD: &usd, Period: domain.PeriodDay})
