@@ -41,9 +41,13 @@ func RecomputeSettings(ctx context.Context, q eventstore.Querier) ([]BalanceChec
 		FROM account_budgets ORDER BY 1`); err != nil {
 		return nil, fmt.Errorf("ledger: account budgets: %w", err)
 	}
-	rowed, err := textRows(ctx, q, `SELECT account_id || ' ' || env FROM account_budgets`)
+	rowList, err := textRows(ctx, q, `SELECT account_id || ' ' || env FROM account_budgets`)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: account budgets: %w", err)
+	}
+	rowed := make(map[string]bool, len(rowList))
+	for _, r := range rowList {
+		rowed[r] = true
 	}
 	zoneCheck := BalanceCheck{Name: "account_zones"}
 	if zoneCheck.Live, err = textRows(ctx, q, `SELECT account_id || ' ' || tz FROM account_zones WHERE tz <> 'UTC' ORDER BY 1`); err != nil {
@@ -52,7 +56,7 @@ func RecomputeSettings(ctx context.Context, q eventstore.Querier) ([]BalanceChec
 	for _, a := range accounts {
 		for _, env := range []domain.Env{domain.EnvLive, domain.EnvTest} {
 			b := a.Budget(env)
-			if b.Units == nil && b.USD == nil && !slices.Contains(rowed, a.ID()+" "+env.String()) {
+			if b.Units == nil && b.USD == nil && !rowed[a.ID()+" "+env.String()] {
 				continue // no budget, and the meter keeps no row for it
 			}
 			accountCheck.Replayed = append(accountCheck.Replayed, settingText(a.ID()+" "+env.String(), b.Units, b.USD, b.Period))
@@ -85,26 +89,41 @@ func settingText(holder string, units *int64, usd *decimal.Decimal, period domai
 	return holder + " " + u + " " + d + " " + string(period)
 }
 
-// foldStreams folds every stream of streamType with fold.
+// foldStreams folds every stream of streamType with fold, reading their events in one
+// query, in stream and version order.
 func foldStreams[T any](ctx context.Context, q eventstore.Querier, streamType string, fold func([]domain.Event) T) ([]T, error) {
-	ids, err := textRows(ctx, q, `SELECT stream_id FROM streams WHERE stream_type = '`+streamType+`' ORDER BY 1`)
+	rows, err := q.Query(ctx, `SELECT stream_id, version, event_type, schema_version, payload FROM events
+		WHERE stream_type = $1 ORDER BY stream_id, version`, streamType)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: %s streams: %w", streamType, err)
 	}
-	out := make([]T, 0, len(ids))
-	for _, id := range ids {
-		stored, err := eventstore.Load(ctx, q, id)
+	defer rows.Close()
+	var out []T
+	var stream string
+	var evs []domain.Event
+	for rows.Next() {
+		var id, typ string
+		var version int64
+		var schema int
+		var payload []byte
+		if err := rows.Scan(&id, &version, &typ, &schema, &payload); err != nil {
+			return nil, fmt.Errorf("ledger: %s streams: %w", streamType, err)
+		}
+		if id != stream && evs != nil {
+			out = append(out, fold(evs))
+			evs = nil
+		}
+		stream = id
+		e, err := domain.Decode(typ, schema, payload)
 		if err != nil {
-			return nil, fmt.Errorf("ledger: stream %s: %w", id, err)
+			return nil, fmt.Errorf("ledger: stream %s version %d: %w", id, version, err)
 		}
-		evs := make([]domain.Event, 0, len(stored))
-		for _, s := range stored {
-			e, err := domain.Decode(s.Type, s.SchemaVersion, s.Payload)
-			if err != nil {
-				return nil, fmt.Errorf("ledger: stream %s version %d: %w", id, s.Version, err)
-			}
-			evs = append(evs, e)
-		}
+		evs = append(evs, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: %s streams: %w", streamType, err)
+	}
+	if evs != nil {
 		out = append(out, fold(evs))
 	}
 	return out, nil
