@@ -215,10 +215,13 @@ func Ping(ctx context.Context, pool *pgxpool.Pool, accountID, env, endpointID st
 		if err != nil {
 			return fmt.Errorf("webhook pings: %w", err)
 		}
+		// The clock, not now(): this transaction began before its wait for the lock, and
+		// the pings queued meanwhile carry later times than its start (a Retry-After of
+		// 61 s read the minute from there).
 		var n int
 		var oldest, now time.Time
-		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(min(created_at), now()), now() FROM webhook_deliveries
-			WHERE endpoint_id = $1 AND event_type = 'ping' AND created_at > now() - interval '1 minute'`,
+		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(min(created_at), clock_timestamp()), clock_timestamp() FROM webhook_deliveries
+			WHERE endpoint_id = $1 AND event_type = 'ping' AND created_at > clock_timestamp() - interval '1 minute'`,
 			endpointID).Scan(&n, &oldest, &now); err != nil {
 			return fmt.Errorf("webhook pings: %w", err)
 		}
