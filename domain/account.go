@@ -209,7 +209,13 @@ func NormalizeEmail(s string) (string, error) {
 	if err != nil || addr.Address != s || !strings.Contains(s[strings.LastIndexByte(s, '@')+1:], ".") {
 		return "", Invalid("email", "is not an e-mail address (expected name@example.com)")
 	}
-	return strings.ToLower(s), nil
+	// Some letters grow when lower-cased (Ⱥ is 2 bytes, ⱥ 3): the stored form is what
+	// must fit.
+	lower := strings.ToLower(s)
+	if len(lower) > MaxEmailLength {
+		return "", Invalid("email", fmt.Sprintf("is longer than %d bytes", MaxEmailLength))
+	}
+	return lower, nil
 }
 
 // EmailHash names the stream that claims an address without putting the address in it.
