@@ -28,8 +28,10 @@ import (
 // chessd: an address verified with the mail's token pasted on the Account page (with a
 // key and without one); with test usage beside the live, the Usage page's totals are
 // the statement's (the calling key's book); a statement of more than one page (1,000
-// charges) downloads whole as CSV; and the secret of the key in use, rotated with no
-// grace, stays shown (the console switching to it).
+// charges) downloads whole as CSV; the secret of the key in use, rotated with no
+// grace, stays shown (the console switching to it), and with grace the console switches
+// too, its row still the key in use when rotated elsewhere; a budget of 0 is shown as
+// one.
 func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	if !console.New().Built() {
 		t.Fatal("the console is not built into console/dist: run `make web`")
@@ -123,6 +125,40 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 		t.Errorf("the new secret's call answered %d %s", status, body)
 	}
 
+	// Rotated elsewhere with grace: the console's secret works on, under the old
+	// prefix, and its row is still the key in use (by key_id: the listed prefix is the
+	// new secret's). Rotated here with grace, the console switches to the new secret
+	// as with none.
+	keyID := b.eval(`document.querySelector('[data-testid=keys] tr .badge').closest('tr').dataset.keyId`)
+	if status, body := apiCall(t, server, rotated, "POST", "/v1/keys/"+keyID+"/rotate", `{"grace_seconds":3600}`); status != 201 {
+		t.Fatalf("POST /keys/%s/rotate: %d %s", keyID, status, body)
+	}
+	b.open("/keys")
+	b.wait(fmt.Sprintf(`!!document.querySelector('[data-testid=keys] tr[data-key-id=%s]')`, keyID))
+	if badge := b.eval(fmt.Sprintf(`String(!!document.querySelector('[data-testid=keys] tr[data-key-id=%s] .badge'))`, keyID)); badge != "true" {
+		t.Errorf("after a rotation with grace elsewhere, the row of the key in use (%s) is not marked as this key", keyID)
+	}
+	b.eval(fmt.Sprintf(`document.querySelector('[data-testid=keys] tr[data-key-id=%s] button[aria-label^=Rotate]').click(), ''`, keyID))
+	b.wait(`document.querySelector('dialog').open`)
+	b.setValue("dialog input[name=grace_seconds]", "60")
+	b.click("[data-testid=dialog-submit]")
+	b.wait(fmt.Sprintf(`sessionStorage.getItem('chessd.key') !== %q && !!document.querySelector('[data-testid=keys] tr .badge')`, rotated))
+	graced := rotated
+	rotated = b.eval(`sessionStorage.getItem('chessd.key')`)
+	if status, body := evalCall(t, server, graced); status != 200 {
+		t.Errorf("the secret rotated away with 60 s of grace answered %d %s, want 200 within its grace", status, body)
+	}
+
+	// A budget of 0 is a budget (every costed call refused), not none.
+	if status, body := apiCall(t, server, rotated, "PATCH", "/v1/me", `{"budget_units":0}`); status != 200 {
+		t.Fatalf("PATCH /me: %d %s", status, body)
+	}
+	b.click(`nav a[href="/usage"]`)
+	b.wait(`/Account budget/.test(document.querySelector('[data-testid=budgets]')?.textContent || '')`)
+	if row := b.eval(`[...document.querySelectorAll('[data-testid=budgets] tr')].find(r => /Account budget/.test(r.textContent)).textContent`); !strings.Contains(row, "of 0 units") {
+		t.Errorf("with an account budget of 0 units the Usage page reads %q, want its spend \"of 0 units\"", row)
+	}
+
 	// With the key: the Account page says the address is not verified and takes the
 	// mail's token; a wrong one is refused as the API refuses it, the right one
 	// verifies the address.
@@ -165,18 +201,29 @@ type newKey struct {
 // createKey is POST /keys with key, outside the browser.
 func createKey(t *testing.T, base, key, body string) newKey {
 	t.Helper()
-	req, _ := http.NewRequest("POST", base+"/v1/keys", strings.NewReader(body))
+	status, res := apiCall(t, base, key, "POST", "/v1/keys", body)
+	var k newKey
+	if err := json.Unmarshal([]byte(res), &k); err != nil || status != 201 {
+		t.Fatalf("POST /keys: %d %v %s", status, err, res)
+	}
+	return k
+}
+
+// apiCall makes one call with key, outside the browser, and answers its status and body.
+func apiCall(t *testing.T, base, key, method, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var k newKey
-	if err := json.NewDecoder(res.Body).Decode(&k); err != nil || res.StatusCode != 201 {
-		t.Fatalf("POST /keys: %d %v", res.StatusCode, err)
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return k
+	return res.StatusCode, string(b)
 }
 
 // manyCalls makes n of evalCall's evaluations with key, four at a time (after a first

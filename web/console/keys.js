@@ -27,6 +27,10 @@ export function mount(root) {
   let tz = 'UTC';
   let keys = [];
   let closed = false;
+  // myKeyID is the key in use, by GET /me: a rotation with grace changes the listed
+  // prefix while this console still holds the old secret, so the prefix cannot tell.
+  let myKeyID = null;
+  const isSelf = (k) => (myKeyID ? k.key_id === myKeyID : session.key.startsWith(k.prefix));
 
   // the create form
   const label = h('input', { type: 'text', name: 'label', maxlength: 100, 'data-testid': 'new-label' });
@@ -60,6 +64,7 @@ export function mount(root) {
   envSel.addEventListener('change', load);
   me().then((m) => {
     tz = m?.timezone || 'UTC';
+    myKeyID = m?.key.key_id || null;
     if (m?.key.env === 'test') envSel.disabled = true;
   }).catch(() => {}).finally(load);
 
@@ -75,10 +80,9 @@ export function mount(root) {
   }
 
   function render() {
-    const mine = session.key;
     replace(tbody, keys.map((k) => {
       const revoked = k.status !== 'active';
-      const self = mine.startsWith(k.prefix);
+      const self = isSelf(k);
       const budget = [k.budget_units != null ? `${fmtInt(k.budget_units)} units` : null, k.budget_usd != null ? fmtUSD(k.budget_usd) : null].filter(Boolean).join(' · ') || 'none';
       return h('tr', { 'data-key-id': k.key_id, 'data-status': k.status, class: revoked ? 'revoked' : '' },
         h('td', { 'data-label': 'Label' }, k.label || h('span', { class: 'muted' }, '(no label)'), self ? h('span', { class: 'badge' }, 'this key') : null),
@@ -215,11 +219,11 @@ export function mount(root) {
         field('Grace (seconds)', grace, '0 to 86400: how long the old secret keeps working')],
       'Rotate',
       async () => {
-        const self = session.key.startsWith(k.prefix);
+        const self = isSelf(k);
         const res = await api('POST', `/keys/${k.key_id}/rotate`, { body: { grace_seconds: Number(grace.value) || 0 } });
-        if (self && !Number(grace.value)) {
-          // The old secret has stopped: the console switches to the new one, which
-          // mounts this page afresh; the new page shows the secret.
+        if (self) {
+          // The console switches to the new secret (the old one stops at once or when
+          // its grace ends), which mounts this page afresh; the new page shows it.
           carried = { k: res, what: 'rotated; this console now uses it' };
           session.set(res.api_key);
           return;
@@ -234,7 +238,7 @@ export function mount(root) {
       h('p', {}, `Every call made with ${k.prefix}… is refused from now on. This cannot be undone.`),
       'Revoke key',
       async () => {
-        const self = session.key.startsWith(k.prefix);
+        const self = isSelf(k);
         await api('DELETE', `/keys/${k.key_id}`);
         if (self) {
           session.clear();

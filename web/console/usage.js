@@ -190,10 +190,12 @@ export function mount(root) {
     }
   }
 
+  // meterRow shows spend against a limit; a limit of 0 is a budget (every costed call
+  // refused), only null is none.
   function meterRow(name, spent, limit, remaining, unit, extra) {
-    const m = limit ? h('meter', { min: 0, max: limit, value: Math.min(spent, limit), low: limit * 0.5, high: limit * 0.8, optimum: 0 }) : null;
+    const m = limit > 0 ? h('meter', { min: 0, max: limit, value: Math.min(spent, limit), low: limit * 0.5, high: limit * 0.8, optimum: 0 }) : null;
     return h('tr', {}, h('th', { scope: 'row' }, name), h('td', {}, m), h('td', {},
-      limit ? `${fmtInt(spent)} of ${fmtInt(limit)} ${unit}; left ${fmtInt(remaining)}` : `${fmtInt(spent)} ${unit}, no budget`, extra ? h('small', { class: 'muted' }, ` ${extra}`) : null));
+      limit != null ? `${fmtInt(spent)} of ${fmtInt(limit)} ${unit}; left ${fmtInt(remaining)}` : `${fmtInt(spent)} ${unit}, no budget`, extra ? h('small', { class: 'muted' }, ` ${extra}`) : null));
   }
 
   function budgets(m) {
