@@ -75,7 +75,7 @@ type Service struct {
 	cacheOff atomic.Bool
 	logger   *slog.Logger
 	flights  flights
-	parsed   sync.Map // FEN -> *parsedFEN
+	parsed   sync.Map // parseKey -> *parsedFEN
 	parsedN  atomic.Int64
 }
 
@@ -264,13 +264,17 @@ type parsedFEN struct {
 // A miss costs a few microseconds since Parse hands notnil its binary form.
 const maxParsed = 10000
 
+// parseKey is the parse memo's key: the text and its mode apart, since no text the
+// caller sends may name another mode's entry.
+type parseKey struct {
+	fen      string
+	chess960 bool
+}
+
 // parse reads a FEN, remembering recent ones with their renderings: positions are
 // immutable and safe to share, and a repeated FEN is the common case of a cached answer.
 func (s *Service) parse(fen string, chess960 bool) (*parsedFEN, error) {
-	key := fen
-	if chess960 {
-		key = "960|" + fen
-	}
+	key := parseKey{fen, chess960}
 	if p, ok := s.parsed.Load(key); ok {
 		return p.(*parsedFEN), nil
 	}

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"chessd/domain"
 	"chessd/domain/position"
 	"chessd/engine"
 	"chessd/postgres/pgtest"
@@ -332,6 +334,25 @@ func TestWhole(t *testing.T) {
 	} {
 		if got := whole(tt.res, tt.pos, Spec{Depth: 14, MultiPV: tt.multipv}, 100*time.Millisecond); got != tt.want {
 			t.Errorf("%s: whole = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// The parse memo keeps the modes apart: a standard request's text can never name a
+// Chess960 position remembered before it (a "960|"-prefixed FEN was once that very
+// key, and went to the engine as a standard search, charged, or failed with a 500).
+func TestParseMemoKeepsModesApart(t *testing.T) {
+	svc := NewService(catalog, pgtest.NewDB(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx := context.Background()
+	fen := "rk5r/pppppppp/8/8/8/8/PPPPPPPP/RK5R w HAha - 0 1"
+	if _, _, err := svc.Lookup(ctx, spec(t, Request{FEN: &fen, Depth: ptr(6), Options: &Options{Chess960: ptr(true)}})); err != nil {
+		t.Fatalf("the Chess960 position: %v", err)
+	}
+	for _, text := range []string{"960|" + fen, fen} {
+		_, _, err := svc.Lookup(ctx, spec(t, Request{FEN: &text, Depth: ptr(6)}))
+		var de *domain.Error
+		if !errors.As(err, &de) || len(de.Fields) == 0 || de.Fields[0].Field != "fen" {
+			t.Errorf("standard chess, %q: %v, want the fen refused", text, err)
 		}
 	}
 }
