@@ -10,8 +10,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,12 +39,11 @@ type Authenticator struct {
 	pool   *pgxpool.Pool
 	pepper []byte
 	now    func() time.Time
-	cache  sync.Map // stream id -> *domain.Key or *domain.Account
+	cache  memo // stream id -> *domain.Key or *domain.Account, at most maxCached
 
-	remembered  sync.Map // secret hash -> remembered
-	rememberedN atomic.Int64
-	versions    *versionReader
-	watcher     *eventstore.Watcher // nil: versions are read on every call
+	remembered memo // secret hash -> remembered, at most maxRemembered
+	versions   *versionReader
+	watcher    *eventstore.Watcher // nil: versions are read on every call
 }
 
 // remembered is what a secret opened when it was last checked in the database.
@@ -56,8 +53,9 @@ type remembered struct {
 	mark    int64 // the watcher's mark taken before that check
 }
 
-// maxRemembered bounds the secrets kept in memory; past it, all are forgotten.
-const maxRemembered = 100_000
+// maxRemembered bounds the secrets kept in memory, maxCached the keys' and accounts'
+// states; past either, all of its kind are forgotten.
+const maxRemembered, maxCached = 100_000, 100_000
 
 // Remembered is Authenticate for the hot path of costed calls: the key and account a
 // secret opened last time are kept in memory. With a watcher (Watch), they are answered
@@ -95,10 +93,6 @@ func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.
 	k, acct, err := a.Authenticate(ctx, secret)
 	if err != nil {
 		return nil, nil, err
-	}
-	if a.rememberedN.Add(1) > maxRemembered {
-		a.remembered.Clear()
-		a.rememberedN.Store(0)
 	}
 	a.remembered.Store(string(hash), remembered{key: k, account: acct, mark: mark})
 	return k, acct, nil
@@ -158,7 +152,9 @@ func (a *Authenticator) Watch(ctx context.Context, logger *slog.Logger) {
 
 // NewAuthenticator builds an Authenticator with the server's pepper.
 func NewAuthenticator(pool *pgxpool.Pool, pepper []byte) *Authenticator {
-	return &Authenticator{pool: pool, pepper: pepper, now: time.Now, versions: &versionReader{pool: pool}}
+	a := &Authenticator{pool: pool, pepper: pepper, now: time.Now, versions: &versionReader{pool: pool}}
+	a.cache.max, a.remembered.max = maxCached, maxRemembered
+	return a
 }
 
 // WellFormedSecret checks the shape of a secret before any lookup.

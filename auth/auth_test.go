@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"testing"
@@ -181,5 +182,46 @@ func TestVouched(t *testing.T) {
 	}
 	if _, _, vouched, _ := watching.Vouched(secret); vouched {
 		t.Fatal("a refused secret is vouched for")
+	}
+}
+
+// What the authenticator keeps in memory is bounded: keys created, used once and
+// revoked, over and over (anyone with keys:write can), do not pile up; a key forgotten
+// is loaded again and answered alike.
+func TestMemoryIsBounded(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := newWorld(ctx, t, "bounded@example.com")
+	a := NewAuthenticator(w.pool, testPepper)
+	const bound, keys = 8, 20
+	a.cache.max, a.remembered.max = bound, bound
+	var secrets []string
+	for i := range keys {
+		key, secret, err := w.cmds.CreateKey(ctx, commands.Actor{Key: w.admin, RequestID: fmt.Sprintf("req-c%d", i)},
+			domain.KeySettings{Scopes: []domain.Scope{domain.ScopeEval}, Env: domain.EnvLive})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := a.Remembered(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.cmds.RevokeKey(ctx, commands.Actor{Key: w.admin, RequestID: fmt.Sprintf("req-r%d", i)}, key.ID()); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := a.Remembered(ctx, secret); domain.ErrorCode(err) != domain.CodeBadCredential {
+			t.Fatalf("key %d after its revocation: %v, want it refused", i, err)
+		}
+		secrets = append(secrets, secret)
+		if n, m := a.cache.Len(), a.remembered.Len(); n > bound || m > bound {
+			t.Fatalf("after %d keys the authenticator keeps %d keys' and accounts' states and %d secrets, want at most %d each", i+1, n, m, bound)
+		}
+	}
+	for i, s := range secrets { // forgotten or not, each is refused as revoked
+		if _, _, err := a.Remembered(ctx, s); domain.ErrorCode(err) != domain.CodeBadCredential {
+			t.Fatalf("key %d, asked again: %v, want it refused", i, err)
+		}
+	}
+	if _, _, err := a.Remembered(ctx, w.signup.Secret); err != nil {
+		t.Fatalf("the admin key: %v", err)
 	}
 }
