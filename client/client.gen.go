@@ -2414,6 +2414,39 @@ type Readyz200JSONResponseBodyChecksMigrations string
 // Readyz200JSONResponseBodyChecksPostgres defines parameters for Readyz.
 type Readyz200JSONResponseBodyChecksPostgres string
 
+// RequestRecoveryJSONBody defines parameters for RequestRecovery.
+type RequestRecoveryJSONBody struct {
+	// Email Trimmed, compared case-insensitively.
+	Email openapi_types.Email `json:"email"`
+}
+
+// RequestRecoveryParams defines parameters for RequestRecovery.
+type RequestRecoveryParams struct {
+	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
+	// A retry with the same key and request within 24 hours answers the first response
+	// again; with another request it is 422; while the first still runs, 409.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
+// RecoverKeyJSONBody defines parameters for RecoverKey.
+type RecoverKeyJSONBody struct {
+	Token string `json:"token"`
+}
+
+// RecoverKeyParams defines parameters for RecoverKey.
+type RecoverKeyParams struct {
+	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
+	// A retry with the same key and request within 24 hours answers the first response
+	// again; with another request it is 422; while the first still runs, 409.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
+}
+
 // SignupJSONBody defines parameters for Signup.
 type SignupJSONBody struct {
 	// Agent The client program, free text.
@@ -2609,6 +2642,12 @@ type LegalMovesJSONRequestBody = PositionRequest
 
 // UpdateMeJSONRequestBody defines body for UpdateMe for application/json ContentType.
 type UpdateMeJSONRequestBody UpdateMeJSONBody
+
+// RequestRecoveryJSONRequestBody defines body for RequestRecovery for application/json ContentType.
+type RequestRecoveryJSONRequestBody RequestRecoveryJSONBody
+
+// RecoverKeyJSONRequestBody defines body for RecoverKey for application/json ContentType.
+type RecoverKeyJSONRequestBody RecoverKeyJSONBody
 
 // SignupJSONRequestBody defines body for Signup for application/json ContentType.
 type SignupJSONRequestBody SignupJSONBody
@@ -3309,6 +3348,56 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, params *ReadyzParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RequestRecoveryWithBody Ask for a new key by mail
+	//
+	// For a lost key (a signup whose answer never arrived, every secret lost): a message
+	// with a recovery token (`rk_…`, one use, valid one hour) goes to the address if an
+	// account holds it; the answer is the same either way. The account's verification
+	// and recovery messages together: one a minute, five a day (429 with
+	// Retry-After). At most 10 requests an hour per client address (429). No key needed.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /recover (the `RequestRecovery` operationId).
+	RequestRecoveryWithBody(ctx context.Context, params *RequestRecoveryParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RequestRecovery Ask for a new key by mail
+	//
+	// For a lost key (a signup whose answer never arrived, every secret lost): a message
+	// with a recovery token (`rk_…`, one use, valid one hour) goes to the address if an
+	// account holds it; the answer is the same either way. The account's verification
+	// and recovery messages together: one a minute, five a day (429 with
+	// Retry-After). At most 10 requests an hour per client address (429). No key needed.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /recover (the `RequestRecovery` operationId).
+	RequestRecovery(ctx context.Context, params *RequestRecoveryParams, body RequestRecoveryJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RecoverKeyWithBody Get a new key with a recovery token
+	//
+	// Sends back the token of the recovery message: the account gets a new key (every
+	// scope, env `live`, label `recovered`), shown here once, and its address is
+	// verified (the token shows the mail is read). The account's other keys keep
+	// working. No key needed.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /recover/confirm (the `RecoverKey` operationId).
+	RecoverKeyWithBody(ctx context.Context, params *RecoverKeyParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RecoverKey Get a new key with a recovery token
+	//
+	// Sends back the token of the recovery message: the account gets a new key (every
+	// scope, env `live`, label `recovered`), shown here once, and its address is
+	// verified (the token shows the mail is read). The account's other keys keep
+	// working. No key needed.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /recover/confirm (the `RecoverKey` operationId).
+	RecoverKey(ctx context.Context, params *RecoverKeyParams, body RecoverKeyJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SignupWithBody Open an account
 	//
@@ -4331,6 +4420,96 @@ func (c *Client) GetProblemType(ctx context.Context, slug string, params *GetPro
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, params *ReadyzParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyzRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RequestRecoveryWithBody Ask for a new key by mail
+//
+// For a lost key (a signup whose answer never arrived, every secret lost): a message
+// with a recovery token (`rk_…`, one use, valid one hour) goes to the address if an
+// account holds it; the answer is the same either way. The account's verification
+// and recovery messages together: one a minute, five a day (429 with
+// Retry-After). At most 10 requests an hour per client address (429). No key needed.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /recover (the `RequestRecovery` operationId).
+func (c *Client) RequestRecoveryWithBody(ctx context.Context, params *RequestRecoveryParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestRecoveryRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RequestRecovery Ask for a new key by mail
+//
+// For a lost key (a signup whose answer never arrived, every secret lost): a message
+// with a recovery token (`rk_…`, one use, valid one hour) goes to the address if an
+// account holds it; the answer is the same either way. The account's verification
+// and recovery messages together: one a minute, five a day (429 with
+// Retry-After). At most 10 requests an hour per client address (429). No key needed.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /recover (the `RequestRecovery` operationId).
+func (c *Client) RequestRecovery(ctx context.Context, params *RequestRecoveryParams, body RequestRecoveryJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestRecoveryRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RecoverKeyWithBody Get a new key with a recovery token
+//
+// Sends back the token of the recovery message: the account gets a new key (every
+// scope, env `live`, label `recovered`), shown here once, and its address is
+// verified (the token shows the mail is read). The account's other keys keep
+// working. No key needed.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /recover/confirm (the `RecoverKey` operationId).
+func (c *Client) RecoverKeyWithBody(ctx context.Context, params *RecoverKeyParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRecoverKeyRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RecoverKey Get a new key with a recovery token
+//
+// Sends back the token of the recovery message: the account gets a new key (every
+// scope, env `live`, label `recovered`), shown here once, and its address is
+// verified (the token shows the mail is read). The account's other keys keep
+// working. No key needed.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /recover/confirm (the `RecoverKey` operationId).
+func (c *Client) RecoverKey(ctx context.Context, params *RecoverKeyParams, body RecoverKeyJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRecoverKeyRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -6676,6 +6855,138 @@ func NewReadyzRequest(server string, params *ReadyzParams) (*http.Request, error
 	return req, nil
 }
 
+// NewRequestRecoveryRequest calls the generic RequestRecovery builder with application/json body
+func NewRequestRecoveryRequest(server string, params *RequestRecoveryParams, body RequestRecoveryJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRequestRecoveryRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewRequestRecoveryRequestWithBody constructs an http.Request for the RequestRecovery method, with any body, and a specified content type
+func NewRequestRecoveryRequestWithBody(server string, params *RequestRecoveryParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/recover")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.XRequestId != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewRecoverKeyRequest calls the generic RecoverKey builder with application/json body
+func NewRecoverKeyRequest(server string, params *RecoverKeyParams, body RecoverKeyJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRecoverKeyRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewRecoverKeyRequestWithBody constructs an http.Request for the RecoverKey method, with any body, and a specified content type
+func NewRecoverKeyRequestWithBody(server string, params *RecoverKeyParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/recover/confirm")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.XRequestId != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewSignupRequest calls the generic Signup builder with application/json body
 func NewSignupRequest(server string, params *SignupParams, body SignupJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -7988,6 +8299,56 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, params *ReadyzParams, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
+
+	// RequestRecoveryWithBodyWithResponse Ask for a new key by mail
+	//
+	// For a lost key (a signup whose answer never arrived, every secret lost): a message
+	// with a recovery token (`rk_…`, one use, valid one hour) goes to the address if an
+	// account holds it; the answer is the same either way. The account's verification
+	// and recovery messages together: one a minute, five a day (429 with
+	// Retry-After). At most 10 requests an hour per client address (429). No key needed.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /recover (the `RequestRecovery` operationId).
+	RequestRecoveryWithBodyWithResponse(ctx context.Context, params *RequestRecoveryParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestRecoveryResponse, error)
+
+	// RequestRecoveryWithResponse Ask for a new key by mail
+	//
+	// For a lost key (a signup whose answer never arrived, every secret lost): a message
+	// with a recovery token (`rk_…`, one use, valid one hour) goes to the address if an
+	// account holds it; the answer is the same either way. The account's verification
+	// and recovery messages together: one a minute, five a day (429 with
+	// Retry-After). At most 10 requests an hour per client address (429). No key needed.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /recover (the `RequestRecovery` operationId).
+	RequestRecoveryWithResponse(ctx context.Context, params *RequestRecoveryParams, body RequestRecoveryJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestRecoveryResponse, error)
+
+	// RecoverKeyWithBodyWithResponse Get a new key with a recovery token
+	//
+	// Sends back the token of the recovery message: the account gets a new key (every
+	// scope, env `live`, label `recovered`), shown here once, and its address is
+	// verified (the token shows the mail is read). The account's other keys keep
+	// working. No key needed.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /recover/confirm (the `RecoverKey` operationId).
+	RecoverKeyWithBodyWithResponse(ctx context.Context, params *RecoverKeyParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RecoverKeyResponse, error)
+
+	// RecoverKeyWithResponse Get a new key with a recovery token
+	//
+	// Sends back the token of the recovery message: the account gets a new key (every
+	// scope, env `live`, label `recovered`), shown here once, and its address is
+	// verified (the token shows the mail is read). The account's other keys keep
+	// working. No key needed.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /recover/confirm (the `RecoverKey` operationId).
+	RecoverKeyWithResponse(ctx context.Context, params *RecoverKeyParams, body RecoverKeyJSONRequestBody, reqEditors ...RequestEditorFn) (*RecoverKeyResponse, error)
 
 	// SignupWithBodyWithResponse Open an account
 	//
@@ -13838,6 +14199,347 @@ func (r ReadyzResponse) ContentType() string {
 	return ""
 }
 
+// RequestRecoveryResponse202Headers the declared response headers of an HTTP 202 response for RequestRecovery
+type RequestRecoveryResponse202Headers struct {
+	IdempotentReplayed *string
+	RateLimit          *string
+	RateLimitPolicy    *string
+	XRequestId         string
+}
+
+// RequestRecoveryResponse400Headers the declared response headers of an HTTP 400 response for RequestRecovery
+type RequestRecoveryResponse400Headers struct {
+	XRequestId string
+}
+
+// RequestRecoveryResponse409Headers the declared response headers of an HTTP 409 response for RequestRecovery
+type RequestRecoveryResponse409Headers struct {
+	RetryAfter string
+	XRequestId string
+}
+
+// RequestRecoveryResponse413Headers the declared response headers of an HTTP 413 response for RequestRecovery
+type RequestRecoveryResponse413Headers struct {
+	XRequestId string
+}
+
+// RequestRecoveryResponse422Headers the declared response headers of an HTTP 422 response for RequestRecovery
+type RequestRecoveryResponse422Headers struct {
+	XRequestId string
+}
+
+// RequestRecoveryResponse429Headers the declared response headers of an HTTP 429 response for RequestRecovery
+type RequestRecoveryResponse429Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      string
+	XRequestId      string
+}
+
+// RequestRecoveryResponse431Headers the declared response headers of an HTTP 431 response for RequestRecovery
+type RequestRecoveryResponse431Headers struct {
+	XRequestId string
+}
+
+// RequestRecoveryResponse500Headers the declared response headers of an HTTP 500 response for RequestRecovery
+type RequestRecoveryResponse500Headers struct {
+	XRequestId string
+}
+
+// RequestRecoveryResponse503Headers the declared response headers of an HTTP 503 response for RequestRecovery
+type RequestRecoveryResponse503Headers struct {
+	RateLimitPolicy *string
+	RetryAfter      string
+	XRequestId      string
+}
+
+type RequestRecoveryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *struct {
+		// Email The address, as compared.
+		Email string `json:"email"`
+	}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *InProgress
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyMismatch
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *TooManyRequests
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeadersTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RequestRecoveryResponse202Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *RequestRecoveryResponse400Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RequestRecoveryResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *RequestRecoveryResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *RequestRecoveryResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestRecoveryResponse429Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *RequestRecoveryResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *RequestRecoveryResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RequestRecoveryResponse503Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RequestRecoveryResponse) GetJSON202() *struct {
+	// Email The address, as compared.
+	Email string `json:"email"`
+} {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RequestRecoveryResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RequestRecoveryResponse) GetApplicationproblemJSON409() *InProgress {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RequestRecoveryResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RequestRecoveryResponse) GetApplicationproblemJSON422() *IdempotencyMismatch {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestRecoveryResponse) GetApplicationproblemJSON429() *TooManyRequests {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r RequestRecoveryResponse) GetApplicationproblemJSON431() *HeadersTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RequestRecoveryResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RequestRecoveryResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RequestRecoveryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RequestRecoveryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RequestRecoveryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RequestRecoveryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RecoverKeyResponse201Headers the declared response headers of an HTTP 201 response for RecoverKey
+type RecoverKeyResponse201Headers struct {
+	IdempotentReplayed *string
+	XRequestId         string
+}
+
+// RecoverKeyResponse400Headers the declared response headers of an HTTP 400 response for RecoverKey
+type RecoverKeyResponse400Headers struct {
+	XRequestId string
+}
+
+// RecoverKeyResponse409Headers the declared response headers of an HTTP 409 response for RecoverKey
+type RecoverKeyResponse409Headers struct {
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      *string
+	XRequestId      string
+}
+
+// RecoverKeyResponse413Headers the declared response headers of an HTTP 413 response for RecoverKey
+type RecoverKeyResponse413Headers struct {
+	XRequestId string
+}
+
+// RecoverKeyResponse422Headers the declared response headers of an HTTP 422 response for RecoverKey
+type RecoverKeyResponse422Headers struct {
+	XRequestId string
+}
+
+// RecoverKeyResponse431Headers the declared response headers of an HTTP 431 response for RecoverKey
+type RecoverKeyResponse431Headers struct {
+	XRequestId string
+}
+
+// RecoverKeyResponse500Headers the declared response headers of an HTTP 500 response for RecoverKey
+type RecoverKeyResponse500Headers struct {
+	XRequestId string
+}
+
+// RecoverKeyResponse503Headers the declared response headers of an HTTP 503 response for RecoverKey
+type RecoverKeyResponse503Headers struct {
+	RateLimitPolicy *string
+	RetryAfter      string
+	XRequestId      string
+}
+
+type RecoverKeyResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *struct {
+		AccountId string `json:"account_id"`
+
+		// ApiKey The secret, shown once (redacted in an idempotent replay).
+		ApiKey string `json:"api_key"`
+		KeyId  string `json:"key_id"`
+		Plan   Plan   `json:"plan"`
+	}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyMismatch
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *HeadersTooLarge
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *RecoverKeyResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *RecoverKeyResponse400Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RecoverKeyResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *RecoverKeyResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *RecoverKeyResponse422Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *RecoverKeyResponse431Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *RecoverKeyResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RecoverKeyResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r RecoverKeyResponse) GetJSON201() *struct {
+	AccountId string `json:"account_id"`
+
+	// ApiKey The secret, shown once (redacted in an idempotent replay).
+	ApiKey string `json:"api_key"`
+	KeyId  string `json:"key_id"`
+	Plan   Plan   `json:"plan"`
+} {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RecoverKeyResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RecoverKeyResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RecoverKeyResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RecoverKeyResponse) GetApplicationproblemJSON422() *IdempotencyMismatch {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r RecoverKeyResponse) GetApplicationproblemJSON431() *HeadersTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RecoverKeyResponse) GetApplicationproblemJSON500() *Internal {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RecoverKeyResponse) GetApplicationproblemJSON503() *Unavailable {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RecoverKeyResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RecoverKeyResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RecoverKeyResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RecoverKeyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // SignupResponse201Headers the declared response headers of an HTTP 201 response for Signup
 type SignupResponse201Headers struct {
 	IdempotentReplayed *string
@@ -16408,6 +17110,80 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, params *Re
 		return nil, err
 	}
 	return ParseReadyzResponse(rsp)
+}
+
+// RequestRecoveryWithBodyWithResponse Ask for a new key by mail
+//
+// For a lost key (a signup whose answer never arrived, every secret lost): a message
+// with a recovery token (`rk_…`, one use, valid one hour) goes to the address if an
+// account holds it; the answer is the same either way. The account's verification
+// and recovery messages together: one a minute, five a day (429 with
+// Retry-After). At most 10 requests an hour per client address (429). No key needed.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /recover (the `RequestRecovery` operationId).
+func (c *ClientWithResponses) RequestRecoveryWithBodyWithResponse(ctx context.Context, params *RequestRecoveryParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestRecoveryResponse, error) {
+	rsp, err := c.RequestRecoveryWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRequestRecoveryResponse(rsp)
+}
+
+// RequestRecoveryWithResponse Ask for a new key by mail
+//
+// For a lost key (a signup whose answer never arrived, every secret lost): a message
+// with a recovery token (`rk_…`, one use, valid one hour) goes to the address if an
+// account holds it; the answer is the same either way. The account's verification
+// and recovery messages together: one a minute, five a day (429 with
+// Retry-After). At most 10 requests an hour per client address (429). No key needed.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /recover (the `RequestRecovery` operationId).
+func (c *ClientWithResponses) RequestRecoveryWithResponse(ctx context.Context, params *RequestRecoveryParams, body RequestRecoveryJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestRecoveryResponse, error) {
+	rsp, err := c.RequestRecovery(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRequestRecoveryResponse(rsp)
+}
+
+// RecoverKeyWithBodyWithResponse Get a new key with a recovery token
+//
+// Sends back the token of the recovery message: the account gets a new key (every
+// scope, env `live`, label `recovered`), shown here once, and its address is
+// verified (the token shows the mail is read). The account's other keys keep
+// working. No key needed.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /recover/confirm (the `RecoverKey` operationId).
+func (c *ClientWithResponses) RecoverKeyWithBodyWithResponse(ctx context.Context, params *RecoverKeyParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RecoverKeyResponse, error) {
+	rsp, err := c.RecoverKeyWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRecoverKeyResponse(rsp)
+}
+
+// RecoverKeyWithResponse Get a new key with a recovery token
+//
+// Sends back the token of the recovery message: the account gets a new key (every
+// scope, env `live`, label `recovered`), shown here once, and its address is
+// verified (the token shows the mail is read). The account's other keys keep
+// working. No key needed.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /recover/confirm (the `RecoverKey` operationId).
+func (c *ClientWithResponses) RecoverKeyWithResponse(ctx context.Context, params *RecoverKeyParams, body RecoverKeyJSONRequestBody, reqEditors ...RequestEditorFn) (*RecoverKeyResponse, error) {
+	rsp, err := c.RecoverKey(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRecoverKeyResponse(rsp)
 }
 
 // SignupWithBodyWithResponse Open an account
@@ -24830,6 +25606,454 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ReadyzResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRequestRecoveryResponse parses an HTTP response from a RequestRecoveryWithResponse call
+func ParseRequestRecoveryResponse(rsp *http.Response) (*RequestRecoveryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RequestRecoveryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest struct {
+			// Email The address, as compared.
+			Email string `json:"email"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest InProgress
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers RequestRecoveryResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers202 = &headers
+	case rsp.StatusCode == 400:
+		var headers RequestRecoveryResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 409:
+		var headers RequestRecoveryResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers RequestRecoveryResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers RequestRecoveryResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestRecoveryResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 431:
+		var headers RequestRecoveryResponse431Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers RequestRecoveryResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers RequestRecoveryResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRecoverKeyResponse parses an HTTP response from a RecoverKeyWithResponse call
+func ParseRecoverKeyResponse(rsp *http.Response) (*RecoverKeyResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RecoverKeyResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest struct {
+			AccountId string `json:"account_id"`
+
+			// ApiKey The secret, shown once (redacted in an idempotent replay).
+			ApiKey string `json:"api_key"`
+			KeyId  string `json:"key_id"`
+			Plan   Plan   `json:"plan"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers RecoverKeyResponse201Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers RecoverKeyResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 409:
+		var headers RecoverKeyResponse409Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers RecoverKeyResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers RecoverKeyResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 431:
+		var headers RecoverKeyResponse431Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers431 = &headers
+	case rsp.StatusCode == 500:
+		var headers RecoverKeyResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers RecoverKeyResponse503Headers
 		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -54,7 +54,7 @@ func (h *Handler) VerifyEmail(ctx context.Context, token, requestID string) (*do
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
 		var accountID, email string
 		err := tx.QueryRow(ctx, `UPDATE email_verifications SET used_at = $2
-			WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2 RETURNING account_id, email`,
+			WHERE token_hash = $1 AND purpose = 'verify' AND used_at IS NULL AND expires_at > $2 RETURNING account_id, email`,
 			domain.HashSecret(h.pepper, token), h.now()).Scan(&accountID, &email)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return invalid
@@ -82,12 +82,13 @@ func (h *Handler) VerifyEmail(ctx context.Context, token, requestID string) (*do
 	return out, err
 }
 
-// MaxVerificationMails is how many verification messages an account's address gets
-// in 24 hours (signup's included): an account cannot verify the address it gave, so
-// without a cap anyone could sign up with someone else's and mail it every minute.
+// MaxVerificationMails is how many messages with a token (verification and key
+// recovery) an account's address gets in 24 hours (signup's included): an account
+// cannot verify the address it gave, so without a cap anyone could sign up with
+// someone else's and mail it every minute.
 const MaxVerificationMails = 5
 
-// MailsFull refuses a verification message past one a minute or MaxVerificationMails
+// MailsFull refuses a message with a token past one a minute or MaxVerificationMails
 // a day (429): the refusal is about time, so it says when the next may go
 // (Retry-After), as a ping past its rate does.
 type MailsFull struct {
@@ -104,12 +105,6 @@ func (e *MailsFull) RetryAfter() time.Duration { return e.wait }
 // day).
 func (h *Handler) ResendVerification(ctx context.Context, actor Actor) error {
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		// Calls for one account take turns until commit: without the lock, concurrent
-		// calls each found no recent message and each queued one.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('verify-email:' || $1, 0))`,
-			actor.Key.AccountID()); err != nil {
-			return fmt.Errorf("lock the account's verification mail: %w", err)
-		}
 		a, err := LoadAccount(ctx, tx, actor.Key.AccountID())
 		if err != nil {
 			return err
@@ -118,28 +113,43 @@ func (h *Handler) ResendVerification(ctx context.Context, actor Actor) error {
 			return domain.Errorf(domain.CodeConflict, "the address %s is already verified", a.Email())
 		}
 		now := h.now()
-		var today int
-		var oldest, latest time.Time
-		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(min(created_at), $2), coalesce(max(created_at), $2)
-			FROM email_verifications WHERE account_id = $1 AND created_at > $2`,
-			a.ID(), now.Add(-24*time.Hour)).Scan(&today, &oldest, &latest); err != nil {
+		if err := mailRoom(ctx, tx, a, now); err != nil {
 			return err
-		}
-		// Both limits may hold: the refusal names the one that ends last, so a client that
-		// waits its Retry-After is not refused again.
-		var full *MailsFull
-		if next := latest.Add(time.Minute); today > 0 && next.After(now) {
-			full = &MailsFull{wait: next.Sub(now),
-				msg: fmt.Sprintf("a verification message was sent less than a minute ago; check the inbox of %s", a.Email())}
-		}
-		if next := oldest.Add(24 * time.Hour); today >= MaxVerificationMails && (full == nil || next.Sub(now) > full.wait) {
-			full = &MailsFull{wait: next.Sub(now), msg: fmt.Sprintf("%d verification messages went to %s in the last 24 hours, the most it gets; the next may be sent after %s",
-				today, a.Email(), next.UTC().Format(time.RFC3339))}
-		}
-		if full != nil {
-			return full
 		}
 		return h.queueVerification(ctx, tx, a.ID(), a.Email(), now)
 	})
 	return err
+}
+
+// mailRoom refuses (MailsFull) a message with a token to a's address past one a minute
+// or MaxVerificationMails a day, verification and recovery messages together: the
+// address may be someone else's, who cannot stop them. It holds the account's mail
+// lock until the caller's transaction ends, so that concurrent calls take turns: without
+// it, each found no recent message and each queued one.
+func mailRoom(ctx context.Context, tx *eventstore.Tx, a *domain.Account, now time.Time) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('verify-email:' || $1, 0))`, a.ID()); err != nil {
+		return fmt.Errorf("lock the account's mail: %w", err)
+	}
+	var today int
+	var oldest, latest time.Time
+	if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(min(created_at), $2), coalesce(max(created_at), $2)
+		FROM email_verifications WHERE account_id = $1 AND created_at > $2`,
+		a.ID(), now.Add(-24*time.Hour)).Scan(&today, &oldest, &latest); err != nil {
+		return err
+	}
+	// Both limits may hold: the refusal names the one that ends last, so a client that
+	// waits its Retry-After is not refused again.
+	var full *MailsFull
+	if next := latest.Add(time.Minute); today > 0 && next.After(now) {
+		full = &MailsFull{wait: next.Sub(now),
+			msg: fmt.Sprintf("a message was sent to %s less than a minute ago; check its inbox", a.Email())}
+	}
+	if next := oldest.Add(24 * time.Hour); today >= MaxVerificationMails && (full == nil || next.Sub(now) > full.wait) {
+		full = &MailsFull{wait: next.Sub(now), msg: fmt.Sprintf("%d messages went to %s in the last 24 hours, the most it gets; the next may be sent after %s",
+			today, a.Email(), next.UTC().Format(time.RFC3339))}
+	}
+	if full != nil {
+		return full
+	}
+	return nil
 }

@@ -31,7 +31,7 @@ import (
 // charges) downloads whole as CSV; the secret of the key in use, rotated with no
 // grace, stays shown (the console switching to it), and with grace the console switches
 // too, its row still the key in use when rotated elsewhere; a budget of 0 is shown as
-// one.
+// one; and a lost key is replaced by mail (key recovery) without one.
 func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	if !console.New().Built() {
 		t.Fatal("the console is not built into console/dist: run `make web`")
@@ -164,7 +164,7 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	// verifies the address.
 	b.click(`nav a[href="/account"]`)
 	b.wait(`/not verified/.test(document.querySelector('[data-testid=account]')?.textContent || '')`)
-	token := verificationToken(t, db, "books@example.com", server)
+	token := mailToken(t, db, "books@example.com", server, "ev_")
 	if b.eval(`String(!!document.querySelector('[data-testid=verify-token]'))`) != "true" {
 		t.Fatal("the Account page of an unverified address has no field for the mail's token")
 	}
@@ -183,11 +183,30 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	// page verifies the address.
 	b.click("#keybar button")
 	b.wait(`!!document.querySelector('[data-testid=verify-token]')`)
-	b.setValue("[data-testid=verify-token]", verificationToken(t, db, "other-books@example.com", server))
+	b.setValue("[data-testid=verify-token]", mailToken(t, db, "other-books@example.com", server, "ev_"))
 	b.click("[data-testid=verify-submit]")
 	b.wait(`/other-books@example\.com.*verified/.test(document.querySelector('.alert.notice')?.textContent || '')`)
 	if status := meVerified(t, server, other); status != "true" {
 		t.Errorf("after the token was pasted keyless, GET /me says email_verified %s", status)
+	}
+
+	// Still without a key: every key of the account lost, a new one by mail (the
+	// signup's message a minute ago), shown once and in use in the tab.
+	if _, err := db.Exec(context.Background(), `UPDATE email_verifications SET created_at = created_at - interval '61 seconds'`); err != nil {
+		t.Fatal(err)
+	}
+	b.setValue("[data-testid=recover-email]", "Other-Books@example.com")
+	b.click("[data-testid=recover-submit]")
+	b.wait(`/other-books@example\.com.*on its way/.test(document.querySelector('.alert.notice')?.textContent || '')`)
+	b.setValue("[data-testid=recover-token]", mailToken(t, db, "other-books@example.com", server, "rk_"))
+	b.click("[data-testid=recover-confirm]")
+	b.wait(`!!document.querySelector('[data-testid=signup-secret]') && /new key/.test(document.querySelector('.secret').textContent)`)
+	recovered := b.eval(`sessionStorage.getItem('chessd.key')`)
+	if shown := b.eval(`document.querySelector('[data-testid=signup-secret]').textContent`); shown != recovered || recovered == other {
+		t.Errorf("after key recovery the page shows %q and the tab uses %q, want the new secret in both", shown, recovered)
+	}
+	if status := meVerified(t, server, recovered); status != "true" {
+		t.Errorf("the recovered key's GET /me says email_verified %s", status)
 	}
 
 	b.checkClean()
@@ -267,20 +286,20 @@ func manyCalls(t *testing.T, base, key string, n int) {
 	}
 }
 
-// verificationToken reads the token of the verification message sent to email from
+// mailToken reads the token (prefix ev_ or rk_) of the last message sent to email from
 // the mail outbox, checking the message points to the console's Account page.
-func verificationToken(t *testing.T, db *pgxpool.Pool, email, server string) string {
+func mailToken(t *testing.T, db *pgxpool.Pool, email, server, prefix string) string {
 	t.Helper()
 	var body string
 	if err := db.QueryRow(context.Background(), `SELECT body FROM mail_outbox WHERE to_email = $1 ORDER BY id DESC LIMIT 1`, email).Scan(&body); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(body, server+"/account") {
-		t.Errorf("the verification message does not point to the console's Account page (%s/account):\n%s", server, body)
+		t.Errorf("the message does not point to the console's Account page (%s/account):\n%s", server, body)
 	}
-	token := regexp.MustCompile(`ev_[0-9A-Za-z]+`).FindString(body)
+	token := regexp.MustCompile(prefix + `[0-9A-Za-z]+`).FindString(body)
 	if token == "" {
-		t.Fatalf("no token in the verification message:\n%s", body)
+		t.Fatalf("no %s token in the message:\n%s", prefix, body)
 	}
 	return token
 }

@@ -22,7 +22,7 @@ type signupRequest struct {
 }
 
 func (s *Server) signup(w http.ResponseWriter, r *http.Request) {
-	if !s.signupLimit(w, r) {
+	if !s.addressLimit(w, r, "signup") {
 		return
 	}
 	var req signupRequest

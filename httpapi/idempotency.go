@@ -97,7 +97,7 @@ func (s *Server) keep(r *http.Request, st *ledger.Stored, status int, body []byt
 // secret), with what a replay says in their place: a stored answer is a copy of the
 // database, which must not hold a usable secret.
 var shownOnce = map[string]string{
-	"api_key": "(shown once; rotate the key to get a new secret)",
+	"api_key": "(shown once; rotate the key, or ask for a new one by mail (POST /v1/recover), to get a new secret)",
 	"secret":  "(shown once; delete the webhook and create it again to get a new secret)",
 }
 

@@ -11,15 +11,17 @@ import (
 // KeylessPerMinute is the request rate allowed to one address without a key.
 const KeylessPerMinute = 30
 
-// SignupsPerHour bounds the accounts one address can open.
+// SignupsPerHour bounds the accounts one address can open, and the key recoveries it
+// can ask for (each its own policy).
 const SignupsPerHour = 10
 
-// signupLimit applies the per-address signup limit; false means it answered 429.
-func (s *Server) signupLimit(w http.ResponseWriter, r *http.Request) bool {
+// addressLimit applies a per-address limit of SignupsPerHour to the keyless calls that
+// make accounts or send mail (policy "signup" or "recover"); false means it answered 429.
+func (s *Server) addressLimit(w http.ResponseWriter, r *http.Request, policy string) bool {
 	if s.limiter == nil {
 		return true
 	}
-	d := s.limiter.Allow(r.Context(), "ip:"+s.limitAddr(r).String(), ratelimit.Policy{Name: "signup", Limit: SignupsPerHour, Window: time.Hour})
+	d := s.limiter.Allow(r.Context(), "ip:"+s.limitAddr(r).String(), ratelimit.Policy{Name: policy, Limit: SignupsPerHour, Window: time.Hour})
 	ratelimit.SetHeaders(w.Header(), d)
 	if d.Allowed {
 		return true

@@ -188,6 +188,8 @@ func (s *Server) routes() {
 
 	handle("POST", "/signup", s.idempotent(s.signup))
 	handle("POST", "/verify-email", s.idempotent(s.verifyEmail))
+	handle("POST", "/recover", s.idempotent(s.requestRecovery))
+	handle("POST", "/recover/confirm", s.idempotent(s.recoverKey))
 	handle("GET", "/usage", s.authed(domain.ScopeUsageRead, s.usage))
 	handle("GET", "/usage/charges", s.authed(domain.ScopeUsageRead, s.statement))
 	handle("GET", "/charges/{id}", s.authed(domain.ScopeUsageRead, s.explainCharge))

@@ -1,6 +1,7 @@
-// Account: the page POST /billing/portal points to, and the one the verification
-// message points to. Without a key: sign up (the new key goes straight into this tab's
-// session), or verify an address with the message's token. With one: the account
+// Account: the page POST /billing/portal points to, and the one the verification and
+// recovery messages point to. Without a key: sign up (the new key goes straight into
+// this tab's session), verify an address with the message's token, or get a new key by
+// mail (key recovery: the key goes into the session as signup's). With one: the account
 // (GET /me), its address's verification (the token, or a new message), its time zone
 // and budget (PATCH /me), the plan.
 
@@ -32,12 +33,15 @@ export function mount(root) {
           }
         },
       }, h('h2', {}, 'Sign up'), field('E-mail', email), field('Name (optional)', name), h('button', { type: 'submit', class: 'primary' }, 'Create account')),
-      verifyForm(problems));
+      verifyForm(problems),
+      recoverForm(problems));
     return null;
   }
 
   const fresh = sessionStorage.getItem('chessd.signup');
+  const recovered = sessionStorage.getItem('chessd.recovered') === '1';
   sessionStorage.removeItem('chessd.signup');
+  sessionStorage.removeItem('chessd.recovered');
   const info = h('dl', { class: 'facts', 'data-testid': 'account' });
   const tzSel = h('select', { name: 'timezone' }, Intl.supportedValuesOf('timeZone').concat('UTC').sort().map((z) => h('option', { value: z }, z)));
   const units = h('input', { type: 'number', name: 'budget_units', min: 0, step: 1, placeholder: 'none' });
@@ -54,7 +58,10 @@ export function mount(root) {
   replace(root,
     h('h1', {}, 'Account'),
     problems,
-    fresh ? h('div', { class: 'secret' }, h('p', {}, h('strong', {}, 'Your account is ready.'), ' This is its first key, shown once; it is in use in this tab:'), h('code', { 'data-testid': 'signup-secret' }, fresh)) : null,
+    fresh ? h('div', { class: 'secret' }, h('p', {}, recovered
+      ? [h('strong', {}, 'A new key for your account.'), ' It is shown once and in use in this tab; the account’s other keys keep working (revoke those you do not know on the Keys page):']
+      : [h('strong', {}, 'Your account is ready.'), ' This is its first key, shown once; it is in use in this tab:']),
+    h('code', { 'data-testid': 'signup-secret' }, fresh)) : null,
     h('section', { class: 'card' }, h('h2', {}, 'Account'), info),
     verifyCard,
     h('form', { class: 'card', onsubmit: saveTz }, h('h2', {}, 'Time zone'),
@@ -178,4 +185,42 @@ function verifyForm(box, onVerified, ...extra) {
   h('h2', {}, 'Verify your e-mail address'),
   h('p', { class: 'muted' }, 'Paste the token (ev_…) of the verification message; it works once, for 24 hours, and needs no key.'),
   h('div', { class: 'row' }, field('Token', token), h('button', { type: 'submit', 'data-testid': 'verify-submit' }, 'Verify address'), extra));
+}
+
+// recoverForm gets a new key by mail, for an account whose keys are all lost: the
+// address (POST /recover: a message with a token goes to it if an account holds it),
+// then the message's token (POST /recover/confirm: the new key, shown once, goes into
+// this tab's session as signup's does).
+function recoverForm(box) {
+  const email = h('input', { type: 'email', name: 'email', required: true, autocomplete: 'email', 'data-testid': 'recover-email' });
+  const token = h('input', {
+    type: 'text', name: 'token', required: true, autocomplete: 'off', spellcheck: 'false', maxlength: 100, placeholder: 'rk_…', 'data-testid': 'recover-token',
+  });
+  async function ask(e) {
+    e.preventDefault();
+    clearBox(box);
+    try {
+      const res = await api('POST', '/recover', { body: { email: email.value.trim() } });
+      showNotice(box, `If an account holds ${res.email}, a message with a recovery token is on its way there; paste the token below.`);
+    } catch (err) {
+      showProblem(box, err);
+    }
+  }
+  async function confirm(e) {
+    e.preventDefault();
+    clearBox(box);
+    try {
+      const res = await api('POST', '/recover/confirm', { body: { token: token.value.trim() } });
+      sessionStorage.setItem('chessd.signup', res.api_key); // shown once on the next render
+      sessionStorage.setItem('chessd.recovered', '1');
+      session.set(res.api_key);
+    } catch (err) {
+      showProblem(box, err);
+    }
+  }
+  return h('section', { class: 'card' },
+    h('h2', {}, 'Lost your key?'),
+    h('p', { class: 'muted' }, 'A new key for your account, by mail: the token (rk_…) works once, for an hour, and also verifies the address.'),
+    h('form', { class: 'row', onsubmit: ask }, field('E-mail', email), h('button', { type: 'submit', 'data-testid': 'recover-submit' }, 'Send a recovery token')),
+    h('form', { class: 'row', onsubmit: confirm }, field('Token', token), h('button', { type: 'submit', 'data-testid': 'recover-confirm' }, 'Get a new key')));
 }

@@ -1,0 +1,140 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/ledger"
+)
+
+// recoveryTTL is how long a key-recovery token can be used: an hour, since it opens the
+// account.
+const recoveryTTL = time.Hour
+
+// RequestRecovery queues a key-recovery message to the account that holds the address,
+// if one does; for an address no account holds it does nothing and says nothing (the
+// caller answers alike). The message shares the verification mail's limits (MailsFull).
+func (h *Handler) RequestRecovery(ctx context.Context, email string) error {
+	normalized, err := domain.NormalizeEmail(email)
+	if err != nil {
+		return err
+	}
+	_, err = h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		evs, err := loadStream(ctx, tx, domain.EmailStream(domain.EmailHash(normalized)))
+		if err != nil || len(evs) == 0 {
+			return err
+		}
+		claim, ok := evs[0].(*domain.EmailClaimed)
+		if !ok {
+			return fmt.Errorf("the address's stream opens with %s", evs[0].EventType())
+		}
+		a, err := LoadAccount(ctx, tx, claim.AccountID)
+		if err != nil {
+			return err
+		}
+		now := h.now()
+		if err := mailRoom(ctx, tx, a, now); err != nil {
+			return err
+		}
+		token, err := h.newToken(ctx, tx, "recover", "rk_", a, now, recoveryTTL)
+		if err != nil {
+			return err
+		}
+		site := strings.TrimSuffix(h.APIURL, "/v1")
+		body := fmt.Sprintf("Someone, you we hope, asked for a new API key for chessd account %s.\r\n\r\n"+
+			"This token, valid for one hour and once, issues one (every scope, live):\r\n\r\n"+
+			"    %s\r\n\r\n"+
+			"Paste it on the console's Account page, %s/account (no key needed), or send it:\r\n\r\n"+
+			"curl -X POST %s/recover/confirm -d '{\"token\":\"%s\"}'\r\n\r\n"+
+			"The account's other keys keep working: revoke those you do not know (the console's Keys page).\r\n"+
+			"If you did not ask, ignore this message: nothing changes without the token.\r\n", a.ID(), token, site, h.APIURL, token)
+		return h.queueMail(ctx, tx, a.ID(), a.Email(), "A new API key for your chessd account", body)
+	})
+	return err
+}
+
+// RecoverKey issues a new key (every scope, live, labelled "recovered") on the account a
+// recovery token was sent to, and verifies its address: the token shows the caller
+// reads its mail. The token must be unused, unexpired and for the account's current
+// address. The secret is returned once, as at signup.
+func (h *Handler) RecoverKey(ctx context.Context, token, requestID string) (SignupResult, error) {
+	invalid := domain.Invalid("token", "is not a valid recovery token, or it expired or was used: ask for a new one (POST /v1/recover)")
+	if len(token) > 100 {
+		return SignupResult{}, invalid
+	}
+	keyID := NewID("key")
+	secret, prefix := newSecret(domain.EnvLive)
+	var res SignupResult
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		now := h.now()
+		var accountID, email string
+		err := tx.QueryRow(ctx, `UPDATE email_verifications SET used_at = $2
+			WHERE token_hash = $1 AND purpose = 'recover' AND used_at IS NULL AND expires_at > $2 RETURNING account_id, email`,
+			domain.HashSecret(h.pepper, token), now).Scan(&accountID, &email)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return invalid
+		}
+		if err != nil {
+			return err
+		}
+		a, err := LoadAccount(ctx, tx, accountID)
+		if err != nil {
+			return err
+		}
+		if a.Email() != email {
+			return invalid
+		}
+		key, err := domain.NewKey(keyID, accountID, domain.KeySettings{Label: "recovered", Scopes: domain.AllScopes, Env: domain.EnvLive},
+			nil, domain.Headroom{}, prefix, domain.HashSecret(h.pepper, secret), now)
+		if err != nil {
+			return err
+		}
+		if err := keyRoom(ctx, tx, key); err != nil {
+			return err
+		}
+		md := eventstore.Metadata{RequestID: requestID, AccountID: accountID, KeyID: keyID}
+		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, md, event(key)); err != nil {
+			return err
+		}
+		if err := ledger.OpenKeyBalance(ctx, tx, key); err != nil {
+			return err
+		}
+		if e := a.Verify(now); e != nil {
+			if err := tx.Append(ctx, domain.AccountStream(accountID), domain.StreamAccount, a.Version(), md, event(e)); err != nil {
+				return err
+			}
+			a.Apply(e)
+		}
+		res = SignupResult{AccountID: accountID, KeyID: keyID, Secret: secret, Plan: a.Plan()}
+		return nil
+	})
+	return res, err
+}
+
+// newToken makes a one-use token for a's address, kept as its HMAC, for purpose
+// ('verify' or 'recover', each accepted only where it was meant for).
+func (h *Handler) newToken(ctx context.Context, tx *eventstore.Tx, purpose, prefix string, a *domain.Account, now time.Time, ttl time.Duration) (string, error) {
+	token := prefix + randomBase62(32)
+	if _, err := tx.Exec(ctx, `INSERT INTO email_verifications (token_hash, account_id, email, created_at, expires_at, purpose)
+		VALUES ($1, $2, $3, $4, $5, $6)`, domain.HashSecret(h.pepper, token), a.ID(), a.Email(), now, now.Add(ttl), purpose); err != nil {
+		return "", fmt.Errorf("%s token: %w", purpose, err)
+	}
+	return token, nil
+}
+
+// queueMail queues a message in the mail outbox inside the caller's transaction; the
+// mail sender wakes at the commit.
+func (h *Handler) queueMail(ctx context.Context, tx *eventstore.Tx, accountID, to, subject, body string) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO mail_outbox (account_id, to_email, subject, body) VALUES ($1, $2, $3, $4)`,
+		accountID, to, subject, body); err != nil {
+		return fmt.Errorf("queue mail: %w", err)
+	}
+	return eventstore.Notify(ctx, tx.Tx, TopicMail)
+}

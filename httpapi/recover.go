@@ -1,0 +1,63 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"chessd/domain"
+	"chessd/projections"
+)
+
+type recoverRequest struct {
+	Email *string `json:"email"`
+}
+
+// requestRecovery answers POST /recover: a message with a recovery token goes to the
+// address if an account holds it. The answer is the same either way; who holds an
+// address is not this endpoint's to tell.
+func (s *Server) requestRecovery(w http.ResponseWriter, r *http.Request) {
+	if !s.addressLimit(w, r, "recover") {
+		return
+	}
+	var req recoverRequest
+	if err := decode(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Email == nil {
+		s.writeError(w, r, domain.Invalid("email", "is required: the account's address"))
+		return
+	}
+	if err := s.commands.RequestRecovery(r.Context(), *req.Email); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	email, _ := domain.NormalizeEmail(*req.Email) // valid: RequestRecovery checked it
+	writeJSON(w, http.StatusAccepted, map[string]any{"email": email})
+}
+
+// recoverKey answers POST /recover/confirm: the token from the recovery message issues
+// a new key, shown once, as signup's.
+func (s *Server) recoverKey(w http.ResponseWriter, r *http.Request) {
+	var req verifyEmailRequest
+	if err := decode(r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Token == nil || *req.Token == "" {
+		s.writeError(w, r, domain.Invalid("token", "is required: the token from the recovery message"))
+		return
+	}
+	res, err := s.commands.RecoverKey(r.Context(), *req.Token, requestID(r.Context()))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	projections.WaitForKey(ctx, s.pool, res.KeyID, 1) //nolint:errcheck // the key works at once; the list may lag
+	cancel()
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"api_key": res.Secret, "key_id": res.KeyID, "plan": res.Plan.String(), "account_id": res.AccountID,
+	})
+}

@@ -1,0 +1,90 @@
+package httpapi_test
+
+import (
+	"context"
+	"regexp"
+	"testing"
+)
+
+// mailToken is the token (prefix ev_ or rk_) of the latest message queued to email.
+func (e *env) mailToken(email, prefix string) string {
+	e.t.Helper()
+	var body string
+	if err := e.pool.QueryRow(context.Background(), `SELECT body FROM mail_outbox WHERE to_email = $1 AND body ~ $2
+		ORDER BY created_at DESC LIMIT 1`, email, prefix).Scan(&body); err != nil {
+		e.t.Fatalf("no message with a %s token to %s: %v", prefix, email, err)
+	}
+	return regexp.MustCompile(prefix + `[0-9A-Za-z]+`).FindString(body)
+}
+
+// A lost key is recovered by mail: the address's account gets a new key with every
+// scope (its address verified by the token), its other keys keep working, and the
+// token works once, an hour, and only where it is meant for. An address no account
+// holds is answered alike, and gets nothing.
+func TestKeyRecovery(t *testing.T) {
+	e := newEnv(t, withRateLimits())
+	ctx := context.Background()
+	lost, lostID := e.signup("lost@example.com")
+	signupToken := e.mailToken("lost@example.com", "ev_")
+
+	// the signup's message went a moment ago: the next waits its minute
+	wantProblem(t, e.do("POST", "/v1/recover", "", `{"email":"lost@example.com"}`), 429, "retry_after")
+	if _, err := e.pool.Exec(ctx, `UPDATE email_verifications SET created_at = created_at - interval '61 seconds'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, email := range []string{" Lost@Example.COM", "nobody@example.com"} {
+		r := e.do("POST", "/v1/recover", "", map[string]string{"email": email})
+		if r.Status != 202 || len(r.Body) != 1 || r.Body["email"] == nil {
+			t.Fatalf("POST /recover %q: %d %s, want 202 with the address alone", email, r.Status, r.Raw)
+		}
+		if r.Header.Get("RateLimit-Policy") != `"recover";q=10;w=3600` {
+			t.Fatalf("POST /recover's policy header: %q", r.Header.Get("RateLimit-Policy"))
+		}
+	}
+	var toNobody int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM mail_outbox WHERE to_email = 'nobody@example.com'`).Scan(&toNobody); err != nil || toNobody != 0 {
+		t.Fatalf("%d messages to an address no account holds (%v)", toNobody, err)
+	}
+	wantProblem(t, e.do("POST", "/v1/recover", "", `{"email":"lost@example.com"}`), 429, "retry_after") // a minute apart
+	wantProblem(t, e.do("POST", "/v1/recover", "", `{"email":"not an address"}`), 400, "fix_request")
+	wantProblem(t, e.do("POST", "/v1/recover", "", `{}`), 400, "fix_request")
+
+	token := e.mailToken("lost@example.com", "rk_")
+	// each kind of token only where it is meant for
+	wantProblem(t, e.do("POST", "/v1/verify-email", "", map[string]string{"token": token}), 400, "fix_request")
+	wantProblem(t, e.do("POST", "/v1/recover/confirm", "", map[string]string{"token": signupToken}), 400, "fix_request")
+	wantProblem(t, e.do("POST", "/v1/recover/confirm", "", map[string]string{"token": token + "0"}), 400, "fix_request")
+
+	r := e.do("POST", "/v1/recover/confirm", "", map[string]string{"token": token})
+	if r.Status != 201 || r.Body["key_id"] == lostID {
+		t.Fatalf("POST /recover/confirm: %d %s, want 201 with a new key", r.Status, r.Raw)
+	}
+	recovered := r.Body["api_key"].(string)
+	me := e.do("GET", "/v1/me", recovered, nil)
+	if me.Status != 200 || me.Body["email"] != "lost@example.com" || me.Body["email_verified"] != true {
+		t.Fatalf("GET /me with the recovered key: %d %s, want the account, its address verified", me.Status, me.Raw)
+	}
+	if k := e.do("GET", "/v1/keys", recovered, nil); k.Status != 200 || len(k.Body["keys"].([]any)) != 2 {
+		t.Fatalf("GET /keys with the recovered key (every scope): %d %s, want both keys", k.Status, k.Raw)
+	}
+	if old := e.do("GET", "/v1/me", lost, nil); old.Status != 200 {
+		t.Fatalf("the account's first key after a recovery: %d %s, want it working", old.Status, old.Raw)
+	}
+	wantProblem(t, e.do("POST", "/v1/recover/confirm", "", map[string]string{"token": token}), 400, "fix_request") // used
+
+	// an hour, no more
+	if _, err := e.pool.Exec(ctx, `UPDATE email_verifications SET created_at = created_at - interval '61 seconds'`); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("POST", "/v1/recover", "", `{"email":"lost@example.com"}`); r.Status != 202 {
+		t.Fatalf("a second recovery: %d %s", r.Status, r.Raw)
+	}
+	late := e.mailToken("lost@example.com", "rk_")
+	if late == token {
+		t.Fatal("the second recovery's message carries the first's token")
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE email_verifications SET expires_at = now() - interval '1 second' WHERE purpose = 'recover' AND used_at IS NULL`); err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, e.do("POST", "/v1/recover/confirm", "", map[string]string{"token": late}), 400, "fix_request")
+}
