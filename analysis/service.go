@@ -200,9 +200,9 @@ var errNotWhole = errors.New("analysis: the search stopped short of its depth or
 // spec's depth, and as many lines as asked or as the position has moves. Only a whole
 // result is cached or given to requests waiting for its search. A search stopped by
 // its time limit short of its depth reports the depth it was in, not one it completed;
-// one stopped during its last depth can have its first line at that depth and the
-// others a depth short, or fewer lines (a line whose move became the best is dropped),
-// or every line at that depth from a partly searched last iteration. So a search whose
+// one stopped during its last depth can have its first lines at that depth (the one
+// being searched perhaps only a bound) and the others a depth short, or every line at
+// that depth from a partly searched last iteration. So a search whose
 // engine time reached its limit (the request's movetime, or SearchCap) is not whole
 // whatever depths its lines say.
 func whole(res *Result, pos *position.Position, spec Spec, limit time.Duration) bool {

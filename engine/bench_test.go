@@ -42,7 +42,12 @@ type rawEngine struct {
 
 func startRaw(tb testing.TB) *rawEngine {
 	tb.Helper()
-	cmd := exec.Command(enginePath(tb, "sf-17.1", PathNative))
+	return startRawBuild(tb, "sf-17.1", PathNative)
+}
+
+func startRawBuild(tb testing.TB, id string, path Path) *rawEngine {
+	tb.Helper()
+	cmd := exec.Command(enginePath(tb, id, path))
 	in, out, err := StartPiped(cmd) // the pool's pipes: the same cost to read a line
 	if err != nil {
 		tb.Fatal(err)
@@ -68,6 +73,21 @@ func (r *rawEngine) until(prefix string) {
 		}
 	}
 	r.tb.Fatalf("engine output ended before %q", prefix)
+}
+
+// search sends go, then returns the info lines up to the bestmove and that line.
+func (r *rawEngine) search(fen, limits string) (info []string, best string) {
+	r.send("position fen " + fen + "\ngo " + limits)
+	for r.out.Scan() {
+		switch l := r.out.Text(); {
+		case strings.HasPrefix(l, "info "):
+			info = append(info, l)
+		case strings.HasPrefix(l, "bestmove"):
+			return info, l
+		}
+	}
+	r.tb.Fatalf("engine output ended before bestmove")
+	return nil, ""
 }
 
 func (r *rawEngine) newGame() {

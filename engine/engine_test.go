@@ -197,6 +197,73 @@ func TestMultiPV(t *testing.T) {
 	}
 }
 
+// TestStoppedMultiPVKeepsTheLastBatch: a MultiPV search Stockfish stops mid-depth is
+// reported as the engine's last batch of lines: every rank, distinct first moves, each
+// line's depth, score and bound as last printed, rank 1 the bestmove. A node limit
+// makes each stop land at the same point on every run; the limits include stops while
+// rank 2 or 3 is searched, where a rank's last exact line can be the move another rank
+// holds now (it lost that rank, review). The engine is driven by hand, so the test sees
+// the output the collector is given.
+func TestStoppedMultiPVKeepsTheLastBatch(t *testing.T) {
+	t.Parallel()
+	fens := []string{
+		"r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4",
+		"1nbqkbnr/2pp1p1p/4p1p1/rp6/p4N2/N2P2PP/PPP1PP2/1RBQKBR1 b k - 0 8",
+	}
+	for _, b := range everyBuild {
+		t.Run(engineLabel(b.id, b.path), func(t *testing.T) {
+			t.Parallel()
+			r := startRawBuild(t, b.id, b.path)
+			r.send("setoption name MultiPV value 3")
+			for _, fen := range fens {
+				for nodes := 28000; nodes <= 140000; nodes += 16000 {
+					r.newGame()
+					info, bestLine := r.search(fen, "nodes "+strconv.Itoa(nodes))
+					best, ponder, ok := ParseBestMove(bestLine)
+					if !ok {
+						t.Fatalf("bestmove line %q", bestLine)
+					}
+					var c lineCollector
+					var last []Info // the last batch: from the last rank-1 line on
+					for _, l := range info {
+						in, ok := ParseInfo(l)
+						if !ok {
+							continue
+						}
+						c.add(&in)
+						if in.HasDepth && in.HasScore {
+							if in.MultiPV <= 1 {
+								last = last[:0]
+							}
+							last = append(last, in)
+						}
+					}
+					res := c.result(best, ponder)
+					where := fmt.Sprintf("%s nodes %d", fen, nodes)
+					if len(last) != 3 || len(res.Lines) != 3 {
+						t.Fatalf("%s: %d lines, engine's last batch %d, want 3: %+v", where, len(res.Lines), len(last), res.Lines)
+					}
+					seen := map[string]bool{}
+					for i, l := range res.Lines {
+						want := last[i]
+						if l.MultiPV != i+1 || l.Depth != want.Depth || l.Score != want.Score || !slices.Equal(l.PV, want.PV) {
+							t.Errorf("%s: rank %d = depth %d %+v %v; engine printed depth %d %+v %v",
+								where, i+1, l.Depth, l.Score, l.PV, want.Depth, want.Score, want.PV)
+						}
+						if seen[firstMove(l)] {
+							t.Errorf("%s: %s at two ranks", where, firstMove(l))
+						}
+						seen[firstMove(l)] = true
+					}
+					if firstMove(res.Lines[0]) != best {
+						t.Errorf("%s: rank 1 %v, bestmove %s", where, res.Lines[0].PV, best)
+					}
+				}
+			}
+		})
+	}
+}
+
 func TestWDL(t *testing.T) {
 	t.Parallel()
 	for _, e := range allEngines {

@@ -40,12 +40,13 @@ func TestDepthWatchLines(t *testing.T) {
 			best: true, want: []int{1, 2}, wantPVs: []int{2, 2},
 		},
 		{
-			name: "stopped mid-depth: the last depth at bestmove",
+			// the answer's line is the last printed, a bound at depth 2: so is the last report
+			name: "stopped mid-depth: the answer's depth at bestmove",
 			lines: []string{
 				"info depth 1 multipv 1 score cp 20 nodes 20 pv e2e4",
 				"info depth 2 multipv 1 score cp 30 lowerbound nodes 40 pv e2e4",
 			},
-			best: true, want: []int{1}, wantPVs: []int{1},
+			best: true, want: []int{1, 2}, wantPVs: []int{1, 1},
 		},
 		{
 			name: "fewer lines than asked: only at bestmove", multipv: "3",

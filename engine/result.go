@@ -54,7 +54,7 @@ type Search struct {
 	Progress func(*Progress)
 }
 
-// Line is one principal variation at the deepest depth the search completed for it.
+// Line is one principal variation as the engine last reported it (see lineCollector).
 type Line struct {
 	MultiPV  int // rank, 1-based
 	Depth    int
@@ -84,17 +84,26 @@ type Result struct {
 
 // lineCollector keeps, per MultiPV rank, the line to report.
 //
-// Choice rule: per rank, the deepest line with an exact score wins; a line at the same
-// depth replaces an earlier one (the engine re-prints a rank as it improves). A bound-only
-// line (lowerbound/upperbound, printed while an aspiration window fails) is used only
-// when the rank has no exact line at all, because its score is not a value, only a limit,
-// and a search stopped mid-iteration leaves such lines deeper than the last exact one.
+// Choice rule: per rank, the line the engine printed last. Stockfish prints all its
+// ranks together, in rank order, each time it completes one and once more when it stops,
+// so the last batch is its final state: distinct moves, each rank's line at the depth the
+// engine has for it. A search stopped mid-depth leaves a batch whose ranks come from two
+// depths (those searched at the last depth, the rest repeated from the one before), and
+// the rank being searched may have only a bound, which Line.Score.Bound says. Older lines
+// must not be mixed in: the deepest exact line of a rank whose last line is a bound can
+// be a move another rank now holds, and dropping the repeat lost that rank's move.
 type lineCollector struct {
-	exact map[int]Line
-	bound map[int]Line
+	ranks map[int]heardLine
+	seq   int // lines taken so far
 	nodes int64
 	time  int64
 	heard bool // an info line came, parsed or not
+}
+
+// heardLine is a rank's line and when it came (lineCollector.seq).
+type heardLine struct {
+	Line
+	seq int
 }
 
 func (c *lineCollector) add(in *Info) {
@@ -113,20 +122,14 @@ func (c *lineCollector) add(in *Info) {
 	if rank <= 0 {
 		rank = 1
 	}
-	l := Line{
+	if c.ranks == nil {
+		c.ranks = make(map[int]heardLine, 4)
+	}
+	c.seq++
+	c.ranks[rank] = heardLine{Line: Line{
 		MultiPV: rank, Depth: in.Depth, SelDepth: in.SelDepth, Score: in.Score,
 		WDL: in.WDL, Nodes: in.Nodes, NPS: in.NPS, TimeMS: in.TimeMS, PV: in.PV,
-	}
-	m := &c.exact
-	if in.Score.Bound != BoundExact {
-		m = &c.bound
-	}
-	if *m == nil {
-		*m = make(map[int]Line, 4)
-	}
-	if old, ok := (*m)[rank]; !ok || l.Depth >= old.Depth {
-		(*m)[rank] = l
-	}
+	}, seq: c.seq}
 }
 
 func firstMove(l Line) string {
@@ -138,38 +141,23 @@ func firstMove(l Line) string {
 
 func (c *lineCollector) result(best, ponder string) *Result {
 	r := &Result{BestMove: best, Ponder: ponder, Nodes: c.nodes, TimeMS: c.time}
-	for _, l := range c.exact {
-		r.Lines = append(r.Lines, l)
+	// A move at two ranks can only come from an output that is not whole batches (a
+	// rank the last batch left out): the later line is the engine's newer word on it.
+	newest := make(map[string]int, len(c.ranks))
+	for _, h := range c.ranks {
+		if m := firstMove(h.Line); m != "" && h.seq > newest[m] {
+			newest[m] = h.seq
+		}
 	}
-	for rank, l := range c.bound {
-		if _, ok := c.exact[rank]; !ok {
-			r.Lines = append(r.Lines, l)
+	for _, h := range c.ranks {
+		if m := firstMove(h.Line); m == "" || newest[m] == h.seq {
+			r.Lines = append(r.Lines, h.Line)
 		}
 	}
 	sort.Slice(r.Lines, func(i, j int) bool { return r.Lines[i].MultiPV < r.Lines[j].MultiPV })
-	// A search stopped while a new best move failed high leaves the old best's exact
-	// line at rank 1 and the engine's bestmove only in a deeper bound line: rank 1 is
-	// then that line, bound and all, so that the answer's line starts with its move.
-	if len(r.Lines) > 0 && best != "" && firstMove(r.Lines[0]) != best {
-		if b, ok := c.bound[1]; ok && firstMove(b) == best && b.Depth >= r.Lines[0].Depth {
-			r.Lines[0] = b
-		}
+	for i := range r.Lines {
+		r.Lines[i].MultiPV = i + 1
 	}
-	// Ranks taken from different depths may repeat a first move: each move keeps its
-	// best rank, and the ranks close up.
-	seen := make(map[string]bool, len(r.Lines))
-	kept := r.Lines[:0]
-	for _, l := range r.Lines {
-		if m := firstMove(l); m != "" {
-			if seen[m] {
-				continue
-			}
-			seen[m] = true
-		}
-		l.MultiPV = len(kept) + 1
-		kept = append(kept, l)
-	}
-	r.Lines = kept
 	if len(r.Lines) > 0 {
 		r.Depth = r.Lines[0].Depth
 		r.SelDepth = r.Lines[0].SelDepth

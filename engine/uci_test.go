@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -214,16 +215,19 @@ func TestLineCollector(t *testing.T) {
 		wantRanks []int
 		wantDepth []int
 		wantScore []Score
+		wantMoves []string // first moves by rank, when given
 		nodes     int64
 		best      string // the engine's bestmove; e2e4 when empty
 	}{
 		{
-			name: "deepest exact wins over later deeper bound",
+			name: "a later bound line replaces an earlier exact one",
 			lines: []string{
 				"info depth 20 multipv 1 score cp 30 nodes 100 pv e2e4",
 				"info depth 21 multipv 1 score cp 60 lowerbound nodes 200 pv d2d4",
 			},
-			wantRanks: []int{1}, wantDepth: []int{20}, wantScore: []Score{{Value: 30}}, nodes: 200,
+			best:      "d2d4",
+			wantRanks: []int{1}, wantDepth: []int{21}, wantScore: []Score{{Value: 60, Bound: BoundLower}}, nodes: 200,
+			wantMoves: []string{"d2d4"},
 		},
 		{
 			name: "exact at same depth replaces bound",
@@ -265,7 +269,28 @@ func TestLineCollector(t *testing.T) {
 			wantScore: []Score{{Value: 35, Bound: BoundLower}, {Value: 18}},
 		},
 		{
-			name: "a first move two ranks repeat keeps its best rank",
+			// Recorded: sf-17.1, MultiPV 3, go movetime 73 on
+			// r1bqkb1r/pppp1ppp/2n2n2/4p3/2B1P3/5N2/PPPP1PPP/RNBQK2R w KQkq - 4 4 (the
+			// last two batches). Rank 2's deepest exact line (d2d3, depth 11) is the move
+			// rank 1 holds now: the last batch alone keeps f3g5.
+			name: "stopped mid-depth: every rank of the last batch, bound marked",
+			lines: []string{
+				"info depth 11 seldepth 14 multipv 1 score cp 127 nodes 30431 nps 691613 hashfull 5 tbhits 0 time 44 pv f3g5 d7d5 e4d5 f6d5 g5f7 e8f7 b1c3 f7e8 c4d5",
+				"info depth 11 seldepth 16 multipv 2 score cp 46 nodes 30431 nps 691613 hashfull 5 tbhits 0 time 44 pv d2d3 d7d5 e4d5 f6d5 e1g1 f8e7 f1e1 d5b6 c4b3 c8g4 h2h3 g4h5 g2g4",
+				"info depth 11 seldepth 18 multipv 3 score cp 6 nodes 30431 nps 691613 hashfull 5 tbhits 0 time 44 pv d2d4 e5d4 e4e5 d7d5 c4b5 f6d7 e1g1 f8e7 f1e1 e8g8 b5c6 b7c6 f3d4 d7b8 b1c3",
+				"info depth 12 seldepth 20 multipv 1 score cp 35 nodes 50411 nps 690561 hashfull 15 tbhits 0 time 73 pv d2d3 d7d5 e4d5 f6d5 e1g1 d5b6 c4b3 f8d6 f1e1 e8g8",
+				"info depth 12 seldepth 17 multipv 2 score cp 31 lowerbound nodes 50411 nps 690561 hashfull 15 tbhits 0 time 73 pv f3g5",
+				"info depth 11 seldepth 18 multipv 3 score cp 6 nodes 50411 nps 690561 hashfull 15 tbhits 0 time 73 pv d2d4 e5d4 e4e5 d7d5 c4b5 f6d7 e1g1 f8e7 f1e1 e8g8 b5c6 b7c6 f3d4 d7b8 b1c3",
+			},
+			best:      "d2d3",
+			wantRanks: []int{1, 2, 3}, wantDepth: []int{12, 12, 11},
+			wantScore: []Score{{Value: 35}, {Value: 31, Bound: BoundLower}, {Value: 6}},
+			wantMoves: []string{"d2d3", "f3g5", "d2d4"}, nodes: 50411,
+		},
+		{
+			// Not what Stockfish prints (its batches start at rank 1), but a rank left
+			// out of the last batch must not put a move twice in the answer.
+			name: "a move at two ranks keeps its newest line",
 			lines: []string{
 				"info depth 11 multipv 1 score cp 20 pv d2d4 d7d5",
 				"info depth 11 multipv 2 score cp 10 pv e2e4 e7e5",
@@ -273,8 +298,9 @@ func TestLineCollector(t *testing.T) {
 				"info depth 12 multipv 2 score cp 18 pv d2d4 g8f6",
 			},
 			best:      "d2d4",
-			wantRanks: []int{1, 2}, wantDepth: []int{11, 11},
-			wantScore: []Score{{Value: 20}, {Value: 5}},
+			wantRanks: []int{1, 2}, wantDepth: []int{12, 11},
+			wantScore: []Score{{Value: 18}, {Value: 5}},
+			wantMoves: []string{"d2d4", "c2c4"},
 		},
 		{
 			name:      "mated position",
@@ -305,6 +331,15 @@ func TestLineCollector(t *testing.T) {
 				if l.MultiPV != tt.wantRanks[i] || l.Depth != tt.wantDepth[i] || l.Score != tt.wantScore[i] {
 					t.Errorf("line %d = rank %d depth %d score %+v; want rank %d depth %d score %+v",
 						i, l.MultiPV, l.Depth, l.Score, tt.wantRanks[i], tt.wantDepth[i], tt.wantScore[i])
+				}
+			}
+			if tt.wantMoves != nil {
+				var got []string
+				for _, l := range r.Lines {
+					got = append(got, firstMove(l))
+				}
+				if !slices.Equal(got, tt.wantMoves) {
+					t.Errorf("first moves %v, want %v", got, tt.wantMoves)
 				}
 			}
 			if tt.nodes != 0 && r.Nodes != tt.nodes {
@@ -369,6 +404,7 @@ func FuzzParseInfo(f *testing.F) {
 	for _, s := range []string{
 		"info depth 14 seldepth 19 multipv 1 score cp 34 nodes 170239 nps 1203178 hashfull 60 tbhits 0 time 141 pv e2e4 e7e5",
 		"info depth 22 score cp 41 lowerbound wdl 1 2 3 pv d2d4",
+		"info depth 12 seldepth 17 multipv 2 score cp 31 lowerbound nodes 50411 nps 690561 time 73 pv f3g5",
 		"info depth 0 score mate 0",
 		"info string NNUE evaluation using nn-1c0000000000.nnue",
 		"info currmove e2e4 currmovenumber 1",
