@@ -176,13 +176,14 @@ func TestLegalMovesAndValidate(t *testing.T) {
 		})
 	}
 	for name, body := range map[string]string{
-		"malformed FEN":             `{"fen":"not a fen"}`,
-		"two white kings":           `{"fen":"K6K/8/8/8/8/8/8/7k w - - 0 1"}`,
-		"side not to move in check": `{"fen":"4k3/8/8/8/8/8/4R3/4K3 w - - 0 1"}`,
-		"pawn on rank 8":            `{"fen":"P3k3/8/8/8/8/8/8/4K3 w - - 0 1"}`,
-		"impossible castle":         `{"fen":"4k3/8/8/8/8/8/8/4K3 w K - 0 1"}`,
-		"missing fen":               `{}`,
-		"fen wrong type":            `{"fen":1}`,
+		"malformed FEN":              `{"fen":"not a fen"}`,
+		"two white kings":            `{"fen":"K6K/8/8/8/8/8/8/7k w - - 0 1"}`,
+		"side not to move in check":  `{"fen":"4k3/8/8/8/8/8/4R3/4K3 w - - 0 1"}`,
+		"pawn on rank 8":             `{"fen":"P3k3/8/8/8/8/8/8/4K3 w - - 0 1"}`,
+		"impossible castle":          `{"fen":"4k3/8/8/8/8/8/8/4K3 w K - 0 1"}`,
+		"chess960 castle, king on a": `{"fen":"4k3/8/8/8/8/8/8/K6R w H - 0 1","chess960":true}`,
+		"missing fen":                `{}`,
+		"fen wrong type":             `{"fen":1}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := e.do("POST", "/v1/legal-moves", key, body)
@@ -204,6 +205,21 @@ func TestLegalMovesAndValidate(t *testing.T) {
 			t.Fatalf("%d %s", r.Status, r.Raw)
 		}
 	})
+	// Chess960 rights each side could hold alone, but not on this board: a king outside
+	// b-g, kings on two files, same-side rooks on two files.
+	for _, fen := range []string{
+		"4k3/8/8/8/8/8/8/K6R w H - 0 1",
+		"r2k3r/8/8/8/8/8/8/R3K2R w KQkq - 0 1",
+		"1r2k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1",
+	} {
+		t.Run("validate says no to chess960 "+fen, func(t *testing.T) {
+			r := e.do("POST", "/v1/validate", key, `{"fen":"`+fen+`","chess960":true}`)
+			reason, _ := r.Body["reason"].(string)
+			if r.Status != 200 || r.Body["valid"] != false || !strings.Contains(reason, "castling") {
+				t.Fatalf("%d %s", r.Status, r.Raw)
+			}
+		})
+	}
 }
 
 // FuzzRequestBodies sends arbitrary bodies to every JSON endpoint: no input may produce

@@ -250,6 +250,12 @@ func (p *Position) parseCastling(s string) *Error {
 		if rankOf(k) != rankOf(home) {
 			return illegalErr("castling right %q needs the %s king on rank %d, but it is on %s", c, color, rankOf(home)+1, squareName(k))
 		}
+		// A Chess960 king starts between its rooks, so one with a right left (never
+		// moved) stands on files b to g.
+		if f := fileOf(k); p.chess960 && (f == 0 || f == 7) {
+			return illegalErr("castling right %q needs the %s king on files b to g, between its rooks (a Chess960 king starts there), but it is on %s",
+				c, color, squareName(k))
+		}
 		myRook := makePiece(color, rook)
 		side, r := 0, int8(-1)
 		switch c {
@@ -314,6 +320,34 @@ func (p *Position) parseCastling(s string) *Error {
 			return illegalErr("castling field %q gives %s two %s castling rights", s, color, name)
 		}
 		p.castle[color][side] = r
+	}
+	if p.chess960 {
+		return p.checkMirroredCastling(s)
+	}
+	return nil
+}
+
+// checkMirroredCastling refuses Chess960 rights the two sides cannot hold together. A
+// Chess960 game starts mirror-symmetric and a right lives only while its king and rook
+// stand where they started: if both sides keep a right, their kings share a file, and a
+// right on the same side held by both uses the same rook file. (Standard chess fixes
+// every square, which parseCastling checks right by right.)
+func (p *Position) checkMirroredCastling(field string) *Error {
+	has := func(c Color) bool { return p.castle[c][0] >= 0 || p.castle[c][1] >= 0 }
+	if !has(White) || !has(Black) {
+		return nil
+	}
+	wk, bk := p.kings[White], p.kings[Black]
+	if fileOf(wk) != fileOf(bk) {
+		return illegalErr("castling field %q needs the white and black kings on the same file while both sides keep a right (a Chess960 game starts mirror-symmetric), but they are on %s and %s",
+			field, squareName(wk), squareName(bk))
+	}
+	for side, name := range [2]string{"king-side", "queen-side"} {
+		wr, br := p.castle[White][side], p.castle[Black][side]
+		if wr >= 0 && br >= 0 && fileOf(wr) != fileOf(br) {
+			return illegalErr("castling field %q needs the white and black %s rooks on the same file (a Chess960 game starts mirror-symmetric), but they are on %s and %s",
+				field, name, squareName(wr), squareName(br))
+		}
 	}
 	return nil
 }

@@ -65,6 +65,15 @@ func TestParseRefuses(t *testing.T) {
 		{"960 duplicate right", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KHkq - 0 1", true, CodeIllegalPosition, "two king-side castling rights"},
 		{"960 no rook on file", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w G - 0 1", true, CodeIllegalPosition, "castling right 'G' needs a white rook on g1"},
 		{"960 no outer rook", "rnbqkbn1/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w k - 0 1", true, CodeIllegalPosition, "castling right 'k' needs a black rook on rank 8 on the king side"},
+		// A Chess960 game starts mirror-symmetric with each king between its rooks, and a
+		// right lives only while its king and rook stand where they started.
+		{"960 king on the a-file, by file", "4k3/8/8/8/8/8/8/K6R w H - 0 1", true, CodeIllegalPosition, "castling right 'H' needs the white king on files b to g, between its rooks (a Chess960 king starts there), but it is on a1"},
+		{"960 king on the a-file, X-FEN", "4k3/8/8/8/8/8/8/K6R w K - 0 1", true, CodeIllegalPosition, "castling right 'K' needs the white king on files b to g"},
+		{"960 king on the h-file", "r6k/8/8/8/8/8/8/4K3 b a - 0 1", true, CodeIllegalPosition, "castling right 'a' needs the black king on files b to g, between its rooks (a Chess960 king starts there), but it is on h8"},
+		{"960 kings on two files", "r2k3r/8/8/8/8/8/8/R3K2R w KQkq - 0 1", true, CodeIllegalPosition, `castling field "KQkq" needs the white and black kings on the same file while both sides keep a right (a Chess960 game starts mirror-symmetric), but they are on e1 and d8`},
+		{"960 kings on two files, one right each", "r2k4/8/8/8/8/8/8/4K2R w Ka - 0 1", true, CodeIllegalPosition, "needs the white and black kings on the same file"},
+		{"960 queen-side rooks on two files", "1r2k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1", true, CodeIllegalPosition, `castling field "KQkq" needs the white and black queen-side rooks on the same file (a Chess960 game starts mirror-symmetric), but they are on a1 and b8`},
+		{"960 king-side rooks on two files", "r3k1r1/8/8/8/8/8/8/R3K2R w HAga - 0 1", true, CodeIllegalPosition, "needs the white and black king-side rooks on the same file"},
 		// En passant.
 		{"ep wrong rank", "rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq e3 0 2", false, CodeIllegalPosition, "en passant square e3 is impossible with white to move; it must be on rank 6"},
 		{"ep without pawn", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR b KQkq e3 0 1", false, CodeIllegalPosition, "needs a white pawn on e4"},
@@ -102,7 +111,11 @@ func TestParseAccepts(t *testing.T) {
 		{"start 960 X-FEN", StartFEN, true, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w HAha - 0 1", ""},
 		{"start 960 Shredder", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w HAha - 0 1", true, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w HAha - 0 1", ""},
 		{"960 inner rook by file", "1r2k1r1/8/8/8/8/8/8/RR2K1RR w BGbg - 0 1", true, "1r2k1r1/8/8/8/8/8/8/RR2K1RR w GBgb - 0 1", ""},
-		{"960 X-FEN outermost", "1r2k1r1/8/8/8/8/8/8/RR2K1RR w KQkq - 0 1", true, "1r2k1r1/8/8/8/8/8/8/RR2K1RR w HAgb - 0 1", ""},
+		// One side's rights say nothing of the other's king and rooks; opposite sides'
+		// rooks need not share a file.
+		{"960 kings on two files, one side's rights", "r2k3r/8/8/8/8/8/8/R3K2R w KQ - 0 1", true, "r2k3r/8/8/8/8/8/8/R3K2R w HA - 0 1", ""},
+		{"960 opposite sides' rooks", "1r2k2r/8/8/8/8/8/8/R3K2R w Kq - 0 1", true, "1r2k2r/8/8/8/8/8/8/R3K2R w Hb - 0 1", ""},
+		{"960 X-FEN outermost", "rr2k1rr/8/8/8/8/8/8/RR2K1RR w KQkq - 0 1", true, "rr2k1rr/8/8/8/8/8/8/RR2K1RR w HAha - 0 1", ""},
 		{"ep kept when capturable", "rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3", false, "rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3", ""},
 		{"ep dropped when no pawn can take", "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1", false, "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq -"},
 		// The only capturer is pinned along the rank (king a5, rooks h5): dropped.

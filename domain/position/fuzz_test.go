@@ -20,6 +20,8 @@ func FuzzParse(f *testing.F) {
 		StartFEN,
 		"r3k2r/p1ppqpb1/bn2pnp1/3PN3/1p2P3/2N2Q1p/PPPBBPPP/R3K2R w KQkq - 0 1",
 		"bqnb1rkr/pp3ppp/3ppn2/2p5/5P2/P2P4/NPP1P1PP/BQ1BNRKR w HFhf - 2 9",
+		"r2k3r/8/8/8/8/8/8/R3K2R w KQkq - 0 1", "1r2k2r/8/8/8/8/8/8/R3K2R w KQq - 0 1",
+		"4k3/8/8/8/8/8/8/K6R w H - 0 1",
 		"rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3",
 		"8/8/8/8/8/8/8/8 w - -", "", "k7/8/8/8/8/8/8/K7 b - - 99 1",
 	} {
