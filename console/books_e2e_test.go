@@ -18,9 +18,9 @@ import (
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/console"
+	"chessd/mail/mailtest"
 	"chessd/postgres/pgtest"
 )
 
@@ -37,7 +37,7 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 		t.Fatal("the console is not built into console/dist: run `make web`")
 	}
 	chromium := chromiumPath(t)
-	server, dbURL := startServerDB(t)
+	server, inbox, dbURL := startServerMail(t)
 	base := validated(t, server)
 	db := pgtest.NewDBAt(t, dbURL)
 	key := signup(t, server, "books@example.com")
@@ -164,7 +164,7 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	// verifies the address.
 	b.click(`nav a[href="/account"]`)
 	b.wait(`/not verified/.test(document.querySelector('[data-testid=account]')?.textContent || '')`)
-	token := mailToken(t, db, "books@example.com", server, "ev_")
+	token := mailToken(t, inbox, "books@example.com", server, 1)
 	if b.eval(`String(!!document.querySelector('[data-testid=verify-token]'))`) != "true" {
 		t.Fatal("the Account page of an unverified address has no field for the mail's token")
 	}
@@ -183,7 +183,7 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	// page verifies the address.
 	b.click("#keybar button")
 	b.wait(`!!document.querySelector('[data-testid=verify-token]')`)
-	b.setValue("[data-testid=verify-token]", mailToken(t, db, "other-books@example.com", server, "ev_"))
+	b.setValue("[data-testid=verify-token]", mailToken(t, inbox, "other-books@example.com", server, 1))
 	b.click("[data-testid=verify-submit]")
 	b.wait(`/other-books@example\.com.*verified/.test(document.querySelector('.alert.notice')?.textContent || '')`)
 	if status := meVerified(t, server, other); status != "true" {
@@ -198,7 +198,7 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	b.setValue("[data-testid=recover-email]", "Other-Books@example.com")
 	b.click("[data-testid=recover-submit]")
 	b.wait(`/other-books@example\.com.*on its way/.test(document.querySelector('.alert.notice')?.textContent || '')`)
-	b.setValue("[data-testid=recover-token]", mailToken(t, db, "other-books@example.com", server, "rk_"))
+	b.setValue("[data-testid=recover-token]", mailToken(t, inbox, "other-books@example.com", server, 2))
 	b.click("[data-testid=recover-confirm]")
 	b.wait(`!!document.querySelector('[data-testid=signup-secret]') && /new key/.test(document.querySelector('.secret').textContent)`)
 	recovered := b.eval(`sessionStorage.getItem('chessd.key')`)
@@ -286,20 +286,14 @@ func manyCalls(t *testing.T, base, key string, n int) {
 	}
 }
 
-// mailToken reads the token (prefix ev_ or rk_) of the last message sent to email from
-// the mail outbox, checking the message points to the console's Account page.
-func mailToken(t *testing.T, db *pgxpool.Pool, email, server, prefix string) string {
+// mailToken waits for the n-th message (from 1) sent to email and reads its token (a
+// verification's ev_… or a recovery's rk_…), checking the message points to the
+// console's Account page.
+func mailToken(t *testing.T, inbox *mailtest.Inbox, email, server string, n int) string {
 	t.Helper()
-	var body string
-	if err := db.QueryRow(context.Background(), `SELECT body FROM mail_outbox WHERE to_email = $1 ORDER BY id DESC LIMIT 1`, email).Scan(&body); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(body, server+"/account") {
+	token := inbox.WaitToken(t, email, n)
+	if body := inbox.To(email)[n-1].Data; !strings.Contains(body, server+"/account") {
 		t.Errorf("the message does not point to the console's Account page (%s/account):\n%s", server, body)
-	}
-	token := regexp.MustCompile(prefix + `[0-9A-Za-z]+`).FindString(body)
-	if token == "" {
-		t.Fatalf("no %s token in the message:\n%s", prefix, body)
 	}
 	return token
 }

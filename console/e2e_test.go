@@ -26,6 +26,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"chessd/console"
+	"chessd/mail/mailtest"
 	"chessd/openapi/openapitest"
 	"chessd/postgres/pgtest"
 )
@@ -434,14 +435,16 @@ func validated(t *testing.T, base string) string {
 // the server's root address.
 func startServer(t *testing.T) string {
 	t.Helper()
-	base, _ := startServerDB(t)
+	base, _, _ := startServerMail(t)
 	return base
 }
 
-// startServerDB is startServer answering the database's URL too, for what a test reads
-// there (the mail outbox).
-func startServerDB(t *testing.T) (string, string) {
+// startServerMail is startServer answering the SMTP server the server's mail goes to
+// too, where a test reads a verification token as its recipient does, and its
+// database's URL.
+func startServerMail(t *testing.T) (string, *mailtest.Inbox, string) {
 	t.Helper()
+	inbox := mailtest.Start(t, mailtest.Config{})
 	bin := filepath.Join(t.TempDir(), "chessd")
 	build := exec.Command("go", "build", "-o", bin, "chessd/cmd/chessd")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -458,7 +461,7 @@ func startServerDB(t *testing.T) (string, string) {
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, fmt.Sprintf("PORT=%d", port), "LOG_LEVEL=error",
 		"CHESSD_BASE_URL="+base+"/v1", "CHESSD_KEY_PEPPER=console-test-pepper-0123456789", "CHESSD_RATE_LIMITS=off",
-		"CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_METRICS_ADDR=off", "CHESSD_DATA_DIR="+t.TempDir())
+		"CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_METRICS_ADDR=off", "CHESSD_DATA_DIR="+t.TempDir(), "CHESSD_SMTP_ADDR="+inbox.Addr)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -470,7 +473,7 @@ func startServerDB(t *testing.T) (string, string) {
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == 200 {
-				return base, dbURL
+				return base, inbox, dbURL
 			}
 		}
 		if time.Now().After(deadline) {

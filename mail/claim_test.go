@@ -13,13 +13,14 @@ import (
 	"chessd/domain"
 	"chessd/eventstore"
 	"chessd/mail"
+	"chessd/mail/mailtest"
 	"chessd/postgres/pgtest"
 )
 
 // queue signs up n accounts, which queues a verification message to each.
 func queue(t *testing.T, pool *pgxpool.Pool, n int) {
 	t.Helper()
-	h := commands.New(eventstore.NewStore(pool, slog.New(slog.DiscardHandler)), []byte("mail-test-pepper-0123456789"))
+	h := commands.New(eventstore.NewStore(pool, slog.New(slog.DiscardHandler)), testPepper)
 	for i := range n {
 		if _, err := h.Signup(context.Background(), domain.Signup{Email: fmt.Sprintf("user%d@example.com", i)}, "r"); err != nil {
 			t.Fatal(err)
@@ -54,21 +55,21 @@ func unsent(t *testing.T, pool *pgxpool.Pool) int {
 func TestTwoSendersSendEachMessageOnce(t *testing.T) {
 	pool := pgtest.NewDB(t)
 	other := pgtest.NewDBAt(t, pool.Config().ConnString()) // the second server's own pool
-	in, addr := startInboxWith(t, inboxConfig{onData: func(int) error {
+	in := mailtest.Start(t, mailtest.Config{OnData: func(int) error {
 		time.Sleep(400 * time.Millisecond) // the SMTP server is slow to accept
 		return nil
 	}})
 	const n = 6
 	queue(t, pool, n)
 	logger := slog.New(slog.DiscardHandler)
-	cfg := mail.Config{SMTPAddr: addr, Timeout: time.Second, Poll: 20 * time.Millisecond}
+	cfg := mail.Config{SMTPAddr: in.Addr, Timeout: time.Second, Poll: 20 * time.Millisecond}
 	run(t, mail.NewSender(cfg, pool, logger))
 	run(t, mail.NewSender(cfg, other, logger))
 
 	pgtest.WaitFor(t, "every message marked sent", func() bool { return unsent(t, pool) == 0 })
 	got := map[string]int{}
-	for _, m := range in.messages() {
-		got[m.to[0]]++
+	for _, m := range in.Messages() {
+		got[m.To[0]]++
 	}
 	for i := range n {
 		if to := fmt.Sprintf("user%d@example.com", i); got[to] != 1 {
@@ -90,13 +91,13 @@ func TestLapsedClaimLeavesTheMessageToItsNewHolder(t *testing.T) {
 	other := pgtest.NewDBAt(t, pool.Config().ConnString())
 	inData := make(chan int)
 	answer := map[int]chan error{1: make(chan error), 2: make(chan error)}
-	in, addr := startInboxWith(t, inboxConfig{onData: func(try int) error {
+	in := mailtest.Start(t, mailtest.Config{OnData: func(try int) error {
 		inData <- try
 		return <-answer[try]
 	}})
 	queue(t, pool, 1)
 	logger := slog.New(slog.DiscardHandler)
-	cfg := mail.Config{SMTPAddr: addr, Timeout: 10 * time.Second, RetryBase: time.Millisecond}
+	cfg := mail.Config{SMTPAddr: in.Addr, Timeout: 10 * time.Second, RetryBase: time.Millisecond}
 	first, second := mail.NewSender(cfg, pool, logger), mail.NewSender(cfg, other, logger)
 	bg := context.Background()
 
@@ -113,7 +114,7 @@ func TestLapsedClaimLeavesTheMessageToItsNewHolder(t *testing.T) {
 	if try := pgtest.Within(t, "the second server's DATA", inData); try != 2 {
 		t.Fatalf("try %d", try)
 	}
-	answer[1] <- tryLater
+	answer[1] <- mailtest.TryLater
 	pgtest.Within(t, "the first server to record its failure", firstDone)
 
 	var lastError *string
@@ -136,7 +137,7 @@ func TestLapsedClaimLeavesTheMessageToItsNewHolder(t *testing.T) {
 	if err := pool.QueryRow(bg, `SELECT sent_via FROM mail_outbox WHERE sent_at IS NOT NULL`).Scan(&via); err != nil || via != "smtp" {
 		t.Fatalf("sent via %q (%v)", via, err)
 	}
-	if got := len(in.messages()); got != 1 {
+	if got := len(in.Messages()); got != 1 {
 		t.Fatalf("%d messages received, want 1", got)
 	}
 }
@@ -146,7 +147,7 @@ func TestLapsedClaimLeavesTheMessageToItsNewHolder(t *testing.T) {
 func TestStopMidSendRecordsTheSendAndStartsNoOther(t *testing.T) {
 	pool := pgtest.NewDB(t)
 	inData, release := make(chan struct{}), make(chan struct{})
-	in, addr := startInboxWith(t, inboxConfig{onData: func(try int) error {
+	in := mailtest.Start(t, mailtest.Config{OnData: func(try int) error {
 		if try == 1 {
 			close(inData)
 			<-release
@@ -155,7 +156,7 @@ func TestStopMidSendRecordsTheSendAndStartsNoOther(t *testing.T) {
 	}})
 	queue(t, pool, 3)
 	logger := slog.New(slog.DiscardHandler)
-	cfg := mail.Config{SMTPAddr: addr, Poll: 20 * time.Millisecond}
+	cfg := mail.Config{SMTPAddr: in.Addr, Poll: 20 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
@@ -165,7 +166,7 @@ func TestStopMidSendRecordsTheSendAndStartsNoOther(t *testing.T) {
 	close(release)
 	pgtest.Within(t, "the sender to stop", done)
 
-	if got := len(in.messages()); got != 1 {
+	if got := len(in.Messages()); got != 1 {
 		t.Fatalf("%d messages sent after the stop, want the one being sent", got)
 	}
 	if n := unsent(t, pool); n != 2 {
@@ -175,8 +176,8 @@ func TestStopMidSendRecordsTheSendAndStartsNoOther(t *testing.T) {
 	for restarted.SendDue(context.Background()) > 0 {
 	}
 	got := map[string]int{}
-	for _, m := range in.messages() {
-		got[m.to[0]]++
+	for _, m := range in.Messages() {
+		got[m.To[0]]++
 	}
 	if len(got) != 3 || got["user0@example.com"] != 1 || got["user1@example.com"] != 1 || got["user2@example.com"] != 1 {
 		t.Fatalf("received %v, want one message to each", got)

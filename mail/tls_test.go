@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"chessd/mail"
+	"chessd/mail/mailtest"
 	"chessd/postgres/pgtest"
 )
 
@@ -78,13 +79,13 @@ func TestSMTPTLSModes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pool := pgtest.NewDB(t)
-			cfg := inboxConfig{listen: c.listen, tls: serverTLS, user: "chessd", password: "s3cret"}
+			cfg := mailtest.Config{Listen: c.listen, TLS: serverTLS, User: "chessd", Password: "s3cret"}
 			if c.noTLS {
-				cfg.tls = nil
+				cfg.TLS = nil
 			}
-			in, addr := startInboxWith(t, cfg)
+			in := mailtest.Start(t, cfg)
 			queue(t, pool, 1)
-			mc := mail.Config{SMTPAddr: addr, TLS: c.mode, Timeout: 5 * time.Second}
+			mc := mail.Config{SMTPAddr: in.Addr, TLS: c.mode, Timeout: 5 * time.Second}
 			if c.login {
 				mc.Username, mc.Password = "chessd", "s3cret"
 			}
@@ -106,14 +107,14 @@ func TestSMTPTLSModes(t *testing.T) {
 			if got.sent != c.want.sent || (c.want.lastErr == "") != (got.lastErr == "") || !strings.Contains(got.lastErr, c.want.lastErr) {
 				t.Fatalf("sent %v, last error %q; want sent %v, an error with %q", got.sent, got.lastErr, c.want.sent, c.want.lastErr)
 			}
-			msgs := in.messages()
+			msgs := in.Messages()
 			if !c.want.sent {
 				if len(msgs) != 0 {
 					t.Fatalf("the server received %d messages", len(msgs))
 				}
 				return
 			}
-			if len(msgs) != 1 || msgs[0].tls != c.wantTLS || (msgs[0].user == "chessd") != c.login {
+			if len(msgs) != 1 || msgs[0].TLS != c.wantTLS || (msgs[0].User == "chessd") != c.login {
 				t.Fatalf("received %+v; want one, over TLS %v, logged in %v", msgs, c.wantTLS, c.login)
 			}
 		})
