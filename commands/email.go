@@ -20,10 +20,22 @@ const TopicMail = "mail_outbox"
 // verificationTTL is how long a verification token can be used.
 const verificationTTL = 24 * time.Hour
 
+// NewMailSealer seals the bodies queued in mail_outbox, each bound to its recipient (the
+// row's to_email), and opens them for the mail sender: a message carries a usable
+// token, and a copy of the database must not. Every server derives it from the same
+// key pepper.
+func NewMailSealer(pepper []byte) (*domain.Sealer, error) {
+	return domain.NewSealer(pepper, "chessd mail outbox v1")
+}
+
 // queueVerification makes a verification token for the account's address and queues
-// the message that carries it, inside the caller's transaction. Only the token's HMAC
-// is stored.
+// the message that carries it, inside the caller's transaction. The token is stored
+// only as its HMAC, and the message only sealed.
 func (h *Handler) queueVerification(ctx context.Context, tx *eventstore.Tx, accountID, email string, now time.Time) error {
+	seal, err := NewMailSealer(h.pepper)
+	if err != nil {
+		return fmt.Errorf("verification mail: %w", err)
+	}
 	token := "ev_" + randomBase62(32)
 	if _, err := tx.Exec(ctx, `INSERT INTO email_verifications (token_hash, account_id, email, created_at, expires_at)
 		VALUES ($1, $2, $3, $4, $5)`, domain.HashSecret(h.pepper, token), accountID, email, now, now.Add(verificationTTL)); err != nil {
@@ -36,7 +48,7 @@ func (h *Handler) queueVerification(ctx context.Context, tx *eventstore.Tx, acco
 		"curl -X POST %s/verify-email -d '{\"token\":\"%s\"}'\r\n\r\n"+
 		"If you did not sign up, ignore this message.\r\n", accountID, token, strings.TrimSuffix(h.APIURL, "/v1"), h.APIURL, token)
 	if _, err := tx.Exec(ctx, `INSERT INTO mail_outbox (account_id, to_email, subject, body) VALUES ($1, $2, $3, $4)`,
-		accountID, email, "Verify your e-mail address for chessd", body); err != nil {
+		accountID, email, "Verify your e-mail address for chessd", seal.Seal(body, email)); err != nil {
 		return fmt.Errorf("queue verification mail: %w", err)
 	}
 	return eventstore.Notify(ctx, tx.Tx, TopicMail)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -428,11 +427,7 @@ func TestBilling(t *testing.T) {
 	if ra, err := strconv.Atoi(soon.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
 		t.Fatalf("Retry-After %q a moment after signup's message, want at most the minute", soon.Header.Get("Retry-After"))
 	}
-	var body string
-	if err := e.pool.QueryRow(context.Background(), `SELECT body FROM mail_outbox WHERE to_email = 'billing@example.com'`).Scan(&body); err != nil {
-		t.Fatal(err)
-	}
-	token := regexp.MustCompile(`ev_[0-9A-Za-z]+`).FindString(body)
+	token := e.mailedToken("billing@example.com")
 	wantProblem(t, e.do("POST", "/v1/verify-email", "", map[string]any{"token": token + "0"}), 400, "fix_request")
 	wantProblem(t, e.do("POST", "/v1/verify-email", "", map[string]any{}), 400, "fix_request")
 	v := e.do("POST", "/v1/verify-email", "", map[string]any{"token": token})

@@ -26,6 +26,8 @@ import (
 	"chessd/executor"
 	"chessd/httpapi"
 	"chessd/ledger"
+	"chessd/mail"
+	"chessd/mail/mailtest"
 	"chessd/openapi/openapitest"
 	"chessd/postgres/pgtest"
 	"chessd/projections"
@@ -72,6 +74,30 @@ func testWebhookSecrets(t testing.TB) *webhook.Secrets {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// mailedToken sends the queued mail, as `chessd serve` does, to an SMTP server of the
+// test's, and answers the verification token of the last message to `to` among them:
+// read as its recipient reads it, the outbox keeping none.
+func (e *env) mailedToken(to string) string {
+	e.t.Helper()
+	in := mailtest.Start(e.t, mailtest.Config{})
+	seal, err := commands.NewMailSealer(testPepper)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sender := mail.NewSender(mail.Config{SMTPAddr: in.Addr, Seal: seal}, e.pool, e.logger)
+	for sender.SendDue(context.Background()) > 0 {
+	}
+	msgs := in.To(to)
+	if len(msgs) == 0 {
+		e.t.Fatalf("no message was sent to %s", to)
+	}
+	token := mailtest.Token(msgs[len(msgs)-1].Data)
+	if token == "" {
+		e.t.Fatalf("no token in the message to %s:\n%s", to, msgs[len(msgs)-1].Data)
+	}
+	return token
 }
 
 // env is one API server on a fresh database, with its projections running unless the

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -313,11 +312,7 @@ func TestIdempotencyKeyOnMailAndPings(t *testing.T) {
 			t.Fatalf("%s: the retry queued %d more", tc.path, after-before)
 		}
 	}
-	var body string
-	if err := e.pool.QueryRow(ctx, `SELECT body FROM mail_outbox WHERE to_email = 'idem-mail@example.com' ORDER BY created_at DESC LIMIT 1`).Scan(&body); err != nil {
-		t.Fatal(err)
-	}
-	token := regexp.MustCompile(`ev_[0-9A-Za-z]+`).FindString(body)
+	token := e.mailedToken("idem-mail@example.com")
 	verify := fmt.Sprintf(`{"token":%q}`, token)
 	first := e.withIdem("/v1/verify-email", "", "verify-once", verify)
 	again := e.withIdem("/v1/verify-email", "", "verify-once", verify)

@@ -62,7 +62,7 @@ func TestTwoSendersSendEachMessageOnce(t *testing.T) {
 	const n = 6
 	queue(t, pool, n)
 	logger := slog.New(slog.DiscardHandler)
-	cfg := mail.Config{SMTPAddr: in.Addr, Timeout: time.Second, Poll: 20 * time.Millisecond}
+	cfg := mail.Config{SMTPAddr: in.Addr, Timeout: time.Second, Poll: 20 * time.Millisecond, Seal: sealer(t)}
 	run(t, mail.NewSender(cfg, pool, logger))
 	run(t, mail.NewSender(cfg, other, logger))
 
@@ -97,7 +97,7 @@ func TestLapsedClaimLeavesTheMessageToItsNewHolder(t *testing.T) {
 	}})
 	queue(t, pool, 1)
 	logger := slog.New(slog.DiscardHandler)
-	cfg := mail.Config{SMTPAddr: in.Addr, Timeout: 10 * time.Second, RetryBase: time.Millisecond}
+	cfg := mail.Config{SMTPAddr: in.Addr, Timeout: 10 * time.Second, RetryBase: time.Millisecond, Seal: sealer(t)}
 	first, second := mail.NewSender(cfg, pool, logger), mail.NewSender(cfg, other, logger)
 	bg := context.Background()
 
@@ -156,7 +156,7 @@ func TestStopMidSendRecordsTheSendAndStartsNoOther(t *testing.T) {
 	}})
 	queue(t, pool, 3)
 	logger := slog.New(slog.DiscardHandler)
-	cfg := mail.Config{SMTPAddr: in.Addr, Poll: 20 * time.Millisecond}
+	cfg := mail.Config{SMTPAddr: in.Addr, Poll: 20 * time.Millisecond, Seal: sealer(t)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})

@@ -3,6 +3,9 @@
 // its output). Any number of servers may run a Sender on one database: each message is
 // claimed by one (SKIP LOCKED) for longer than sending it can take, and sent at least
 // once; a failed send is tried again with a growing wait, and each row keeps how it went.
+//
+// A body is stored sealed (commands.NewMailSealer), opened only to be sent, and cleared
+// once sent: a message carries a usable token, and the database must not hold one.
 package mail
 
 import (
@@ -23,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/commands"
+	"chessd/domain"
 	"chessd/eventstore"
 )
 
@@ -44,6 +48,9 @@ type Config struct {
 	// RetryBase is the wait after a first failure, doubled after each next one (at most
 	// an hour); default 2 s.
 	RetryBase time.Duration
+	// Seal opens the sealed bodies (commands.NewMailSealer of the key pepper); without
+	// it a sealed message fails, and is tried again.
+	Seal *domain.Sealer
 }
 
 // TLSMode says whether the sender encrypts with STARTTLS and checks the certificate.
@@ -116,8 +123,13 @@ type message struct {
 
 // Run sends due messages until ctx ends, woken by each queued message's commit. A
 // message being sent when ctx ends is finished (within Timeout) and recorded; no other
-// is started.
+// is started. It first seals the unsent messages queued in the clear (SealPlain).
 func (s *Sender) Run(ctx context.Context) {
+	if n, err := s.SealPlain(ctx); err != nil && ctx.Err() == nil {
+		s.logger.Warn("unsent mail left unsealed; sealed at the next start", "err", err)
+	} else if n > 0 {
+		s.logger.Info("sealed unsent mail queued in the clear", "messages", n)
+	}
 	eventstore.Drain(ctx, s.pool, s.logger, commands.TopicMail, s.cfg.Poll, s.SendDue)
 }
 
@@ -153,8 +165,9 @@ func (s *Sender) SendDue(ctx context.Context) int {
 	// may not have arrived, and would be sent again.
 	via, sendErr := s.send(m)
 	if sendErr == nil {
-		// recorded whoever holds the claim now: it went out, so no server sends it again
-		tag, err := s.pool.Exec(rctx, `UPDATE mail_outbox SET sent_at = now(), sent_via = $2, last_error = NULL
+		// recorded whoever holds the claim now: it went out, so no server sends it again;
+		// its body is cleared, the token it carried being the recipient's alone
+		tag, err := s.pool.Exec(rctx, `UPDATE mail_outbox SET sent_at = now(), sent_via = $2, last_error = NULL, body = ''
 			WHERE id = $1 AND sent_at IS NULL`, m.id, via)
 		switch {
 		case err != nil:
@@ -199,8 +212,60 @@ func (s *Sender) claim(ctx context.Context) (message, error) {
 	return m, err
 }
 
+// SealPlain seals the unsent messages whose body is in the clear: queued before
+// migration 0045 (which cannot seal: the database never holds the pepper), or by an
+// older server still running when this one started. It answers how many it sealed.
+func (s *Sender) SealPlain(ctx context.Context) (int, error) {
+	if s.cfg.Seal == nil {
+		return 0, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, to_email, body FROM mail_outbox WHERE sent_at IS NULL AND body <> ''`)
+	if err != nil {
+		return 0, fmt.Errorf("read unsent mail: %w", err)
+	}
+	unsent, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (message, error) {
+		var m message
+		return m, r.Scan(&m.id, &m.to, &m.body)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read unsent mail: %w", err)
+	}
+	n := 0
+	for _, m := range unsent {
+		if domain.IsSealed(m.body) {
+			continue
+		}
+		// only if unchanged: another server may have sealed or sent it meanwhile
+		tag, err := s.pool.Exec(ctx, `UPDATE mail_outbox SET body = $3 WHERE id = $1 AND body = $2 AND sent_at IS NULL`,
+			m.id, m.body, s.cfg.Seal.Seal(m.body, m.to))
+		if err != nil {
+			return n, fmt.Errorf("seal unsent mail %d: %w", m.id, err)
+		}
+		n += int(tag.RowsAffected())
+	}
+	return n, nil
+}
+
+// open answers the message's body: sealed, opened for its recipient; in the clear
+// (queued before bodies were sealed, see SealPlain), as it is.
+func (s *Sender) open(m message) (string, error) {
+	if !domain.IsSealed(m.body) {
+		return m.body, nil
+	}
+	body, err := s.cfg.Seal.Open(m.body, m.to)
+	if err != nil {
+		return "", fmt.Errorf("the message's body: %w", err)
+	}
+	return body, nil
+}
+
 // send delivers one message and says how.
 func (s *Sender) send(m message) (string, error) {
+	body, err := s.open(m)
+	if err != nil {
+		return "", err
+	}
+	m.body = body
 	if s.cfg.SMTPAddr == "" {
 		s.logger.Info("mail (no SMTP server configured)", "to", m.to, "subject", m.subject, "body", m.body)
 		return "log", nil

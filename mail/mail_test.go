@@ -20,8 +20,18 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-// testPepper is the key pepper of the tests' command handlers.
+// testPepper is the key pepper of the tests' command handlers and senders.
 var testPepper = []byte("mail-test-pepper-0123456789")
+
+// sealer opens what commands built with testPepper seal.
+func sealer(t testing.TB) *domain.Sealer {
+	t.Helper()
+	s, err := commands.NewMailSealer(testPepper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // A signup's verification message reaches a real SMTP server (after two refusals,
 // retried), carries a token that verifies the address once, and the account is then
@@ -33,7 +43,7 @@ func TestVerificationMailOverSMTP(t *testing.T) {
 	h := commands.New(eventstore.NewStore(pool, logger), testPepper)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sender := mail.NewSender(mail.Config{SMTPAddr: in.Addr, From: "noreply@chessd.test", Poll: 50 * time.Millisecond, RetryBase: 20 * time.Millisecond}, pool, logger)
+	sender := mail.NewSender(mail.Config{SMTPAddr: in.Addr, From: "noreply@chessd.test", Poll: 50 * time.Millisecond, RetryBase: 20 * time.Millisecond, Seal: sealer(t)}, pool, logger)
 	done := make(chan struct{})
 	go func() { sender.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
@@ -103,7 +113,7 @@ func TestMailToTheLogWithoutSMTP(t *testing.T) {
 	if _, err := h.Signup(context.Background(), domain.Signup{Email: "log@example.com"}, "r"); err != nil {
 		t.Fatal(err)
 	}
-	sender := mail.NewSender(mail.Config{}, pool, logger)
+	sender := mail.NewSender(mail.Config{Seal: sealer(t)}, pool, logger)
 	if n := sender.SendDue(context.Background()); n != 1 {
 		t.Fatalf("sent %d messages, want 1", n)
 	}
@@ -142,7 +152,7 @@ func TestSilentSMTPServerTimesOut(t *testing.T) {
 	if _, err := h.Signup(context.Background(), domain.Signup{Email: "silent@example.com"}, "r"); err != nil {
 		t.Fatal(err)
 	}
-	sender := mail.NewSender(mail.Config{SMTPAddr: ln.Addr().String(), Timeout: 300 * time.Millisecond}, pool, logger)
+	sender := mail.NewSender(mail.Config{SMTPAddr: ln.Addr().String(), Timeout: 300 * time.Millisecond, Seal: sealer(t)}, pool, logger)
 	if n := sender.SendDue(context.Background()); n != 1 {
 		t.Fatalf("tried %d messages, want 1", n)
 	}

@@ -85,7 +85,7 @@ func TestSMTPTLSModes(t *testing.T) {
 			}
 			in := mailtest.Start(t, cfg)
 			queue(t, pool, 1)
-			mc := mail.Config{SMTPAddr: in.Addr, TLS: c.mode, Timeout: 5 * time.Second}
+			mc := mail.Config{SMTPAddr: in.Addr, TLS: c.mode, Timeout: 5 * time.Second, Seal: sealer(t)}
 			if c.login {
 				mc.Username, mc.Password = "chessd", "s3cret"
 			}

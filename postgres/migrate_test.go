@@ -325,3 +325,43 @@ func TestDeletedWebhookEndpointsDeliveriesEnd(t *testing.T) {
 		t.Fatalf("after the migration: %q (%v), want %q", got, err, want)
 	}
 }
+
+// Migration 0045 clears the bodies of sent messages and ends the unsent ones whose token
+// has expired, clearing theirs; a younger unsent message stays as it was, to be sealed
+// by the first server that starts (mail's SealPlain), and sent.
+func TestMailBodiesClearedAtRest(t *testing.T) {
+	ctx := context.Background()
+	pool := emptyDB(t)
+	if err := postgres.Migrate(ctx, pool, quiet); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`DELETE FROM schema_migrations WHERE name = '0045_mail_bodies_at_rest.sql'`,
+		`INSERT INTO mail_outbox (id, account_id, to_email, subject, body, created_at, sent_at, sent_via, last_error) VALUES
+		 (1, 'acct_a', 'a@example.com', 'Verify', 'token ev_sent', now() - interval '2 days', now() - interval '2 days', 'smtp', NULL),
+		 (2, 'acct_b', 'b@example.com', 'Verify', 'token ev_expired', now() - interval '25 hours', NULL, NULL, 'smtp: refused'),
+		 (3, 'acct_c', 'c@example.com', 'Verify', 'token ev_young', now() - interval '1 hour', NULL, NULL, NULL)`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := postgres.Migrate(ctx, pool, quiet); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT to_email || ' ' || subject || ' [' || body || '] ' ||
+		CASE WHEN sent_at IS NOT NULL THEN 'sent' WHEN next_attempt_at = 'infinity' THEN 'ended' ELSE 'due' END || ' ' || coalesce(last_error, '-')
+		FROM mail_outbox ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	want := []string{
+		"a@example.com Verify [] sent -",
+		"b@example.com Verify [] ended smtp: refused; not sent: its token had expired when migration 0045 cleared its body",
+		"c@example.com Verify [token ev_young] due -",
+	}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("after the migration: %q (%v), want %q", got, err, want)
+	}
+}

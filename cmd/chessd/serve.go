@@ -99,6 +99,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Mail.Seal, err = commands.NewMailSealer(pepper); err != nil { // the outbox's bodies, sealed too
+		return err
+	}
 	var exec *executor.Executor
 	if !cfg.NoExecutor {
 		exec = executor.New(cfg.Executor, db.pool, cmds, svc, logger)
