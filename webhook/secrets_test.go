@@ -7,6 +7,9 @@ import (
 	"testing"
 )
 
+// sealedPrefix is domain.Sealer's mark, which secrets sealed before it carry too.
+const sealedPrefix = "sealed1:"
+
 // A sealed secret opens for its endpoint under the pepper that sealed it, and under
 // nothing else; a secret stored before sealing is used as it is.
 func TestSecrets(t *testing.T) {
@@ -37,6 +40,8 @@ func TestSecrets(t *testing.T) {
 		{"edited", s, flipLastByte(t, sealed), "whe_1", "", ErrSecretSealed},
 		{"not base64", s, sealedPrefix + "!!", "whe_1", "", ErrSecretSealed},
 		{"stored before sealing", s, "whsec_old", "whe_1", "whsec_old", nil},
+		// sealed by webhook's own AES-GCM code, before secrets were sealed by domain.Sealer
+		{"sealed before domain.Sealer", s, "sealed1:VT5n8mGtlbpGthyX5YcDDZ9VY9h2kELdbe+Im1gKzn+fhnKWkTYnnQ", "whe_golden", "whsec_golden", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.secrets.open(tc.stored, tc.endpoint)
