@@ -29,27 +29,42 @@ func NewMailSealer(pepper []byte) (*domain.Sealer, error) {
 }
 
 // queueVerification makes a verification token for the account's address and queues
-// the message that carries it, inside the caller's transaction. The token is stored
-// only as its HMAC, and the message only sealed.
-func (h *Handler) queueVerification(ctx context.Context, tx *eventstore.Tx, accountID, email string, now time.Time) error {
-	seal, err := NewMailSealer(h.pepper)
+// the message that carries it, inside the caller's transaction.
+func (h *Handler) queueVerification(ctx context.Context, tx *eventstore.Tx, a *domain.Account, now time.Time) error {
+	token, err := h.newToken(ctx, tx, "verify", "ev_", a, now, verificationTTL)
 	if err != nil {
-		return fmt.Errorf("verification mail: %w", err)
-	}
-	token := "ev_" + randomBase62(32)
-	if _, err := tx.Exec(ctx, `INSERT INTO email_verifications (token_hash, account_id, email, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5)`, domain.HashSecret(h.pepper, token), accountID, email, now, now.Add(verificationTTL)); err != nil {
-		return fmt.Errorf("verification token: %w", err)
+		return err
 	}
 	body := fmt.Sprintf("Welcome to chessd.\r\n\r\n"+
 		"To verify this address for account %s, use this token within 24 hours:\r\n\r\n"+
 		"    %s\r\n\r\n"+
 		"Paste it on the console's Account page, %s/account (no key needed), or send it:\r\n\r\n"+
 		"curl -X POST %s/verify-email -d '{\"token\":\"%s\"}'\r\n\r\n"+
-		"If you did not sign up, ignore this message.\r\n", accountID, token, strings.TrimSuffix(h.APIURL, "/v1"), h.APIURL, token)
+		"If you did not sign up, ignore this message.\r\n", a.ID(), token, strings.TrimSuffix(h.APIURL, "/v1"), h.APIURL, token)
+	return h.queueMail(ctx, tx, a, "Verify your e-mail address for chessd", body)
+}
+
+// newToken makes a one-use token for a's address, kept only as its HMAC, for purpose
+// ('verify' or 'recover': each kind is accepted only where it is meant for).
+func (h *Handler) newToken(ctx context.Context, tx *eventstore.Tx, purpose, prefix string, a *domain.Account, now time.Time, ttl time.Duration) (string, error) {
+	token := prefix + randomBase62(32)
+	if _, err := tx.Exec(ctx, `INSERT INTO email_verifications (token_hash, account_id, email, created_at, expires_at, purpose)
+		VALUES ($1, $2, $3, $4, $5, $6)`, domain.HashSecret(h.pepper, token), a.ID(), a.Email(), now, now.Add(ttl), purpose); err != nil {
+		return "", fmt.Errorf("%s token: %w", purpose, err)
+	}
+	return token, nil
+}
+
+// queueMail queues a message to a's address in the mail outbox inside the caller's
+// transaction, its body sealed (it carries a token); the mail sender wakes at the commit.
+func (h *Handler) queueMail(ctx context.Context, tx *eventstore.Tx, a *domain.Account, subject, body string) error {
+	seal, err := NewMailSealer(h.pepper)
+	if err != nil {
+		return fmt.Errorf("mail: %w", err)
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO mail_outbox (account_id, to_email, subject, body) VALUES ($1, $2, $3, $4)`,
-		accountID, email, "Verify your e-mail address for chessd", seal.Seal(body, email)); err != nil {
-		return fmt.Errorf("queue verification mail: %w", err)
+		a.ID(), a.Email(), subject, seal.Seal(body, a.Email())); err != nil {
+		return fmt.Errorf("queue mail: %w", err)
 	}
 	return eventstore.Notify(ctx, tx.Tx, TopicMail)
 }
@@ -128,7 +143,7 @@ func (h *Handler) ResendVerification(ctx context.Context, actor Actor) error {
 		if err := mailRoom(ctx, tx, a, now); err != nil {
 			return err
 		}
-		return h.queueVerification(ctx, tx, a.ID(), a.Email(), now)
+		return h.queueVerification(ctx, tx, a, now)
 	})
 	return err
 }

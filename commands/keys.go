@@ -55,7 +55,7 @@ func (h *Handler) Signup(ctx context.Context, s domain.Signup, requestID string)
 		if err := ledger.OpenKeyBalance(ctx, tx, key); err != nil {
 			return err
 		}
-		return h.queueVerification(ctx, tx, accountID, created.Email, now)
+		return h.queueVerification(ctx, tx, domain.RehydrateAccount([]domain.Event{created}), now)
 	})
 	if err != nil {
 		return SignupResult{}, err

@@ -55,7 +55,7 @@ func (h *Handler) RequestRecovery(ctx context.Context, email string) error {
 			"curl -X POST %s/recover/confirm -d '{\"token\":\"%s\"}'\r\n\r\n"+
 			"The account's other keys keep working: revoke those you do not know (the console's Keys page).\r\n"+
 			"If you did not ask, ignore this message: nothing changes without the token.\r\n", a.ID(), token, site, h.APIURL, token)
-		return h.queueMail(ctx, tx, a.ID(), a.Email(), "A new API key for your chessd account", body)
+		return h.queueMail(ctx, tx, a, "A new API key for your chessd account", body)
 	})
 	return err
 }
@@ -116,25 +116,4 @@ func (h *Handler) RecoverKey(ctx context.Context, token, requestID string) (Sign
 		return nil
 	})
 	return res, err
-}
-
-// newToken makes a one-use token for a's address, kept as its HMAC, for purpose
-// ('verify' or 'recover', each accepted only where it was meant for).
-func (h *Handler) newToken(ctx context.Context, tx *eventstore.Tx, purpose, prefix string, a *domain.Account, now time.Time, ttl time.Duration) (string, error) {
-	token := prefix + randomBase62(32)
-	if _, err := tx.Exec(ctx, `INSERT INTO email_verifications (token_hash, account_id, email, created_at, expires_at, purpose)
-		VALUES ($1, $2, $3, $4, $5, $6)`, domain.HashSecret(h.pepper, token), a.ID(), a.Email(), now, now.Add(ttl), purpose); err != nil {
-		return "", fmt.Errorf("%s token: %w", purpose, err)
-	}
-	return token, nil
-}
-
-// queueMail queues a message in the mail outbox inside the caller's transaction; the
-// mail sender wakes at the commit.
-func (h *Handler) queueMail(ctx context.Context, tx *eventstore.Tx, accountID, to, subject, body string) error {
-	if _, err := tx.Exec(ctx, `INSERT INTO mail_outbox (account_id, to_email, subject, body) VALUES ($1, $2, $3, $4)`,
-		accountID, to, subject, body); err != nil {
-		return fmt.Errorf("queue mail: %w", err)
-	}
-	return eventstore.Notify(ctx, tx.Tx, TopicMail)
 }
