@@ -442,14 +442,7 @@ func request(fen string, g Go, set map[string]string, offered []option, l limits
 		depth = min(g.Depth, l.depth)
 	}
 	req.Depth = &depth
-	movetime := 0
-	switch {
-	case g.MoveTime > 0:
-		movetime = g.MoveTime
-	case g.TimeControl() && !g.Infinite:
-		movetime = budget(g, blackToMove)
-	}
-	if movetime > 0 {
+	if movetime := askedTime(g, blackToMove); movetime > 0 {
 		movetime = max(50, min(movetime, l.movetime))
 		req.MovetimeMs = &movetime
 	}
@@ -488,20 +481,64 @@ func request(fen string, g Go, set map[string]string, offered []option, l limits
 	return req
 }
 
+// askedTime is the search time a `go` asks for in ms: its movetime, or the budget of
+// its clocks (not for infinite); 0: none.
+func askedTime(g Go, blackToMove bool) int {
+	switch {
+	case g.MoveTime > 0:
+		return g.MoveTime
+	case g.TimeControl() && !g.Infinite:
+		return budget(g, blackToMove)
+	}
+	return 0
+}
+
+// clock is the side to move's time left and increment.
+func clock(g Go, blackToMove bool) (left, inc int) {
+	if blackToMove {
+		return g.BTime, g.BInc
+	}
+	return g.WTime, g.WInc
+}
+
 // budget is the thinking time for a move under the GUI's clocks: an even share of
 // what is left (30 moves when movestogo is not given) plus most of the increment,
 // never more than half the clock, less 50 ms for the network.
 func budget(g Go, blackToMove bool) int {
-	left, inc := g.WTime, g.WInc
-	if blackToMove {
-		left, inc = g.BTime, g.BInc
-	}
+	left, inc := clock(g, blackToMove)
 	moves := g.MovesToGo
 	if moves <= 0 {
 		moves = 30
 	}
 	t := min(left/moves+inc*3/4, left/2) - 50
 	return max(t, 1)
+}
+
+// deadlineMargin is how long past its own time a timed search's answer is waited for
+// (the network, the service's queue): a stalled stream or a hung engine must not lose
+// the GUI's game on time. With a short clock it shrinks, but not below
+// shortClockMargin: less would take a real answer's round trip for a stall.
+const (
+	deadlineMargin   = time.Second
+	shortClockMargin = 250 * time.Millisecond
+)
+
+// timeLimit is how long a timed `go` may take to answer (0: no limit, for infinite and
+// a go without a time): the time asked of the service plus deadlineMargin, under the
+// clocks no more than half the time left (what budget allows at most) but with at
+// least shortClockMargin. A ponder search's clock runs from ponderhit.
+func timeLimit(g Go, blackToMove bool) time.Duration {
+	ms := askedTime(g, blackToMove)
+	if ms <= 0 || g.Infinite {
+		return 0
+	}
+	asked := time.Duration(max(50, min(ms, serviceLimits.movetime))) * time.Millisecond
+	margin := deadlineMargin
+	if g.TimeControl() {
+		left, _ := clock(g, blackToMove)
+		margin = max(shortClockMargin, min(margin, time.Duration(left)*time.Millisecond/2-asked))
+	}
+	return asked + margin
 }
 
 // search is one `go`: it runs beside the command loop, which goes on answering
@@ -512,6 +549,10 @@ type search struct {
 	released              chan struct{} // closed by `ponderhit`: a held bestmove may be told
 	done                  chan struct{} // closed once bestmove is written
 	prev                  *search       // the search before: its bestmove is written first
+	// limit is timeLimit's; deadline fires when it is up, counted from `go` (from
+	// ponderhit for ponder: answer arms it then). nil: none (yet).
+	limit    time.Duration
+	deadline <-chan time.Time
 }
 
 func (s *search) halt()    { s.stopOnce.Do(func() { close(s.stop) }) }
@@ -542,6 +583,12 @@ func (b *Bridge) goSearch(ctx context.Context, g Go, unread error) {
 	j := job{g: g, unread: unread, pos: b.pos, posErr: b.posErr, set: maps.Clone(b.set), offered: b.offered,
 		server: b.server(), key: b.key(), gen: b.gen, debug: b.debug}
 	s := &search{stop: make(chan struct{}), released: make(chan struct{}), done: make(chan struct{}), prev: b.cur}
+	if b.pos != nil {
+		s.limit = timeLimit(g, b.pos.SideToMove() == position.Black)
+	}
+	if s.limit > 0 && !g.Ponder { // the GUI's clock runs from now, also while the search before ends
+		s.deadline = time.After(s.limit)
+	}
 	b.cur = s
 	go b.run(ctx, s, j)
 }
@@ -619,6 +666,10 @@ func (b *Bridge) answer(ctx context.Context, s *search, j job) (best, ponder str
 	failed := false
 	var grace <-chan time.Time
 	stop := s.stop // nil once seen
+	var ponderHit <-chan struct{}
+	if j.g.Ponder && s.limit > 0 {
+		ponderHit = s.released
+	}
 	// handle takes one event; true when the search is over.
 	handle := func(e event) bool {
 		if e.note != "" {
@@ -702,6 +753,16 @@ func (b *Bridge) answer(ctx context.Context, s *search, j job) (best, ponder str
 				grace = time.After(stopGrace)
 			}
 		case <-grace:
+			over = true
+		case <-ponderHit: // a timed search from now on
+			ponderHit = nil
+			s.deadline = time.After(s.limit)
+		case <-s.deadline: // as stop, but without waiting for a first depth: the time is up
+			played := "the deepest depth's move"
+			if best == "" {
+				played = "a legal move"
+			}
+			b.out.printf("info string the search did not answer within %d ms: playing %s", s.limit.Milliseconds(), played)
 			over = true
 		}
 	}

@@ -35,6 +35,7 @@ type fakeAPI struct {
 	options     []client.EngineOption
 	lookupGate  chan struct{} // when set, GET /engines and /me wait for it to close
 	searchGate  chan struct{} // when set, a search waits for it to close before its first depth
+	stallAfter  int           // with searchGate: the search waits after this depth instead
 	started     chan struct{} // told when a search has come
 
 	mu                  sync.Mutex
@@ -166,13 +167,18 @@ func (f *fakeAPI) eval(w http.ResponseWriter, r *http.Request) {
 	best := ms[len(ms)-1].UCI
 	after, _, _ := pos.Play(best)
 	line := []string{best, after.LegalMoves()[0].UCI}
-	wait(r, f.searchGate)
+	if f.stallAfter == 0 {
+		wait(r, f.searchGate)
+	}
 	w.Header().Set("Content-Type", client.MediaNDJSON)
 	for d := 1; d <= depth; d++ {
 		pv := client.PV{Rank: 1, Depth: d, Seldepth: d, Eval: client.Score{Type: client.ScoreTypeCp, Value: 20}, Moves: &line}
 		data, _ := json.Marshal(client.DepthProgress{Depth: d, Seldepth: d, Nodes: 100 * d, Nps: 1000, Pvs: []client.PV{pv}})
 		fmt.Fprintf(w, `{"event":"depth","data":%s}`+"\n", data)
 		w.(http.Flusher).Flush()
+		if d == f.stallAfter {
+			wait(r, f.searchGate)
+		}
 	}
 	data, _ := json.Marshal(client.Evaluation{Bestmove: &line[0], Ponder: &line[1], Depth: depth, CostUsd: "0"})
 	fmt.Fprintf(w, `{"event":"result","data":%s}`+"\n", data)
@@ -556,5 +562,77 @@ func TestServerOptionOffersTheNewServersOptions(t *testing.T) {
 	s.until(5*time.Second, is("bestmove"))
 	if o := b.last().Options; o == nil || o.SkillLevel == nil || *o.SkillLevel != 5 {
 		t.Errorf("the new server was not sent Skill Level 5: %+v", o)
+	}
+}
+
+// A timed go is answered when its time (plus a margin) is up, also when the service's
+// stream stalls: with the deepest depth heard, or a legal move before any. A ponder
+// search's time counts from ponderhit.
+func TestTimedSearchAnswersWhenTheStreamStalls(t *testing.T) {
+	sicilian := []string{"e2e4", "c7c5"}
+	startFEN := "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+	tests := []struct {
+		name       string
+		goLine     string
+		stallAfter int // the depth after which the stream stalls (0: before the first)
+		ponderhit  bool
+		within     string // the limit told
+		searched   bool   // bestmove is the search's (a depth was heard), not the first legal move
+	}{
+		{"movetime, before the first depth", "go movetime 200", 0, false, "1200 ms", false},
+		{"the clocks, after depth 2", "go wtime 30000 btime 30000 winc 0 binc 0", 2, false, "1950 ms", true},
+		{"a clock nearly up: at half of it", "go wtime 600 btime 600", 0, false, "300 ms", false},
+		{"a clock at 0: a margin still", "go wtime 0 btime 0", 0, false, "300 ms", false},
+		{"ponder, from ponderhit", "go ponder wtime 3000 btime 3000", 1, true, "1050 ms", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			gate := make(chan struct{})
+			t.Cleanup(func() { close(gate) })
+			f := newFakeAPI(t, &fakeAPI{searchGate: gate, stallAfter: tt.stallAfter})
+			s := newSession(t, Config{Server: f.base})
+			s.send("position startpos moves "+strings.Join(sicilian, " "), tt.goLine)
+			if tt.ponderhit {
+				<-f.started
+				s.send("ponderhit")
+			}
+			lines := s.until(8*time.Second, is("bestmove"))
+			if got := infoStrings(lines); !strings.Contains(got, "did not answer within "+tt.within) {
+				t.Errorf("told %q, want the limit of %s", got, tt.within)
+			}
+			want := searched(t, startFEN, sicilian...)
+			if !tt.searched {
+				pos, _ := position.Parse(startFEN, false)
+				pos, _, _ = pos.Play(sicilian[0])
+				pos, _, _ = pos.Play(sicilian[1])
+				want = pos.LegalMoves()[0].UCI
+			}
+			if bestOf(lines) != want {
+				t.Errorf("bestmove is not %s: %q", want, lines)
+			}
+		})
+	}
+}
+
+// A ponder search is not cut short while pondering (UCI: it waits for ponderhit or
+// stop): its limit is armed at ponderhit, not at go.
+func TestPonderIsNotCutShort(t *testing.T) {
+	gate := make(chan struct{})
+	f := newFakeAPI(t, &fakeAPI{searchGate: gate})
+	ponder := newSession(t, Config{Server: f.base})
+	ponder.send("go ponder movetime 50") // timed from go, its limit would be 1050 ms
+	<-f.started
+	// the clock: a timed search of the same stalled service, answered at its 2000 ms
+	clock := newSession(t, Config{Server: f.base})
+	clock.send("go movetime 1000")
+	clock.until(8*time.Second, is("bestmove"))
+	close(gate)
+	ponder.send("isready")
+	ponder.until(5*time.Second, is("readyok"))
+	ponder.send("ponderhit")
+	lines := ponder.until(5*time.Second, is("bestmove"))
+	if want := searched(t, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"); bestOf(lines) != want {
+		t.Errorf("bestmove is not the search's %s: %q", want, lines)
 	}
 }
