@@ -163,8 +163,10 @@ func (b *Bridge) server() string {
 	return b.cfg.Server
 }
 
+// key is the Key option's, or the configured key when it is empty: its announced
+// default, which GUIs send back at start or on "reset to defaults".
 func (b *Bridge) key() string {
-	if k, ok := b.set["key"]; ok {
+	if k := b.set["key"]; k != "" {
 		return k
 	}
 	return b.cfg.Key
@@ -788,6 +790,11 @@ type event struct {
 func (b *Bridge) stream(ctx context.Context, api *client.ClientWithResponses, j job, send func(event) error) error {
 	l := b.limits(ctx, api, j.key, j.gen)
 	black := j.pos.SideToMove() == position.Black
+	if note := lowering(j.g, j.set, l, j.key); note != "" {
+		if err := send(event{note: note}); err != nil {
+			return err
+		}
+	}
 	for tries := 0; ; tries++ {
 		req := request(j.pos.FEN(), j.g, j.set, j.offered, l, black)
 		if j.debug {
@@ -814,6 +821,26 @@ func (b *Bridge) stream(ctx context.Context, api *client.ClientWithResponses, j 
 		}
 		return err
 	}
+}
+
+// lowering tells what request lowers to l of what the GUI asked (go depth, MultiPV);
+// "" nothing.
+func lowering(g Go, set map[string]string, l limits, key string) string {
+	var asked, within []string
+	if g.Depth > l.depth {
+		asked, within = append(asked, fmt.Sprintf("depth %d", g.Depth)), append(within, fmt.Sprintf("depth %d", l.depth))
+	}
+	if n, err := strconv.Atoi(set["multipv"]); err == nil && n > l.multipv {
+		asked, within = append(asked, fmt.Sprintf("multipv %d", n)), append(within, fmt.Sprintf("multipv %d", l.multipv))
+	}
+	if len(asked) == 0 {
+		return ""
+	}
+	caps := "this key's caps"
+	if key == "" {
+		caps = "the caps without a key (set the Key option)"
+	}
+	return fmt.Sprintf("%s above %s: searching %s", strings.Join(asked, " and "), caps, strings.Join(within, " and "))
 }
 
 // lineMoves is a line's first move and the reply it expects.

@@ -376,7 +376,7 @@ func TestCapsLearnedFromRefusals(t *testing.T) {
 			[]string{"30/5", "20/3"}, []string{"20/3"}, "depth 30 is above the free plan's cap of 20 (and 1 more)", false}, // one refusal names both caps
 		{"the daily allowance used up: nothing lower is asked", &fakeAPI{plan: domain.PlanHobby, allowance: true}, "ce_k", "",
 			[]string{"30/1"}, []string{"30/1"}, "daily allowance", true},
-		{"keyless, GET /engines down: the keyless caps", &fakeAPI{enginesDown: -1}, "", "5", []string{"12/3"}, []string{"12/3"}, "", false},
+		{"keyless, GET /engines down: the keyless caps", &fakeAPI{enginesDown: -1}, "", "5", []string{"12/3"}, []string{"12/3"}, "multipv 5 above the caps without a key", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -634,5 +634,44 @@ func TestPonderIsNotCutShort(t *testing.T) {
 	lines := ponder.until(5*time.Second, is("bestmove"))
 	if want := searched(t, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"); bestOf(lines) != want {
 		t.Errorf("bestmove is not the search's %s: %q", want, lines)
+	}
+}
+
+// The Key option's announced default (<empty>, or no value) is the configured key, as
+// for Server; a depth or MultiPV above the caps the search is held to is told.
+func TestKeyDefaultIsTheConfiguredKey(t *testing.T) {
+	tests := []struct {
+		name   string
+		key    string      // configured
+		plan   domain.Plan // the key's (zero: pro)
+		set    []string    // setoption lines
+		goLine string
+		asked  string // depth/multipv
+		told   string // "" nothing
+	}{
+		{"Key set to <empty>", "ce_k", domain.Plan{}, []string{"setoption name Key value <empty>"}, "go depth 20", "20/1", ""},
+		{"Key set without a value", "ce_k", domain.Plan{}, []string{"setoption name Key"}, "go depth 20", "20/1", ""},
+		{"Key set to an empty value after another", "ce_k", domain.Plan{}, []string{"setoption name Key value ce_other", "setoption name Key value"}, "go depth 20", "20/1", ""},
+		{"keyless: depth above its cap", "", domain.Plan{}, nil, "go depth 20", "12/1", "depth 20 above the caps without a key (set the Key option): searching depth 12"},
+		{"keyless: MultiPV above its cap", "", domain.Plan{}, []string{"setoption name MultiPV value 5"}, "go depth 4", "4/3", "multipv 5 above the caps without a key (set the Key option): searching multipv 3"},
+		{"a key: above its plan's caps", "ce_k", domain.PlanFree, []string{"setoption name MultiPV value 8"}, "go depth 25", "20/3",
+			"depth 25 and multipv 8 above this key's caps: searching depth 20 and multipv 3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeAPI(t, &fakeAPI{plan: tt.plan, meAnswers: true})
+			s := newSession(t, Config{Server: f.base, Key: tt.key})
+			s.send("uci")
+			s.until(5*time.Second, is("uciok"))
+			s.send(tt.set...)
+			s.send("position startpos", tt.goLine)
+			lines := s.until(5*time.Second, is("bestmove"))
+			if got := infoStrings(lines); got != tt.told {
+				t.Errorf("told %q, want %q", got, tt.told)
+			}
+			if got := f.asked(); !slices.Equal(got, []string{tt.asked}) {
+				t.Errorf("asked %v, want %s", got, tt.asked)
+			}
+		})
 	}
 }
