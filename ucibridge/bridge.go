@@ -2,6 +2,7 @@ package ucibridge
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,16 +70,19 @@ func (b *Bridge) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	b.out = &lineWriter{w: out}
 	ctx, quit := context.WithCancel(ctx) // the searches run under it
 	b.pos = startPos()
-	lines := make(chan string)
+	lines := make(chan input)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
 		defer close(lines)
-		sc := bufio.NewScanner(in)
-		sc.Buffer(make([]byte, 64<<10), 1<<20) // a long game's `position ... moves`
-		for sc.Scan() {
+		r := bufio.NewReaderSize(in, 64<<10)
+		for {
+			l, err := readLine(r)
+			if err != nil {
+				return
+			}
 			select {
-			case lines <- sc.Text():
+			case lines <- l:
 			case <-done:
 				return
 			}
@@ -102,9 +106,65 @@ func (b *Bridge) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	}
 }
 
-// handle runs one command; true means quit.
-func (b *Bridge) handle(ctx context.Context, line string) bool {
+// maxLine is the most of a line the bridge reads (a long game's `position … moves` is
+// far shorter); the rest of a longer line is skipped.
+const maxLine = 1 << 20
+
+// input is one line from the GUI; cut: it was longer than maxLine, and text is its
+// beginning.
+type input struct {
+	text string
+	cut  bool
+}
+
+// readLine reads a line without its "\n" or "\r\n", keeping at most maxLine bytes of
+// it. A last line without "\n" is a line too.
+func readLine(r *bufio.Reader) (input, error) {
+	var line []byte
+	cut := false
+	for {
+		chunk, err := r.ReadSlice('\n')
+		chunk = bytes.TrimSuffix(chunk, []byte("\n"))
+		if !cut {
+			if room := maxLine - len(line); len(chunk) > room {
+				chunk, cut = chunk[:room], true
+			}
+			line = append(line, chunk...)
+		}
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(line) > 0:
+		case err != nil:
+			return input{}, err
+		}
+		return input{text: string(bytes.TrimSuffix(line, []byte("\r"))), cut: cut}, nil
+	}
+}
+
+// handle runs one command; true means quit. Of a line longer than maxLine only its
+// beginning is read (UCI: what cannot be read is ignored): a position line, or one
+// whose command is not read, leaves no position (the GUI's is not the one before);
+// a go is searched without the rest, a GUI waits for its bestmove.
+func (b *Bridge) handle(ctx context.Context, in input) bool {
+	line := in.text
+	if in.cut { // its last word may be cut short
+		line = line[:strings.LastIndexAny(line, " \t")+1]
+	}
 	c, err := Parse(line)
+	if in.cut {
+		cutErr := fmt.Errorf("a line longer than 1 MiB ignored (%q)", clip(in.text))
+		switch {
+		case errors.Is(err, errEmpty):
+			b.out.printf("info string %s", cutErr)
+			b.pos, b.posErr = nil, cutErr
+			return false
+		case c.Kind == CmdGo:
+			err = errors.Join(err, errors.New("go: a line longer than 1 MiB: what it held past 1 MiB is ignored"))
+		default:
+			err = cutErr
+		}
+	}
 	if errors.Is(err, errEmpty) {
 		return false
 	}

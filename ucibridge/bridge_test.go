@@ -224,6 +224,8 @@ func newSession(t *testing.T, cfg Config) *session {
 	go func() {
 		defer close(done)
 		New(cfg).Run(context.Background(), inR, outW) //nolint:errcheck // ends with its input
+		// a bridge that ended reads no more: a send fails instead of waiting
+		inR.Close()
 		outW.Close()
 	}()
 	go func() {
@@ -671,6 +673,90 @@ func TestKeyDefaultIsTheConfiguredKey(t *testing.T) {
 			}
 			if got := f.asked(); !slices.Equal(got, []string{tt.asked}) {
 				t.Errorf("asked %v, want %s", got, tt.asked)
+			}
+		})
+	}
+}
+
+// A line is read whole up to 1 MiB, without its "\n" or "\r\n"; of a longer one the
+// first 1 MiB is kept and the rest skipped, and the next line read.
+func TestReadLine(t *testing.T) {
+	long := strings.Repeat("x", maxLine)
+	tests := []struct {
+		name string
+		in   string
+		want []input
+	}{
+		{"lines", "uci\r\nisready\n\ngo", []input{{text: "uci"}, {text: "isready"}, {text: ""}, {text: "go"}}},
+		{"1 MiB", long + "\nquit\n", []input{{text: long}, {text: "quit"}}},
+		{"1 MiB and a byte", long + "y\nquit\n", []input{{text: long, cut: true}, {text: "quit"}}},
+		{"5 MiB, the last line", strings.Repeat("y", 5*maxLine), []input{{text: strings.Repeat("y", maxLine), cut: true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := bufio.NewReaderSize(strings.NewReader(tt.in), 64<<10)
+			var got []input
+			for {
+				l, err := readLine(r)
+				if err != nil {
+					break
+				}
+				got = append(got, l)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("read %s, want %s", brief(got), brief(tt.want))
+			}
+		})
+	}
+}
+
+func brief(ls []input) string {
+	var out []string
+	for _, l := range ls {
+		out = append(out, fmt.Sprintf("%.10q (%d bytes, cut %t)", l.text, len(l.text), l.cut))
+	}
+	return strings.Join(out, ", ")
+}
+
+// A line over 1 MiB is told and skipped, and the session goes on: a position line (or
+// one with no command read) leaves no position, a go is still searched, another
+// command is ignored.
+func TestOverlongLineIsSkipped(t *testing.T) {
+	startFEN := "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+	padding := strings.Repeat("e2e4 e7e5 ", maxLine/10+1)
+	tests := []struct {
+		name  string
+		line  string
+		then  string // sent after (not when the line is a go)
+		best  string // "" the search's in the position after e2e4
+		asked []string
+	}{
+		{"a position", "position startpos moves " + padding, "go depth 3", "(none)", nil},
+		{"no command read", padding, "go depth 3", "(none)", nil},
+		{"a go", "go depth 3 " + padding, "", "", []string{"3/1"}},
+		{"a setoption", "setoption name Key value " + padding, "go depth 3", "", []string{"3/1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeAPI(t, &fakeAPI{})
+			s := newSession(t, Config{Server: f.base})
+			s.send("position startpos moves e2e4", tt.line)
+			if tt.then != "" {
+				s.send(tt.then)
+			}
+			lines := s.until(5*time.Second, is("bestmove"))
+			if told := infoStrings(lines); !strings.Contains(told, "longer than 1 MiB") {
+				t.Errorf("not told: %q", told)
+			}
+			want := tt.best
+			if want == "" {
+				want = searched(t, startFEN, "e2e4")
+			}
+			if bestOf(lines) != want {
+				t.Errorf("bestmove is not %s: %.300q", want, lines)
+			}
+			if got := f.asked(); !slices.Equal(got, tt.asked) {
+				t.Errorf("asked %v, want %v", got, tt.asked)
 			}
 		})
 	}
