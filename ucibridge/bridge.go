@@ -42,8 +42,10 @@ type Bridge struct {
 	set     map[string]string // options the GUI set, by lower-case name
 	offered []option          // what `uci` announced (or the Server option's server offers)
 	pos     *position.Position
-	posErr  error   // why pos is nil: the last position line could not be read or played
-	cur     *search // the last search started; its bestmove may still be to come
+	posErr  error        // why pos is nil: the last position line could not be read or played
+	cur     *search      // the last search started; its bestmove may still be to come
+	lines   <-chan input // the GUI's lines; nil once they ended
+	queued  []input      // lines read while the command loop awaited a lookup: run next
 
 	// Searches read and learn these beside the command loop, which only resets them.
 	mu      sync.Mutex
@@ -94,14 +96,26 @@ func (b *Bridge) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 			<-b.cur.done
 		}
 	}()
+	b.lines = lines
 	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case line, ok := <-lines:
-			if !ok || b.handle(ctx, line) {
+		if len(b.queued) == 0 {
+			if b.lines == nil { // ended while a lookup was awaited
 				return nil
 			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case line, ok := <-b.lines:
+				if !ok {
+					return nil
+				}
+				b.queued = append(b.queued, line)
+			}
+		}
+		line := b.queued[0]
+		b.queued = b.queued[1:]
+		if b.handle(ctx, line) {
+			return ctx.Err()
 		}
 	}
 }
@@ -180,13 +194,13 @@ func (b *Bridge) handle(ctx context.Context, in input) bool {
 	}
 	switch c.Kind {
 	case CmdUCI:
-		b.uci(ctx)
+		return b.uci(ctx)
 	case CmdDebug:
 		b.debug = c.On
 	case CmdIsReady:
 		b.out.printf("readyok") // searches and their lookups run beside the command loop
 	case CmdSetOption:
-		b.setOption(c.Name, c.Value)
+		return b.setOption(ctx, c.Name, c.Value)
 	case CmdNewGame:
 		b.stopSearch()
 		b.pos = startPos()
@@ -232,12 +246,16 @@ func (b *Bridge) key() string {
 	return b.cfg.Key
 }
 
-// uci announces the engine and its options (those of GET /engines).
-func (b *Bridge) uci(ctx context.Context) {
+// uci announces the engine and its options: those of GET /engines, or without it only
+// the bridge's own (MultiPV, Server, Key), which need no engine list. true: quit.
+func (b *Bridge) uci(ctx context.Context) bool {
 	name := "chessd"
-	e, err := b.engineList(ctx)
+	e, quit, err := b.engineList(ctx)
+	if quit {
+		return true
+	}
 	if err != nil {
-		b.out.printf("info string cannot read the engines of %s: %s", b.server(), err)
+		b.out.printf("info string cannot read the engines of %s: %s; offering MultiPV, Server and Key only", b.server(), err)
 	} else {
 		for _, v := range e.Versions {
 			if v.Id == e.Default {
@@ -252,15 +270,64 @@ func (b *Bridge) uci(ctx context.Context) {
 		b.out.printf("%s", o.line())
 	}
 	b.out.printf("uciok")
+	return false
 }
 
-// engineList is GET /engines of the current server, from the command loop.
-func (b *Bridge) engineList(ctx context.Context) (*client.Engines, error) {
+// lookupWait is how long the command loop waits for GET /engines (`uci`, `setoption
+// name Server`): GUIs wait only a few seconds for uciok.
+const lookupWait = 2 * time.Second
+
+// engineList is GET /engines of the current server, for the command loop: read beside
+// it and awaited up to lookupWait (a read that answers later is kept for the
+// searches). quit: the GUI quit meanwhile.
+func (b *Bridge) engineList(ctx context.Context) (e *client.Engines, quit bool, err error) {
 	api, err := b.api()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return b.fetchEngines(ctx, api, b.gen)
+	var got struct {
+		e   *client.Engines
+		err error
+	}
+	done := make(chan struct{})
+	go func(gen int) {
+		defer close(done)
+		got.e, got.err = b.fetchEngines(ctx, api, gen)
+	}(b.gen)
+	if b.await(ctx, done) {
+		return nil, true, nil
+	}
+	select {
+	case <-done:
+		return got.e, false, got.err
+	default:
+		return nil, false, fmt.Errorf("no answer within %s", lookupWait)
+	}
+}
+
+// await waits up to lookupWait for done, reading the GUI's lines meanwhile: they run
+// after it, but `quit` (UCI: exit as soon as possible) ends the wait. true: quit.
+func (b *Bridge) await(ctx context.Context, done <-chan struct{}) bool {
+	timeout := time.After(lookupWait)
+	for {
+		select {
+		case <-done:
+			return false
+		case <-timeout:
+			return false
+		case <-ctx.Done():
+			return true
+		case line, ok := <-b.lines:
+			if !ok {
+				b.lines = nil // the lines read still run
+				continue
+			}
+			if c, err := Parse(line.text); err == nil && c.Kind == CmdQuit && !line.cut {
+				return true
+			}
+			b.queued = append(b.queued, line)
+		}
+	}
 }
 
 // fetchEngines is GET /engines, read once per server; gen is the session's when the
@@ -292,7 +359,9 @@ func (b *Bridge) fetchEngines(ctx context.Context, api *client.ClientWithRespons
 	return res.JSON200, nil
 }
 
-func (b *Bridge) setOption(name, value string) {
+// setOption sets an option the bridge offers; true: quit (while a new Server's
+// options were read).
+func (b *Bridge) setOption(ctx context.Context, name, value string) bool {
 	lower := strings.ToLower(name)
 	if b.offered == nil {
 		b.mu.Lock()
@@ -307,24 +376,24 @@ func (b *Bridge) setOption(name, value string) {
 	}
 	if o == nil {
 		b.out.printf("info string unknown option %q", clip(name))
-		return
+		return false
 	}
 	switch o.typ {
 	case "spin":
 		n, err := strconv.Atoi(value)
 		if err != nil || n < o.min || n > o.max {
 			b.out.printf("info string %s: %q is not a number from %d to %d", o.name, clip(value), o.min, o.max)
-			return
+			return false
 		}
 	case "check":
 		if value != "true" && value != "false" {
 			b.out.printf("info string %s: %q is not true or false", o.name, clip(value))
-			return
+			return false
 		}
 	case "combo":
 		if !contains(o.vars, value) {
 			b.out.printf("info string %s: %q is not one of %s", o.name, clip(value), strings.Join(o.vars, ", "))
-			return
+			return false
 		}
 	}
 	if value == "<empty>" {
@@ -341,15 +410,19 @@ func (b *Bridge) setOption(name, value string) {
 		}
 		b.mu.Unlock()
 		if lower == "server" { // the options are the new server's (as `uci` reads them)
-			e, err := b.engineList(context.Background())
+			e, quit, err := b.engineList(ctx)
+			if quit {
+				return true
+			}
 			if err != nil {
-				b.out.printf("info string cannot read the engines of %s: %s", b.server(), err)
+				b.out.printf("info string cannot read the engines of %s: %s; offering MultiPV, Server and Key only", b.server(), err)
 			}
 			b.offered = optionsOf(e, b.server())
 		}
 	case "uci_chess960":
 		b.pos = startPos() // the GUI sends the position again in the new mode
 	}
+	return false
 }
 
 // position sets up the position the next `go` searches.

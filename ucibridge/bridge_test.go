@@ -761,3 +761,52 @@ func TestOverlongLineIsSkipped(t *testing.T) {
 		})
 	}
 }
+
+// uci is answered within a GUI's short wait when GET /engines does not answer (the
+// bridge's own options only: no engine option it cannot vouch for), and quit acts at
+// once while a lookup is awaited (the lookup times out after 10 s).
+func TestUCIAnsweredWhileEnginesStall(t *testing.T) {
+	gate := make(chan struct{})
+	t.Cleanup(func() { close(gate) })
+	f := newFakeAPI(t, &fakeAPI{lookupGate: gate})
+
+	t.Run("uci", func(t *testing.T) {
+		s := newSession(t, Config{Server: f.base})
+		s.send("uci", "isready")
+		lines := s.until(5*time.Second, is("readyok"))
+		var offered []string
+		for _, l := range lines {
+			if o, ok := strings.CutPrefix(l, "option name "); ok {
+				offered = append(offered, strings.Fields(o)[0])
+			}
+		}
+		if want := []string{"MultiPV", "Server", "Key"}; !slices.Equal(offered, want) {
+			t.Errorf("offered %v, want %v", offered, want)
+		}
+		if got := lines[len(lines)-2:]; !slices.Equal(got, []string{"uciok", "readyok"}) {
+			t.Errorf("uciok, then readyok: %q", lines)
+		}
+		if !strings.Contains(infoStrings(lines), "cannot read the engines of "+f.base+": no answer within 2s") {
+			t.Errorf("not told: %q", lines)
+		}
+	})
+	t.Run("quit while the Server option's engines are read", func(t *testing.T) {
+		s := newSession(t, Config{Server: f.base})
+		s.send("uci")
+		for range 4 { // a GUI sending its settings: each Server read would wait
+			s.send("setoption name Server value " + f.base)
+		}
+		s.send("quit")
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case _, ok := <-s.lines:
+				if !ok {
+					return
+				}
+			case <-deadline:
+				t.Fatal("the bridge did not quit")
+			}
+		}
+	})
+}
