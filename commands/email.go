@@ -74,39 +74,56 @@ func (h *Handler) queueMail(ctx context.Context, tx *eventstore.Tx, a *domain.Ac
 // account; an account already verified stays verified (the token is still used up).
 func (h *Handler) VerifyEmail(ctx context.Context, token, requestID string) (*domain.Account, error) {
 	invalid := domain.Invalid("token", "is not a valid verification token, or it expired or was used: ask for a new one (POST /v1/me/verify-email)")
+	var out *domain.Account
+	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		a, err := h.useToken(ctx, tx, "verify", token, invalid)
+		if err != nil {
+			return err
+		}
+		out = a
+		return verifyAddress(ctx, tx, a, eventstore.Metadata{RequestID: requestID, AccountID: a.ID()}, h.now())
+	})
+	return out, err
+}
+
+// useToken uses up a token of purpose (newToken's) and answers the account it was made
+// for, or invalid when the token is unknown, of another purpose, expired, used, or for
+// an address the account no longer has.
+func (h *Handler) useToken(ctx context.Context, tx *eventstore.Tx, purpose, token string, invalid error) (*domain.Account, error) {
 	if len(token) > 100 {
 		return nil, invalid
 	}
-	var out *domain.Account
-	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
-		var accountID, email string
-		err := tx.QueryRow(ctx, `UPDATE email_verifications SET used_at = $2
-			WHERE token_hash = $1 AND purpose = 'verify' AND used_at IS NULL AND expires_at > $2 RETURNING account_id, email`,
-			domain.HashSecret(h.pepper, token), h.now()).Scan(&accountID, &email)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return invalid
-		}
-		if err != nil {
-			return err
-		}
-		a, err := LoadAccount(ctx, tx, accountID)
-		if err != nil {
-			return err
-		}
-		if a.Email() != email {
-			return invalid
-		}
-		if e := a.Verify(h.now()); e != nil {
-			md := eventstore.Metadata{RequestID: requestID, AccountID: accountID}
-			if err := tx.Append(ctx, domain.AccountStream(accountID), domain.StreamAccount, a.Version(), md, event(e)); err != nil {
-				return err
-			}
-			a.Apply(e)
-		}
-		out = a
+	var accountID, email string
+	err := tx.QueryRow(ctx, `UPDATE email_verifications SET used_at = $3
+		WHERE token_hash = $1 AND purpose = $2 AND used_at IS NULL AND expires_at > $3 RETURNING account_id, email`,
+		domain.HashSecret(h.pepper, token), purpose, h.now()).Scan(&accountID, &email)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, invalid
+	}
+	if err != nil {
+		return nil, err
+	}
+	a, err := LoadAccount(ctx, tx, accountID)
+	if err != nil {
+		return nil, err
+	}
+	if a.Email() != email {
+		return nil, invalid
+	}
+	return a, nil
+}
+
+// verifyAddress records a's address verified (once: nothing for one verified already).
+func verifyAddress(ctx context.Context, tx *eventstore.Tx, a *domain.Account, md eventstore.Metadata, now time.Time) error {
+	e := a.Verify(now)
+	if e == nil {
 		return nil
-	})
-	return out, err
+	}
+	if err := tx.Append(ctx, domain.AccountStream(a.ID()), domain.StreamAccount, a.Version(), md, event(e)); err != nil {
+		return err
+	}
+	a.Apply(e)
+	return nil
 }
 
 // MaxVerificationMails is how many messages with a token (verification and key

@@ -2,12 +2,9 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"chessd/domain"
 	"chessd/eventstore"
@@ -66,32 +63,16 @@ func (h *Handler) RequestRecovery(ctx context.Context, email string) error {
 // address. The secret is returned once, as at signup.
 func (h *Handler) RecoverKey(ctx context.Context, token, requestID string) (SignupResult, error) {
 	invalid := domain.Invalid("token", "is not a valid recovery token, or it expired or was used: ask for a new one (POST /v1/recover)")
-	if len(token) > 100 {
-		return SignupResult{}, invalid
-	}
 	keyID := NewID("key")
 	secret, prefix := newSecret(domain.EnvLive)
 	var res SignupResult
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		a, err := h.useToken(ctx, tx, "recover", token, invalid)
+		if err != nil {
+			return err
+		}
 		now := h.now()
-		var accountID, email string
-		err := tx.QueryRow(ctx, `UPDATE email_verifications SET used_at = $2
-			WHERE token_hash = $1 AND purpose = 'recover' AND used_at IS NULL AND expires_at > $2 RETURNING account_id, email`,
-			domain.HashSecret(h.pepper, token), now).Scan(&accountID, &email)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return invalid
-		}
-		if err != nil {
-			return err
-		}
-		a, err := LoadAccount(ctx, tx, accountID)
-		if err != nil {
-			return err
-		}
-		if a.Email() != email {
-			return invalid
-		}
-		key, err := domain.NewKey(keyID, accountID, domain.KeySettings{Label: "recovered", Scopes: domain.AllScopes, Env: domain.EnvLive},
+		key, err := domain.NewKey(keyID, a.ID(), domain.KeySettings{Label: "recovered", Scopes: domain.AllScopes, Env: domain.EnvLive},
 			nil, domain.Headroom{}, prefix, domain.HashSecret(h.pepper, secret), now)
 		if err != nil {
 			return err
@@ -99,20 +80,17 @@ func (h *Handler) RecoverKey(ctx context.Context, token, requestID string) (Sign
 		if err := keyRoom(ctx, tx, key); err != nil {
 			return err
 		}
-		md := eventstore.Metadata{RequestID: requestID, AccountID: accountID, KeyID: keyID}
+		md := eventstore.Metadata{RequestID: requestID, AccountID: a.ID(), KeyID: keyID}
 		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, md, event(key)); err != nil {
 			return err
 		}
 		if err := ledger.OpenKeyBalance(ctx, tx, key); err != nil {
 			return err
 		}
-		if e := a.Verify(now); e != nil {
-			if err := tx.Append(ctx, domain.AccountStream(accountID), domain.StreamAccount, a.Version(), md, event(e)); err != nil {
-				return err
-			}
-			a.Apply(e)
+		if err := verifyAddress(ctx, tx, a, md, now); err != nil {
+			return err
 		}
-		res = SignupResult{AccountID: accountID, KeyID: keyID, Secret: secret, Plan: a.Plan()}
+		res = SignupResult{AccountID: a.ID(), KeyID: keyID, Secret: secret, Plan: a.Plan()}
 		return nil
 	})
 	return res, err
