@@ -59,7 +59,7 @@ func TestHeadWhereverGet(t *testing.T) {
 		body, _ := io.ReadAll(res.Body)
 		return res, body
 	}
-	for _, path := range []string{"/v1/healthz", "/v1/me", "/v1/engines", "/v1/openapi.json", "/v1/keys"} {
+	for _, path := range []string{"/v1/healthz", "/v1/me", "/v1/engines", "/v1/openapi.json", "/v1/keys", "/v1/docs", "/docs", "/account"} {
 		res, body := head(path)
 		if res.StatusCode != 200 || len(body) != 0 || res.Header.Get("Content-Type") == "" {
 			t.Errorf("HEAD %s: %s, %d bytes of body, Content-Type %q", path, res.Status, len(body), res.Header.Get("Content-Type"))

@@ -174,7 +174,7 @@ func (s *Server) routes() {
 	handle("GET", "/openapi.yaml", s.openAPIYAML)
 	handle("GET", "/docs", s.docsPage)
 	handle("GET", "/docs/{file}", s.docsAsset)
-	root.HandleFunc("/docs", s.docsPage).Methods("GET") // the reference page where people look for it
+	root.HandleFunc("/docs", s.docsPage).Methods("GET", "HEAD") // the reference page where people look for it
 	// The web console, outside /v1 (docs/API.md "Console"): its pages and its bundle.
 	// Any other path stays a problem+json 404.
 	pages := console.New()
