@@ -292,12 +292,12 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 type createKeyRequest struct {
-	Label       string           `json:"label"`
-	Scopes      *[]string        `json:"scopes"`
-	BudgetUnits *int64           `json:"budget_units"`
-	BudgetUSD   *decimal.Decimal `json:"budget_usd"`
-	Period      *string          `json:"budget_period"`
-	Env         *string          `json:"env"`
+	Label       string    `json:"label"`
+	Scopes      *[]string `json:"scopes"`
+	BudgetUnits *int64    `json:"budget_units"`
+	BudgetUSD   *usdInput `json:"budget_usd"`
+	Period      *string   `json:"budget_period"`
+	Env         *string   `json:"env"`
 }
 
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
@@ -329,7 +329,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 // fields: the period, env and scopes, and the label and budgets the domain checks
 // again (domain.NewKey), so that one refusal names them all.
 func newKeySettings(actor *domain.Key, req createKeyRequest) (domain.KeySettings, domain.Problems) {
-	set := domain.KeySettings{Label: req.Label, BudgetUnits: req.BudgetUnits, BudgetUSD: req.BudgetUSD, Env: actor.Env()}
+	set := domain.KeySettings{Label: req.Label, BudgetUnits: req.BudgetUnits, BudgetUSD: req.BudgetUSD.decimalOf(), Env: actor.Env()}
 	var p domain.Problems
 	if req.Period != nil {
 		set.Period = parsePeriod(&p, *req.Period)
@@ -440,8 +440,12 @@ func budgetField(p *domain.Problems, name string, v json.RawMessage, c *domain.B
 	case "budget_usd":
 		if isNull {
 			c.ClearUSD = true
-		} else if err := json.Unmarshal(v, &c.USD); err != nil {
-			p.Add("budget_usd", "must be a decimal number (or a string such as \"5.00\") or null")
+		} else {
+			var u *usdInput
+			if err := json.Unmarshal(v, &u); err != nil {
+				p.Add("budget_usd", string(errUSDText)+", or null")
+			}
+			c.USD = u.decimalOf()
 		}
 	case "budget_period":
 		var period string

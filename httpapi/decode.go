@@ -385,7 +385,11 @@ func decodeValue(p *domain.Problems, path string, raw json.RawMessage, v reflect
 		return // strings inside a value decoded whole (a map, a custom type)
 	}
 	if err := strictUnmarshal(raw, v.Addr().Interface()); err != nil {
-		p.Add(path, fmt.Sprintf("must be %s, not %s", describe(t), jsonKindOf(raw)))
+		if fr, ok := errors.AsType[fieldReason](err); ok {
+			p.Add(path, string(fr))
+		} else {
+			p.Add(path, fmt.Sprintf("must be %s, not %s", describe(t), jsonKindOf(raw)))
+		}
 		v.SetZero() // not what encoding/json left half-set (a pointer to false): left out
 	}
 }

@@ -98,7 +98,7 @@ func TestDecodeAccepts(t *testing.T) {
 	}
 	var key createKeyRequest
 	if err := decodeBytes([]byte(`{"label":"ci \"main\" \\ /","budget_usd":"1.5","scopes":null}`), &key); err != nil ||
-		key.Label != `ci "main" \ /` || key.BudgetUSD.String() != "1.5" || key.Scopes != nil {
+		key.Label != `ci "main" \ /` || key.BudgetUSD.decimalOf().String() != "1.5" || key.Scopes != nil {
 		t.Fatalf("%v %+v", err, key)
 	}
 }
