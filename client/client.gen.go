@@ -2032,7 +2032,7 @@ type SubmitAnalysisJSONBody struct {
 	// Path `auto` (native when installed, else wasm), `native` or `wasm`.
 	Path *EnginePathChoice `json:"path,omitempty"`
 
-	// Pgn One game; tab, newline and carriage return allowed.
+	// Pgn One game; tab, newline and carriage return allowed; at most 65,536 bytes (maxLength counts characters: the server counts bytes).
 	Pgn *string `json:"pgn,omitempty"`
 }
 
@@ -2416,7 +2416,7 @@ type Readyz200JSONResponseBodyChecksPostgres string
 
 // RequestRecoveryJSONBody defines parameters for RequestRecovery.
 type RequestRecoveryJSONBody struct {
-	// Email Trimmed, compared case-insensitively.
+	// Email Trimmed, compared case-insensitively; at most 254 bytes (maxLength counts characters: the server counts bytes).
 	Email openapi_types.Email `json:"email"`
 }
 
@@ -2452,7 +2452,7 @@ type SignupJSONBody struct {
 	// Agent The client program, free text.
 	Agent *string `json:"agent,omitempty"`
 
-	// Email Trimmed, compared case-insensitively.
+	// Email Trimmed, compared case-insensitively; at most 254 bytes (maxLength counts characters: the server counts bytes).
 	Email openapi_types.Email `json:"email"`
 	Name  *string             `json:"name,omitempty"`
 
@@ -3083,7 +3083,7 @@ type ClientInterface interface {
 	// when the answer exists; a client that leaves pays nothing. Scope
 	// `eval`, or no key within the keyless allowance (50 calls a day per address,
 	// depth ≤ 12, multipv ≤ 3; beyond: 402 `sign_up`). Charged the price of GET /price
-	// (the cached price when the eval cache answers). Every answer carries
+	// (the cached price when the eval cache answers). Every answer (200) carries
 	// `Server-Timing`.
 	//
 	// Takes any type of body and a specified content type.
@@ -3099,7 +3099,7 @@ type ClientInterface interface {
 	// when the answer exists; a client that leaves pays nothing. Scope
 	// `eval`, or no key within the keyless allowance (50 calls a day per address,
 	// depth ≤ 12, multipv ≤ 3; beyond: 402 `sign_up`). Charged the price of GET /price
-	// (the cached price when the eval cache answers). Every answer carries
+	// (the cached price when the eval cache answers). Every answer (200) carries
 	// `Server-Timing`.
 	//
 	// Takes a body of the `application/json` content type.
@@ -3884,7 +3884,7 @@ func (c *Client) ListEngines(ctx context.Context, params *ListEnginesParams, req
 // when the answer exists; a client that leaves pays nothing. Scope
 // `eval`, or no key within the keyless allowance (50 calls a day per address,
 // depth ≤ 12, multipv ≤ 3; beyond: 402 `sign_up`). Charged the price of GET /price
-// (the cached price when the eval cache answers). Every answer carries
+// (the cached price when the eval cache answers). Every answer (200) carries
 // `Server-Timing`.
 //
 // Takes any type of body and a specified content type.
@@ -3910,7 +3910,7 @@ func (c *Client) EvalWithBody(ctx context.Context, params *EvalParams, contentTy
 // when the answer exists; a client that leaves pays nothing. Scope
 // `eval`, or no key within the keyless allowance (50 calls a day per address,
 // depth ≤ 12, multipv ≤ 3; beyond: 402 `sign_up`). Charged the price of GET /price
-// (the cached price when the eval cache answers). Every answer carries
+// (the cached price when the eval cache answers). Every answer (200) carries
 // `Server-Timing`.
 //
 // Takes a body of the `application/json` content type.
@@ -8002,7 +8002,7 @@ type ClientWithResponsesInterface interface {
 	// when the answer exists; a client that leaves pays nothing. Scope
 	// `eval`, or no key within the keyless allowance (50 calls a day per address,
 	// depth ≤ 12, multipv ≤ 3; beyond: 402 `sign_up`). Charged the price of GET /price
-	// (the cached price when the eval cache answers). Every answer carries
+	// (the cached price when the eval cache answers). Every answer (200) carries
 	// `Server-Timing`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -8018,7 +8018,7 @@ type ClientWithResponsesInterface interface {
 	// when the answer exists; a client that leaves pays nothing. Scope
 	// `eval`, or no key within the keyless allowance (50 calls a day per address,
 	// depth ≤ 12, multipv ≤ 3; beyond: 402 `sign_up`). Charged the price of GET /price
-	// (the cached price when the eval cache answers). Every answer carries
+	// (the cached price when the eval cache answers). Every answer (200) carries
 	// `Server-Timing`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -16646,7 +16646,7 @@ func (c *ClientWithResponses) ListEnginesWithResponse(ctx context.Context, param
 // when the answer exists; a client that leaves pays nothing. Scope
 // `eval`, or no key within the keyless allowance (50 calls a day per address,
 // depth ≤ 12, multipv ≤ 3; beyond: 402 `sign_up`). Charged the price of GET /price
-// (the cached price when the eval cache answers). Every answer carries
+// (the cached price when the eval cache answers). Every answer (200) carries
 // `Server-Timing`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -16668,7 +16668,7 @@ func (c *ClientWithResponses) EvalWithBodyWithResponse(ctx context.Context, para
 // when the answer exists; a client that leaves pays nothing. Scope
 // `eval`, or no key within the keyless allowance (50 calls a day per address,
 // depth ≤ 12, multipv ≤ 3; beyond: 402 `sign_up`). Charged the price of GET /price
-// (the cached price when the eval cache answers). Every answer carries
+// (the cached price when the eval cache answers). Every answer (200) carries
 // `Server-Timing`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
