@@ -2433,7 +2433,8 @@ type RequestRecoveryParams struct {
 
 // RecoverKeyJSONBody defines parameters for RecoverKey.
 type RecoverKeyJSONBody struct {
-	Token string `json:"token"`
+	RevokeOtherKeys *bool  `json:"revoke_other_keys,omitempty"`
+	Token           string `json:"token"`
 }
 
 // RecoverKeyParams defines parameters for RecoverKey.
@@ -3380,7 +3381,9 @@ type ClientInterface interface {
 	// Sends back the token of the recovery message: the account gets a new key (every
 	// scope, env `live`, label `recovered`), shown here once, and its address is
 	// verified (the token shows the mail is read). The account's other keys keep
-	// working. No key needed.
+	// working, unless `revoke_other_keys` is true: then every other key of the account,
+	// in every env, is revoked with it (for an account someone else opened with the
+	// address, or keys that may have leaked). No key needed.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3392,7 +3395,9 @@ type ClientInterface interface {
 	// Sends back the token of the recovery message: the account gets a new key (every
 	// scope, env `live`, label `recovered`), shown here once, and its address is
 	// verified (the token shows the mail is read). The account's other keys keep
-	// working. No key needed.
+	// working, unless `revoke_other_keys` is true: then every other key of the account,
+	// in every env, is revoked with it (for an account someone else opened with the
+	// address, or keys that may have leaked). No key needed.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4481,7 +4486,9 @@ func (c *Client) RequestRecovery(ctx context.Context, params *RequestRecoveryPar
 // Sends back the token of the recovery message: the account gets a new key (every
 // scope, env `live`, label `recovered`), shown here once, and its address is
 // verified (the token shows the mail is read). The account's other keys keep
-// working. No key needed.
+// working, unless `revoke_other_keys` is true: then every other key of the account,
+// in every env, is revoked with it (for an account someone else opened with the
+// address, or keys that may have leaked). No key needed.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4503,7 +4510,9 @@ func (c *Client) RecoverKeyWithBody(ctx context.Context, params *RecoverKeyParam
 // Sends back the token of the recovery message: the account gets a new key (every
 // scope, env `live`, label `recovered`), shown here once, and its address is
 // verified (the token shows the mail is read). The account's other keys keep
-// working. No key needed.
+// working, unless `revoke_other_keys` is true: then every other key of the account,
+// in every env, is revoked with it (for an account someone else opened with the
+// address, or keys that may have leaked). No key needed.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8331,7 +8340,9 @@ type ClientWithResponsesInterface interface {
 	// Sends back the token of the recovery message: the account gets a new key (every
 	// scope, env `live`, label `recovered`), shown here once, and its address is
 	// verified (the token shows the mail is read). The account's other keys keep
-	// working. No key needed.
+	// working, unless `revoke_other_keys` is true: then every other key of the account,
+	// in every env, is revoked with it (for an account someone else opened with the
+	// address, or keys that may have leaked). No key needed.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8343,7 +8354,9 @@ type ClientWithResponsesInterface interface {
 	// Sends back the token of the recovery message: the account gets a new key (every
 	// scope, env `live`, label `recovered`), shown here once, and its address is
 	// verified (the token shows the mail is read). The account's other keys keep
-	// working. No key needed.
+	// working, unless `revoke_other_keys` is true: then every other key of the account,
+	// in every env, is revoked with it (for an account someone else opened with the
+	// address, or keys that may have leaked). No key needed.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -14431,6 +14444,9 @@ type RecoverKeyResponse struct {
 		ApiKey string `json:"api_key"`
 		KeyId  string `json:"key_id"`
 		Plan   Plan   `json:"plan"`
+
+		// RevokedKeyIds The keys revoked with revoke_other_keys (else empty).
+		RevokedKeyIds []string `json:"revoked_key_ids"`
 	}
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
@@ -14472,6 +14488,9 @@ func (r RecoverKeyResponse) GetJSON201() *struct {
 	ApiKey string `json:"api_key"`
 	KeyId  string `json:"key_id"`
 	Plan   Plan   `json:"plan"`
+
+	// RevokedKeyIds The keys revoked with revoke_other_keys (else empty).
+	RevokedKeyIds []string `json:"revoked_key_ids"`
 } {
 	return r.JSON201
 }
@@ -17155,7 +17174,9 @@ func (c *ClientWithResponses) RequestRecoveryWithResponse(ctx context.Context, p
 // Sends back the token of the recovery message: the account gets a new key (every
 // scope, env `live`, label `recovered`), shown here once, and its address is
 // verified (the token shows the mail is read). The account's other keys keep
-// working. No key needed.
+// working, unless `revoke_other_keys` is true: then every other key of the account,
+// in every env, is revoked with it (for an account someone else opened with the
+// address, or keys that may have leaked). No key needed.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17173,7 +17194,9 @@ func (c *ClientWithResponses) RecoverKeyWithBodyWithResponse(ctx context.Context
 // Sends back the token of the recovery message: the account gets a new key (every
 // scope, env `live`, label `recovered`), shown here once, and its address is
 // verified (the token shows the mail is read). The account's other keys keep
-// working. No key needed.
+// working, unless `revoke_other_keys` is true: then every other key of the account,
+// in every env, is revoked with it (for an account someone else opened with the
+// address, or keys that may have leaked). No key needed.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -25896,6 +25919,9 @@ func ParseRecoverKeyResponse(rsp *http.Response) (*RecoverKeyResponse, error) {
 			ApiKey string `json:"api_key"`
 			KeyId  string `json:"key_id"`
 			Plan   Plan   `json:"plan"`
+
+			// RevokedKeyIds The keys revoked with revoke_other_keys (else empty).
+			RevokedKeyIds []string `json:"revoked_key_ids"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err

@@ -95,8 +95,8 @@ func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettin
 // one account take turns here (a transaction lock), so two cannot both take the last
 // place; the count is exact, since a balance opens and closes with its key.
 func keyRoom(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "keys-of-"+k.AccountID); err != nil {
-		return fmt.Errorf("lock the keys of account %s: %w", k.AccountID, err)
+	if err := lockKeys(ctx, tx, k.AccountID); err != nil {
+		return err
 	}
 	n, err := ledger.OpenKeyBalances(ctx, tx, k.AccountID, k.Env)
 	if err != nil {
@@ -104,6 +104,15 @@ func keyRoom(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated) error
 	}
 	if n >= domain.MaxActiveKeys {
 		return domain.Errorf(domain.CodeConflict, "this account already has %d active %s keys, the most it may hold: revoke one (DELETE /v1/keys/{id}) before creating another", n, k.Env)
+	}
+	return nil
+}
+
+// lockKeys makes the creations of an account's keys take turns until the transaction
+// ends.
+func lockKeys(ctx context.Context, tx *eventstore.Tx, accountID string) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "keys-of-"+accountID); err != nil {
+		return fmt.Errorf("lock the keys of account %s: %w", accountID, err)
 	}
 	return nil
 }

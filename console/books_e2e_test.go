@@ -199,6 +199,7 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	b.click("[data-testid=recover-submit]")
 	b.wait(`/other-books@example\.com.*on its way/.test(document.querySelector('.alert.notice')?.textContent || '')`)
 	b.setValue("[data-testid=recover-token]", mailToken(t, inbox, "other-books@example.com", server, 2))
+	b.click("[data-testid=recover-revoke]")
 	b.click("[data-testid=recover-confirm]")
 	b.wait(`!!document.querySelector('[data-testid=signup-secret]') && /new key/.test(document.querySelector('.secret').textContent)`)
 	recovered := b.eval(`sessionStorage.getItem('chessd.key')`)
@@ -207,6 +208,9 @@ func TestConsoleSecretsBooksAndVerificationInChromium(t *testing.T) {
 	}
 	if status := meVerified(t, server, recovered); status != "true" {
 		t.Errorf("the recovered key's GET /me says email_verified %s", status)
+	}
+	if status, _ := apiCall(t, server, other, "GET", "/v1/me", ""); status != 401 {
+		t.Errorf("the account's signup key, recovered with its other keys revoked, answered %d, want 401", status)
 	}
 
 	b.checkClean()

@@ -37,10 +37,15 @@ func (s *Server) requestRecovery(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, map[string]any{"email": email})
 }
 
+type recoverKeyRequest struct {
+	Token        *string `json:"token"`
+	RevokeOthers bool    `json:"revoke_other_keys"`
+}
+
 // recoverKey answers POST /recover/confirm: the token from the recovery message issues
-// a new key, shown once, as signup's.
+// a new key, shown once, as signup's; revoke_other_keys revokes every other key.
 func (s *Server) recoverKey(w http.ResponseWriter, r *http.Request) {
-	var req verifyEmailRequest
+	var req recoverKeyRequest
 	if err := decode(r, &req, false); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -49,7 +54,7 @@ func (s *Server) recoverKey(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, domain.Invalid("token", "is required: the token from the recovery message"))
 		return
 	}
-	res, err := s.commands.RecoverKey(r.Context(), *req.Token, requestID(r.Context()))
+	res, err := s.commands.RecoverKey(r.Context(), *req.Token, req.RevokeOthers, requestID(r.Context()))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -57,7 +62,11 @@ func (s *Server) recoverKey(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	projections.WaitForKey(ctx, s.pool, res.KeyID, 1) //nolint:errcheck // the key works at once; the list may lag
 	cancel()
+	revoked := res.Revoked
+	if revoked == nil {
+		revoked = []string{}
+	}
 	writeJSON(w, http.StatusCreated, map[string]any{
-		"api_key": res.Secret, "key_id": res.KeyID, "plan": res.Plan.String(), "account_id": res.AccountID,
+		"api_key": res.Secret, "key_id": res.KeyID, "plan": res.Plan.String(), "account_id": res.AccountID, "revoked_key_ids": revoked,
 	})
 }

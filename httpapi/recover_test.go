@@ -2,8 +2,11 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+
+	"chessd/domain"
 )
 
 // A lost key is recovered by mail: the address's account gets a new key with every
@@ -83,4 +86,66 @@ func TestKeyRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantProblem(t, e.do("POST", "/v1/recover/confirm", "", map[string]string{"token": late}), 400, "fix_request")
+}
+
+// Whoever reads the address's mail can take the account from whoever opened it: with
+// revoke_other_keys every other key, in every env, is revoked with the new one (else
+// the opener's key, holding every scope, could revoke it), and an account at its key
+// cap, which a caller without a key cannot make room in, is recovered this way too.
+// The recovery token is not stored as a verification token is, so a server of an older
+// release (which takes any token at /verify-email) finds none.
+func TestKeyRecoveryTakesTheAccount(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	squatter, squatterID := e.signup("taken@example.com")
+	_, testID := e.createKey(squatter, map[string]any{"env": "test", "label": "theirs"})
+	liveIDs := map[string]bool{squatterID: true}
+	for i := range domain.MaxActiveKeys - 1 { // the live keys' cap
+		_, id := e.createKey(squatter, map[string]any{"label": fmt.Sprintf("k%d", i), "scopes": []string{"eval"}})
+		liveIDs[id] = true
+	}
+	e.mailedToken("taken@example.com") // the signup's message
+	if _, err := e.pool.Exec(ctx, `UPDATE email_verifications SET created_at = created_at - interval '61 seconds'`); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("POST", "/v1/recover", "", `{"email":"taken@example.com"}`); r.Status != 202 {
+		t.Fatalf("POST /recover: %d %s", r.Status, r.Raw)
+	}
+	token := e.mailedToken("taken@example.com")
+	var older int // what a server of the release before looks a token up by
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM email_verifications WHERE token_hash = $1`,
+		domain.HashSecret(testPepper, token)).Scan(&older); err != nil || older != 0 {
+		t.Fatalf("the recovery token is found as a verification token is (%d, %v)", older, err)
+	}
+
+	// at the cap, without revoking: refused, and the token stays usable
+	wantProblem(t, e.do("POST", "/v1/recover/confirm", "", map[string]any{"token": token}), 409, "fix_request")
+	r := e.do("POST", "/v1/recover/confirm", "", map[string]any{"token": token, "revoke_other_keys": true})
+	if r.Status != 201 {
+		t.Fatalf("POST /recover/confirm revoking the others: %d %s", r.Status, r.Raw)
+	}
+	revoked := map[string]bool{}
+	for _, id := range r.Body["revoked_key_ids"].([]any) {
+		revoked[id.(string)] = true
+	}
+	if len(revoked) != len(liveIDs)+1 || !revoked[testID] || !revoked[squatterID] {
+		t.Fatalf("revoked %d keys (test key %v, signup key %v), want all %d live ones and the test one",
+			len(revoked), revoked[testID], revoked[squatterID], len(liveIDs))
+	}
+	mine := r.Body["api_key"].(string)
+	wantProblem(t, e.do("GET", "/v1/me", squatter, nil), 401, "fix_request")
+	wantProblem(t, e.do("DELETE", "/v1/keys/"+r.Body["key_id"].(string), squatter, nil), 401, "fix_request")
+	if k := e.do("GET", "/v1/keys", mine, nil); k.Status != 200 {
+		t.Fatalf("GET /keys with the recovered key: %d %s", k.Status, k.Raw)
+	} else {
+		active := 0
+		for _, x := range k.Body["keys"].([]any) {
+			if x.(map[string]any)["status"] == "active" {
+				active++
+			}
+		}
+		if active != 1 {
+			t.Fatalf("%d active live keys after the takeover, want the recovered one alone", active)
+		}
+	}
 }

@@ -56,6 +56,23 @@ func OpenKeyBalances(ctx context.Context, tx *eventstore.Tx, accountID, env stri
 	return n, nil
 }
 
+// OpenKeyIDs lists the keys of accountID, in every env, whose balance is open (its
+// active keys, as OpenKeyBalances counts them), in key id order.
+func OpenKeyIDs(ctx context.Context, tx *eventstore.Tx, accountID string) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT kb.key_id FROM key_balances kb
+		WHERE kb.account_id = $1 AND kb.revoked_at IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.stream_id = 'key-' || kb.key_id AND e.event_type = 'KeyRevoked')
+		ORDER BY kb.key_id`, accountID)
+	if err != nil {
+		return nil, fmt.Errorf("the open balances of account %s: %w", accountID, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("the open balances of account %s: %w", accountID, err)
+	}
+	return ids, nil
+}
+
 // SetKeyBudget gives key k the budgets it has after a change (k with the event
 // applied).
 func SetKeyBudget(ctx context.Context, tx *eventstore.Tx, k *domain.Key) error {

@@ -196,6 +196,7 @@ function recoverForm(box) {
   const token = h('input', {
     type: 'text', name: 'token', required: true, autocomplete: 'off', spellcheck: 'false', maxlength: 100, placeholder: 'rk_…', 'data-testid': 'recover-token',
   });
+  const revoke = h('input', { type: 'checkbox', name: 'revoke_other_keys', 'data-testid': 'recover-revoke' });
   async function ask(e) {
     e.preventDefault();
     clearBox(box);
@@ -210,7 +211,7 @@ function recoverForm(box) {
     e.preventDefault();
     clearBox(box);
     try {
-      const res = await api('POST', '/recover/confirm', { body: { token: token.value.trim() } });
+      const res = await api('POST', '/recover/confirm', { body: { token: token.value.trim(), revoke_other_keys: revoke.checked } });
       sessionStorage.setItem('chessd.signup', res.api_key); // shown once on the next render
       sessionStorage.setItem('chessd.recovered', '1');
       session.set(res.api_key);
@@ -222,5 +223,7 @@ function recoverForm(box) {
     h('h2', {}, 'Lost your key?'),
     h('p', { class: 'muted' }, 'A new key for your account, by mail: the token (rk_…) works once, for an hour, and also verifies the address.'),
     h('form', { class: 'row', onsubmit: ask }, field('E-mail', email), h('button', { type: 'submit', 'data-testid': 'recover-submit' }, 'Send a recovery token')),
-    h('form', { class: 'row', onsubmit: confirm }, field('Token', token), h('button', { type: 'submit', 'data-testid': 'recover-confirm' }, 'Get a new key')));
+    h('form', { class: 'row', onsubmit: confirm }, field('Token', token),
+      h('label', {}, revoke, ' Revoke every other key of the account (someone else may hold one)'),
+      h('button', { type: 'submit', 'data-testid': 'recover-confirm' }, 'Get a new key')));
 }
