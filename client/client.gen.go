@@ -2492,7 +2492,7 @@ type GetUsageParams struct {
 	// Limit Groups per page.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Cursor The previous page's `next_cursor` (same `group_by`).
+	// Cursor The previous page's `next_cursor`, with the same `group_by` (and `window`), `tz`, `from`, `to` and `as_of`; a cursor of another query: 400 naming `cursor`.
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 
 	// AsOf An RFC 3339 instant at least a minute ago; the account as it stood then.

@@ -613,6 +613,48 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// A /usage cursor continues the query that made it and no other: its values are the
+// last group's, compared with the grouping columns, so a cursor of group_by=key taken
+// to group_by=endpoint answered 200 with no groups (every key_… sorts after every
+// endpoint). One taken to another group_by, tz, from or to is a 400 naming cursor.
+func TestUsageCursorOfAnotherQuery(t *testing.T) {
+	e := newEnv(t)
+	live := e.signupPro("usage-cursor@example.com")
+	test, _ := e.createKey(live, map[string]any{"env": "test", "label": "t"})
+	mixedLoad(t, e, live, test)
+	e.caughtUp()
+
+	first := e.do("GET", "/v1/usage?group_by=key&limit=1", live, nil)
+	cursor, _ := first.Body["next_cursor"].(string)
+	if first.Status != 200 || cursor == "" {
+		t.Fatalf("first page: %d %s", first.Status, first.Raw)
+	}
+	for _, q := range []string{"group_by=endpoint", "group_by=engine", "group_by=key,day", "group_by=key&tz=Europe/Paris",
+		"group_by=key&from=2026-01-01", "group_by=key&to=2099-12-31",
+		"group_by=key&as_of=" + time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)} {
+		r := e.do("GET", "/v1/usage?"+q+"&cursor="+cursor, live, nil)
+		wantProblem(t, r, 400, "fix_request")
+		if !strings.Contains(r.Raw, `"field":"cursor"`) {
+			t.Errorf("%s with a cursor of group_by=key: %s, want a problem naming cursor", q, r.Raw)
+		}
+	}
+	// the same query, by next_cursor or by Link, gets the next key
+	second := e.do("GET", "/v1/usage?group_by=key&limit=1&cursor="+cursor, live, nil)
+	groups, _ := second.Body["groups"].([]any)
+	if second.Status != 200 || len(groups) != 1 || fmt.Sprint(groups) == fmt.Sprint(first.Body["groups"]) {
+		t.Fatalf("second page: %d %s", second.Status, second.Raw)
+	}
+	_, h := e.csvAnswer("/v1/usage?group_by=key&limit=1", live)
+	path, ok := strings.CutPrefix(h.Get("Link"), "<http://chessd.test")
+	path, _, ok2 := strings.Cut(path, ">")
+	if !ok || !ok2 {
+		t.Fatalf("Link %q", h.Get("Link"))
+	}
+	if r := e.do("GET", path, live, nil); r.Status != 200 || fmt.Sprint(r.Body["groups"]) != fmt.Sprint(groups) {
+		t.Fatalf("the next page by Link %s: %d %s", path, r.Status, r.Raw)
+	}
+}
+
 // csv GETs path as text/csv and returns its rows.
 func (e *env) csv(path, key string) [][]string {
 	e.t.Helper()

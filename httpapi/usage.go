@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/csv"
 	"encoding/json"
@@ -34,6 +35,7 @@ type usageParams struct {
 	limit    int
 	after    []string
 	asOf     time.Time // zero: now
+	scope    string    // what its cursors are valid for (usageScope)
 }
 
 // asOfMargin is how far in the past an as_of must be: longer than any charge takes
@@ -96,11 +98,13 @@ func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 			p.Add("window", "must be hour, day or month")
 		}
 	}
+	// the instants given for from, to and as_of, in the order, "" for a default
+	var given [3]string
 	y, m, d := now.In(u.zone).Date()
 	today := time.Date(y, m, d, 0, 0, 0, 0, time.UTC) // a calendar day; its start in tz is dayStart's
 	u.from, u.to = dayStart(today.AddDate(0, 0, -30), u.zone), dayStart(today.AddDate(0, 0, 1), u.zone)
 	u.fromText, u.toText = today.AddDate(0, 0, -30).Format(time.DateOnly), today.Format(time.DateOnly)
-	for _, b := range []struct {
+	for i, b := range []struct {
 		name string
 		end  bool // to: a date includes its whole day
 		dst  *time.Time
@@ -120,6 +124,7 @@ func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 		} else {
 			p.Add(b.name, "must be a date YYYY-MM-DD (in tz) or an RFC 3339 time, from year 1")
 		}
+		given[i] = b.dst.UTC().Format(time.RFC3339Nano)
 	}
 	if v := q.Get("as_of"); v != "" {
 		// The account as it stood then: charges charged before as_of. A charge is
@@ -132,7 +137,7 @@ func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 		case t.After(now.Add(-asOfMargin)):
 			p.Add("as_of", fmt.Sprintf("must be at least %v ago (later charges may still be committing)", asOfMargin))
 		default:
-			u.asOf = t
+			u.asOf, given[2] = t, t.UTC().Format(time.RFC3339Nano)
 			if u.to.After(t) {
 				u.to = t
 			}
@@ -149,41 +154,63 @@ func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 			u.limit = n
 		}
 	}
+	u.scope = usageScope(u.dims, u.zone, given)
 	if v := q.Get("cursor"); v != "" {
-		after, ok := decodeUsageCursor(v, len(u.dims))
+		after, ok := decodeUsageCursor(v, u.scope, len(u.dims))
 		if !ok {
-			p.Add("cursor", "is not a cursor of this query (take next_cursor from the previous page, with the same group_by)")
+			p.Add("cursor", "is not a cursor of this query (take next_cursor from the previous page, with the same group_by, window, tz, from, to and as_of)")
 		}
 		u.after = after
 	}
 	return u, p.Err()
 }
 
-// A usage cursor is the last group's values: opaque to clients, checked when it
-// comes back (the number of values must match the groups, each a short string).
-func encodeUsageCursor(values []string) string {
-	b, _ := json.Marshal(values) //nolint:errchkjson // strings always marshal
+// usageScope names what a page's groups are, and in which order: the grouping columns
+// in order, the zone that labels the time buckets, and the from, to and as_of given
+// (as instants: equal spellings agree; a default range is not bound, so paging on
+// across midnight goes on, like paging while charges arrive). A cursor carries it:
+// its values only mean something against the same columns (a cursor of group_by=key
+// read as endpoints skipped every endpoint, silently).
+func usageScope(dims []string, zone *time.Location, given [3]string) string {
+	h := sha256.Sum256([]byte(strings.Join(dims, ",") + "\n" + zone.String() + "\n" + strings.Join(given[:], "\n")))
+	return base64.RawURLEncoding.EncodeToString(h[:9])
+}
+
+// usageCursor is a /usage cursor: the last group's values and the scope of the query
+// that listed it. Opaque to clients.
+type usageCursor struct {
+	Scope string   `json:"scope"`
+	After []string `json:"after"`
+}
+
+func encodeUsageCursor(scope string, values []string) string {
+	b, _ := json.Marshal(usageCursor{Scope: scope, After: values}) //nolint:errchkjson // strings always marshal
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeUsageCursor(s string, groups int) ([]string, bool) {
-	if len(s) > 4096 {
+// decodeUsageCursor reads a cursor of the query of scope with groups columns: one
+// encodeUsageCursor made (one spelling each), with a short text per value.
+func decodeUsageCursor(s, scope string, groups int) ([]string, bool) {
+	if len(s) > 4096 || groups == 0 {
 		return nil, false
 	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
 		return nil, false
 	}
-	var values []string
-	if json.Unmarshal(b, &values) != nil || len(values) != groups || groups == 0 {
+	var c usageCursor
+	if json.Unmarshal(b, &c) != nil || c.Scope != scope || len(c.After) != groups {
 		return nil, false
 	}
-	for _, v := range values {
+	for _, v := range c.After {
 		if len(v) > 256 || domain.TextProblem(v, false) != "" {
 			return nil, false
 		}
 	}
-	return values, true
+	if encodeUsageCursor(scope, c.After) != s {
+		return nil, false
+	}
+	return c.After, true
 }
 
 // usage answers GET /usage from the charges read model: JSON, or CSV when asked.
@@ -206,7 +233,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 	}
 	var next string
 	if rep.More {
-		next = encodeUsageCursor(rep.Groups[len(rep.Groups)-1].Values)
+		next = encodeUsageCursor(u.scope, rep.Groups[len(rep.Groups)-1].Values)
 	}
 	w.Header().Set("Vary", "Accept")
 	w.Header().Set("Cache-Control", "no-store")
