@@ -568,7 +568,7 @@ func TestUsage(t *testing.T) {
 	if gs := testView.Body["groups"].([]any); len(gs) != 1 || gs[0].(map[string]any)["env"] != "test" {
 		t.Fatalf("a test key sees live usage: %s", testView.Raw)
 	}
-	for _, q := range []string{"group_by=color", "group_by=key,,day", "from=yesterday", "from=2026-11-10&to=2026-11-01", "page=2",
+	for _, q := range []string{"group_by=color", "group_by=key,,day", "from=yesterday", "from=2026-11-10&to=2026-11-01", "from=2026-11-10&to=2026-11-09", "page=2",
 		"tz=Nowhere/City", "window=week", "group_by=day&cursor=bm9wZQ", "limit=100001"} {
 		wantProblem(t, e.do("GET", "/v1/usage?"+q, live, nil), 400, "fix_request")
 	}

@@ -213,8 +213,11 @@ func parseStatementQuery(q url.Values, now time.Time, le *listEnv) (ledger.State
 	today := now.UTC().Truncate(24 * time.Hour)
 	from, to := today.AddDate(0, 0, -30), today
 	sq.FromDay, sq.ToDay = &from, &to
-	// lo and hi are the instants the range spans, to refuse one that ends before it starts
+	// lo and hi are the instants the range spans, to refuse one that ends before it
+	// starts. A to date is before from when its day ends at lo or earlier: the day
+	// before a from date ends exactly at lo, which hi.Before(lo) let through.
 	lo, hi := from, to.AddDate(0, 0, 1)
+	toDay := true
 	if v, ok := one("from"); ok {
 		day, at, err := dayOrTime(v)
 		switch {
@@ -232,12 +235,12 @@ func parseStatementQuery(q url.Values, now time.Time, le *listEnv) (ledger.State
 		case err != nil:
 			p.Add("to", err.Error())
 		case at != nil:
-			sq.ToDay, sq.Until, hi = nil, at, *at
+			sq.ToDay, sq.Until, hi, toDay = nil, at, *at, false
 		default:
 			sq.ToDay, hi = day, day.AddDate(0, 0, 1)
 		}
 	}
-	if hi.Before(lo) {
+	if hi.Before(lo) || toDay && !hi.After(lo) {
 		p.Add("to", "is before from")
 	}
 	if err := p.Err(); err != nil {

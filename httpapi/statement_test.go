@@ -543,6 +543,9 @@ func TestStatementRequests(t *testing.T) {
 		{"key_id=someone", []string{"key_id"}},
 		{"from=yesterday", []string{"from"}},
 		{"from=2026-11-10&to=2026-11-01", []string{"to"}},
+		// the day before from: its end is from's start, and was let through (200, empty)
+		{"from=2026-12-07&to=2026-12-06", []string{"to"}},
+		{"from=2026-12-07T00:00:00Z&to=2026-12-06", []string{"to"}},
 		{"from=2026-11-10T12:00:00Z&to=2026-11-10T11:00:00Z", []string{"to"}},
 		{"to=2026-13-01", []string{"to"}},
 		{"from=0000-01-01", []string{"from"}}, // Go reads year 0, PostgreSQL does not: it was a 500
@@ -559,6 +562,13 @@ func TestStatementRequests(t *testing.T) {
 		}
 		if strings.Join(fields, ",") != strings.Join(tc.fields, ",") {
 			t.Errorf("%s: fields %v, want %v", tc.query, fields, tc.fields)
+		}
+	}
+	// one day, and an empty half-open range, are ranges
+	for _, q := range []string{"from=2026-12-07&to=2026-12-07", "from=2026-12-07&to=2026-12-07T00:00:00Z",
+		"from=2026-12-07T10:00:00Z&to=2026-12-07T10:00:00Z"} {
+		if r := e.do("GET", "/v1/usage/charges?"+q, key, nil); r.Status != 200 {
+			t.Errorf("%s: %d %s", q, r.Status, r.Raw)
 		}
 	}
 	wantProblem(t, e.do("GET", "/v1/charges/chg_x?verbose=1", key, nil), 400, "fix_request")

@@ -60,6 +60,8 @@ func TestParseUsage(t *testing.T) {
 		{query: "tz=../../etc/passwd", problems: "tz"},
 		{query: "tz=Local", problems: "tz"},
 		{query: "from=2026-11-30&to=2026-11-01", problems: "to"},
+		{query: "from=2026-11-02&to=2026-11-01", problems: "to"},
+		{query: "tz=Asia/Kolkata&from=2026-11-02&to=2026-11-01", problems: "to"},
 		{query: "from=yesterday&limit=0&cursor=xyz", problems: "cursor from limit"},
 		{query: "group_by=day&cursor=" + usageCursorOf("group_by=day", now, "2026-11-01", "x"), problems: "cursor"},
 		{query: "group_by=day&cursor=" + usageCursorOf("group_by=day", now, "2026-11-01\x00"), problems: "cursor"},
