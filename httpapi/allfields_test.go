@@ -139,3 +139,45 @@ func TestKeysNameEveryBadField(t *testing.T) {
 		}
 	})
 }
+
+// TestBodiesNameEveryBadField: the endpoints beyond /eval and /keys name every bad
+// field of a body in one 400 too: the decoder's (an unknown field, a wrong type) with
+// those of the fields it could read, which the endpoint checks itself. A refused job
+// holds nothing and starts nothing.
+func TestBodiesNameEveryBadField(t *testing.T) {
+	e := newEnv(t)
+	key := e.signupPro("bodies-every@example.com")
+	cases := []struct {
+		method, path, body string
+		fields             []string
+	}{
+		{"POST", "/v1/batch", `{"fens":["bad"],"depth":99,"bogus":1}`, []string{"fens[0]", "depth", "bogus"}},
+		{"POST", "/v1/batch", `{"fens":["bad"],"depth":"x","multipv":9}`, []string{"fens[0]", "depth", "multipv"}},
+		{"POST", "/v1/batch", `{"fens":["` + startFEN + `",5],"engine":"nope"}`, []string{"fens[1]", "engine"}},
+		{"POST", "/v1/batch", `{"fens":["bad",5],"multipv":0}`, []string{"fens[0]", "fens[1]", "multipv"}},
+		{"POST", "/v1/batch", `{"fens":[],"bogus":1}`, []string{"fens", "bogus"}},
+		{"POST", "/v1/batch", `{"bogus":1}`, []string{"bogus", "fens"}},
+		{"POST", "/v1/analyze", `{"fen":"bad","depth":99,"bogus":1}`, []string{"fen", "depth", "bogus"}},
+		{"POST", "/v1/analyze", `{"pgn":"1. e4 e4","depth":"x","multipv":9}`, []string{"pgn", "depth", "multipv"}},
+		{"POST", "/v1/analyze", `{"pgn":5,"fen":"bad","path":"gpu"}`, []string{"pgn", "fen", "path"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.method+" "+tc.path+" "+tc.body, func(t *testing.T) {
+			wantFields(t, e.do(tc.method, tc.path, key, tc.body), 400, "fix_request", tc.fields...)
+		})
+	}
+	t.Run("refused jobs hold and start nothing", func(t *testing.T) {
+		if r := e.do("GET", "/v1/jobs", key, nil); r.Status != 200 || len(r.Body["jobs"].([]any)) != 0 {
+			t.Fatalf("jobs after refusals: %d %s", r.Status, r.Raw)
+		}
+		r := e.do("GET", "/v1/me", key, nil)
+		if today, _ := r.Body["today"].(map[string]any); r.Status != 200 || today["held_units"] != float64(0) || today["units"] != float64(0) {
+			t.Fatalf("me after refusals: %d %s", r.Status, r.Raw)
+		}
+	})
+	t.Run("valid bodies are still taken", func(t *testing.T) {
+		if r := e.do("POST", "/v1/batch", key, `{"fens":["`+startFEN+`"],"depth":4}`); r.Status != 202 {
+			t.Fatalf("batch: %d %s", r.Status, r.Raw)
+		}
+	})
+}

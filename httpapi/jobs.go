@@ -27,12 +27,12 @@ const (
 )
 
 type batchRequest struct {
-	FENs     *[]string `json:"fens"`
-	Depth    *int      `json:"depth"`
-	MultiPV  *int      `json:"multipv"`
-	Engine   *string   `json:"engine"`
-	Path     *string   `json:"path"`
-	Chess960 bool      `json:"chess960"`
+	FENs     []string `json:"fens"` // not a pointer: a pointer is left nil when an element is refused; a slice keeps those read
+	Depth    *int     `json:"depth"`
+	MultiPV  *int     `json:"multipv"`
+	Engine   *string  `json:"engine"`
+	Path     *string  `json:"path"`
+	Chess960 bool     `json:"chess960"`
 }
 
 type analyzeRequest struct {
@@ -73,19 +73,34 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 func (s *Server) batchClaimed(w http.ResponseWriter, r *http.Request, idem *ledger.Stored) {
 	var req batchRequest
 	if err := decode(r, &req, false); err != nil {
+		if fieldProblems(err) { // with the problems of the fields it could read
+			_, _, more := s.batchJob(req)
+			err = withProblems(err, more)
+		}
 		s.keepError(w, r, idem, err)
 		return
 	}
+	spec, positions, p := s.batchJob(req)
+	if err := p.Err(); err != nil {
+		s.keepError(w, r, idem, err)
+		return
+	}
+	s.submit(w, r, idem, "batch", spec, positions)
+}
+
+// batchJob reads a POST /batch body into the job's settings and positions, with every
+// problem of its fields.
+func (s *Server) batchJob(req batchRequest) (domain.JobSpec, []domain.JobPosition, domain.Problems) {
 	var p domain.Problems
 	spec := s.jobSpec(&p, req.Depth, req.MultiPV, req.Engine, req.Path, req.Chess960)
 	var positions []domain.JobPosition
 	switch {
-	case req.FENs == nil:
+	case req.FENs == nil: // absent or null; [] is empty, not nil
 		p.Add("fens", "is required: 1 to 50 FENs")
-	case len(*req.FENs) == 0 || len(*req.FENs) > domain.MaxJobPositions:
-		p.Add("fens", fmt.Sprintf("must hold 1 to %d FENs, not %d", domain.MaxJobPositions, len(*req.FENs)))
+	case len(req.FENs) == 0 || len(req.FENs) > domain.MaxJobPositions:
+		p.Add("fens", fmt.Sprintf("must hold 1 to %d FENs, not %d", domain.MaxJobPositions, len(req.FENs)))
 	default:
-		for i, r := range parseFENs(*req.FENs, req.Chess960) {
+		for i, r := range parseFENs(req.FENs, req.Chess960) {
 			if r.err != nil {
 				p.Add(fmt.Sprintf("fens[%d]", i), reason(r.err))
 				continue
@@ -93,11 +108,7 @@ func (s *Server) batchClaimed(w http.ResponseWriter, r *http.Request, idem *ledg
 			positions = append(positions, domain.JobPosition{Index: i, FEN: r.fen})
 		}
 	}
-	if err := p.Err(); err != nil {
-		s.keepError(w, r, idem, err)
-		return
-	}
-	s.submit(w, r, idem, "batch", spec, positions)
+	return spec, positions, p
 }
 
 // parsedFEN is one FEN of a batch, normalised, or why it is refused.
@@ -145,9 +156,24 @@ func (s *Server) analyze(w http.ResponseWriter, r *http.Request) {
 func (s *Server) analyzeClaimed(w http.ResponseWriter, r *http.Request, idem *ledger.Stored) {
 	var req analyzeRequest
 	if err := decode(r, &req, false); err != nil {
+		if fieldProblems(err) { // with the problems of the fields it could read
+			_, _, more := s.analyzeJob(req)
+			err = withProblems(err, more)
+		}
 		s.keepError(w, r, idem, err)
 		return
 	}
+	spec, positions, p := s.analyzeJob(req)
+	if err := p.Err(); err != nil {
+		s.keepError(w, r, idem, err)
+		return
+	}
+	s.submit(w, r, idem, "analyze", spec, positions)
+}
+
+// analyzeJob reads a POST /analyze body into the job's settings and positions (the
+// game's, or the one FEN), with every problem of its fields.
+func (s *Server) analyzeJob(req analyzeRequest) (domain.JobSpec, []domain.JobPosition, domain.Problems) {
 	var p domain.Problems
 	spec := s.jobSpec(&p, req.Depth, req.MultiPV, req.Engine, req.Path, req.Chess960)
 	var positions []domain.JobPosition
@@ -178,11 +204,7 @@ func (s *Server) analyzeClaimed(w http.ResponseWriter, r *http.Request, idem *le
 			positions = append(positions, domain.JobPosition{Index: i, FEN: ply.FEN, Ply: ply.GamePly, Move: ply.Move.UCI, MoveSAN: ply.Move.SAN})
 		}
 	}
-	if err := p.Err(); err != nil {
-		s.keepError(w, r, idem, err)
-		return
-	}
-	s.submit(w, r, idem, "analyze", spec, positions)
+	return spec, positions, p
 }
 
 func reason(err error) string {

@@ -100,7 +100,7 @@ func TestEveryBadFieldAtOnce(t *testing.T) {
 		{"unknown engine and path", "/v1/bestmove", `{` + fen + `,"engine":"nope","path":"gpu"}`, []string{"path", "engine"}},
 		{"job: unknown engine with a path", "/v1/batch", `{"fens":["8/8/8/8/8/8/8/K6k w - - 0 1"],"engine":"nope","path":"native"}`, []string{"engine"}},
 		{"job: missing path", "/v1/analyze", `{` + fen + `,"engine":"sf-15.1","path":"wasm"}`, []string{"path"}},
-		{"job types", "/v1/batch", `{"fens":[1,"x"],"depth":"deep","chess960":"no"}`, []string{"fens[0]", "depth", "chess960"}},
+		{"job types", "/v1/batch", `{"fens":[1,"x"],"depth":"deep","chess960":"no"}`, []string{"fens[0]", "depth", "chess960", "fens[1]"}}, // "x" is no FEN either
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
