@@ -224,19 +224,26 @@ func EmailHash(normalized string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// CheckSignup adds the problems of a signup's fields to p, as NewAccount finds them,
+// so that a handler can name them with those of the body (an unknown field, a wrong
+// type) in one refusal.
+func CheckSignup(p *Problems, s Signup) {
+	if _, err := NormalizeEmail(s.Email); err != nil {
+		*p = append(*p, err.(*Error).Fields...)
+	}
+	for _, f := range []struct{ name, v string }{{"name", s.Name}, {"agent", s.Agent}, {"source", s.Source}} {
+		CheckText(p, f.name, f.v, MaxNameLength)
+	}
+}
+
 // NewAccount validates a signup and returns the account's first event.
 func NewAccount(id string, s Signup, now time.Time) (*AccountCreated, error) {
 	var p Problems
-	email, err := NormalizeEmail(s.Email)
-	if err != nil {
-		p = append(p, err.(*Error).Fields...)
-	}
-	for _, f := range []struct{ name, v string }{{"name", s.Name}, {"agent", s.Agent}, {"source", s.Source}} {
-		CheckText(&p, f.name, f.v, MaxNameLength)
-	}
+	CheckSignup(&p, s)
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
+	email, _ := NormalizeEmail(s.Email) // valid: checked above
 	return &AccountCreated{
 		AccountID: id, Email: email, Name: strings.TrimSpace(s.Name), Agent: s.Agent, Source: s.Source,
 		Plan: PlanFree.String(), CreatedAt: now,

@@ -27,6 +27,11 @@ func (s *Server) signup(w http.ResponseWriter, r *http.Request) {
 	}
 	var req signupRequest
 	if err := decode(r, &req, false); err != nil {
+		if fieldProblems(err) { // with the problems of the fields it could read
+			var more domain.Problems
+			domain.CheckSignup(&more, domain.Signup(req))
+			err = withProblems(err, more)
+		}
 		s.writeError(w, r, err)
 		return
 	}
@@ -146,6 +151,8 @@ func (s *Server) updateMe(w http.ResponseWriter, r *http.Request) {
 		case "timezone":
 			if err := json.Unmarshal(v, &change.Timezone); err != nil || change.Timezone == nil {
 				p.Add("timezone", "must be an IANA time zone name")
+			} else if err := domain.ValidateTimezone(*change.Timezone); err != nil {
+				p = append(p, err.(*domain.Error).Fields...)
 			}
 		default:
 			if !budgetField(&p, name, v, &budget) {
@@ -158,6 +165,9 @@ func (s *Server) updateMe(w http.ResponseWriter, r *http.Request) {
 	if len(raw) == 0 {
 		p.Add("body", "names no field to change ("+meFields+")")
 	}
+	// The zone (above) and the budgets given are checked here too, as UpdateAccount
+	// checks them, so that they are named with the other fields' problems.
+	domain.ValidateBudgets(&p, budget.Units, budget.USD)
 	if err := p.Err(); err != nil {
 		s.writeError(w, r, err)
 		return

@@ -160,6 +160,12 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 		{"POST", "/v1/analyze", `{"fen":"bad","depth":99,"bogus":1}`, []string{"fen", "depth", "bogus"}},
 		{"POST", "/v1/analyze", `{"pgn":"1. e4 e4","depth":"x","multipv":9}`, []string{"pgn", "depth", "multipv"}},
 		{"POST", "/v1/analyze", `{"pgn":5,"fen":"bad","path":"gpu"}`, []string{"pgn", "fen", "path"}},
+		{"POST", "/v1/signup", `{"email":"x","name":5,"bogus":1}`, []string{"email", "name", "bogus"}},
+		{"POST", "/v1/signup", `{"agent":5}`, []string{"agent", "email"}},
+		{"PATCH", "/v1/me", `{"timezone":"Mars/X","budget_units":-1,"bogus":1}`, []string{"timezone", "budget_units", "bogus"}},
+		{"PATCH", "/v1/me", `{"timezone":"Mars/X","budget_usd":"-1"}`, []string{"timezone", "budget_usd"}},
+		{"POST", "/v1/billing/checkout", `{"plan":"gold","bogus":1}`, []string{"plan", "bogus"}},
+		{"POST", "/v1/billing/checkout", `{"bogus":1}`, []string{"plan", "bogus"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.path+" "+tc.body, func(t *testing.T) {
@@ -178,6 +184,9 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 	t.Run("valid bodies are still taken", func(t *testing.T) {
 		if r := e.do("POST", "/v1/batch", key, `{"fens":["`+startFEN+`"],"depth":4}`); r.Status != 202 {
 			t.Fatalf("batch: %d %s", r.Status, r.Raw)
+		}
+		if r := e.do("PATCH", "/v1/me", key, `{"timezone":"Europe/Paris","budget_units":1000}`); r.Status != 200 {
+			t.Fatalf("me: %d %s", r.Status, r.Raw)
 		}
 	})
 }

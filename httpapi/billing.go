@@ -29,16 +29,16 @@ type checkoutRequest struct {
 func (s *Server) checkout(w http.ResponseWriter, r *http.Request) {
 	var req checkoutRequest
 	if err := decode(r, &req, false); err != nil {
+		if fieldProblems(err) { // with the problems of the fields it could read
+			_, more := checkoutPlan(req)
+			err = withProblems(err, more)
+		}
 		s.writeError(w, r, err)
 		return
 	}
-	if req.Plan == nil {
-		s.writeError(w, r, domain.Invalid("plan", "is required (hobby or pro)"))
-		return
-	}
-	plan, ok := domain.ParsePlan(*req.Plan)
-	if !ok || plan == domain.PlanFree {
-		s.writeError(w, r, domain.Invalid("plan", "must be hobby or pro"))
+	plan, p := checkoutPlan(req)
+	if err := p.Err(); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	if err := verified(r); err != nil { // a plan is bought by an owner who reads the account's mail
@@ -55,6 +55,20 @@ func (s *Server) checkout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"checkout_url": url, "plan": plan.String()})
+}
+
+// checkoutPlan reads a POST /billing/checkout body: the plan to buy, or its problem.
+func checkoutPlan(req checkoutRequest) (domain.Plan, domain.Problems) {
+	var p domain.Problems
+	if req.Plan == nil {
+		p.Add("plan", "is required (hobby or pro)")
+		return domain.PlanFree, p
+	}
+	plan, ok := domain.ParsePlan(*req.Plan)
+	if !ok || plan == domain.PlanFree {
+		p.Add("plan", "must be hobby or pro")
+	}
+	return plan, p
 }
 
 // portal answers the address of the account's own page: the console's Account page,
