@@ -147,6 +147,7 @@ func TestKeysNameEveryBadField(t *testing.T) {
 func TestBodiesNameEveryBadField(t *testing.T) {
 	e := newEnv(t)
 	key := e.signupPro("bodies-every@example.com")
+	long := strings.Repeat("c", 65)
 	cases := []struct {
 		method, path, body string
 		fields             []string
@@ -166,6 +167,11 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 		{"PATCH", "/v1/me", `{"timezone":"Mars/X","budget_usd":"-1"}`, []string{"timezone", "budget_usd"}},
 		{"POST", "/v1/billing/checkout", `{"plan":"gold","bogus":1}`, []string{"plan", "bogus"}},
 		{"POST", "/v1/billing/checkout", `{"bogus":1}`, []string{"plan", "bogus"}},
+		{"POST", "/v1/disputes", `{"charge_ids":[],"reason":5,"bogus":1}`, []string{"charge_ids", "reason", "bogus"}},
+		{"POST", "/v1/disputes", `{"charge_ids":"chg_1","reason":""}`, []string{"charge_ids", "reason"}},
+		{"POST", "/v1/disputes", `{"charge_ids":["` + long + `"],"reason":" "}`, []string{"charge_ids", "reason"}},
+		{"POST", "/v1/webhooks", `{"url":"ftp://example.com/hook","bogus":1}`, []string{"url", "bogus"}},
+		{"POST", "/v1/webhooks", `{"bogus":1}`, []string{"url", "bogus"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.path+" "+tc.body, func(t *testing.T) {
@@ -187,6 +193,9 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 		}
 		if r := e.do("PATCH", "/v1/me", key, `{"timezone":"Europe/Paris","budget_units":1000}`); r.Status != 200 {
 			t.Fatalf("me: %d %s", r.Status, r.Raw)
+		}
+		if r := e.do("POST", "/v1/webhooks", key, `{"url":"https://example.com/hook"}`); r.Status != 201 {
+			t.Fatalf("webhooks: %d %s", r.Status, r.Raw)
 		}
 	})
 }

@@ -22,20 +22,13 @@ type disputeRequest struct {
 func (s *Server) openDispute(w http.ResponseWriter, r *http.Request) {
 	var req disputeRequest
 	if err := decode(r, &req, false); err != nil {
+		if fieldProblems(err) { // with the problems of the fields it could read
+			err = withProblems(err, disputeProblems(req))
+		}
 		s.writeError(w, r, err)
 		return
 	}
-	var p domain.Problems
-	if n := utf8.RuneCountInString(req.Reason); n > maxDisputeReason {
-		p.Add("reason", fmt.Sprintf("is %d characters; at most %d", n, maxDisputeReason))
-	}
-	for _, id := range req.ChargeIDs {
-		if len(id) > 64 {
-			p.Add("charge_ids", "holds an id longer than 64 bytes: not a charge id")
-			break
-		}
-	}
-	if err := p.Err(); err != nil {
+	if err := disputeProblems(req).Err(); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -51,6 +44,23 @@ func (s *Server) openDispute(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", s.baseURL+"/disputes/"+d.DisputeID)
 	writeJSON(w, http.StatusCreated, s.disputeRecord(rows[0]))
+}
+
+// disputeProblems are those of a POST /disputes body's fields: its bounds, and what
+// ledger.OpenDispute checks (so that both are named in one refusal).
+func disputeProblems(req disputeRequest) domain.Problems {
+	var p domain.Problems
+	if n := utf8.RuneCountInString(req.Reason); n > maxDisputeReason {
+		p.Add("reason", fmt.Sprintf("is %d characters; at most %d", n, maxDisputeReason))
+	}
+	for _, id := range req.ChargeIDs {
+		if len(id) > 64 {
+			p.Add("charge_ids", "holds an id longer than 64 bytes: not a charge id")
+			break
+		}
+	}
+	ledger.CheckDispute(&p, req.ChargeIDs, req.Reason)
+	return p
 }
 
 // Disputes' list: GET /disputes.

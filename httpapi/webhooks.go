@@ -21,11 +21,14 @@ func (s *Server) webhookRecord(e webhook.Endpoint) map[string]any {
 func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
 	var req webhookRequest
 	if err := decode(r, &req, false); err != nil {
+		if fieldProblems(err) { // with the problems of the fields it could read
+			err = withProblems(err, s.webhookProblems(req))
+		}
 		s.writeError(w, r, err)
 		return
 	}
-	if req.URL == nil {
-		s.writeError(w, r, domain.Invalid("url", "is required: the https address to deliver to"))
+	if err := s.webhookProblems(req).Err(); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	key := principal(r.Context())
@@ -37,6 +40,18 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
 	rec := s.webhookRecord(*e)
 	rec["secret"] = e.Secret
 	writeJSON(w, http.StatusCreated, rec)
+}
+
+// webhookProblems are those of a POST /webhooks body's fields: the url, checked as
+// webhook.Create checks it.
+func (s *Server) webhookProblems(req webhookRequest) domain.Problems {
+	var p domain.Problems
+	if req.URL == nil {
+		p.Add("url", "is required: the https address to deliver to")
+	} else if err := webhook.CheckURL(*req.URL, s.cfg.InsecureWebhooks); err != nil {
+		p = append(p, err.(*domain.Error).Fields...)
+	}
+	return p
 }
 
 // listWebhooks answers GET /webhooks: the account's endpoints of the key's env (or

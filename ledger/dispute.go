@@ -68,11 +68,9 @@ func init() {
 	eventstore.RegisterInline(eventstore.TopicOf(StreamDispute), QueueDisputes)
 }
 
-// OpenDispute opens a dispute of key's account on chargeIDs (charges of its account
-// and env), inside tx. A charge unknown to the key (or another account's) is 404; one
-// credited already, or disputed already, 409.
-func OpenDispute(ctx context.Context, tx *eventstore.Tx, key *domain.Key, chargeIDs []string, reason, requestID string, now time.Time) (*DisputeOpened, error) {
-	var p domain.Problems
+// CheckDispute adds the problems of a dispute's charge ids and reason to p, as
+// OpenDispute finds them, so that a handler can name them with its own in one refusal.
+func CheckDispute(p *domain.Problems, chargeIDs []string, reason string) {
 	if len(chargeIDs) == 0 || len(chargeIDs) > MaxDisputeCharges {
 		p.Add("charge_ids", fmt.Sprintf("must list 1 to %d charge ids", MaxDisputeCharges))
 	}
@@ -86,6 +84,14 @@ func OpenDispute(ctx context.Context, tx *eventstore.Tx, key *domain.Key, charge
 	if strings.TrimSpace(reason) == "" {
 		p.Add("reason", "is required: say what is wrong with these charges")
 	}
+}
+
+// OpenDispute opens a dispute of key's account on chargeIDs (charges of its account
+// and env), inside tx. A charge unknown to the key (or another account's) is 404; one
+// credited already, or disputed already, 409.
+func OpenDispute(ctx context.Context, tx *eventstore.Tx, key *domain.Key, chargeIDs []string, reason, requestID string, now time.Time) (*DisputeOpened, error) {
+	var p domain.Problems
+	CheckDispute(&p, chargeIDs, reason)
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
