@@ -492,14 +492,26 @@ type rotateRequest struct {
 	GraceSeconds int64 `json:"grace_seconds"`
 }
 
+// rotateProblems are those of a rotation body's fields.
+func rotateProblems(req rotateRequest) domain.Problems {
+	var p domain.Problems
+	if req.GraceSeconds < 0 || req.GraceSeconds > int64(domain.MaxRotationGrace/time.Second) {
+		p.Add("grace_seconds", "must be from 0 to 86400")
+	}
+	return p
+}
+
 func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request) {
 	var req rotateRequest
 	if err := decode(r, &req, true); err != nil {
+		if fieldProblems(err) { // with the problems of the fields it could read
+			err = withProblems(err, rotateProblems(req))
+		}
 		s.writeError(w, r, err)
 		return
 	}
-	if req.GraceSeconds < 0 || req.GraceSeconds > int64(domain.MaxRotationGrace/time.Second) {
-		s.writeError(w, r, domain.Invalid("grace_seconds", "must be from 0 to 86400"))
+	if err := rotateProblems(req).Err(); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	k, secret, err := s.commands.RotateKey(r.Context(), s.actor(r), pathVar(r, "id"), time.Duration(req.GraceSeconds)*time.Second)

@@ -146,7 +146,7 @@ func TestKeysNameEveryBadField(t *testing.T) {
 // holds nothing and starts nothing.
 func TestBodiesNameEveryBadField(t *testing.T) {
 	e := newEnv(t)
-	key := e.signupPro("bodies-every@example.com")
+	key, keyID := e.signupProID("bodies-every@example.com")
 	long := strings.Repeat("c", 65)
 	cases := []struct {
 		method, path, body string
@@ -172,6 +172,13 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 		{"POST", "/v1/disputes", `{"charge_ids":["` + long + `"],"reason":" "}`, []string{"charge_ids", "reason"}},
 		{"POST", "/v1/webhooks", `{"url":"ftp://example.com/hook","bogus":1}`, []string{"url", "bogus"}},
 		{"POST", "/v1/webhooks", `{"bogus":1}`, []string{"url", "bogus"}},
+		{"POST", "/v1/keys/" + keyID + "/rotate", `{"grace_seconds":-1,"bogus":1}`, []string{"grace_seconds", "bogus"}},
+		{"POST", "/v1/validate", `{"chess960":"no"}`, []string{"chess960", "fen"}},
+		{"POST", "/v1/validate", `{"fen":"bad","bogus":1}`, []string{"bogus"}}, // a bad FEN is validate's answer, not a 400
+		{"POST", "/v1/legal-moves", `{"fen":"bad","bogus":1}`, []string{"fen", "bogus"}},
+		{"POST", "/v1/recover", `{"email":"x","bogus":1}`, []string{"email", "bogus"}},
+		{"POST", "/v1/verify-email", `{"bogus":1}`, []string{"token", "bogus"}},
+		{"POST", "/v1/recover/confirm", `{"token":"","bogus":1}`, []string{"token", "bogus"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.path+" "+tc.body, func(t *testing.T) {

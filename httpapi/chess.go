@@ -13,9 +13,24 @@ type positionRequest struct {
 	Chess960 bool    `json:"chess960"`
 }
 
-func (s *Server) decodePosition(r *http.Request) (positionRequest, error) {
+// decodePosition reads a body naming one position. A refusal of the body names the
+// FEN too when it is missing, or, when parse (legal-moves: a bad FEN is a 400 there,
+// an answer for validate), when it does not parse.
+func (s *Server) decodePosition(r *http.Request, parse bool) (positionRequest, error) {
 	var req positionRequest
 	if err := decode(r, &req, false); err != nil {
+		if fieldProblems(err) { // with the problems of the fields it could read
+			var more domain.Problems
+			switch {
+			case req.FEN == nil:
+				more.Add("fen", "is required")
+			case parse:
+				if _, perr := position.Parse(*req.FEN, req.Chess960); perr != nil {
+					more.Add("fen", reason(perr))
+				}
+			}
+			err = withProblems(err, more)
+		}
 		return req, err
 	}
 	if req.FEN == nil {
@@ -37,7 +52,7 @@ func positionError(err error, field string) error {
 }
 
 func (s *Server) validate(w http.ResponseWriter, r *http.Request) {
-	req, err := s.decodePosition(r)
+	req, err := s.decodePosition(r, false)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -69,7 +84,7 @@ type moveJSON struct {
 }
 
 func (s *Server) legalMoves(w http.ResponseWriter, r *http.Request) {
-	req, err := s.decodePosition(r)
+	req, err := s.decodePosition(r, true)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -22,6 +22,15 @@ func (s *Server) requestRecovery(w http.ResponseWriter, r *http.Request) {
 	}
 	var req recoverRequest
 	if err := decode(r, &req, false); err != nil {
+		if fieldProblems(err) { // with the problems of the fields it could read
+			var more domain.Problems
+			if req.Email == nil {
+				more.Add("email", "is required: the account's address")
+			} else if _, eerr := domain.NormalizeEmail(*req.Email); eerr != nil {
+				more = append(more, eerr.(*domain.Error).Fields...)
+			}
+			err = withProblems(err, more)
+		}
 		s.writeError(w, r, err)
 		return
 	}
@@ -47,11 +56,14 @@ type recoverKeyRequest struct {
 func (s *Server) recoverKey(w http.ResponseWriter, r *http.Request) {
 	var req recoverKeyRequest
 	if err := decode(r, &req, false); err != nil {
+		if fieldProblems(err) { // with the problems of the fields it could read
+			err = withProblems(err, tokenProblems(req, "recovery"))
+		}
 		s.writeError(w, r, err)
 		return
 	}
-	if req.Token == nil || *req.Token == "" {
-		s.writeError(w, r, domain.Invalid("token", "is required: the token from the recovery message"))
+	if err := tokenProblems(req, "recovery").Err(); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	res, err := s.commands.RecoverKey(r.Context(), *req.Token, req.RevokeOthers, requestID(r.Context()))

@@ -15,11 +15,14 @@ type verifyEmailRequest struct {
 func (s *Server) verifyEmail(w http.ResponseWriter, r *http.Request) {
 	var req verifyEmailRequest
 	if err := decode(r, &req, false); err != nil {
+		if fieldProblems(err) { // with the problems of the fields it could read
+			err = withProblems(err, tokenProblems(req, "verification"))
+		}
 		s.writeError(w, r, err)
 		return
 	}
-	if req.Token == nil || *req.Token == "" {
-		s.writeError(w, r, domain.Invalid("token", "is required: the token from the verification message"))
+	if err := tokenProblems(req, "verification").Err(); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	a, err := s.commands.VerifyEmail(r.Context(), *req.Token, requestID(r.Context()))
@@ -28,6 +31,16 @@ func (s *Server) verifyEmail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"account_id": a.ID(), "email": a.Email(), "email_verified": a.Verified()})
+}
+
+// tokenProblems are those of a body bringing the token of a message (kind:
+// verification, recovery).
+func tokenProblems(req verifyEmailRequest, kind string) domain.Problems {
+	var p domain.Problems
+	if req.Token == nil || *req.Token == "" {
+		p.Add("token", "is required: the token from the "+kind+" message")
+	}
+	return p
 }
 
 // resendVerification answers POST /me/verify-email: a new verification message.
