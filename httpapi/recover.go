@@ -57,12 +57,12 @@ func (s *Server) recoverKey(w http.ResponseWriter, r *http.Request) {
 	var req recoverKeyRequest
 	if err := decode(r, &req, false); err != nil {
 		if fieldProblems(err) { // with the problems of the fields it could read
-			err = withProblems(err, tokenProblems(req, "recovery"))
+			err = withProblems(err, tokenProblems(req.Token, "recovery"))
 		}
 		s.writeError(w, r, err)
 		return
 	}
-	if err := tokenProblems(req, "recovery").Err(); err != nil {
+	if err := tokenProblems(req.Token, "recovery").Err(); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

@@ -16,12 +16,12 @@ func (s *Server) verifyEmail(w http.ResponseWriter, r *http.Request) {
 	var req verifyEmailRequest
 	if err := decode(r, &req, false); err != nil {
 		if fieldProblems(err) { // with the problems of the fields it could read
-			err = withProblems(err, tokenProblems(req, "verification"))
+			err = withProblems(err, tokenProblems(req.Token, "verification"))
 		}
 		s.writeError(w, r, err)
 		return
 	}
-	if err := tokenProblems(req, "verification").Err(); err != nil {
+	if err := tokenProblems(req.Token, "verification").Err(); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -35,9 +35,9 @@ func (s *Server) verifyEmail(w http.ResponseWriter, r *http.Request) {
 
 // tokenProblems are those of a body bringing the token of a message (kind:
 // verification, recovery).
-func tokenProblems(req verifyEmailRequest, kind string) domain.Problems {
+func tokenProblems(token *string, kind string) domain.Problems {
 	var p domain.Problems
-	if req.Token == nil || *req.Token == "" {
+	if token == nil || *token == "" {
 		p.Add("token", "is required: the token from the "+kind+" message")
 	}
 	return p
