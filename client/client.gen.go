@@ -1257,12 +1257,9 @@ type Job struct {
 	// CreatedAt Examples: 2026-11-22T10:04:05.123456Z
 	CreatedAt Time `json:"created_at"`
 
-	// Error Why the job failed.
-	Error *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-	FinishedAt *time.Time `json:"finished_at"`
+	// Error Why the job failed (a problem); null unless it did.
+	Error      *JobProblem `json:"error"`
+	FinishedAt *time.Time  `json:"finished_at"`
 
 	// HoldUnits The fresh price held when the job was accepted.
 	HoldUnits int     `json:"hold_units"`
@@ -1338,6 +1335,30 @@ type JobPosition struct {
 // JobPositionStatus defines model for JobPosition.Status.
 type JobPositionStatus string
 
+// JobProblem Why a job failed: an RFC 9457 problem, the one a request meeting the same condition
+// is answered with (`type`, `title`, `status`, `next_action` from the same table),
+// its `detail` what happened to this job. It names no request (no `instance` nor
+// `request_id`): the job failed on a worker, not in an answer.
+type JobProblem struct {
+	// Code The condition's code (`bad_credential`, `budget`, `unavailable`, `internal`, …): an extension member, kept from the earlier `{code, message}` form.
+	//
+	// Examples: bad_credential
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+
+	// Message The same as `detail`, for clients of the earlier `{code, message}` form; read `detail`.
+	// Deprecated: the same as detail
+	Message    string     `json:"message"`
+	NextAction NextAction `json:"next_action"`
+
+	// Status The status a request meeting this condition is answered with (401 for a revoked key, 402 for a budget); the job's own answers stay 200.
+	Status int    `json:"status"`
+	Title  string `json:"title"`
+
+	// Type Resolves: GET /v1/problems/{slug}.
+	Type string `json:"type"`
+}
+
 // JobRecord defines model for JobRecord.
 type JobRecord struct {
 	// CostUnits What the analysed positions were charged so far.
@@ -1351,12 +1372,9 @@ type JobRecord struct {
 	// CreatedAt Examples: 2026-11-22T10:04:05.123456Z
 	CreatedAt Time `json:"created_at"`
 
-	// Error Why the job failed.
-	Error *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-	FinishedAt *time.Time `json:"finished_at"`
+	// Error Why the job failed (a problem); null unless it did.
+	Error      *JobProblem `json:"error"`
+	FinishedAt *time.Time  `json:"finished_at"`
 
 	// HoldUnits The fresh price held when the job was accepted.
 	HoldUnits      int           `json:"hold_units"`
@@ -1407,13 +1425,10 @@ type JobSummary struct {
 	CostUsd   USD       `json:"cost_usd"`
 	CreatedAt time.Time `json:"created_at"`
 
-	// Error Why the job failed; null unless it did.
-	Error *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-	FinishedAt *time.Time `json:"finished_at"`
-	JobId      string     `json:"job_id"`
+	// Error Why the job failed (a problem, as in its record); null unless it did.
+	Error      *JobProblem `json:"error"`
+	FinishedAt *time.Time  `json:"finished_at"`
+	JobId      string      `json:"job_id"`
 
 	// KeyId The key that submitted it.
 	KeyId string         `json:"key_id"`
@@ -3154,7 +3169,8 @@ type ClientInterface interface {
 
 	// StreamJobEvents A job's events (Server-Sent Events)
 	//
-	// Events `state` (the job record at every state change), `position` (one finished
+	// Events `state` (the job record at every state change, as GET /jobs/{id} has it
+	// without `links`: a failed job's `error` is a JobProblem), `position` (one finished
 	// position, as in the result), `progress` (`{"done","total"}`) and `end` (the final
 	// record; the stream then closes). Ids are 1, 2, 3… per job: reconnect with
 	// `Last-Event-ID` to resume right after the last event seen. A reconnect with
@@ -4029,7 +4045,8 @@ func (c *Client) GetJob(ctx context.Context, id JobID, params *GetJobParams, req
 
 // StreamJobEvents A job's events (Server-Sent Events)
 //
-// Events `state` (the job record at every state change), `position` (one finished
+// Events `state` (the job record at every state change, as GET /jobs/{id} has it
+// without `links`: a failed job's `error` is a JobProblem), `position` (one finished
 // position, as in the result), `progress` (`{"done","total"}`) and `end` (the final
 // record; the stream then closes). Ids are 1, 2, 3… per job: reconnect with
 // `Last-Event-ID` to resume right after the last event seen. A reconnect with
@@ -8091,7 +8108,8 @@ type ClientWithResponsesInterface interface {
 
 	// StreamJobEventsWithResponse A job's events (Server-Sent Events)
 	//
-	// Events `state` (the job record at every state change), `position` (one finished
+	// Events `state` (the job record at every state change, as GET /jobs/{id} has it
+	// without `links`: a failed job's `error` is a JobProblem), `position` (one finished
 	// position, as in the result), `progress` (`{"done","total"}`) and `end` (the final
 	// record; the stream then closes). Ids are 1, 2, 3… per job: reconnect with
 	// `Last-Event-ID` to resume right after the last event seen. A reconnect with
@@ -16787,7 +16805,8 @@ func (c *ClientWithResponses) GetJobWithResponse(ctx context.Context, id JobID, 
 
 // StreamJobEventsWithResponse A job's events (Server-Sent Events)
 //
-// Events `state` (the job record at every state change), `position` (one finished
+// Events `state` (the job record at every state change, as GET /jobs/{id} has it
+// without `links`: a failed job's `error` is a JobProblem), `position` (one finished
 // position, as in the result), `progress` (`{"done","total"}`) and `end` (the final
 // record; the stream then closes). Ids are 1, 2, 3… per job: reconnect with
 // `Last-Event-ID` to resume right after the last event seen. A reconnect with

@@ -258,15 +258,64 @@ func (s *Server) keepError(w http.ResponseWriter, r *http.Request, idem *ledger.
 	s.keep(r, idem, rec.status, rec.body.Bytes())
 }
 
-type jobJSON struct {
+// jobProblem is a failed job's error as clients see it (decisions.md, Jobs: "error
+// (problem, when failed)"): the RFC 9457 problem its code gets as an answer, from the
+// same table (problemKinds), with the code as an extension member and message, the
+// detail again, for clients of the {code, message} form it replaced.
+type jobProblem struct {
+	Problem
+	Code    domain.Code `json:"code"`
+	Message string      `json:"message"` // deprecated: the same as Detail
+}
+
+// jobProblemOf renders the read model's {code, message} of a failed job; nil stays nil.
+func (s *Server) jobProblemOf(e *projections.JobError) *jobProblem {
+	if e == nil {
+		return nil
+	}
+	_, kind := kindOf(e.Code)
+	p := s.problemOf(kind)
+	p.Detail = e.Message
+	return &jobProblem{Problem: p, Code: e.Code, Message: e.Message}
+}
+
+// jobRecordJSON is a job record as every answer and event shows it: its error a problem.
+type jobRecordJSON struct {
 	projections.JobRecord
+	Error *jobProblem `json:"error"` // over the record's {code, message}
+}
+
+func (s *Server) jobRecordJSON(r projections.JobRecord) jobRecordJSON {
+	return jobRecordJSON{JobRecord: r, Error: s.jobProblemOf(r.Error)}
+}
+
+type jobJSON struct {
+	jobRecordJSON
 	Links map[string]string `json:"links"`
 }
 
 func jobAnswer(s *Server, j *domain.Job) jobJSON {
 	base := s.baseURL + "/jobs/" + j.ID()
-	return jobJSON{JobRecord: projections.RecordOf(j), Links: map[string]string{
+	return jobJSON{jobRecordJSON: s.jobRecordJSON(projections.RecordOf(j)), Links: map[string]string{
 		"self": base, "result": base + "/result", "events": base + "/events"}}
+}
+
+// streamedJobData is what a job's stream event says: a state or end event's record is
+// rendered again, its error a problem (the read model keeps the record as the
+// projection wrote it, with {code, message}); the other kinds as they are.
+func (s *Server) streamedJobData(e projections.StreamEvent) []byte {
+	if e.Kind != "state" && e.Kind != "end" {
+		return e.Data
+	}
+	var r projections.JobRecord
+	if err := json.Unmarshal(e.Data, &r); err != nil {
+		return e.Data
+	}
+	out, err := json.Marshal(s.jobRecordJSON(r))
+	if err != nil {
+		return e.Data
+	}
+	return out
 }
 
 // ownJob loads one of the caller's jobs from its events (always current); another
@@ -330,12 +379,14 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	type listed struct {
 		projections.JobSummary
+		Error *jobProblem       `json:"error"` // over the summary's {code, message}
 		Links map[string]string `json:"links"`
 	}
 	out := make([]listed, len(jobs))
 	for i, j := range jobs {
 		base := s.baseURL + "/jobs/" + j.ID
-		out[i] = listed{JobSummary: j, Links: map[string]string{"self": base, "result": base + "/result", "events": base + "/events"}}
+		out[i] = listed{JobSummary: j, Error: s.jobProblemOf(j.Error),
+			Links: map[string]string{"self": base, "result": base + "/result", "events": base + "/events"}}
 	}
 	nextCursor := s.nextPage(w, "/jobs", q, next)
 	w.Header().Set("Cache-Control", "no-store")
@@ -464,7 +515,7 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	for {
 		writing()
 		for _, e := range pending {
-			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, e.Data); err != nil {
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, s.streamedJobData(e)); err != nil {
 				return // the client went away
 			}
 			last = e.Seq

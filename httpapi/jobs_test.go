@@ -3,9 +3,11 @@ package httpapi_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -876,6 +878,140 @@ func TestKeyChangeStopsItsJobs(t *testing.T) {
 			var held int64
 			if err := e.pool.QueryRow(context.Background(), `SELECT held_units FROM key_balances WHERE key_id = $1`, keyID).Scan(&held); err != nil || held != 0 {
 				t.Fatalf("the key still holds %d units (%v)", held, err)
+			}
+		})
+	}
+}
+
+// jobEventData reads a job's whole event stream (it has ended) and returns each event's
+// kind and data, in order.
+func jobEventData(t *testing.T, e *env, key, id string) (kinds []string, data []map[string]any) {
+	t.Helper()
+	res := openSSE(t, e, key, id, "", 90*time.Second)
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("events: %d", res.StatusCode)
+	}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	kind := ""
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			kind = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			var d map[string]any
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &d); err != nil {
+				t.Fatalf("%s event's data: %v: %s", kind, err, line)
+			}
+			kinds, data = append(kinds, kind), append(data, d)
+			if kind == "end" {
+				return kinds, data
+			}
+		}
+	}
+	t.Fatalf("the stream ended without end: %v", kinds)
+	return nil, nil
+}
+
+// A failed job's error is an RFC 9457 problem (decisions.md, Jobs: "error (problem,
+// when failed)"), made from the same table as the answers' problems: the type, title,
+// status and next_action a request meeting the same condition gets, the job's message
+// as detail, the code beside it. GET /jobs/{id}, GET /jobs and the job's state and end
+// events show the same one, and its type resolves.
+func TestFailedJobErrorIsAProblem(t *testing.T) {
+	e := newEnv(t, withWorkers(0)) // the jobs stay queued until their keys have changed
+	owner := e.signupPro("job-problem@example.com")
+	type failing struct {
+		id, code string
+		direct   response // what a request meeting the job's condition is answered
+	}
+	var jobs []failing
+	for _, c := range []struct {
+		code   domain.Code
+		change func(key, keyID string) response
+	}{
+		{domain.CodeBadCredential, func(key, keyID string) response {
+			if r := e.do("DELETE", "/v1/keys/"+keyID, owner, nil); r.Status != 204 {
+				t.Fatalf("revoke: %d %s", r.Status, r.Raw)
+			}
+			return e.do("GET", "/v1/jobs", key, nil) // the revoked key
+		}},
+		{domain.CodeBudget, func(key, keyID string) response {
+			if r := e.do("PATCH", "/v1/keys/"+keyID, owner, map[string]any{"budget_units": 1}); r.Status != 200 {
+				t.Fatalf("lower the budget: %d %s", r.Status, r.Raw)
+			}
+			return e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(4), "depth": 3}) // past the budget
+		}},
+	} {
+		key, keyID := e.createKey(owner, map[string]any{"scopes": []string{"jobs"}, "budget_units": 1_000_000})
+		r := e.do("POST", "/v1/batch", key, map[string]any{"fens": jobFENs(4), "depth": 3})
+		if r.Status != 202 {
+			t.Fatal(r.Raw)
+		}
+		jobs = append(jobs, failing{r.Body["job_id"].(string), string(c.code), c.change(key, keyID)})
+	}
+	e.addWorker("late-worker")
+	for _, j := range jobs {
+		e.waitJob(owner, j.id, finished)
+	}
+	// the list reads the read model: both failed jobs show once the projection has them
+	listed := map[string]any{}
+	pgtest.WaitFor(t, "GET /jobs to list both failed jobs", func() bool {
+		clear(listed)
+		for _, x := range e.do("GET", "/v1/jobs?state=failed", owner, nil).Body["jobs"].([]any) {
+			listed[x.(map[string]any)["job_id"].(string)] = x.(map[string]any)["error"]
+		}
+		return len(listed) == len(jobs)
+	})
+	for _, j := range jobs {
+		t.Run(j.code, func(t *testing.T) {
+			job := e.do("GET", "/v1/jobs/"+j.id, owner, nil)
+			p, _ := job.Body["error"].(map[string]any)
+			if job.Body["state"] != "failed" || p == nil {
+				t.Fatalf("the job: %s", job.Raw)
+			}
+			if j.direct.Status < 400 || j.direct.Header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("the direct request: %d %s", j.direct.Status, j.direct.Raw)
+			}
+			for _, f := range []string{"type", "title", "status", "next_action"} {
+				if p[f] == nil || p[f] != j.direct.Body[f] {
+					t.Errorf("the job's error has %s %v; a request meeting its condition gets %v", f, p[f], j.direct.Body[f])
+				}
+			}
+			detail, _ := p["detail"].(string)
+			if p["code"] != j.code || detail == "" || p["message"] != detail {
+				t.Errorf("the job's error: code %v, detail %q, message %v; want code %s, the message as detail", p["code"], detail, p["message"], j.code)
+			}
+			if p["instance"] != nil || p["request_id"] != nil {
+				t.Errorf("the job's error names a request: %v", p)
+			}
+			// its type resolves to the same row of the table
+			typ, _ := p["type"].(string)
+			if !strings.HasPrefix(typ, "http://chessd.test/v1/problems/") {
+				t.Fatalf("the job's error has the type %q, not a problem type of this API", typ)
+			}
+			slug := typ[strings.LastIndex(typ, "/")+1:]
+			if page := e.do("GET", "/v1/problems/"+slug, "", nil); page.Status != 200 || page.Body["type"] != p["type"] ||
+				page.Body["title"] != p["title"] || page.Body["status"] != p["status"] || page.Body["next_action"] != p["next_action"] {
+				t.Errorf("the error's type page: %d %s", page.Status, page.Raw)
+			}
+			if got := listed[j.id]; !reflect.DeepEqual(got, job.Body["error"]) {
+				t.Errorf("GET /jobs lists the error %v, GET /jobs/{id} shows %v", got, p)
+			}
+			kinds, data := jobEventData(t, e, owner, j.id)
+			n := len(kinds)
+			if n < 2 || kinds[n-2] != "state" || kinds[n-1] != "end" {
+				t.Fatalf("events %v", kinds)
+			}
+			for i := n - 2; i < n; i++ {
+				if data[i]["state"] != "failed" || !reflect.DeepEqual(data[i]["error"], job.Body["error"]) {
+					t.Errorf("the %s event's record has the error %v, GET /jobs/{id} %v", kinds[i], data[i]["error"], p)
+				}
+			}
+			if data[0]["error"] != nil {
+				t.Errorf("the first state event has an error: %v", data[0])
 			}
 		})
 	}

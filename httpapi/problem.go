@@ -124,14 +124,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			code = codeDatabaseUnavailable
 		}
 	}
-	kind, ok := problemKinds[code]
-	if !ok {
-		code, kind = domain.CodeInternal, problemKinds[domain.CodeInternal]
-	}
-	p := Problem{
-		Type: s.problemType(kind.slug), Title: kind.title, Status: kind.status, NextAction: kind.next,
-		Instance: r.URL.Path, RequestID: requestID(r.Context()),
-	}
+	code, kind := kindOf(code)
+	p := s.problemOf(kind)
+	p.Instance, p.RequestID = r.URL.Path, requestID(r.Context())
 	var de *domain.Error
 	if dbAway {
 		p.Detail = dbDetail
@@ -160,6 +155,21 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeProblem(w, p)
+}
+
+// kindOf is code's row of problemKinds; a code the table lacks is an internal error.
+func kindOf(code domain.Code) (domain.Code, problemKind) {
+	if kind, ok := problemKinds[code]; ok {
+		return code, kind
+	}
+	return domain.CodeInternal, problemKinds[domain.CodeInternal]
+}
+
+// problemOf is the problem of kind, without detail: its type, title, status and
+// next_action. Every problem the API shows starts here, an answer's (writeError) and a
+// failed job's error (jobProblemOf).
+func (s *Server) problemOf(kind problemKind) Problem {
+	return Problem{Type: s.problemType(kind.slug), Title: kind.title, Status: kind.status, NextAction: kind.next}
 }
 
 func writeProblem(w http.ResponseWriter, p Problem) {

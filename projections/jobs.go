@@ -50,7 +50,8 @@ type JobRecord struct {
 	Spec      domain.JobSpec `json:"spec"`
 }
 
-// JobError is a failed job's problem, in brief.
+// JobError is why a job failed as the read model keeps it (the JobFailed event's code
+// and message); the HTTP layer shows it as a problem made from the code.
 type JobError struct {
 	Code    domain.Code `json:"code"`
 	Message string      `json:"message"`
