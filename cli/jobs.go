@@ -170,8 +170,8 @@ func watchJob(ctx context.Context, e *env, id string, asJSON bool) error {
 	r := out.JSON200
 	w := e.io.Out
 	fmt.Fprintf(w, "%s: %s, %d/%d positions, %d units\n", r.JobId, r.State, r.PositionsDone, r.PositionsTotal, last.CostUnits)
-	if last.Error != nil {
-		fmt.Fprintf(w, "error: %s: %s\n", last.Error.Code, last.Error.Message)
+	if p := last.Error; p != nil { // a problem, as the API's refusals are shown
+		fmt.Fprintf(w, "error: %d %s: %s (%s; next: %s)\n", p.Status, p.Title, p.Detail, p.Code, p.NextAction)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PLY\tPLAYED\tEVAL\tBEST\tDEPTH\tLINE")

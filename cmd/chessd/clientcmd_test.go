@@ -303,3 +303,49 @@ func TestJobsWatchFollowsAcrossCuts(t *testing.T) {
 		t.Errorf("the queued state shown %d times, want once (the reconnect resumes after it):\n%s", n, stderr.String())
 	}
 }
+
+// `jobs watch` of a job that failed shows its error as the problem it is (decisions.md:
+// a job's error is a problem): status, title, detail, code and what to do next. The
+// job's key is revoked while it waits for a worker, started only after.
+func TestJobsWatchShowsAFailedJobsProblem(t *testing.T) {
+	bin := buildBinary(t)
+	dbURL := pgtest.URL(t)
+	_, su := account(t, dbURL, "watch-failed@example.com", domain.PlanPro)
+	srv := startServer(t, bin, dbURL, freePort(t), "CHESSD_WORKER_JOBS=0")
+	call := func(method, path, key, body string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		json.NewDecoder(res.Body).Decode(&out) //nolint:errcheck // a 204 has none
+		return res.StatusCode, out
+	}
+	status, k := call("POST", "/keys", su.Secret, `{"scopes":["jobs"]}`)
+	if status != 201 {
+		t.Fatalf("POST /keys: %d %v", status, k)
+	}
+	jobID := submitGame(t, srv, k["api_key"].(string), 6)
+	if status, body := call("DELETE", "/keys/"+k["key_id"].(string), su.Secret, ""); status != 204 {
+		t.Fatalf("revoking the job's key: %d %v", status, body)
+	}
+	startWorker(t, bin, dbURL, "watch-failed")
+	env := []string{"CHESSD_SERVER=" + srv.base, "CHESSD_KEY=" + su.Secret, "CHESSD_CONFIG=", "HOME=" + t.TempDir()}
+	out, stderr, err := clientCmd(t, bin, env, "", "jobs", "watch", jobID)
+	if err == nil || !strings.Contains(stderr, "job failed") {
+		t.Errorf("watching a failed job: %v\n%s", err, stderr)
+	}
+	_, job := call("GET", "/jobs/"+jobID, su.Secret, "")
+	p, _ := job["error"].(map[string]any)
+	if job["state"] != "failed" || p == nil {
+		t.Fatalf("the job: %v", job)
+	}
+	want := "error: 401 Invalid API key: " + p["detail"].(string) + " (bad_credential; next: fix_request)\n"
+	if !strings.Contains(out, want) {
+		t.Errorf("jobs watch of the failed job printed\n%s\nwant the line %q", out, want)
+	}
+}
