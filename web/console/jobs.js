@@ -10,6 +10,13 @@ import { h, replace, field, alertBox, showProblem, clearBox, needKey, fmtEval, p
 
 export const title = 'Jobs';
 
+// jobProblemText says why a job failed, from its error (a problem, as the API's
+// answers have them): "Invalid API key: the job's key was revoked: … Next: fix request."
+function jobProblemText(p) {
+  const next = p.next_action ? ` Next: ${p.next_action.replace(/_/g, ' ')}.` : '';
+  return `${p.title}: ${p.detail}${next}`;
+}
+
 const SAMPLE = `[Event "Opera game"]
 [White "Paul Morphy"]
 [Black "Duke Karl / Count Isouard"]
@@ -111,8 +118,8 @@ export function mount(root) {
         listBody.append(h('tr', { 'data-job': j.job_id },
           h('td', {}, new Date(j.created_at).toLocaleString()),
           h('td', {}, j.kind),
-          h('td', { 'data-testid': 'listed-state', title: j.error ? `${j.error.code}: ${j.error.message}` : '' },
-            j.error ? `${j.state}: ${j.error.message}` : j.state),
+          h('td', { 'data-testid': 'listed-state', title: j.error ? jobProblemText(j.error) : '' },
+            j.error ? `${j.state}: ${j.error.title}` : j.state),
           h('td', {}, `${j.positions_done}/${j.positions_total}`),
           h('td', {}, j.cost_units),
           h('td', {}, h('button', { type: 'button', 'aria-label': `Open job ${j.job_id}`, onclick: () => { state.jobId = j.job_id; follow(j.job_id); } }, 'Open'))));
@@ -247,7 +254,8 @@ export function mount(root) {
     if (name === 'state' || name === 'end') {
       job = data;
       replace(jobHead, 'Job ', h('code', {}, data.job_id), ` (${data.kind}): `, h('strong', { 'data-testid': 'job-state-name' }, data.state),
-        `, charged ${data.cost_units} units (${fmtUSD(data.cost_usd)})`, data.error ? `: ${data.error.message}` : '');
+        `, charged ${data.cost_units} units (${fmtUSD(data.cost_usd)})`,
+        data.error ? h('span', { 'data-testid': 'job-error' }, `: ${jobProblemText(data.error)}`) : '');
       setProgress(data.positions_done, data.positions_total);
       cancelBtn.disabled = TERMINAL.has(data.state);
     } else if (name === 'progress') {
