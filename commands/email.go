@@ -57,12 +57,15 @@ func (h *Handler) newToken(ctx context.Context, tx *eventstore.Tx, purpose, pref
 
 // queueMail queues a message to a's address in the mail outbox inside the caller's
 // transaction, its body sealed (it carries a token); the mail sender wakes at the commit.
+// It is due at once by due_at; next_attempt_at 'infinity' keeps it from an older
+// chessd's sender, which claims by that and would mail the sealed body (package mail).
 func (h *Handler) queueMail(ctx context.Context, tx *eventstore.Tx, a *domain.Account, subject, body string) error {
 	seal, err := NewMailSealer(h.pepper)
 	if err != nil {
 		return fmt.Errorf("mail: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO mail_outbox (account_id, to_email, subject, body) VALUES ($1, $2, $3, $4)`,
+	if _, err := tx.Exec(ctx, `INSERT INTO mail_outbox (account_id, to_email, subject, body, due_at, next_attempt_at)
+		VALUES ($1, $2, $3, $4, now(), 'infinity')`,
 		a.ID(), a.Email(), subject, seal.Seal(body, a.Email())); err != nil {
 		return fmt.Errorf("queue mail: %w", err)
 	}

@@ -106,7 +106,7 @@ func TestLapsedClaimLeavesTheMessageToItsNewHolder(t *testing.T) {
 	if try := pgtest.Within(t, "the first server's DATA", inData); try != 1 {
 		t.Fatalf("try %d", try)
 	}
-	if _, err := pool.Exec(bg, `UPDATE mail_outbox SET next_attempt_at = now()`); err != nil {
+	if _, err := pool.Exec(bg, `UPDATE mail_outbox SET due_at = now()`); err != nil {
 		t.Fatal(err)
 	}
 	secondDone := make(chan int)
@@ -120,7 +120,7 @@ func TestLapsedClaimLeavesTheMessageToItsNewHolder(t *testing.T) {
 	var lastError *string
 	var stillClaimed bool
 	var attempts int
-	if err := pool.QueryRow(bg, `SELECT last_error, next_attempt_at > now() + interval '5 seconds', attempts FROM mail_outbox`).
+	if err := pool.QueryRow(bg, `SELECT last_error, due_at > now() + interval '5 seconds', attempts FROM mail_outbox`).
 		Scan(&lastError, &stillClaimed, &attempts); err != nil {
 		t.Fatal(err)
 	}

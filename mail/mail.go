@@ -6,6 +6,12 @@
 //
 // A body is stored sealed (commands.NewMailSealer), opened only to be sent, and cleared
 // once sent: a message carries a usable token, and the database must not hold one.
+//
+// Messages are scheduled by due_at (migration 0047); next_attempt_at stays 'infinity',
+// so that an older chessd's sender, still running in a rolling upgrade and claiming by
+// next_attempt_at, never takes one: it would mail the sealed body as the message. The
+// rows an older server queues (no due_at) this sender takes over (adoptOlder), and it
+// clears the bodies older senders leave on what they sent (clearSent).
 package mail
 
 import (
@@ -123,14 +129,27 @@ type message struct {
 
 // Run sends due messages until ctx ends, woken by each queued message's commit. A
 // message being sent when ctx ends is finished (within Timeout) and recorded; no other
-// is started. It first seals the unsent messages queued in the clear (SealPlain).
+// is started.
 func (s *Sender) Run(ctx context.Context) {
-	if n, err := s.SealPlain(ctx); err != nil && ctx.Err() == nil {
-		s.logger.Warn("unsent mail left unsealed; sealed at the next start", "err", err)
-	} else if n > 0 {
-		s.logger.Info("sealed unsent mail queued in the clear", "messages", n)
+	eventstore.Drain(ctx, s.pool, s.logger, commands.TopicMail, s.cfg.Poll, s.pass)
+}
+
+// pass sends the next due message; when none is, it first takes over what older
+// servers left in the outbox, each pass (at least every Poll): an older server may
+// queue, and send, at any time while it runs.
+func (s *Sender) pass(ctx context.Context) int {
+	if n := s.SendDue(ctx); n > 0 {
+		return n
 	}
-	eventstore.Drain(ctx, s.pool, s.logger, commands.TopicMail, s.cfg.Poll, s.SendDue)
+	if n, err := s.adoptOlder(ctx); err != nil && ctx.Err() == nil {
+		s.logger.Warn("mail an older server queued not taken over; tried again at the next pass", "err", err)
+	} else if n > 0 {
+		s.logger.Info("took over mail an older server queued", "messages", n)
+	}
+	if err := s.clearSent(ctx); err != nil && ctx.Err() == nil {
+		s.logger.Warn("sent mail's bodies not cleared; tried again at the next pass", "err", err)
+	}
+	return s.SendDue(ctx)
 }
 
 // SendDue claims the oldest due message and sends it; it returns how many it tried (0
@@ -155,7 +174,7 @@ func (s *Sender) SendDue(ctx context.Context) int {
 	defer cancel()
 	if ctx.Err() != nil {
 		// stopping: give the message back untried rather than start sending it now
-		if _, err := s.pool.Exec(rctx, `UPDATE mail_outbox SET attempts = attempts - 1, next_attempt_at = now()
+		if _, err := s.pool.Exec(rctx, `UPDATE mail_outbox SET attempts = attempts - 1, due_at = now()
 			WHERE id = $1 AND attempts = $2 AND sent_at IS NULL`, m.id, m.attempts); err != nil {
 			s.logger.Warn("release mail claim; it is tried again when the claim lapses", "id", m.id, "err", err)
 		}
@@ -181,7 +200,7 @@ func (s *Sender) SendDue(ctx context.Context) int {
 	s.logger.Warn("mail not sent; will retry", "id", m.id, "attempt", m.attempts, "retry_in", wait, "err", sendErr)
 	// only while the claim is still ours: a claim that lapsed (this server paused past
 	// it) may be another server's now, which this would cut short
-	tag, err := s.pool.Exec(rctx, `UPDATE mail_outbox SET last_error = $3, next_attempt_at = now() + make_interval(secs => $4)
+	tag, err := s.pool.Exec(rctx, `UPDATE mail_outbox SET last_error = $3, due_at = now() + make_interval(secs => $4)
 		WHERE id = $1 AND attempts = $2 AND sent_at IS NULL`, m.id, m.attempts, sendErr.Error(), wait.Seconds())
 	switch {
 	case err != nil:
@@ -201,8 +220,8 @@ func (s *Sender) claim(ctx context.Context) (message, error) {
 	// each row of mail_outbox, and each rescan skips the rows claimed so far and locks
 	// the next: it claimed every due message. FOR UPDATE checks its conditions again on
 	// a row another sender claimed meanwhile.
-	err := s.pool.QueryRow(ctx, `UPDATE mail_outbox SET attempts = attempts + 1, next_attempt_at = now() + make_interval(secs => $2)
-		WHERE id = (SELECT id FROM mail_outbox WHERE sent_at IS NULL AND next_attempt_at <= now() AND attempts < $1
+	err := s.pool.QueryRow(ctx, `UPDATE mail_outbox SET attempts = attempts + 1, due_at = now() + make_interval(secs => $2)
+		WHERE id = (SELECT id FROM mail_outbox WHERE sent_at IS NULL AND due_at <= now() AND attempts < $1
 		            ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
 		RETURNING id, to_email, subject, body, attempts`,
 		s.cfg.MaxAttempts, (2*s.cfg.Timeout).Seconds()).Scan(&m.id, &m.to, &m.subject, &m.body, &m.attempts)
@@ -212,42 +231,58 @@ func (s *Sender) claim(ctx context.Context) (message, error) {
 	return m, err
 }
 
-// SealPlain seals the unsent messages whose body is in the clear: queued before
-// migration 0045 (which cannot seal: the database never holds the pepper), or by an
-// older server still running when this one started. It answers how many it sealed.
-func (s *Sender) SealPlain(ctx context.Context) (int, error) {
-	if s.cfg.Seal == nil {
-		return 0, nil
-	}
-	rows, err := s.pool.Query(ctx, `SELECT id, to_email, body FROM mail_outbox WHERE sent_at IS NULL AND body <> ''`)
+// adoptOlder takes over the unsent messages an older chessd queued (due_at NULL: the
+// older release's, still running in a rolling upgrade, or queued before migration
+// 0047): it seals a body in the clear and moves the row's time to due_at, out of the
+// older claim's reach (next_attempt_at 'infinity'). The time kept is next_attempt_at's
+// as it is, so a claim an older sender holds (it may be sending the message right now)
+// is kept: this sender tries the message only when that claim would have lapsed. The
+// takeover counts as a claim of the message (attempts raised): an older sender holding
+// one then neither records a failure nor gives the message back, either of which would
+// make it due for the older claim again, its body sealed; it still records it sent,
+// which ends the message. A row never claimed (attempts 0) has no holder and is not
+// counted. It answers how many it took over.
+func (s *Sender) adoptOlder(ctx context.Context) (int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, to_email, body FROM mail_outbox WHERE sent_at IS NULL AND due_at IS NULL ORDER BY id`)
 	if err != nil {
-		return 0, fmt.Errorf("read unsent mail: %w", err)
+		return 0, fmt.Errorf("read older servers' mail: %w", err)
 	}
-	unsent, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (message, error) {
+	older, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (message, error) {
 		var m message
 		return m, r.Scan(&m.id, &m.to, &m.body)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("read unsent mail: %w", err)
+		return 0, fmt.Errorf("read older servers' mail: %w", err)
 	}
 	n := 0
-	for _, m := range unsent {
-		if domain.IsSealed(m.body) {
-			continue
+	for _, m := range older {
+		body := m.body // an older server never changes a body: this is the one taken over
+		if s.cfg.Seal != nil && body != "" && !domain.IsSealed(body) {
+			body = s.cfg.Seal.Seal(body, m.to)
 		}
-		// only if unchanged: another server may have sealed or sent it meanwhile
-		tag, err := s.pool.Exec(ctx, `UPDATE mail_outbox SET body = $3 WHERE id = $1 AND body = $2 AND sent_at IS NULL`,
-			m.id, m.body, s.cfg.Seal.Seal(m.body, m.to))
+		// attempts read as the update finds it: an older sender may claim the row meanwhile
+		tag, err := s.pool.Exec(ctx, `UPDATE mail_outbox SET body = $2, due_at = next_attempt_at, next_attempt_at = 'infinity',
+			attempts = attempts + CASE WHEN attempts > 0 THEN 1 ELSE 0 END
+			WHERE id = $1 AND due_at IS NULL AND sent_at IS NULL`, m.id, body)
 		if err != nil {
-			return n, fmt.Errorf("seal unsent mail %d: %w", m.id, err)
+			return n, fmt.Errorf("take over mail %d: %w", m.id, err)
 		}
 		n += int(tag.RowsAffected())
 	}
 	return n, nil
 }
 
-// open answers the message's body: sealed, opened for its recipient; in the clear
-// (queued before bodies were sealed, see SealPlain), as it is.
+// clearSent clears the bodies of the messages an older chessd's sender sent: it keeps
+// them (this one clears a body as it records the message sent).
+func (s *Sender) clearSent(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE mail_outbox SET body = '' WHERE sent_at IS NOT NULL AND body <> ''`); err != nil {
+		return fmt.Errorf("clear sent mail: %w", err)
+	}
+	return nil
+}
+
+// open answers the message's body: sealed, opened for its recipient; in the clear (an
+// older server's, taken over without a Seal), as it is.
 func (s *Sender) open(m message) (string, error) {
 	if !domain.IsSealed(m.body) {
 		return m.body, nil

@@ -127,8 +127,8 @@ func TestSealedBodyGoesOnlyToItsRecipient(t *testing.T) {
 }
 
 // A message queued in the clear (before bodies were sealed, or by an older server) is
-// sealed when a sender starts, even while it cannot be sent, and is delivered from its
-// sealed form and then cleared.
+// sealed at a starting sender's first pass, even while it cannot be sent, and is
+// delivered from its sealed form and then cleared.
 func TestPlainMessageSealedAtStart(t *testing.T) {
 	pool := pgtest.NewDB(t)
 	bg := context.Background()
@@ -143,14 +143,23 @@ func TestPlainMessageSealedAtStart(t *testing.T) {
 	}
 	down.Close() // an SMTP server that is down
 	logger := slog.New(slog.DiscardHandler)
-	run(t, mail.NewSender(mail.Config{SMTPAddr: down.Addr().String(), Poll: time.Hour, Seal: sealer(t)}, pool, logger))
-	pgtest.WaitFor(t, "the message sealed", func() bool {
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan struct{})
+	downSender := mail.NewSender(mail.Config{SMTPAddr: down.Addr().String(), Poll: time.Hour, Seal: sealer(t)}, pool, logger)
+	go func() { downSender.Run(ctx); close(done) }()
+	pgtest.WaitFor(t, "the message sealed and tried", func() bool {
 		rows := outboxRows(t, pool)
-		return len(rows) == 1 && mailtest.Token(rows[0]) == "" && strings.Contains(rows[0], "sealed1:")
+		var tried bool
+		if err := pool.QueryRow(bg, `SELECT last_error IS NOT NULL FROM mail_outbox`).Scan(&tried); err != nil {
+			t.Fatal(err)
+		}
+		return len(rows) == 1 && mailtest.Token(rows[0]) == "" && strings.Contains(rows[0], "sealed1:") && tried
 	})
+	cancel() // stopped before the message is made due: it would take it again
+	<-done
 
 	in := mailtest.Start(t, mailtest.Config{})
-	if _, err := pool.Exec(bg, `UPDATE mail_outbox SET next_attempt_at = now()`); err != nil {
+	if _, err := pool.Exec(bg, `UPDATE mail_outbox SET due_at = now()`); err != nil {
 		t.Fatal(err)
 	}
 	if n := mail.NewSender(mail.Config{SMTPAddr: in.Addr, Seal: sealer(t)}, pool, logger).SendDue(bg); n != 1 {

@@ -6,7 +6,8 @@
 -- migration cannot seal (the database never holds the pepper), so this clears what it
 -- can: the bodies of sent messages, and of unsent ones older than a token lives (24
 -- hours), which are ended (never due again, last_error says why). Younger unsent ones
--- stay sendable in the clear until a server starts: it seals them (mail's SealPlain).
+-- stay sendable in the clear until a sender of this release takes them over and seals
+-- them (migration 0047; mail's adoptOlder).
 UPDATE mail_outbox SET body = '' WHERE sent_at IS NOT NULL AND body <> '';
 UPDATE mail_outbox SET body = '', next_attempt_at = 'infinity',
        last_error = coalesce(last_error || '; ', '') || 'not sent: its token had expired when migration 0045 cleared its body'

@@ -328,7 +328,7 @@ func TestDeletedWebhookEndpointsDeliveriesEnd(t *testing.T) {
 
 // Migration 0045 clears the bodies of sent messages and ends the unsent ones whose token
 // has expired, clearing theirs; a younger unsent message stays as it was, to be sealed
-// by the first server that starts (mail's SealPlain), and sent.
+// by the first sender of this release that runs (mail's adoptOlder), and sent.
 func TestMailBodiesClearedAtRest(t *testing.T) {
 	ctx := context.Background()
 	pool := emptyDB(t)
