@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"chessd/domain"
 	"chessd/postgres/pgtest"
+	"chessd/syncbuf"
 )
 
 // A running `chessd worker` stops once a newer chessd has migrated its database, with
@@ -84,5 +87,54 @@ func TestOldWorkerStopsOnNewerSchema(t *testing.T) {
 	again.Env = w.Env
 	if msg, err := again.CombinedOutput(); err == nil || !strings.Contains(string(msg), "newer") {
 		t.Fatalf("restarted on the newer schema: %v\n%s", err, msg)
+	}
+}
+
+// A running `chessd serve` stops its mail sender, as its job executor, once a newer
+// chessd has migrated its database: a newer release may change the outbox (0047 did:
+// an older sender mailed its sealed bodies as the messages), so an older server leaves
+// the mail queued from then on to the newer servers.
+func TestOldServerStopsMailOnNewerSchema(t *testing.T) {
+	bin := buildBinary(t)
+	dbURL := pgtest.URL(t)
+	port := freePort(t)
+	var log syncbuf.Buffer
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, fmt.Sprintf("PORT=%d", port), "LOG_LEVEL=info",
+		"CHESSD_KEY_PEPPER=crash-test-pepper-0123456789", "CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_DATA_DIR="+t.TempDir(),
+		"CHESSD_SCHEMA_CHECK=100ms")
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	srv := &server{t: t, cmd: cmd, base: fmt.Sprintf("http://127.0.0.1:%d/v1", port)}
+	checkTraffic(t, srv.base)
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck // may be dead already
+	srv.waitReady(t)
+
+	ctx := context.Background()
+	pool, _ := account(t, dbURL, "before@example.com", domain.PlanFree)
+	sent := func(to string) bool {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM mail_outbox WHERE to_email = $1 AND sent_at IS NOT NULL`, to).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	pgtest.WaitFor(t, "the server to send a message", func() bool { return sent("before@example.com") })
+
+	if _, err := pool.Exec(ctx, `INSERT INTO schema_migrations (name) VALUES ('9999_from_the_future.sql')`); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "the server to see the newer schema", func() bool {
+		return strings.Contains(log.String(), "a newer chessd migrated the database")
+	})
+	account(t, dbURL, "after@example.com", domain.PlanFree) // its commit would wake a running sender at once
+	time.Sleep(time.Second)
+	if sent("after@example.com") {
+		t.Fatalf("the server sent a message queued after a newer chessd migrated the database:\n%s", log.String())
+	}
+	if !strings.Contains(log.String(), "job executor and mail sender stops") {
+		t.Fatalf("the server's log does not say its mail sender stops:\n%s", log.String())
 	}
 }

@@ -142,10 +142,18 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	go expireOldRows(ctx, db, logger)
 	go logAnchors(ctx, db, logger)
+	// A newer chessd's migrations stop the job executor and the mail sender (the API
+	// steps aside by /readyz): either would write what the newer schema may expect
+	// otherwise (migration 0047 changed the outbox: older senders mailed sealed bodies).
+	stopping := "mail sender"
+	if exec != nil {
+		stopping = "job executor and mail sender"
+	}
+	untilNewer := untilNewerSchema(ctx, db.pool, cfg.SchemaCheck, stopping, logger)
 	mailDone := make(chan struct{})
 	go func() { // the outbox: SMTP when configured, else the log
 		defer close(mailDone)
-		mail.NewSender(cfg.Mail, db.pool, logger).Run(ctx)
+		mail.NewSender(cfg.Mail, db.pool, logger).Run(untilNewer)
 	}()
 	hooksDone := make(chan struct{})
 	go func() {
@@ -158,8 +166,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if exec == nil {
 		execDone <- nil
 	} else {
-		// a newer chessd's migrations stop the executor; the API steps aside by /readyz
-		go func() { execDone <- exec.Run(untilNewerSchema(ctx, db.pool, cfg.SchemaCheck, logger)) }()
+		go func() { execDone <- exec.Run(untilNewer) }()
 	}
 	runner := projections.NewRunner(db.pool, logger, allProjections()...)
 	runnerDone := make(chan error, 1)
@@ -289,7 +296,7 @@ func work(ctx context.Context, cfg config, logger *slog.Logger) error {
 			return err
 		}
 	}
-	ctx = untilNewerSchema(ctx, c.db.pool, cfg.SchemaCheck, logger)
+	ctx = untilNewerSchema(ctx, c.db.pool, cfg.SchemaCheck, "job executor", logger)
 	err = exec.Run(ctx)
 	if cause := context.Cause(ctx); errors.Is(cause, postgres.ErrSchemaNewer) {
 		return cause
@@ -298,14 +305,15 @@ func work(ctx context.Context, cfg config, logger *slog.Logger) error {
 }
 
 // untilNewerSchema is ctx, ended (with cause ErrSchemaNewer) once a newer chessd has
-// migrated the database: a job executor has no readiness gate to step aside by, and an
-// old one would go on writing what the newer schema expects differently.
-func untilNewerSchema(ctx context.Context, pool *pgxpool.Pool, every time.Duration, logger *slog.Logger) context.Context {
+// migrated the database: a job executor or a mail sender has no readiness gate to step
+// aside by, and an old one would go on writing what the newer schema expects
+// differently. stopping names what stops, for the log.
+func untilNewerSchema(ctx context.Context, pool *pgxpool.Pool, every time.Duration, stopping string, logger *slog.Logger) context.Context {
 	ctx, stop := context.WithCancelCause(ctx)
 	go func() {
 		err := postgres.WatchNewer(ctx, pool, every)
 		if errors.Is(err, postgres.ErrSchemaNewer) {
-			logger.Error("a newer chessd migrated the database: this job executor stops; run the newer version", "err", err)
+			logger.Error("a newer chessd migrated the database: this "+stopping+" stops; run the newer version", "err", err)
 		}
 		stop(err)
 	}()
