@@ -119,9 +119,9 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"budget":         accountBudgetView(env, budget),
 		"account_id":     acct.AccountID,
-		"email":          acct.Email,
+		"email":          account(ctx).Email(),
 		"name":           acct.Name,
-		"email_verified": acct.EmailVerified,
+		"email_verified": account(ctx).Verified(), // from the events, as the plan: a verification just made shows
 		"timezone":       account(ctx).Timezone(),
 		"plan":           plan.String(),
 		"caps":           limits,

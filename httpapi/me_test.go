@@ -140,3 +140,26 @@ func TestMeOfAnAccountTheReadModelLacksIsRetried(t *testing.T) {
 	newEnv(t, onPool(stalled.pool), withWorkers(0)) // its projections catch up
 	pgtest.WaitFor(t, "GET /me to answer 200", func() bool { return stalled.do("GET", "/v1/me", key, nil).Status == 200 })
 }
+
+// GET /me tells the address's verification from the events, as it does the plan and
+// the zone: the next GET /me after a verification shows it, whatever the accounts
+// read model's lag (a console test read false right after the page said verified).
+func TestMeShowsAVerificationAtOnce(t *testing.T) {
+	e := newEnv(t)
+	key, _ := e.signup("verified-now@example.com")
+	token := e.mailedToken("verified-now@example.com")
+	if r := e.do("POST", "/v1/verify-email", "", map[string]string{"token": token}); r.Status != 200 {
+		t.Fatalf("verify: %d %s", r.Status, r.Raw)
+	}
+	pgtest.WaitFor(t, "the read model to show the verification", func() bool {
+		var v bool
+		return e.pool.QueryRow(context.Background(), `SELECT email_verified FROM accounts WHERE email = 'verified-now@example.com'`).Scan(&v) == nil && v
+	})
+	// the read model behind the events, as it is for a moment after each change
+	if _, err := e.pool.Exec(context.Background(), `UPDATE accounts SET email_verified = false WHERE email = 'verified-now@example.com'`); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("GET", "/v1/me", key, nil); r.Status != 200 || r.Body["email_verified"] != true {
+		t.Fatalf("GET /me after the verification: %d %s, want email_verified true", r.Status, r.Raw)
+	}
+}
