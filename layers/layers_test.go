@@ -26,6 +26,7 @@ var layer = map[string]int{
 	"syncbuf":         0, // a buffer for concurrent writers (tests' logs, processes' output)
 	"postgres":        1, // connections, migrations, the embedded cluster
 	"postgres/pgtest": 1,
+	"mail/mailtest":   1, // an SMTP server for tests, where a message's recipient reads it
 	"engine":          1, // UCI processes: no database, no domain
 	"ratelimit":       1, // its own table, through any connection
 	"gctune":          1, // the garbage collector's target of chessd's processes (reads GOGC)
