@@ -71,21 +71,31 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) batchClaimed(w http.ResponseWriter, r *http.Request, idem *ledger.Stored) {
-	var req batchRequest
-	if err := decode(r, &req, false); err != nil {
-		if fieldProblems(err) { // with the problems of the fields it could read
-			_, _, more := s.batchJob(req)
-			err = withProblems(err, more)
-		}
+	submitDecoded(s, w, r, idem, "batch", s.batchJob)
+}
+
+// submitDecoded decodes a job request's body and submits the job job makes of it, or
+// refuses it naming every bad field at once: the decoder's with those of the fields it
+// could read. Nothing is held or started before.
+func submitDecoded[T any](s *Server, w http.ResponseWriter, r *http.Request, idem *ledger.Stored, kind string,
+	job func(T) (domain.JobSpec, []domain.JobPosition, domain.Problems)) {
+	var req T
+	err := decode(r, &req, false)
+	if err != nil && !fieldProblems(err) {
 		s.keepError(w, r, idem, err)
 		return
 	}
-	spec, positions, p := s.batchJob(req)
-	if err := p.Err(); err != nil {
+	spec, positions, p := job(req)
+	if err != nil {
+		err = withProblems(err, p)
+	} else {
+		err = p.Err()
+	}
+	if err != nil {
 		s.keepError(w, r, idem, err)
 		return
 	}
-	s.submit(w, r, idem, "batch", spec, positions)
+	s.submit(w, r, idem, kind, spec, positions)
 }
 
 // batchJob reads a POST /batch body into the job's settings and positions, with every
@@ -154,21 +164,7 @@ func (s *Server) analyze(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) analyzeClaimed(w http.ResponseWriter, r *http.Request, idem *ledger.Stored) {
-	var req analyzeRequest
-	if err := decode(r, &req, false); err != nil {
-		if fieldProblems(err) { // with the problems of the fields it could read
-			_, _, more := s.analyzeJob(req)
-			err = withProblems(err, more)
-		}
-		s.keepError(w, r, idem, err)
-		return
-	}
-	spec, positions, p := s.analyzeJob(req)
-	if err := p.Err(); err != nil {
-		s.keepError(w, r, idem, err)
-		return
-	}
-	s.submit(w, r, idem, "analyze", spec, positions)
+	submitDecoded(s, w, r, idem, "analyze", s.analyzeJob)
 }
 
 // analyzeJob reads a POST /analyze body into the job's settings and positions (the
