@@ -69,6 +69,12 @@ func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettin
 	secret, prefix := newSecret(s.Env)
 	var created *domain.KeyCreated
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		// The account's keys lock first, then the acting key: a recovery revoking every
+		// key holds the lock, and the acting key read after it is revoked, not made anew
+		// beside the keys the recovery revoked.
+		if err := lockKeys(ctx, tx, actor.Key.AccountID()); err != nil {
+			return err
+		}
 		by, left, err := acting(ctx, tx, actor)
 		if err != nil {
 			return err

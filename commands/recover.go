@@ -118,7 +118,8 @@ func (h *Handler) RecoverKey(ctx context.Context, token string, revokeOthers boo
 }
 
 // revokeAll revokes every active key of the account, in every env, and answers their ids.
-// The caller holds the account's keys lock (lockKeys): no key is made meanwhile.
+// The caller holds the account's keys lock (lockKeys): no key is made meanwhile (a
+// creation takes the lock before it reads its acting key).
 func revokeAll(ctx context.Context, tx *eventstore.Tx, accountID string, md eventstore.Metadata, now time.Time) ([]string, error) {
 	ids, err := ledger.OpenKeyIDs(ctx, tx, accountID)
 	if err != nil {
