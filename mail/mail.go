@@ -236,12 +236,10 @@ func (s *Sender) claim(ctx context.Context) (message, error) {
 // 0047): it seals a body in the clear and moves the row's time to due_at, out of the
 // older claim's reach (next_attempt_at 'infinity'). The time kept is next_attempt_at's
 // as it is, so a claim an older sender holds (it may be sending the message right now)
-// is kept: this sender tries the message only when that claim would have lapsed. The
-// takeover counts as a claim of the message (attempts raised): an older sender holding
-// one then neither records a failure nor gives the message back, either of which would
-// make it due for the older claim again, its body sealed; it still records it sent,
-// which ends the message. A row never claimed (attempts 0) has no holder and is not
-// counted. It answers how many it took over.
+// is kept: this sender tries the message only when that claim would have lapsed. An
+// older sender holding one still records it sent, which ends the message; its failure
+// or give-back, either of which would make it due for the older claim again, its body
+// sealed, is refused by 0047's check. It answers how many it took over.
 func (s *Sender) adoptOlder(ctx context.Context) (int, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, to_email, body FROM mail_outbox WHERE sent_at IS NULL AND due_at IS NULL ORDER BY id`)
 	if err != nil {
@@ -260,9 +258,11 @@ func (s *Sender) adoptOlder(ctx context.Context) (int, error) {
 		if s.cfg.Seal != nil && body != "" && !domain.IsSealed(body) {
 			body = s.cfg.Seal.Seal(body, m.to)
 		}
-		// attempts read as the update finds it: an older sender may claim the row meanwhile
-		tag, err := s.pool.Exec(ctx, `UPDATE mail_outbox SET body = $2, due_at = next_attempt_at, next_attempt_at = 'infinity',
-			attempts = attempts + CASE WHEN attempts > 0 THEN 1 ELSE 0 END
+		// The row's attempts stay as they are (one more would take a waiting row's last
+		// try): an older sender holding a claim on it can still record it sent, while its
+		// failure or give-back, which would make it due at once for older claims, sealed,
+		// is refused by 0047's check (next_attempt_at stays 'infinity').
+		tag, err := s.pool.Exec(ctx, `UPDATE mail_outbox SET body = $2, due_at = next_attempt_at, next_attempt_at = 'infinity'
 			WHERE id = $1 AND due_at IS NULL AND sent_at IS NULL`, m.id, body)
 		if err != nil {
 			return n, fmt.Errorf("take over mail %d: %w", m.id, err)
