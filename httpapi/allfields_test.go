@@ -148,6 +148,7 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 	e := newEnv(t)
 	key, keyID := e.signupProID("bodies-every@example.com")
 	long := strings.Repeat("c", 65)
+	const fen960 = "bqnb1rkr/pp3ppp/3ppn2/2p5/5P2/P2P4/NPP1P1PP/BQ1BNRKR w HFhf - 2 9" // Shredder-FEN: Chess960 only
 	cases := []struct {
 		method, path, body string
 		fields             []string
@@ -179,6 +180,14 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 		{"POST", "/v1/recover", `{"email":"x","bogus":1}`, []string{"email", "bogus"}},
 		{"POST", "/v1/verify-email", `{"bogus":1}`, []string{"token", "bogus"}},
 		{"POST", "/v1/recover/confirm", `{"token":"","bogus":1}`, []string{"token", "bogus"}},
+		// a field the decoder refused is not told again through what it left behind:
+		// fen was there (of the wrong type), and a Chess960 position is not refused as
+		// standard chess because chess960 could not be read
+		{"POST", "/v1/analyze", `{"fen":5}`, []string{"fen"}},
+		{"POST", "/v1/analyze", `{"fen":"` + fen960 + `","chess960":"yes"}`, []string{"chess960"}},
+		{"POST", "/v1/batch", `{"fens":["` + fen960 + `"],"chess960":1}`, []string{"chess960"}},
+		{"POST", "/v1/legal-moves", `{"fen":"` + fen960 + `","chess960":"yes"}`, []string{"chess960"}},
+		{"POST", "/v1/eval", `{"fen":"` + fen960 + `","options":{"chess960":"yes"}}`, []string{"options.chess960"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.path+" "+tc.body, func(t *testing.T) {

@@ -394,14 +394,29 @@ func withProblems(err error, more domain.Problems) error {
 	if !errors.As(err, &de) || len(more) == 0 {
 		return err
 	}
+	refused := func(field string) bool {
+		return slices.ContainsFunc(de.Fields, func(n domain.FieldError) bool { return strings.EqualFold(n.Field, field) })
+	}
 	p := domain.Problems(slices.Clone(de.Fields))
 	for _, f := range more {
-		named := slices.ContainsFunc(de.Fields, func(n domain.FieldError) bool { return strings.EqualFold(n.Field, f.Field) })
-		if !named && len(p) < maxProblems {
+		if !refused(f.Field) && !consequent(refused, f) && len(p) < maxProblems {
 			p = append(p, f)
 		}
 	}
 	return p.Err()
+}
+
+// consequent says whether problem f comes only from a field the decoder refused, and
+// so left at its zero value, not from what the client sent: a position refused as
+// standard chess only (its reason says to set chess960) because chess960 was
+// unreadable, or a job "with neither pgn nor fen" whose fen or pgn was there but of the
+// wrong type.
+func consequent(refused func(string) bool, f domain.FieldError) bool {
+	position := f.Field == "fen" || f.Field == "pgn" || strings.HasPrefix(f.Field, "fens[")
+	if position && strings.Contains(f.Reason, "chess960") && (refused("chess960") || refused("options.chess960")) {
+		return true
+	}
+	return f.Field == "pgn" && f.Reason == noGame && (refused("fen") || refused("pgn"))
 }
 
 // pendingClaim is a costed call's Idempotency-Key claim, written while the engine

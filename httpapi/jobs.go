@@ -167,6 +167,9 @@ func (s *Server) analyzeClaimed(w http.ResponseWriter, r *http.Request, idem *le
 	submitDecoded(s, w, r, idem, "analyze", s.analyzeJob)
 }
 
+// noGame is POST /analyze's refusal of a body with neither pgn nor fen.
+const noGame = "give pgn (a game) or fen (one position)"
+
 // analyzeJob reads a POST /analyze body into the job's settings and positions (the
 // game's, or the one FEN), with every problem of its fields.
 func (s *Server) analyzeJob(req analyzeRequest) (domain.JobSpec, []domain.JobPosition, domain.Problems) {
@@ -177,7 +180,7 @@ func (s *Server) analyzeJob(req analyzeRequest) (domain.JobSpec, []domain.JobPos
 	case req.PGN != nil && req.FEN != nil:
 		p.Add("pgn", "give pgn or fen, not both")
 	case req.PGN == nil && req.FEN == nil:
-		p.Add("pgn", "give pgn (a game) or fen (one position)")
+		p.Add("pgn", noGame)
 	case req.FEN != nil:
 		pos, err := position.Parse(*req.FEN, req.Chess960)
 		if err != nil {
