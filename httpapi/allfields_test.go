@@ -184,6 +184,7 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 		// fen was there (of the wrong type), and a Chess960 position is not refused as
 		// standard chess because chess960 could not be read
 		{"POST", "/v1/analyze", `{"fen":5}`, []string{"fen"}},
+		{"POST", "/v1/disputes", `{"charge_ids":[5,5],"reason":"x"}`, []string{"charge_ids[0]", "charge_ids[1]"}},
 		{"POST", "/v1/analyze", `{"fen":"` + fen960 + `","chess960":"yes"}`, []string{"chess960"}},
 		{"POST", "/v1/batch", `{"fens":["` + fen960 + `"],"chess960":1}`, []string{"chess960"}},
 		{"POST", "/v1/legal-moves", `{"fen":"` + fen960 + `","chess960":"yes"}`, []string{"chess960"}},

@@ -76,7 +76,8 @@ func CheckDispute(p *domain.Problems, chargeIDs []string, reason string) {
 	}
 	seen := map[string]bool{}
 	for _, id := range chargeIDs {
-		if seen[id] {
+		// "" is what an element the decoder refused leaves (named there already)
+		if id != "" && seen[id] {
 			p.Add("charge_ids", fmt.Sprintf("lists %q twice", id))
 		}
 		seen[id] = true
