@@ -170,8 +170,8 @@ func watchJob(ctx context.Context, e *env, id string, asJSON bool) error {
 	r := out.JSON200
 	w := e.io.Out
 	fmt.Fprintf(w, "%s: %s, %d/%d positions, %d units\n", r.JobId, r.State, r.PositionsDone, r.PositionsTotal, last.CostUnits)
-	if p := last.Error; p != nil { // a problem, as the API's refusals are shown
-		fmt.Fprintf(w, "error: %d %s: %s (%s; next: %s)\n", p.Status, p.Title, p.Detail, p.Code, p.NextAction)
+	if p := last.Error; p != nil {
+		fmt.Fprintln(w, jobErrorLine(p))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PLY\tPLAYED\tEVAL\tBEST\tDEPTH\tLINE")
@@ -326,4 +326,13 @@ func answerError(res *http.Response) error {
 		return err
 	}
 	return errors.New(res.Status)
+}
+
+// jobErrorLine shows a failed job's error: a problem, as the API's refusals are shown;
+// from a server of a release before, which sent {code, message}, those two.
+func jobErrorLine(p *client.JobProblem) string {
+	if p.Status == 0 && p.Title == "" {
+		return fmt.Sprintf("error: %s: %s", p.Code, p.Message)
+	}
+	return fmt.Sprintf("error: %d %s: %s (%s; next: %s)", p.Status, p.Title, p.Detail, p.Code, p.NextAction)
 }
