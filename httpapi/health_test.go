@@ -39,6 +39,9 @@ func TestHealthShowsSetAsideEvents(t *testing.T) {
 		if r.Status != 200 || r.Body["status"] != "ok" {
 			t.Fatalf("health of a healthy service: %d %s", r.Status, r.Raw)
 		}
+		for _, name := range []string{"accounts_v1", "ledger_v1", "jobs_v1", "disputes_v1"} { // every one chessd serve runs
+			projection(r, name)
+		}
 		if projection(r, "accounts_v1")["lag"] == float64(0) {
 			break
 		}

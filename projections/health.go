@@ -9,7 +9,7 @@ import (
 )
 
 // All is every projection the service runs.
-func All() []Projection { return []Projection{Accounts{}, Ledger{}, Jobs{}} }
+func All() []Projection { return []Projection{Accounts{}, Ledger{}, Jobs{}, Disputes{}} }
 
 // Status is how far a projection has got and what it set aside.
 type Status struct {

@@ -255,10 +255,12 @@ func TestRebuildEqualsLiveInFewRoundTrips(t *testing.T) {
 				t.Fatalf("rebuild %s (set-aside events known: %v): %+v of %d events", p.Name(), known, rep, topic)
 			}
 			// per chunk of 32: a read and a write, twice when the first attempt is
-			// refused; a refused event costs a few more to find
+			// refused; a refused event costs a few more to find; and, whatever the
+			// events, up to 16 to begin, empty the tables, set the checkpoint and commit
+			// (disputes_v1 has none here)
 			n := trips.n.Load() - before
 			t.Logf("rebuild %s (set-aside events known: %v): %d round trips for %d events", p.Name(), known, n, topic)
-			if n*2 > int64(topic) {
+			if (n-16)*2 > int64(topic) {
 				t.Errorf("rebuild %s: more than a round trip for every second event", p.Name())
 			}
 		}

@@ -185,5 +185,5 @@ func rebuild(ctx context.Context, db *database, out io.Writer) error {
 }
 
 func allProjections() []projections.Projection {
-	return []projections.Projection{projections.Accounts{}, projections.Ledger{}, projections.Jobs{}, projections.Disputes{}}
+	return projections.All() // one list: /health reports what runs
 }
