@@ -262,6 +262,9 @@ type PoolStats struct {
 	Live    int // processes alive (idle, busy or resetting)
 	Idle    int
 	Healing int // replacements being started
+	// Dead counts the idle processes that exited (killed, crashed) since: replaced when
+	// a search next needs one, counted in neither Live nor Idle.
+	Dead int
 	// Resetting counts the live processes still clearing their hash after a search
 	// (idle ones among them: a search sent to one runs once the reset is done).
 	Resetting int
@@ -322,8 +325,15 @@ func (pl *Pool) Stats() PoolStats {
 	defer pl.mu.Unlock()
 	s := PoolStats{Size: pl.cfg.Size, Live: len(pl.all), Idle: len(pl.idle), Healing: pl.healing, Searches: pl.searches.Load(),
 		Preempted: pl.preempted.Load(), Nodes: pl.nodes.Load()}
+	for _, p := range pl.idle {
+		if p.hasExited() {
+			s.Dead++
+		}
+	}
+	s.Live -= s.Dead
+	s.Idle -= s.Dead
 	for p := range pl.all {
-		if p.resetting.Load() > 0 {
+		if p.resetting.Load() > 0 && !p.hasExited() {
 			s.Resetting++
 		}
 	}

@@ -212,3 +212,24 @@ func TestHandshakeEndsWhenOutputEndsButTheEngineRuns(t *testing.T) {
 		t.Fatal("startProcess still waiting 5 s after the engine closed its output")
 	}
 }
+
+// A process that dies idle is counted dead, not idle nor live, until a search replaces
+// it (the metrics showed a pool whose processes were all killed as idle and healthy).
+func TestStatsCountAnIdleProcessThatDiedAsDead(t *testing.T) {
+	t.Parallel()
+	pl := newPool(t, "sf-15.1", PathNative, nil)
+	p := onlyProcess(t, pl)
+	if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+	if st := pl.Stats(); st.Dead != 1 || st.Idle != 0 || st.Live != 0 {
+		t.Fatalf("after the idle process died: dead %d, idle %d, live %d; want 1, 0, 0", st.Dead, st.Idle, st.Live)
+	}
+	if _, err := pl.Search(context.Background(), Interactive, Search{FEN: fenWhiteMateIn1, Depth: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if st := pl.Stats(); st.Dead != 0 || st.Live != 1 {
+		t.Fatalf("after a search replaced it: dead %d, live %d; want 0, 1", st.Dead, st.Live)
+	}
+}

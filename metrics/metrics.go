@@ -117,7 +117,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 var (
 	engineLabels = []string{"engine", "path"}
 
-	engineProcesses = desc("chessd_engine_processes", "Engine processes of a pool by state: busy (searching), idle (free, or clearing its hash after a search: the next search is handed to it at once and runs after the reset), starting (replacing a dead one).",
+	engineProcesses = desc("chessd_engine_processes", "Engine processes of a pool by state: busy (searching), idle (free, or clearing its hash after a search: the next search is handed to it at once and runs after the reset), starting (replacing a dead one), dead (exited while idle: replaced when a search next needs one).",
 		"engine", "path", "state")
 	enginePoolSize   = desc("chessd_engine_pool_size", "Engine processes a pool is configured to keep.", engineLabels...)
 	engineQueued     = desc("chessd_engine_queue_length", "Searches waiting for a free process of a pool, by priority.", "engine", "path", "priority")
@@ -172,6 +172,7 @@ func (s *state) Collect(ch chan<- prometheus.Metric) {
 			gauge(engineProcesses, float64(p.Live-p.Idle), e, path, "busy")
 			gauge(engineProcesses, float64(p.Idle), e, path, "idle")
 			gauge(engineProcesses, float64(p.Healing), e, path, "starting")
+			gauge(engineProcesses, float64(p.Dead), e, path, "dead")
 			gauge(enginePoolSize, float64(p.Size), e, path)
 			counter(engineSearches, float64(p.Searches), e, path)
 			counter(engineNodes, float64(p.Nodes), e, path)
