@@ -129,7 +129,7 @@ var (
 	charges          = desc("chessd_charges_total", "Charges this process committed (line items), by endpoint and whether the cached price applied.", "endpoint", "cached")
 	chargedUnits     = desc("chessd_charged_units_total", "Units of the charges this process committed.", "endpoint", "cached")
 	chargedUSD       = desc("chessd_charged_usd_total", "US dollars of the charges this process committed.", "endpoint", "cached")
-	refused          = desc("chessd_reservations_refused_total", "Calls the money path refused before any work (nothing reserved or charged), by reason.", "reason")
+	refused          = desc("chessd_reservations_refused_total", "Calls the money path refused, nothing charged, by reason: before any work (nothing reserved), but stopped_unsettled (answered after the final settle at shutdown, withheld).", "reason")
 	positionsDone    = desc("chessd_job_positions_done_total", "Job positions this process's executor finished searching (recorded, failed or given up).")
 	positionsSearch  = desc("chessd_job_search_seconds_total", "Time this process's executor spent analysing job positions (waiting for a process included).")
 	queueTakes       = desc("chessd_job_queue_takes_total", "Queries of the job queue by this process's executor, by whether they found positions to take.", "result")
