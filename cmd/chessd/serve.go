@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -172,8 +173,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	runnerDone := make(chan error, 1)
 	go func() { runnerDone <- runner.Run(ctx, nil) }()
 
+	running := &inFlight{h: handler}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           running,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		// A search is bounded at analysis.SearchCap (60 s) plus 30 s for queueing and a
@@ -195,7 +197,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 		err = fmt.Errorf("projections stopped: %w", err)
 	case <-ctx.Done():
 	}
-	stopServing(srv, api.EndStreams, meter, meter.StopGrace(), logger)
+	stopServing(srv, running, api.EndStreams, meter, meter.StopGrace(), logger)
 	stopMeter() // what the handlers used: keys' changes, job streams' wake-ups
 	cancel()
 	if !runnerStopped {
@@ -219,16 +221,35 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 // StopGrace) is over. Only then does the meter stop: it settles what they answered and
 // gives its leases back. A call still running after grace is not charged: the meter
 // refuses its Settle, so its client is told to retry (503), not answered free.
-func stopServing(srv *http.Server, endStreams func(), meter *ledger.Meter, grace time.Duration, logger *slog.Logger) {
+func stopServing(srv *http.Server, running *inFlight, endStreams func(), meter *ledger.Meter, grace time.Duration, logger *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	endStreams()
+	// Shutdown notices the last request's end up to half a second late: its error alone
+	// does not say a request is still running.
 	if err := srv.Shutdown(ctx); err != nil {
-		logger.Error("stopping: requests still running after the grace; calls answered from now on are not charged",
-			"grace", grace, "err", err)
+		if n := running.Count(); n > 0 {
+			logger.Error("stopping: requests still running after the grace; calls answered from now on are not charged",
+				"grace", grace, "running", n)
+		}
 	}
 	meter.Stop(ctx) // the last answers settled, the leases given back
 }
+
+// inFlight is a handler counting the requests it is serving.
+type inFlight struct {
+	h http.Handler
+	n atomic.Int64
+}
+
+func (f *inFlight) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.n.Add(1)
+	defer f.n.Add(-1)
+	f.h.ServeHTTP(w, r)
+}
+
+// Count is how many requests are being served now.
+func (f *inFlight) Count() int64 { return f.n.Load() }
 
 // logAnchors logs the event chain's head, at start and every 10 minutes, as an anchor
 // for `chessd verify --anchor`: logs kept outside the database then catch a rewrite

@@ -38,6 +38,8 @@ type stopRig struct {
 	endStreams func()
 	meter      *ledger.Meter
 	count      func() int // the key's charges
+	running    *inFlight
+	log        syncbuf.Buffer // stopServing's log
 }
 
 // newStopRig serves GET /stream (an event stream open until the streams end) and POST /search (a costed call: reserved, answered when answer is closed,
@@ -88,7 +90,8 @@ func newStopRig(t *testing.T, searching chan<- struct{}, answer <-chan struct{})
 		}
 		fmt.Fprint(w, "answer")
 	})
-	srv := &http.Server{Handler: mux}
+	running := &inFlight{h: mux}
+	srv := &http.Server{Handler: running}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +101,7 @@ func newStopRig(t *testing.T, searching chan<- struct{}, answer <-chan struct{})
 	// not http.DefaultTransport: TestMain checks its traffic against chessd's OpenAPI
 	client := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(client.CloseIdleConnections)
-	return &stopRig{t: t, srv: srv, base: "http://" + ln.Addr().String(), client: client, endStreams: endStreams, meter: meter,
+	return &stopRig{t: t, srv: srv, running: running, base: "http://" + ln.Addr().String(), client: client, endStreams: endStreams, meter: meter,
 		count: func() int {
 			var n int
 			if err := pool.QueryRow(ctx, `SELECT count(*) FROM charge_lines() WHERE key_id = $1`, key.ID()).Scan(&n); err != nil {
@@ -135,7 +138,7 @@ func (s *stopRig) stop(grace time.Duration) <-chan struct{} {
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		stopServing(s.srv, s.endStreams, s.meter, grace, slog.New(slog.DiscardHandler))
+		stopServing(s.srv, s.running, s.endStreams, s.meter, grace, slog.New(slog.NewTextHandler(&s.log, nil)))
 	}()
 	return stopped
 }
@@ -194,6 +197,9 @@ func TestStopServingAfterTheGraceChargesNothingAnsweredLate(t *testing.T) {
 	}
 	if n := s.count(); n != 0 {
 		t.Fatalf("%d charges for a call whose answer was withheld, want 0", n)
+	}
+	if log := s.log.String(); !strings.Contains(log, "requests still running after the grace") || !strings.Contains(log, "running=1") {
+		t.Fatalf("stopping past the grace logged %q, want the one request still running named", log)
 	}
 }
 
