@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"chessd/domain"
 	"chessd/domain/position"
 	"chessd/engine"
+	"chessd/memo"
 )
 
 // Score is an evaluation from White's point of view: centipawns, or moves to mate
@@ -75,8 +75,7 @@ type Service struct {
 	cacheOff atomic.Bool
 	logger   *slog.Logger
 	flights  flights
-	parsed   sync.Map // parseKey -> *parsedFEN
-	parsedN  atomic.Int64
+	parsed   memo.Map // parseKey -> *parsedFEN, at most maxParsed
 }
 
 // DisableCache makes every request search afresh and store nothing: for benchmarks
@@ -88,7 +87,9 @@ func (s *Service) EnableCache() { s.cacheOff.Store(false) }
 
 // NewService builds a Service; pool holds the persistent eval cache.
 func NewService(cat *engine.Catalog, pool *pgxpool.Pool, logger *slog.Logger) *Service {
-	return &Service{catalog: cat, cache: NewCache(pool, 20000, logger), logger: logger}
+	s := &Service{catalog: cat, cache: NewCache(pool, 20000, logger), logger: logger}
+	s.parsed.Max = maxParsed
+	return s
 }
 
 // Catalog is the engine catalog behind the service.
@@ -283,10 +284,6 @@ func (s *Service) parse(fen string, chess960 bool) (*parsedFEN, error) {
 		return nil, err
 	}
 	p := &parsedFEN{pos: pos, fen: pos.FEN(), normalized: pos.Normalized() + " " + strconv.Itoa(pos.HalfmoveClock())}
-	if s.parsedN.Add(1) > maxParsed { // bounded: start afresh rather than track recency
-		s.parsed.Clear()
-		s.parsedN.Store(0)
-	}
 	s.parsed.Store(key, p)
 	return p, nil
 }

@@ -18,6 +18,7 @@ import (
 	"chessd/commands"
 	"chessd/domain"
 	"chessd/eventstore"
+	"chessd/memo"
 )
 
 // Keys and accounts are what a server keeps in memory to authenticate: every append to
@@ -39,9 +40,9 @@ type Authenticator struct {
 	pool   *pgxpool.Pool
 	pepper []byte
 	now    func() time.Time
-	cache  memo // stream id -> *domain.Key or *domain.Account, at most maxCached
+	cache  memo.Map // stream id -> *domain.Key or *domain.Account, at most maxCached
 
-	remembered memo // secret hash -> remembered, at most maxRemembered
+	remembered memo.Map // secret hash -> remembered, at most maxRemembered
 	versions   *versionReader
 	watcher    *eventstore.Watcher // nil: versions are read on every call
 }
@@ -153,7 +154,7 @@ func (a *Authenticator) Watch(ctx context.Context, logger *slog.Logger) {
 // NewAuthenticator builds an Authenticator with the server's pepper.
 func NewAuthenticator(pool *pgxpool.Pool, pepper []byte) *Authenticator {
 	a := &Authenticator{pool: pool, pepper: pepper, now: time.Now, versions: &versionReader{pool: pool}}
-	a.cache.max, a.remembered.max = maxCached, maxRemembered
+	a.cache.Max, a.remembered.Max = maxCached, maxRemembered
 	return a
 }
 

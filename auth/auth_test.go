@@ -194,7 +194,7 @@ func TestMemoryIsBounded(t *testing.T) {
 	w := newWorld(ctx, t, "bounded@example.com")
 	a := NewAuthenticator(w.pool, testPepper)
 	const bound, keys = 8, 20
-	a.cache.max, a.remembered.max = bound, bound
+	a.cache.Max, a.remembered.Max = bound, bound
 	var secrets []string
 	for i := range keys {
 		key, secret, err := w.cmds.CreateKey(ctx, commands.Actor{Key: w.admin, RequestID: fmt.Sprintf("req-c%d", i)},

@@ -24,6 +24,7 @@ var layer = map[string]int{
 	"domain/position": 0,
 	"migrations":      0, // SQL text, embedded
 	"syncbuf":         0, // a buffer for concurrent writers (tests' logs, processes' output)
+	"memo":            0, // a bounded concurrent map (what a process remembers of what anyone sends)
 	"postgres":        1, // connections, migrations, the embedded cluster
 	"postgres/pgtest": 1,
 	"mail/mailtest":   1, // an SMTP server for tests, where a message's recipient reads it
