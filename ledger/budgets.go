@@ -40,16 +40,20 @@ func CloseKeyBalance(ctx context.Context, tx *eventstore.Tx, keyID string, at ti
 	return nil
 }
 
+// openBalances selects the open balances of account $1, as kb: a balance opens with
+// its key and closes with the revocation (revoked_at); one the revocation left open (a
+// chessd older than migration 0041 revoked the key) is closed by its KeyRevoked event.
+const openBalances = `FROM key_balances kb
+	WHERE kb.account_id = $1 AND kb.revoked_at IS NULL
+	  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.stream_id = 'key-' || kb.key_id AND e.event_type = 'KeyRevoked')`
+
 // OpenKeyBalances counts the keys of accountID's env whose balance is open: its active
 // keys, exactly, within the transaction. A balance opens with its key; it closes with
 // the revocation (revoked_at), and a balance the revocation left open (a chessd older
 // than migration 0041 revoked the key) still does not count, by its KeyRevoked event.
 func OpenKeyBalances(ctx context.Context, tx *eventstore.Tx, accountID, env string) (int, error) {
 	var n int
-	err := tx.QueryRow(ctx, `SELECT count(*) FROM key_balances kb
-		WHERE kb.account_id = $1 AND kb.env = $2 AND kb.revoked_at IS NULL
-		  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.stream_id = 'key-' || kb.key_id AND e.event_type = 'KeyRevoked')`,
-		accountID, env).Scan(&n)
+	err := tx.QueryRow(ctx, `SELECT count(*) `+openBalances+` AND kb.env = $2`, accountID, env).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count the open balances of account %s: %w", accountID, err)
 	}
@@ -59,10 +63,7 @@ func OpenKeyBalances(ctx context.Context, tx *eventstore.Tx, accountID, env stri
 // OpenKeyIDs lists the keys of accountID, in every env, whose balance is open (its
 // active keys, as OpenKeyBalances counts them), in key id order.
 func OpenKeyIDs(ctx context.Context, tx *eventstore.Tx, accountID string) ([]string, error) {
-	rows, err := tx.Query(ctx, `SELECT kb.key_id FROM key_balances kb
-		WHERE kb.account_id = $1 AND kb.revoked_at IS NULL
-		  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.stream_id = 'key-' || kb.key_id AND e.event_type = 'KeyRevoked')
-		ORDER BY kb.key_id`, accountID)
+	rows, err := tx.Query(ctx, `SELECT kb.key_id `+openBalances+` ORDER BY kb.key_id`, accountID)
 	if err != nil {
 		return nil, fmt.Errorf("the open balances of account %s: %w", accountID, err)
 	}
