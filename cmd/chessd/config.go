@@ -49,8 +49,9 @@ type config struct {
 	// the API's listener (serve) or none (worker); "off": no metrics.
 	MetricsAddr  string
 	MetricsToken string // when set, a scrape must carry it as a bearer token
-	// SchemaCheck is how often a job executor, and serve's mail sender, check that no
-	// newer chessd migrated the database (CHESSD_SCHEMA_CHECK); they stop when one has.
+	// SchemaCheck is how often a job executor, and serve's mail and webhook senders and
+	// budget alerts, check that no newer chessd migrated the database
+	// (CHESSD_SCHEMA_CHECK); they stop when one has.
 	SchemaCheck time.Duration
 }
 

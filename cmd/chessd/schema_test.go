@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"chessd/domain"
 	"chessd/postgres/pgtest"
 	"chessd/syncbuf"
+	"chessd/webhook"
 )
 
 // A running `chessd worker` stops once a newer chessd has migrated its database, with
@@ -90,11 +94,11 @@ func TestOldWorkerStopsOnNewerSchema(t *testing.T) {
 	}
 }
 
-// A running `chessd serve` stops its mail sender, as its job executor, once a newer
-// chessd has migrated its database: a newer release may change the outbox (0047 did:
-// an older sender mailed its sealed bodies as the messages), so an older server leaves
-// the mail queued from then on to the newer servers.
-func TestOldServerStopsMailOnNewerSchema(t *testing.T) {
+// A running `chessd serve` stops its mail and webhook senders, as its job executor,
+// once a newer chessd has migrated its database: a newer release may change an outbox
+// (0047 did: an older sender mailed its sealed bodies as the messages), so an older
+// server leaves what is queued from then on to the newer servers.
+func TestOldServerStopsOutboxesOnNewerSchema(t *testing.T) {
 	bin := buildBinary(t)
 	dbURL := pgtest.URL(t)
 	port := freePort(t)
@@ -102,7 +106,7 @@ func TestOldServerStopsMailOnNewerSchema(t *testing.T) {
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, fmt.Sprintf("PORT=%d", port), "LOG_LEVEL=info",
 		"CHESSD_KEY_PEPPER=crash-test-pepper-0123456789", "CHESSD_ENGINE_POOL_SIZE=1", "CHESSD_DATA_DIR="+t.TempDir(),
-		"CHESSD_SCHEMA_CHECK=100ms")
+		"CHESSD_SCHEMA_CHECK=100ms", "CHESSD_WEBHOOKS_INSECURE=true")
 	cmd.Stderr = &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -113,7 +117,26 @@ func TestOldServerStopsMailOnNewerSchema(t *testing.T) {
 	srv.waitReady(t)
 
 	ctx := context.Background()
-	pool, _ := account(t, dbURL, "before@example.com", domain.PlanFree)
+	pool, su := account(t, dbURL, "before@example.com", domain.PlanFree)
+	var hooked atomic.Int32
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hooked.Add(1) }))
+	t.Cleanup(receiver.Close)
+	secrets, err := webhook.NewSecrets([]byte("crash-test-pepper-0123456789"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := webhook.Create(ctx, pool, secrets, su.AccountID, domain.EnvLive.String(), receiver.URL, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func() {
+		t.Helper()
+		if _, err := webhook.Enqueue(ctx, pool, su.AccountID, domain.EnvLive.String(), ep.ID, "test.event", map[string]any{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver()
+	pgtest.WaitFor(t, "the server to deliver a webhook", func() bool { return hooked.Load() == 1 })
 	sent := func(to string) bool {
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM mail_outbox WHERE to_email = $1 AND sent_at IS NOT NULL`, to).Scan(&n); err != nil {
@@ -130,11 +153,15 @@ func TestOldServerStopsMailOnNewerSchema(t *testing.T) {
 		return strings.Contains(log.String(), "a newer chessd migrated the database")
 	})
 	account(t, dbURL, "after@example.com", domain.PlanFree) // its commit would wake a running sender at once
-	time.Sleep(time.Second)
+	deliver()
+	time.Sleep(time.Second) // what a running sender takes well within
 	if sent("after@example.com") {
 		t.Fatalf("the server sent a message queued after a newer chessd migrated the database:\n%s", log.String())
 	}
-	if !strings.Contains(log.String(), "job executor and mail sender stops") {
-		t.Fatalf("the server's log does not say its mail sender stops:\n%s", log.String())
+	if n := hooked.Load(); n != 1 {
+		t.Fatalf("the server delivered %d webhooks, one after a newer chessd migrated the database:\n%s", n, log.String())
+	}
+	if !strings.Contains(log.String(), "mail sender, webhook sender and budget alerts stops") {
+		t.Fatalf("the server's log does not say its senders stop:\n%s", log.String())
 	}
 }

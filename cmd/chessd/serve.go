@@ -143,12 +143,13 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	}
 	go expireOldRows(ctx, db, logger)
 	go logAnchors(ctx, db, logger)
-	// A newer chessd's migrations stop the job executor and the mail sender (the API
-	// steps aside by /readyz): either would write what the newer schema may expect
-	// otherwise (migration 0047 changed the outbox: older senders mailed sealed bodies).
-	stopping := "mail sender"
+	// A newer chessd's migrations stop the job executor, the mail and webhook senders
+	// and the budget alerts (the API steps aside by /readyz): each would write what the
+	// newer schema may expect otherwise (migration 0047 changed the outbox: older
+	// senders mailed sealed bodies).
+	stopping := "mail sender, webhook sender and budget alerts"
 	if exec != nil {
-		stopping = "job executor and mail sender"
+		stopping = "job executor, " + stopping
 	}
 	untilNewer := untilNewerSchema(ctx, db.pool, cfg.SchemaCheck, stopping, logger)
 	mailDone := make(chan struct{})
@@ -159,9 +160,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger) error {
 	hooksDone := make(chan struct{})
 	go func() {
 		defer close(hooksDone)
-		webhook.NewSender(webhook.Config{AllowPrivate: cfg.InsecureWebhooks, Secrets: hooks}, db.pool, logger).Run(ctx)
+		webhook.NewSender(webhook.Config{AllowPrivate: cfg.InsecureWebhooks, Secrets: hooks}, db.pool, logger).Run(untilNewer)
 	}()
-	go alerts.Run(ctx, db.pool, 5*time.Second, logger) // budget thresholds crossed, told by webhook
+	go alerts.Run(untilNewer, db.pool, 5*time.Second, logger) // budget thresholds crossed, told by webhook
 	go projections.PruneLoop(ctx, db.pool, busConsumers(), time.Minute, logger)
 	execDone := make(chan error, 1)
 	if exec == nil {
@@ -326,7 +327,7 @@ func work(ctx context.Context, cfg config, logger *slog.Logger) error {
 }
 
 // untilNewerSchema is ctx, ended (with cause ErrSchemaNewer) once a newer chessd has
-// migrated the database: a job executor or a mail sender has no readiness gate to step
+// migrated the database: a job executor or an outbox's sender has no readiness gate to step
 // aside by, and an old one would go on writing what the newer schema expects
 // differently. stopping names what stops, for the log.
 func untilNewerSchema(ctx context.Context, pool *pgxpool.Pool, every time.Duration, stopping string, logger *slog.Logger) context.Context {
