@@ -3398,8 +3398,10 @@ type ClientInterface interface {
 	// scope, env `live`, label `recovered`), shown here once, and its address is
 	// verified (the token shows the mail is read). The account's other keys keep
 	// working, unless `revoke_other_keys` is true: then every other key of the account,
-	// in every env, is revoked with it (for an account someone else opened with the
-	// address, or keys that may have leaked). No key needed.
+	// in every env, is revoked with it, and every webhook endpoint of the account is
+	// deleted (for an account someone else opened with the address, or keys that may
+	// have leaked: endpoints they registered would go on receiving its events). No key
+	// needed.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3412,8 +3414,10 @@ type ClientInterface interface {
 	// scope, env `live`, label `recovered`), shown here once, and its address is
 	// verified (the token shows the mail is read). The account's other keys keep
 	// working, unless `revoke_other_keys` is true: then every other key of the account,
-	// in every env, is revoked with it (for an account someone else opened with the
-	// address, or keys that may have leaked). No key needed.
+	// in every env, is revoked with it, and every webhook endpoint of the account is
+	// deleted (for an account someone else opened with the address, or keys that may
+	// have leaked: endpoints they registered would go on receiving its events). No key
+	// needed.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4504,8 +4508,10 @@ func (c *Client) RequestRecovery(ctx context.Context, params *RequestRecoveryPar
 // scope, env `live`, label `recovered`), shown here once, and its address is
 // verified (the token shows the mail is read). The account's other keys keep
 // working, unless `revoke_other_keys` is true: then every other key of the account,
-// in every env, is revoked with it (for an account someone else opened with the
-// address, or keys that may have leaked). No key needed.
+// in every env, is revoked with it, and every webhook endpoint of the account is
+// deleted (for an account someone else opened with the address, or keys that may
+// have leaked: endpoints they registered would go on receiving its events). No key
+// needed.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4528,8 +4534,10 @@ func (c *Client) RecoverKeyWithBody(ctx context.Context, params *RecoverKeyParam
 // scope, env `live`, label `recovered`), shown here once, and its address is
 // verified (the token shows the mail is read). The account's other keys keep
 // working, unless `revoke_other_keys` is true: then every other key of the account,
-// in every env, is revoked with it (for an account someone else opened with the
-// address, or keys that may have leaked). No key needed.
+// in every env, is revoked with it, and every webhook endpoint of the account is
+// deleted (for an account someone else opened with the address, or keys that may
+// have leaked: endpoints they registered would go on receiving its events). No key
+// needed.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8359,8 +8367,10 @@ type ClientWithResponsesInterface interface {
 	// scope, env `live`, label `recovered`), shown here once, and its address is
 	// verified (the token shows the mail is read). The account's other keys keep
 	// working, unless `revoke_other_keys` is true: then every other key of the account,
-	// in every env, is revoked with it (for an account someone else opened with the
-	// address, or keys that may have leaked). No key needed.
+	// in every env, is revoked with it, and every webhook endpoint of the account is
+	// deleted (for an account someone else opened with the address, or keys that may
+	// have leaked: endpoints they registered would go on receiving its events). No key
+	// needed.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8373,8 +8383,10 @@ type ClientWithResponsesInterface interface {
 	// scope, env `live`, label `recovered`), shown here once, and its address is
 	// verified (the token shows the mail is read). The account's other keys keep
 	// working, unless `revoke_other_keys` is true: then every other key of the account,
-	// in every env, is revoked with it (for an account someone else opened with the
-	// address, or keys that may have leaked). No key needed.
+	// in every env, is revoked with it, and every webhook endpoint of the account is
+	// deleted (for an account someone else opened with the address, or keys that may
+	// have leaked: endpoints they registered would go on receiving its events). No key
+	// needed.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -14460,8 +14472,11 @@ type RecoverKeyResponse struct {
 
 		// ApiKey The secret, shown once (redacted in an idempotent replay).
 		ApiKey string `json:"api_key"`
-		KeyId  string `json:"key_id"`
-		Plan   Plan   `json:"plan"`
+
+		// DeletedWebhookIds The webhook endpoints, of every env, deleted with revoke_other_keys (else empty); their pending deliveries end as a DELETE /webhooks/{id} ends them.
+		DeletedWebhookIds []string `json:"deleted_webhook_ids"`
+		KeyId             string   `json:"key_id"`
+		Plan              Plan     `json:"plan"`
 
 		// RevokedKeyIds The keys revoked with revoke_other_keys (else empty).
 		RevokedKeyIds []string `json:"revoked_key_ids"`
@@ -14504,8 +14519,11 @@ func (r RecoverKeyResponse) GetJSON201() *struct {
 
 	// ApiKey The secret, shown once (redacted in an idempotent replay).
 	ApiKey string `json:"api_key"`
-	KeyId  string `json:"key_id"`
-	Plan   Plan   `json:"plan"`
+
+	// DeletedWebhookIds The webhook endpoints, of every env, deleted with revoke_other_keys (else empty); their pending deliveries end as a DELETE /webhooks/{id} ends them.
+	DeletedWebhookIds []string `json:"deleted_webhook_ids"`
+	KeyId             string   `json:"key_id"`
+	Plan              Plan     `json:"plan"`
 
 	// RevokedKeyIds The keys revoked with revoke_other_keys (else empty).
 	RevokedKeyIds []string `json:"revoked_key_ids"`
@@ -17194,8 +17212,10 @@ func (c *ClientWithResponses) RequestRecoveryWithResponse(ctx context.Context, p
 // scope, env `live`, label `recovered`), shown here once, and its address is
 // verified (the token shows the mail is read). The account's other keys keep
 // working, unless `revoke_other_keys` is true: then every other key of the account,
-// in every env, is revoked with it (for an account someone else opened with the
-// address, or keys that may have leaked). No key needed.
+// in every env, is revoked with it, and every webhook endpoint of the account is
+// deleted (for an account someone else opened with the address, or keys that may
+// have leaked: endpoints they registered would go on receiving its events). No key
+// needed.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17214,8 +17234,10 @@ func (c *ClientWithResponses) RecoverKeyWithBodyWithResponse(ctx context.Context
 // scope, env `live`, label `recovered`), shown here once, and its address is
 // verified (the token shows the mail is read). The account's other keys keep
 // working, unless `revoke_other_keys` is true: then every other key of the account,
-// in every env, is revoked with it (for an account someone else opened with the
-// address, or keys that may have leaked). No key needed.
+// in every env, is revoked with it, and every webhook endpoint of the account is
+// deleted (for an account someone else opened with the address, or keys that may
+// have leaked: endpoints they registered would go on receiving its events). No key
+// needed.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -25936,8 +25958,11 @@ func ParseRecoverKeyResponse(rsp *http.Response) (*RecoverKeyResponse, error) {
 
 			// ApiKey The secret, shown once (redacted in an idempotent replay).
 			ApiKey string `json:"api_key"`
-			KeyId  string `json:"key_id"`
-			Plan   Plan   `json:"plan"`
+
+			// DeletedWebhookIds The webhook endpoints, of every env, deleted with revoke_other_keys (else empty); their pending deliveries end as a DELETE /webhooks/{id} ends them.
+			DeletedWebhookIds []string `json:"deleted_webhook_ids"`
+			KeyId             string   `json:"key_id"`
+			Plan              Plan     `json:"plan"`
 
 			// RevokedKeyIds The keys revoked with revoke_other_keys (else empty).
 			RevokedKeyIds []string `json:"revoked_key_ids"`

@@ -70,9 +70,10 @@ type Recovered struct {
 // reads its mail. The token must be unused, unexpired and for the account's current
 // address. With revokeOthers every other key of the account, in every env, is revoked
 // in the same transaction: an account someone else opened with the address is then
-// the mail reader's alone (the other keys could revoke the new one). The secret is
-// returned once, as at signup.
-func (h *Handler) RecoverKey(ctx context.Context, token string, revokeOthers bool, requestID string) (Recovered, error) {
+// the mail reader's alone (the other keys could revoke the new one), and takeover, when
+// set, runs in it too (what else of the account a layer above ends: its webhook
+// endpoints). The secret is returned once, as at signup.
+func (h *Handler) RecoverKey(ctx context.Context, token string, revokeOthers bool, takeover func(context.Context, eventstore.Querier, string) error, requestID string) (Recovered, error) {
 	invalid := domain.Invalid("token", "is not a valid recovery token, or it expired or was used: ask for a new one (POST /v1/recover)")
 	keyID := NewID("key")
 	secret, prefix := newSecret(domain.EnvLive)
@@ -90,6 +91,11 @@ func (h *Handler) RecoverKey(ctx context.Context, token string, revokeOthers boo
 		if revokeOthers {
 			if res.Revoked, err = revokeAll(ctx, tx, a.ID(), md, now); err != nil {
 				return err
+			}
+			if takeover != nil {
+				if err := takeover(ctx, tx, a.ID()); err != nil {
+					return err
+				}
 			}
 		} else if n, err := ledger.OpenKeyBalances(ctx, tx, a.ID(), domain.EnvLive.String()); err != nil {
 			return err

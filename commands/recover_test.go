@@ -50,7 +50,7 @@ func TestKeyMadeDuringATakeoverIsRefused(t *testing.T) {
 	}
 	recovered := make(chan error, 1)
 	go func() {
-		_, err := f.h.RecoverKey(f.ctx, token, true, "req-2")
+		_, err := f.h.RecoverKey(f.ctx, token, true, nil, "req-2")
 		recovered <- err
 	}()
 	f.waitLocked(1)

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"chessd/domain"
+	"chessd/eventstore"
 	"chessd/projections"
+	"chessd/webhook"
 )
 
 type recoverRequest struct {
@@ -66,7 +68,12 @@ func (s *Server) recoverKey(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := s.commands.RecoverKey(r.Context(), *req.Token, req.RevokeOthers, requestID(r.Context()))
+	var deleted []string
+	takeover := func(ctx context.Context, q eventstore.Querier, accountID string) (err error) {
+		deleted, err = webhook.DeleteAll(ctx, q, accountID) // set again if the transaction runs again
+		return err
+	}
+	res, err := s.commands.RecoverKey(r.Context(), *req.Token, req.RevokeOthers, takeover, requestID(r.Context()))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -74,11 +81,16 @@ func (s *Server) recoverKey(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	projections.WaitForKey(ctx, s.pool, res.KeyID, 1) //nolint:errcheck // the key works at once; the list may lag
 	cancel()
-	revoked := res.Revoked
-	if revoked == nil {
-		revoked = []string{}
-	}
 	writeJSON(w, http.StatusCreated, map[string]any{
-		"api_key": res.Secret, "key_id": res.KeyID, "plan": res.Plan.String(), "account_id": res.AccountID, "revoked_key_ids": revoked,
+		"api_key": res.Secret, "key_id": res.KeyID, "plan": res.Plan.String(), "account_id": res.AccountID,
+		"revoked_key_ids": nonNil(res.Revoked), "deleted_webhook_ids": nonNil(deleted),
 	})
+}
+
+// nonNil answers ids, or an empty list for none: a list field is never null.
+func nonNil(ids []string) []string {
+	if ids == nil {
+		return []string{}
+	}
+	return ids
 }

@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -98,11 +100,23 @@ func TestKeyRecoveryTakesTheAccount(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	squatter, squatterID := e.signup("taken@example.com")
-	_, testID := e.createKey(squatter, map[string]any{"env": "test", "label": "theirs"})
+	theirs, testID := e.createKey(squatter, map[string]any{"env": "test", "label": "theirs"})
 	liveIDs := map[string]bool{squatterID: true}
 	for i := range domain.MaxActiveKeys - 1 { // the live keys' cap
 		_, id := e.createKey(squatter, map[string]any{"label": fmt.Sprintf("k%d", i), "scopes": []string{"eval"}})
 		liveIDs[id] = true
+	}
+	hooks := map[string]bool{}
+	for _, key := range []string{squatter, theirs} { // one endpoint an env, each with a delivery pending
+		h := e.do("POST", "/v1/webhooks", key, map[string]any{"url": "http://127.0.0.1:9/hooks"})
+		if h.Status != 201 {
+			t.Fatalf("POST /webhooks: %d %s", h.Status, h.Raw)
+		}
+		id := h.Body["id"].(string)
+		hooks[id] = true
+		if p := e.do("POST", "/v1/webhooks/"+id+"/test", key, nil); p.Status/100 != 2 {
+			t.Fatalf("POST /webhooks/%s/test: %d %s", id, p.Status, p.Raw)
+		}
 	}
 	e.mailedToken("taken@example.com") // the signup's message
 	if _, err := e.pool.Exec(ctx, `UPDATE email_verifications SET created_at = created_at - interval '61 seconds'`); err != nil {
@@ -132,7 +146,21 @@ func TestKeyRecoveryTakesTheAccount(t *testing.T) {
 		t.Fatalf("revoked %d keys (test key %v, signup key %v), want all %d live ones and the test one",
 			len(revoked), revoked[testID], revoked[squatterID], len(liveIDs))
 	}
+	deleted := r.Body["deleted_webhook_ids"].([]any)
+	if len(deleted) != len(hooks) || !hooks[deleted[0].(string)] || !hooks[deleted[1].(string)] {
+		t.Fatalf("deleted webhook endpoints %v, want the squatter's %v", deleted, hooks)
+	}
+	var live, pending int
+	if err := e.pool.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM webhook_endpoints WHERE endpoint_id = ANY($1) AND deleted_at IS NULL),
+			(SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = ANY($1) AND delivered_at IS NULL AND failed_at IS NULL)`,
+		slices.Collect(maps.Keys(hooks))).Scan(&live, &pending); err != nil || live+pending != 0 {
+		t.Fatalf("after the takeover %d of the squatter's endpoints stay and %d deliveries to them are pending (%v)", live, pending, err)
+	}
 	mine := r.Body["api_key"].(string)
+	if l := e.do("GET", "/v1/webhooks", mine, nil); l.Status != 200 || len(l.Body["webhooks"].([]any)) != 0 {
+		t.Fatalf("GET /webhooks with the recovered key: %d %s", l.Status, l.Raw)
+	}
 	wantProblem(t, e.do("GET", "/v1/me", squatter, nil), 401, "fix_request")
 	wantProblem(t, e.do("DELETE", "/v1/keys/"+r.Body["key_id"].(string), squatter, nil), 401, "fix_request")
 	if k := e.do("GET", "/v1/keys", mine, nil); k.Status != 200 {

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -151,6 +152,28 @@ func Delete(ctx context.Context, pool *pgxpool.Pool, accountID, env, id string) 
 		}
 		return nil
 	})
+}
+
+// DeleteAll stops deliveries to every endpoint of accountID, in every env, inside the
+// caller's transaction (a key recovery that takes the account: endpoints someone else
+// registered would go on receiving its events), and answers their ids. Their pending
+// deliveries fail as Delete's do, by a statement after the endpoints'.
+func DeleteAll(ctx context.Context, q eventstore.Querier, accountID string) ([]string, error) {
+	rows, err := q.Query(ctx, `UPDATE webhook_endpoints SET deleted_at = now()
+		WHERE account_id = $1 AND deleted_at IS NULL RETURNING endpoint_id`, accountID)
+	if err != nil {
+		return nil, fmt.Errorf("webhook endpoints: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("webhook endpoints: %w", err)
+	}
+	slices.Sort(ids)
+	if _, err := q.Exec(ctx, `UPDATE webhook_deliveries SET failed_at = now(), last_error = $2
+		WHERE endpoint_id = ANY($1) AND delivered_at IS NULL AND failed_at IS NULL`, ids, DeletedError); err != nil {
+		return nil, fmt.Errorf("webhook endpoints' deliveries: %w", err)
+	}
+	return ids, nil
 }
 
 // Enqueue queues eventType with data for every endpoint of accountID's env (or only

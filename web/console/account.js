@@ -224,6 +224,6 @@ function recoverForm(box) {
     h('p', { class: 'muted' }, 'A new key for your account, by mail: the token (rk_…) works once, for an hour, and also verifies the address.'),
     h('form', { class: 'row', onsubmit: ask }, field('E-mail', email), h('button', { type: 'submit', 'data-testid': 'recover-submit' }, 'Send a recovery token')),
     h('form', { class: 'row', onsubmit: confirm }, field('Token', token),
-      h('label', {}, revoke, ' Revoke every other key of the account (someone else may hold one)'),
+      h('label', {}, revoke, ' Revoke every other key of the account and delete its webhook endpoints (someone else may hold a key)'),
       h('button', { type: 'submit', 'data-testid': 'recover-confirm' }, 'Get a new key')));
 }
