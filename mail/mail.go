@@ -5,7 +5,9 @@
 // once; a failed send is tried again with a growing wait, and each row keeps how it went.
 //
 // A body is stored sealed (commands.NewMailSealer), opened only to be sent, and cleared
-// once sent: a message carries a usable token, and the database must not hold one.
+// once sent or given up (after MaxAttempts tries): a message carries a usable token,
+// and the database must not hold one. Expire deletes the rows sent or given up longer
+// ago than the retention age: the recipient and subject are not kept for ever either.
 //
 // Messages are scheduled by due_at (migration 0047); next_attempt_at stays 'infinity',
 // so that an older chessd's sender, still running in a rolling upgrade and claiming by
@@ -45,9 +47,8 @@ type Config struct {
 	// net/smtp refuses otherwise).
 	Username, Password string
 	// TLS is what happens when the server offers STARTTLS; default TLSVerify.
-	TLS         TLSMode
-	Poll        time.Duration // look for due messages at least this often; default 5 s
-	MaxAttempts int           // then the message is left unsent, its error kept; default 10
+	TLS  TLSMode
+	Poll time.Duration // look for due messages at least this often; default 5 s
 	// Timeout bounds the sending of one message, connecting included; default 1 min. A
 	// message is claimed for twice as long.
 	Timeout time.Duration
@@ -84,6 +85,12 @@ func ParseTLSMode(v string) (TLSMode, error) {
 	return "", fmt.Errorf("unknown SMTP TLS mode %q: want verify, skip-verify or off", v)
 }
 
+// MaxAttempts is how many times a message is tried: then it is given up, its error
+// kept and its body cleared, and Expire deletes it once it has been given up for the
+// retention age. One number for every server, not a setting: the sweep, on any server,
+// tells a message given up from one still being tried by its attempts alone.
+const MaxAttempts = 10
+
 // recordTimeout bounds recording how a send went, which goes on after ctx ends: a
 // message delivered and not recorded would be sent again.
 const recordTimeout = 10 * time.Second
@@ -103,9 +110,6 @@ func NewSender(cfg Config, pool *pgxpool.Pool, logger *slog.Logger) *Sender {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 5 * time.Second
-	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 10
 	}
 	if cfg.RetryBase <= 0 {
 		cfg.RetryBase = 2 * time.Second
@@ -173,9 +177,11 @@ func (s *Sender) SendDue(ctx context.Context) int {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	if ctx.Err() != nil {
-		// stopping: give the message back untried rather than start sending it now
+		// stopping: give the message back untried rather than start sending it now; not
+		// one Expire has given up meanwhile, its body cleared (a last try's claim that
+		// lapsed while this server was paused), which would be sent empty
 		if _, err := s.pool.Exec(rctx, `UPDATE mail_outbox SET attempts = attempts - 1, due_at = now()
-			WHERE id = $1 AND attempts = $2 AND sent_at IS NULL`, m.id, m.attempts); err != nil {
+			WHERE id = $1 AND attempts = $2 AND sent_at IS NULL AND body <> ''`, m.id, m.attempts); err != nil {
 			s.logger.Warn("release mail claim; it is tried again when the claim lapses", "id", m.id, "err", err)
 		}
 		return 0
@@ -196,12 +202,21 @@ func (s *Sender) SendDue(ctx context.Context) int {
 		}
 		return 1
 	}
+	// The last try given up: its body, never to be opened again, is cleared, and its
+	// due_at, which no claim reads any more, says when it was given up (Expire).
+	giveUp := m.attempts >= MaxAttempts
 	wait := min(s.cfg.RetryBase<<min(m.attempts-1, 20), time.Hour)
-	s.logger.Warn("mail not sent; will retry", "id", m.id, "attempt", m.attempts, "retry_in", wait, "err", sendErr)
+	if giveUp {
+		wait = 0
+		s.logger.Warn("mail not sent; out of tries, given up", "id", m.id, "attempt", m.attempts, "err", sendErr)
+	} else {
+		s.logger.Warn("mail not sent; will retry", "id", m.id, "attempt", m.attempts, "retry_in", wait, "err", sendErr)
+	}
 	// only while the claim is still ours: a claim that lapsed (this server paused past
 	// it) may be another server's now, which this would cut short
-	tag, err := s.pool.Exec(rctx, `UPDATE mail_outbox SET last_error = $3, due_at = now() + make_interval(secs => $4)
-		WHERE id = $1 AND attempts = $2 AND sent_at IS NULL`, m.id, m.attempts, sendErr.Error(), wait.Seconds())
+	tag, err := s.pool.Exec(rctx, `UPDATE mail_outbox SET last_error = $3, due_at = now() + make_interval(secs => $4),
+			body = CASE WHEN $5 THEN '' ELSE body END
+		WHERE id = $1 AND attempts = $2 AND sent_at IS NULL`, m.id, m.attempts, sendErr.Error(), wait.Seconds(), giveUp)
 	switch {
 	case err != nil:
 		s.logger.Warn("record mail failure", "id", m.id, "err", err)
@@ -224,7 +239,7 @@ func (s *Sender) claim(ctx context.Context) (message, error) {
 		WHERE id = (SELECT id FROM mail_outbox WHERE sent_at IS NULL AND due_at <= now() AND attempts < $1
 		            ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
 		RETURNING id, to_email, subject, body, attempts`,
-		s.cfg.MaxAttempts, (2*s.cfg.Timeout).Seconds()).Scan(&m.id, &m.to, &m.subject, &m.body, &m.attempts)
+		MaxAttempts, (2*s.cfg.Timeout).Seconds()).Scan(&m.id, &m.to, &m.subject, &m.body, &m.attempts)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return m, fmt.Errorf("claim mail: %w", err)
 	}

@@ -277,7 +277,8 @@ func logAnchors(ctx context.Context, db *database, logger *slog.Logger) {
 // expireOldRows has, every 10 minutes, each package delete what of its own has
 // outlived its use: first responses older than the 24-hour Idempotency-Key window and
 // keyless allowances of past days (ledger), eval-cache entries not refreshed for 30
-// days (analysis), and rate-limit buckets that are full again (ratelimit).
+// days (analysis), rate-limit buckets that are full again (ratelimit), and the mail
+// outbox's messages sent or given up more than 30 days ago (mail).
 func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 	t := time.NewTicker(10 * time.Minute)
 	defer t.Stop()
@@ -291,6 +292,7 @@ func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 			func() (int64, error) { return ledger.Expire(ctx, db.pool) },
 			func() (int64, error) { return analysis.ExpireCache(ctx, db.pool, 30*24*time.Hour) },
 			func() (int64, error) { return ratelimit.Sweep(ctx, db.pool) },
+			func() (int64, error) { return mail.Expire(ctx, db.pool, 30*24*time.Hour) },
 		} {
 			if _, err := expire(); err != nil && ctx.Err() == nil {
 				logger.Warn("expire old rows", "err", err)
