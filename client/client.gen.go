@@ -3554,7 +3554,7 @@ type ClientInterface interface {
 
 	// ListWebhookDeliveries An endpoint's deliveries
 	//
-	// The newest 100, each with how its tries went. Scope `usage:read`.
+	// The newest 100, each with how its tries went. A delivery is deleted 30 days after it was delivered or failed; a pending one is kept. Scope `usage:read`.
 	//
 	// Corresponds with GET /webhooks/{id}/deliveries (the `ListWebhookDeliveries` operationId).
 	ListWebhookDeliveries(ctx context.Context, id WebhookID, params *ListWebhookDeliveriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4804,7 +4804,7 @@ func (c *Client) DeleteWebhook(ctx context.Context, id WebhookID, params *Delete
 
 // ListWebhookDeliveries An endpoint's deliveries
 //
-// The newest 100, each with how its tries went. Scope `usage:read`.
+// The newest 100, each with how its tries went. A delivery is deleted 30 days after it was delivered or failed; a pending one is kept. Scope `usage:read`.
 //
 // Corresponds with GET /webhooks/{id}/deliveries (the `ListWebhookDeliveries` operationId).
 func (c *Client) ListWebhookDeliveries(ctx context.Context, id WebhookID, params *ListWebhookDeliveriesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8531,7 +8531,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListWebhookDeliveriesWithResponse An endpoint's deliveries
 	//
-	// The newest 100, each with how its tries went. Scope `usage:read`.
+	// The newest 100, each with how its tries went. A delivery is deleted 30 days after it was delivered or failed; a pending one is kept. Scope `usage:read`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -17460,7 +17460,7 @@ func (c *ClientWithResponses) DeleteWebhookWithResponse(ctx context.Context, id 
 
 // ListWebhookDeliveriesWithResponse An endpoint's deliveries
 //
-// The newest 100, each with how its tries went. Scope `usage:read`.
+// The newest 100, each with how its tries went. A delivery is deleted 30 days after it was delivered or failed; a pending one is kept. Scope `usage:read`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -1,7 +1,8 @@
 // Package webhook delivers an account's notifications to the HTTPS endpoints it
 // registered: each message is signed (HMAC-SHA256 over the timestamp and the body, in
 // the Chessd-Signature header), tried until the endpoint answers 2xx, with a doubling
-// wait between tries, and every try is recorded where the customer can read it.
+// wait between tries, and every try is recorded where the customer can read it, until
+// Expire deletes the delivery once it has been finished for the retention age.
 package webhook
 
 import (

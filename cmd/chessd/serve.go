@@ -277,8 +277,9 @@ func logAnchors(ctx context.Context, db *database, logger *slog.Logger) {
 // expireOldRows has, every 10 minutes, each package delete what of its own has
 // outlived its use: first responses older than the 24-hour Idempotency-Key window and
 // keyless allowances of past days (ledger), eval-cache entries not refreshed for 30
-// days (analysis), rate-limit buckets that are full again (ratelimit), and the mail
-// outbox's messages sent or given up more than 30 days ago (mail).
+// days (analysis), rate-limit buckets that are full again (ratelimit), the mail
+// outbox's messages sent or given up more than 30 days ago (mail), and webhook
+// deliveries delivered or failed more than 30 days ago (webhook).
 func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 	t := time.NewTicker(10 * time.Minute)
 	defer t.Stop()
@@ -293,6 +294,7 @@ func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 			func() (int64, error) { return analysis.ExpireCache(ctx, db.pool, 30*24*time.Hour) },
 			func() (int64, error) { return ratelimit.Sweep(ctx, db.pool) },
 			func() (int64, error) { return mail.Expire(ctx, db.pool, 30*24*time.Hour) },
+			func() (int64, error) { return webhook.Expire(ctx, db.pool, 30*24*time.Hour) },
 		} {
 			if _, err := expire(); err != nil && ctx.Err() == nil {
 				logger.Warn("expire old rows", "err", err)
