@@ -1,9 +1,13 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -139,14 +143,43 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 // an absent budget (unchanged) and a null one (removed) can be told apart.
 func (s *Server) updateMe(w http.ResponseWriter, r *http.Request) {
 	var raw map[string]json.RawMessage
-	if err := decode(r, &raw, false); err != nil {
+	err := decode(r, &raw, false)
+	if err != nil && !fieldProblems(err) {
 		s.writeError(w, r, err)
 		return
 	}
+	change, p := accountChangeOf(raw)
+	if err == nil && len(raw) == 0 {
+		p.Add("body", "names no field to change ("+meFields+")")
+	}
+	if err != nil { // the decoder's problems, with those of the fields it could read
+		err = withProblems(err, p)
+	} else {
+		err = p.Err()
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	a, err := s.commands.UpdateAccount(r.Context(), s.actor(r), change)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if box, _ := r.Context().Value(ctxPrincipal).(*principalBox); box != nil {
+		box.account = a // the answer shows the account as it is now
+	}
+	s.me(w, r)
+}
+
+// accountChangeOf reads a PATCH /me body's members into the change, with every problem
+// of its fields, in patchOrder.
+func accountChangeOf(raw map[string]json.RawMessage) (commands.AccountChange, domain.Problems) {
 	var change commands.AccountChange
 	var budget domain.BudgetChange
 	var p domain.Problems
-	for name, v := range raw {
+	for _, name := range patchOrder(raw, meFields) {
+		v := raw[name]
 		switch name {
 		case "timezone":
 			if err := json.Unmarshal(v, &change.Timezone); err != nil || change.Timezone == nil {
@@ -162,25 +195,27 @@ func (s *Server) updateMe(w http.ResponseWriter, r *http.Request) {
 			change.Budget = &budget
 		}
 	}
-	if len(raw) == 0 {
-		p.Add("body", "names no field to change ("+meFields+")")
-	}
 	// The zone (above) and the budgets given are checked here too, as UpdateAccount
 	// checks them, so that they are named with the other fields' problems.
 	domain.ValidateBudgets(&p, budget.Units, budget.USD)
-	if err := p.Err(); err != nil {
-		s.writeError(w, r, err)
-		return
+	return change, p
+}
+
+// patchOrder is the names of a PATCH body's members in a fixed order, so that its
+// problems are listed the same way every time (a map's order is random): the fields
+// that can be changed in the order fields (the documentation's) lists them, then any
+// other names, sorted.
+func patchOrder(raw map[string]json.RawMessage, fields string) []string {
+	known := strings.Split(fields, ", ")
+	rank := func(name string) int {
+		if i := slices.Index(known, name); i >= 0 {
+			return i
+		}
+		return len(known)
 	}
-	a, err := s.commands.UpdateAccount(r.Context(), s.actor(r), change)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if box, _ := r.Context().Value(ctxPrincipal).(*principalBox); box != nil {
-		box.account = a // the answer shows the account as it is now
-	}
-	s.me(w, r)
+	names := slices.Collect(maps.Keys(raw))
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(rank(a), rank(b)), strings.Compare(a, b)) })
+	return names
 }
 
 const meFields = "timezone, budget_units, budget_usd, budget_period"
@@ -380,13 +415,40 @@ func (s *Server) settle(ctx context.Context, k *domain.Key) {
 // a null budget (cleared) can be told apart.
 func (s *Server) updateKey(w http.ResponseWriter, r *http.Request) {
 	var raw map[string]json.RawMessage
-	if err := decode(r, &raw, false); err != nil {
+	err := decode(r, &raw, false)
+	if err != nil && !fieldProblems(err) {
 		s.writeError(w, r, err)
 		return
 	}
+	c, p := keyChangeOf(raw)
+	if err == nil && len(raw) == 0 {
+		p.Add("body", "names no field to change ("+keyFields+")")
+	}
+	if err != nil { // the decoder's problems, with those of the fields it could read
+		err = withProblems(err, p)
+	} else {
+		err = p.Err()
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	k, err := s.commands.UpdateKey(r.Context(), s.actor(r), pathVar(r, "id"), c)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.settle(r.Context(), k)
+	s.writeKey(w, r, http.StatusOK, k, "")
+}
+
+// keyChangeOf reads a PATCH /keys/{id} body's members into the change, with every
+// problem of its fields, in patchOrder.
+func keyChangeOf(raw map[string]json.RawMessage) (domain.KeyChange, domain.Problems) {
 	var c domain.KeyChange
 	var p domain.Problems
-	for name, v := range raw {
+	for _, name := range patchOrder(raw, keyFields) {
+		v := raw[name]
 		isNull := string(v) == "null"
 		switch name {
 		case "label":
@@ -415,23 +477,10 @@ func (s *Server) updateKey(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if len(raw) == 0 {
-		p.Add("body", "names no field to change ("+keyFields+")")
-	}
 	// The label and budgets given are checked here too, as Update checks them, so that
 	// they are named with the other fields' problems.
 	domain.CheckKeyFields(&p, c.Label, c.Budget.Units, c.Budget.USD)
-	if err := p.Err(); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	k, err := s.commands.UpdateKey(r.Context(), s.actor(r), pathVar(r, "id"), c)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.settle(r.Context(), k)
-	s.writeKey(w, r, http.StatusOK, k, "")
+	return c, p
 }
 
 const keyFields = "label, scopes, budget_units, budget_usd, budget_period"

@@ -124,12 +124,42 @@ func TestKeysNameEveryBadField(t *testing.T) {
 		{"period and budgets", `{"budget_period":"week","budget_usd":"-1","budget_units":-1}`,
 			[]string{"budget_period", "budget_usd", "budget_units"}},
 		{"unknown field and label", `{"colour":"red","label":"` + long + `"}`, []string{"colour", "label"}},
+		// a string that breaks the text rules does not hide the other fields' problems
+		{"NUL in the label with bad fields", `{"label":"ci\u0000","budget_units":"x","colour":"red","scopes":"eval"}`,
+			[]string{"label", "budget_units", "colour", "scopes"}},
+		{"invalid UTF-8 in the label with bad fields", "{\"label\":\"\xff\",\"budget_period\":\"week\",\"budget_usd\":\"-1\"}",
+			[]string{"label", "budget_period", "budget_usd"}},
+		{"control characters in two fields", `{"label":"\u001b[2J","budget_period":"day\u0000","scopes":["bogus"]}`,
+			[]string{"label", "budget_period", "scopes"}},
+		{"label twice, once with a NUL, and a bad budget", `{"label":"ok","label":"x\u0001","budget_units":-1}`,
+			[]string{"label", "label", "budget_units"}},
 	}
 	for _, tc := range patch {
 		t.Run("PATCH "+tc.name, func(t *testing.T) {
 			wantFields(t, e.do("PATCH", "/v1/keys/"+keyID, key, tc.body), 400, "fix_request", tc.fields...)
 		})
 	}
+	t.Run("PATCH names problems in one order", func(t *testing.T) {
+		// the decoder's (the text rules) first, then the fields in the documentation's
+		// order, then other names, sorted: the same answer to the same body every time
+		for _, tc := range []struct {
+			path, body string
+			fields     []string
+		}{
+			{"/v1/keys/" + keyID, `{"zone":1,"budget_period":"week","colour":"red","budget_units":"x","scopes":"eval","label":5}`,
+				[]string{"label", "scopes", "budget_units", "budget_period", "colour", "zone"}},
+			{"/v1/keys/" + keyID, `{"colour":"red","budget_period":"week","budget_units":"x","label":"a\u0000"}`,
+				[]string{"label", "budget_units", "budget_period", "colour"}},
+			{"/v1/me", `{"zone":1,"budget_period":"week","budget_usd":true,"colour":"red","budget_units":"x","timezone":"Mars/X"}`,
+				[]string{"timezone", "budget_units", "budget_usd", "budget_period", "colour", "zone"}},
+		} {
+			for range 10 {
+				if got := problemFields(t, e.do("PATCH", tc.path, key, tc.body)); !slices.Equal(got, tc.fields) {
+					t.Fatalf("%s %s: fields %v, want %v", tc.path, tc.body, got, tc.fields)
+				}
+			}
+		}
+	})
 	t.Run("valid bodies are still taken", func(t *testing.T) {
 		if r := e.do("POST", "/v1/keys", key, `{"scopes":["eval"],"budget_usd":"1.000001","budget_units":1,"budget_period":"day","label":"ok"}`); r.Status != 201 {
 			t.Fatalf("create: %d %s", r.Status, r.Raw)
@@ -166,6 +196,10 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 		{"POST", "/v1/signup", `{"agent":5}`, []string{"agent", "email"}},
 		{"PATCH", "/v1/me", `{"timezone":"Mars/X","budget_units":-1,"bogus":1}`, []string{"timezone", "budget_units", "bogus"}},
 		{"PATCH", "/v1/me", `{"timezone":"Mars/X","budget_usd":"-1"}`, []string{"timezone", "budget_usd"}},
+		// a string that breaks the text rules does not hide the other fields' problems
+		{"PATCH", "/v1/me", `{"timezone":"Europe/Paris\u0000","budget_units":-1,"bogus":1}`, []string{"timezone", "budget_units", "bogus"}},
+		{"PATCH", "/v1/me", `{"timezone":"\ud800","budget_usd":"x","budget_period":"week"}`, []string{"timezone", "budget_usd", "budget_period"}},
+		{"PATCH", "/v1/me", "{\"budget_period\":\"\xffday\",\"timezone\":5}", []string{"budget_period", "timezone"}},
 		{"POST", "/v1/billing/checkout", `{"plan":"gold","bogus":1}`, []string{"plan", "bogus"}},
 		{"POST", "/v1/billing/checkout", `{"bogus":1}`, []string{"plan", "bogus"}},
 		{"POST", "/v1/disputes", `{"charge_ids":[],"reason":5,"bogus":1}`, []string{"charge_ids", "reason", "bogus"}},

@@ -99,22 +99,36 @@ func decodeFields(body []byte, v any) error {
 		p.Add(path, "is given twice")
 	}
 	if rv.Kind() != reflect.Struct {
-		for _, m := range members {
-			if len(p) >= maxProblems {
-				break
-			}
-			checkText(&p, m.name, m.value, false)
-		}
-		if err := p.Err(); err != nil {
-			return err
-		}
-		if err := strictUnmarshal(body, v); err != nil {
-			return jsonError(err)
-		}
-		return nil
+		decodeMap(&p, members, rv)
+		return p.Err()
 	}
 	decodeObject(&p, "", members, rv)
 	return p.Err()
+}
+
+// decodeMap decodes members into the map rv, each on its own, as decodeObject does a
+// struct's: a member whose strings break the text rules is named and left out, and the
+// others are still taken, so that a handler reading the map (a PATCH body, whose absent
+// and null members differ) can name the problems of those too. A member given twice is
+// taken twice: the last one wins, as encoding/json has it.
+func decodeMap(p *domain.Problems, members []member, rv reflect.Value) {
+	m := reflect.MakeMap(rv.Type())
+	for _, mb := range members {
+		if len(*p) >= maxProblems {
+			break
+		}
+		before := len(*p)
+		if checkText(p, mb.name, mb.value, false); len(*p) > before {
+			continue
+		}
+		elem := reflect.New(rv.Type().Elem())
+		if err := strictUnmarshal(mb.value, elem.Interface()); err != nil {
+			p.Add(mb.name, fmt.Sprintf("must be %s, not %s", describe(elem.Elem().Type()), jsonKindOf(mb.value)))
+			continue
+		}
+		m.SetMapIndex(reflect.ValueOf(mb.name).Convert(rv.Type().Key()), elem.Elem())
+	}
+	rv.Set(m)
 }
 
 // memberTwice finds the first member name given twice in one object of body, which is

@@ -82,6 +82,21 @@ func TestDecodeReportsEveryField(t *testing.T) {
 	}
 }
 
+// A PATCH body is read as a map (an absent member and a null one differ): a member
+// whose strings break the text rules is named and left out, and the others are still
+// read, so that the handler names their problems in the same refusal.
+func TestDecodeMapKeepsTheOtherMembers(t *testing.T) {
+	t.Parallel()
+	var raw map[string]json.RawMessage
+	err := decodeBytes([]byte(`{"label":"a\u0000","budget_units":null,"scopes":["x"],"budget_period":"\u0001"}`), &raw)
+	if got := fieldsOfErr(t, err); !slices.Equal(got, []string{"label", "budget_period"}) {
+		t.Fatalf("fields %v", got)
+	}
+	if _, ok := raw["label"]; ok || string(raw["budget_units"]) != "null" || string(raw["scopes"]) != `["x"]` || len(raw) != 2 {
+		t.Fatalf("read %q", raw)
+	}
+}
+
 func TestDecodeAccepts(t *testing.T) {
 	t.Parallel()
 	var req analysis.Request
