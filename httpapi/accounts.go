@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -460,9 +461,13 @@ func keyChangeOf(raw map[string]json.RawMessage) (domain.KeyChange, domain.Probl
 			c.Label = &label
 		case "scopes":
 			var names []string
-			if err := json.Unmarshal(v, &names); err != nil || isNull {
+			if v[0] != '[' {
 				p.Add("scopes", "must be an array of scope names")
 				continue
+			}
+			before := len(p)
+			if decodeValue(&p, "scopes", v, reflect.ValueOf(&names).Elem(), false); len(p) > before {
+				continue // each element it could not read named by its index, as on POST /keys
 			}
 			scopes, err := domain.ParseScopes(names)
 			if err != nil {

@@ -107,6 +107,7 @@ func TestKeysNameEveryBadField(t *testing.T) {
 		{"empty scopes and budget", `{"scopes":[],"budget_usd":"-1"}`, []string{"scopes", "budget_usd"}},
 		{"wrong-typed label and budget", `{"label":5,"budget_usd":"1.0000001"}`, []string{"label", "budget_usd"}},
 		{"unknown field and budget", `{"colour":"red","budget_units":-1}`, []string{"colour", "budget_units"}},
+		{"null scope and budget", `{"scopes":["eval",null],"budget_units":-1}`, []string{"scopes[1]", "budget_units"}},
 	}
 	for _, tc := range create {
 		t.Run("POST "+tc.name, func(t *testing.T) {
@@ -133,6 +134,9 @@ func TestKeysNameEveryBadField(t *testing.T) {
 			[]string{"label", "budget_period", "scopes"}},
 		{"label twice, once with a NUL, and a bad budget", `{"label":"ok","label":"x\u0001","budget_units":-1}`,
 			[]string{"label", "label", "budget_units"}},
+		// a scope of the wrong type is named by its index, as on POST, and not as unknown
+		{"wrong-typed scopes and budget", `{"scopes":["eval",5,null,["jobs"]],"budget_units":-1}`,
+			[]string{"scopes[1]", "scopes[2]", "scopes[3]", "budget_units"}},
 	}
 	for _, tc := range patch {
 		t.Run("PATCH "+tc.name, func(t *testing.T) {
@@ -219,6 +223,12 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 		// standard chess because chess960 could not be read
 		{"POST", "/v1/analyze", `{"fen":5}`, []string{"fen"}},
 		{"POST", "/v1/disputes", `{"charge_ids":[5,5],"reason":"x"}`, []string{"charge_ids[0]", "charge_ids[1]"}},
+		// an element of the wrong type, null included, is named by its index, once: not
+		// again through the "" left in its place (a repeat, an unknown charge, a FEN)
+		{"POST", "/v1/disputes", `{"charge_ids":["chg_1",null,null],"reason":"x"}`, []string{"charge_ids[1]", "charge_ids[2]"}},
+		{"POST", "/v1/disputes", `{"charge_ids":[null],"reason":""}`, []string{"charge_ids[0]", "reason"}},
+		{"POST", "/v1/disputes", `{"charge_ids":["chg_1",5,"chg_1",{}],"reason":"x"}`, []string{"charge_ids[1]", "charge_ids[3]", "charge_ids"}},
+		{"POST", "/v1/batch", `{"fens":["` + startFEN + `",null,"bad"],"depth":99}`, []string{"fens[1]", "fens[2]", "depth"}},
 		{"POST", "/v1/analyze", `{"fen":"` + fen960 + `","chess960":"yes"}`, []string{"chess960"}},
 		{"POST", "/v1/batch", `{"fens":["` + fen960 + `"],"chess960":1}`, []string{"chess960"}},
 		{"POST", "/v1/legal-moves", `{"fen":"` + fen960 + `","chess960":"yes"}`, []string{"chess960"}},
@@ -229,6 +239,19 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 			wantFields(t, e.do(tc.method, tc.path, key, tc.body), 400, "fix_request", tc.fields...)
 		})
 	}
+	t.Run("a null element is named as one", func(t *testing.T) {
+		for _, tc := range []struct{ method, path, body, want string }{
+			{"POST", "/v1/batch", `{"fens":["` + startFEN + `",null]}`, `{"field":"fens[1]","reason":"must be a string, not null"}`},
+			{"POST", "/v1/disputes", `{"charge_ids":[null],"reason":"x"}`, `{"field":"charge_ids[0]","reason":"must be a string, not null"}`},
+			{"POST", "/v1/keys", `{"scopes":["eval",null]}`, `{"field":"scopes[1]","reason":"must be a string, not null"}`},
+			{"PATCH", "/v1/keys/" + keyID, `{"scopes":[null]}`, `{"field":"scopes[0]","reason":"must be a string, not null"}`},
+		} {
+			r := e.do(tc.method, tc.path, key, tc.body)
+			if errs, _ := r.Body["errors"].([]any); r.Status != 400 || len(errs) != 1 || !strings.Contains(r.Raw, tc.want) {
+				t.Errorf("%s %s %s: want only %s: %d %s", tc.method, tc.path, tc.body, tc.want, r.Status, r.Raw)
+			}
+		}
+	})
 	t.Run("refused jobs hold and start nothing", func(t *testing.T) {
 		if r := e.do("GET", "/v1/jobs", key, nil); r.Status != 200 || len(r.Body["jobs"].([]any)) != 0 {
 			t.Fatalf("jobs after refusals: %d %s", r.Status, r.Raw)

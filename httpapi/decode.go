@@ -212,10 +212,11 @@ func foldName(name string) string {
 // space without a backslash: then none of its strings can hold a control character,
 // an escape or invalid UTF-8. Nor a run of more than 18 digits: goccy reads an integer
 // past int64 without an error (9227000000000000000 into an int; FuzzDecodeBodies), and
-// no number of 18 digits or fewer is past it.
+// no number of 18 digits or fewer is past it. Nor null anywhere: goccy reads a null
+// element of an array of strings as "", which the field decoder refuses.
 func plainJSON(body []byte) bool {
 	body = bytes.TrimLeft(body, " \t\r\n")
-	if len(body) == 0 || body[0] != '{' {
+	if len(body) == 0 || body[0] != '{' || bytes.Contains(body, []byte("null")) {
 		return false
 	}
 	digits := 0
@@ -389,7 +390,15 @@ func decodeValue(p *domain.Problems, path string, raw json.RawMessage, v reflect
 			if len(*p) >= maxProblems {
 				return
 			}
-			decodeValue(p, fmt.Sprintf("%s[%d]", path, i), e, s.Index(i), multiline)
+			elemPath := fmt.Sprintf("%s[%d]", path, i)
+			if string(e) == "null" && !nullable(t.Elem()) {
+				// an element cannot be absent, and encoding/json would read null as
+				// the zero value: a "" the client never sent, refused again later as
+				// a FEN, a scope or a charge id (or taken as one)
+				p.Add(elemPath, fmt.Sprintf("must be %s, not null", describe(t.Elem())))
+				continue
+			}
+			decodeValue(p, elemPath, e, s.Index(i), multiline)
 		}
 		v.Set(s)
 		return
@@ -406,6 +415,15 @@ func decodeValue(p *domain.Problems, path string, raw json.RawMessage, v reflect
 		}
 		v.SetZero() // not what encoding/json left half-set (a pointer to false): left out
 	}
+}
+
+// nullable says whether a value of type t can be null (nil), not just its zero value.
+func nullable(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice:
+		return true
+	}
+	return false
 }
 
 func strictUnmarshal(raw []byte, v any) error {

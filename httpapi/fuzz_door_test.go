@@ -44,6 +44,7 @@ func FuzzDecodeBodies(f *testing.F) {
 		`{"FEN":"x","Depth":3}`, `{"depth":1.0}`, `{"depth":1e1}`, `{"depth":-0}`, `{"depth":99999999999999999999}`,
 		`{"options":null,"fen":null}`, `{"options":{"elo":1,"x":1}}`, `{"depth":"10"}`, `{"fen":"a"} }`, `{"fen":"a"}{}`,
 		`{"":{""}}`, `{"fens":["a",]}`, `{"depth":01}`, `{"options":{"chess960":1}}`, `{"fen":"a","fen":null}`,
+		`{"fens":["a",null]}`, `{"scopes":[null],"label":null}`, `{"fens":[],"depth":null}`,
 	} {
 		f.Add(s)
 	}
