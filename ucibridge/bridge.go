@@ -29,11 +29,6 @@ type Config struct {
 	HTTP *http.Client
 }
 
-// stopGrace is how long a `stop` that arrives before the first depth is complete waits
-// for it: a move from a real search is worth a moment; after that the first legal move
-// is played.
-const stopGrace = 5 * time.Second
-
 // Bridge is one UCI session: one GUI on one pair of streams.
 type Bridge struct {
 	cfg     Config
@@ -693,8 +688,8 @@ type search struct {
 func (s *search) halt()    { s.stopOnce.Do(func() { close(s.stop) }) }
 func (s *search) release() { s.releaseOnce.Do(func() { close(s.released) }) }
 
-// stopSearch stops the running search, if any, without waiting for its bestmove (up to
-// stopGrace away): the next search writes nothing before it.
+// stopSearch stops the running search, if any, without waiting for its bestmove (it
+// comes at once): the next search writes nothing before it.
 func (b *Bridge) stopSearch() {
 	if b.cur != nil {
 		b.cur.halt()
@@ -759,7 +754,10 @@ func (b *Bridge) run(ctx context.Context, s *search, j job) {
 // answer writes a search's info lines and returns its move: a finished game or no
 // position is answered without a call; otherwise the service's search is streamed, an
 // info line per line of each completed depth. A stop before the answer leaves the
-// stream: the service stops the search and charges nothing.
+// stream at once (the service stops the search and charges nothing) and plays the
+// deepest depth's move, or the first legal move before any (UCI: after stop, bestmove
+// as soon as possible; a GUI that stops early does not wait for a first depth). A
+// search stopped before it began asks nothing of the service.
 func (b *Bridge) answer(ctx context.Context, s *search, j job) (best, ponder string, stopped bool) {
 	pos := j.pos
 	if pos == nil {
@@ -773,6 +771,12 @@ func (b *Bridge) answer(ctx context.Context, s *search, j job) (best, ponder str
 	case position.Stalemate:
 		b.out.printf("info depth 0 score cp 0")
 		return "", "", false
+	}
+	select {
+	case <-s.stop: // while the search before ended: no request
+		b.out.printf("info string %s", stoppedEarly)
+		return pos.LegalMoves()[0].UCI, "", true
+	default:
 	}
 	api, err := b.apiFor(j.server, j.key)
 	if err != nil {
@@ -799,8 +803,6 @@ func (b *Bridge) answer(ctx context.Context, s *search, j job) (best, ponder str
 
 	lastDepth := 0
 	failed := false
-	var grace <-chan time.Time
-	stop := s.stop // nil once seen
 	var ponderHit <-chan struct{}
 	if j.g.Ponder && s.limit > 0 {
 		ponderHit = s.released
@@ -824,7 +826,7 @@ func (b *Bridge) answer(ctx context.Context, s *search, j job) (best, ponder str
 			}
 			lastDepth = d.Depth
 			best, ponder = lineMoves(d.Pvs[0])
-			return stopped // a stop was waiting for this first depth
+			return false
 		case "result":
 			var r client.Evaluation
 			if err := json.Unmarshal(ev.Data, &r); err != nil {
@@ -861,6 +863,14 @@ func (b *Bridge) answer(ctx context.Context, s *search, j job) (best, ponder str
 		return false
 	}
 
+	// drain takes the events already read (a depth, or the answer, that came with the
+	// stop): they are the service's latest word.
+	drain := func() (over bool) {
+		for len(events) > 0 && !over {
+			over = handle(<-events)
+		}
+		return over
+	}
 	for over := false; !over; {
 		select {
 		case <-ctx.Done(): // quit: the deferred cancel leaves the stream at once
@@ -869,30 +879,26 @@ func (b *Bridge) answer(ctx context.Context, s *search, j job) (best, ponder str
 			over = handle(ev)
 		case err := <-ended:
 			// every event was queued before the stream ended
-			for len(events) > 0 && !over {
-				over = handle(<-events)
-			}
-			if !over {
+			if over = drain(); !over {
 				if err != nil && !errors.Is(err, context.Canceled) {
 					b.out.printf("info string %s", err)
 				}
 				failed = best == ""
 				over = true
 			}
-		case <-stop:
-			stop = nil
+		case <-s.stop:
 			stopped = true
-			if best != "" {
-				over = true
-			} else {
-				grace = time.After(stopGrace)
+			if !drain() && best == "" {
+				b.out.printf("info string %s", stoppedEarly)
 			}
-		case <-grace:
 			over = true
 		case <-ponderHit: // a timed search from now on
 			ponderHit = nil
 			s.deadline = time.After(s.limit)
-		case <-s.deadline: // as stop, but without waiting for a first depth: the time is up
+		case <-s.deadline: // as stop, but said: the time is up
+			if over = drain(); over { // the answer came with the time
+				break
+			}
 			played := "the deepest depth's move"
 			if best == "" {
 				played = "a legal move"
@@ -910,6 +916,9 @@ func (b *Bridge) answer(ctx context.Context, s *search, j job) (best, ponder str
 	}
 	return best, ponder, stopped
 }
+
+// stoppedEarly is told when a stop comes before the service reported a depth.
+const stoppedEarly = "stopped before the first depth: playing a legal move"
 
 // event is a stream's event, or a note for the GUI from the search (an info string).
 type event struct {

@@ -37,10 +37,12 @@ type fakeAPI struct {
 	searchGate  chan struct{} // when set, a search waits for it to close before its first depth
 	stallAfter  int           // with searchGate: the search waits after this depth instead
 	started     chan struct{} // told when a search has come
+	left        chan struct{} // told when a search's client left before its answer: the service stops it
 
 	mu                  sync.Mutex
 	evals               []client.EvalRequest
 	meCalls, engineCall int
+	answered            int // searches whose answer was produced (charged, with a key)
 }
 
 func newFakeAPI(t *testing.T, f *fakeAPI) *fakeAPI {
@@ -50,6 +52,7 @@ func newFakeAPI(t *testing.T, f *fakeAPI) *fakeAPI {
 		f.plan = domain.PlanPro
 	}
 	f.started = make(chan struct{}, 100)
+	f.left = make(chan struct{}, 100)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/engines", f.engines)
 	mux.HandleFunc("GET /v1/me", f.me)
@@ -167,8 +170,19 @@ func (f *fakeAPI) eval(w http.ResponseWriter, r *http.Request) {
 	best := ms[len(ms)-1].UCI
 	after, _, _ := pos.Play(best)
 	line := []string{best, after.LegalMoves()[0].UCI}
+	// gone: the client left; the service stops the search, produces no answer and
+	// charges nothing
+	gone := func() bool {
+		if r.Context().Err() != nil {
+			f.left <- struct{}{}
+			return true
+		}
+		return false
+	}
 	if f.stallAfter == 0 {
-		wait(r, f.searchGate)
+		if wait(r, f.searchGate); gone() {
+			return
+		}
 	}
 	w.Header().Set("Content-Type", client.MediaNDJSON)
 	for d := 1; d <= depth; d++ {
@@ -177,11 +191,23 @@ func (f *fakeAPI) eval(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"event":"depth","data":%s}`+"\n", data)
 		w.(http.Flusher).Flush()
 		if d == f.stallAfter {
-			wait(r, f.searchGate)
+			if wait(r, f.searchGate); gone() {
+				return
+			}
 		}
 	}
 	data, _ := json.Marshal(client.Evaluation{Bestmove: &line[0], Ponder: &line[1], Depth: depth, CostUsd: "0"})
 	fmt.Fprintf(w, `{"event":"result","data":%s}`+"\n", data)
+	f.mu.Lock()
+	f.answered++
+	f.mu.Unlock()
+}
+
+// answers is how many searches' answers were produced.
+func (f *fakeAPI) answers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.answered
 }
 
 // asked is what the searches asked so far: "depth/multipv" each.
@@ -331,6 +357,9 @@ func TestEveryGoIsAnswered(t *testing.T) {
 				if m, ok := strings.CutPrefix(l, "position startpos moves "); ok {
 					moves = strings.Fields(m)
 				}
+				if l == "go infinite" { // a depth came: its move is the search's
+					s.until(5*time.Second, is("info depth "))
+				}
 			}
 			s.send(tt.line)
 			if slices.Contains(tt.before, "go infinite") {
@@ -430,25 +459,16 @@ func TestLimitsReadAgainAfterAFailure(t *testing.T) {
 }
 
 // isready is answered while a search is still starting: while its limits are read,
-// and while a stop (or a command that stops it) waits for its first depth. Each
-// bestmove still comes after its own search's info lines, before the next search's.
+// and while it waits for its first depth. A go that stops it gets the stopped search's
+// bestmove at once (a legal move: no depth came), then its own after its own info
+// lines.
 func TestIsReadyWhileASearchStarts(t *testing.T) {
 	startFEN := "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
-	tests := []struct {
-		name   string
-		slow   string // "lookup" or "search": what waits until readyok has come
-		stopBy string // sent before isready
-	}{
-		{"the first go reads the limits", "lookup", ""},
-		{"stop before the first depth", "search", "stop"},
-		{"position before the first depth", "search", "position startpos moves e2e4"},
-		{"ucinewgame before the first depth", "search", "ucinewgame"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, slow := range []string{"lookup", "search"} { // what waits until the second go
+		t.Run("the first go's "+slow, func(t *testing.T) {
 			gate := make(chan struct{})
 			api := &fakeAPI{meAnswers: true}
-			if tt.slow == "lookup" {
+			if slow == "lookup" {
 				api.lookupGate = gate
 			} else {
 				api.searchGate = gate
@@ -456,36 +476,112 @@ func TestIsReadyWhileASearchStarts(t *testing.T) {
 			f := newFakeAPI(t, api)
 			s := newSession(t, Config{Server: f.base, Key: "ce_k"})
 			s.send("position startpos", "go depth 3")
-			if tt.stopBy != "" {
+			if slow == "search" {
 				<-f.started
-				s.send(tt.stopBy)
 			}
 			s.send("isready")
-			// the lookups time out after 10 s, stop's wait after 5 s: readyok comes first
 			lines := s.until(4*time.Second, func(l string) bool { return l == "readyok" || is("bestmove")(l) })
 			if lines[len(lines)-1] != "readyok" {
 				t.Fatalf("bestmove before readyok: %q", lines)
 			}
-			s.send("go depth 2") // after position: Black's move; else White's again
-			close(gate)
-			var moves []string
-			if strings.HasPrefix(tt.stopBy, "position") {
-				moves = []string{"e2e4"}
+			s.send("go depth 2")
+			lines = s.until(promptly, is("bestmove")) // before the gate opens
+			if want := []string{"info string " + stoppedEarly, "bestmove " + firstLegal(t, startFEN)}; !slices.Equal(lines, want) {
+				t.Errorf("the stopped search: %q, want %q", lines, want)
 			}
-			// each bestmove after its own search's info lines (at least its first depth)
-			for i, want := range []string{searched(t, startFEN), searched(t, startFEN, moves...)} {
-				lines := s.until(10*time.Second, is("bestmove"))
-				if bestOf(lines) != want {
-					t.Errorf("search %d: bestmove is not its search's %s: %q", i+1, want, lines)
+			close(gate)
+			lines = s.until(10*time.Second, is("bestmove"))
+			want := searched(t, startFEN)
+			if bestOf(lines) != want {
+				t.Errorf("bestmove is not its search's %s: %q", want, lines)
+			}
+			for _, l := range lines[:len(lines)-1] {
+				if !strings.HasPrefix(l, "info depth ") || !strings.Contains(l, " pv "+want+" ") {
+					t.Errorf("a line not of its search before its bestmove: %q", lines)
 				}
-				for _, l := range lines[:len(lines)-1] {
-					if !strings.HasPrefix(l, "info depth ") || !strings.Contains(l, " pv "+want+" ") {
-						t.Errorf("search %d: a line not of its search before its bestmove: %q", i+1, lines)
-					}
-				}
-				if !strings.HasPrefix(lines[0], "info depth 1 ") {
-					t.Errorf("search %d: no info line before its bestmove: %q", i+1, lines)
-				}
+			}
+			if !strings.HasPrefix(lines[0], "info depth 1 ") {
+				t.Errorf("no info line before its bestmove: %q", lines)
+			}
+		})
+	}
+}
+
+// promptly is how soon a stop's bestmove comes: at once, far sooner than any wait for
+// the service.
+const promptly = time.Second
+
+// firstLegal is the bridge's own move in fen (a search's is its last legal move).
+func firstLegal(t *testing.T, fen string, moves ...string) string {
+	t.Helper()
+	pos, err := position.Parse(fen, false)
+	for _, m := range moves {
+		if err == nil {
+			pos, _, err = pos.Play(m)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pos.LegalMoves()[0].UCI
+}
+
+// stop, or a command that stops the search (position, ucinewgame, go), is answered at
+// once (UCI: bestmove as soon as possible), also before the service reported a depth:
+// then with a legal move, said in an info string. The search's request is left at
+// once: the service stops it and produces no answer, so nothing is charged. The
+// session goes on with the position the GUI gave.
+func TestStopAnsweredAtOnce(t *testing.T) {
+	startFEN := "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+	tests := []struct {
+		name       string
+		goLine     string
+		stallAfter int // the depth the service stalls after (0: before the first)
+		stopBy     string
+		next       []string // the moves of the position the next go searches
+	}{
+		{"stop before the first depth", "go infinite", 0, "stop", nil},
+		{"stop a ponder search before the first depth", "go ponder wtime 60000 btime 60000", 0, "stop", nil},
+		{"stop a depth search before the first depth", "go depth 10", 0, "stop", nil},
+		{"stop after the first depth: its move", "go infinite", 1, "stop", nil},
+		{"position before the first depth", "go depth 10", 0, "position startpos moves e2e4", []string{"e2e4"}},
+		{"ucinewgame before the first depth", "go infinite", 0, "ucinewgame", nil},
+		{"go before the first depth", "go depth 10", 0, "go depth 2", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gate := make(chan struct{})
+			f := newFakeAPI(t, &fakeAPI{searchGate: gate, stallAfter: tt.stallAfter})
+			s := newSession(t, Config{Server: f.base})
+			s.send("position startpos", tt.goLine)
+			<-f.started
+			if tt.stallAfter > 0 {
+				s.until(5*time.Second, is("info depth 1 "))
+			}
+			s.send(tt.stopBy)
+			lines := s.until(promptly, is("bestmove"))
+			want, told := firstLegal(t, startFEN), stoppedEarly
+			if tt.stallAfter > 0 {
+				want, told = searched(t, startFEN), ""
+			}
+			if bestOf(lines) != want || infoStrings(lines) != told {
+				t.Errorf("bestmove %s told %q, want %s told %q: %q", bestOf(lines), infoStrings(lines), want, told, lines)
+			}
+			select {
+			case <-f.left:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the stopped search's request is still running on the service")
+			}
+			close(gate)
+			if !strings.HasPrefix(tt.stopBy, "go") {
+				s.send("go depth 2")
+			}
+			lines = s.until(5*time.Second, is("bestmove"))
+			if want := searched(t, startFEN, tt.next...); bestOf(lines) != want {
+				t.Errorf("the next search: bestmove is not %s: %q", want, lines)
+			}
+			if n := f.answers(); n != 1 {
+				t.Errorf("%d answers produced, want 1 (the next search's; the stopped one's none)", n)
 			}
 		})
 	}

@@ -251,7 +251,7 @@ func prefix(p string) func(string) bool {
 
 // The bridge in process against a real server: the keyless caps, a finished game
 // answered without a call, refusals told as info string, isready during a search, and
-// quit in the middle of one, or before its first depth.
+// quit in the middle of one, or quit or stop before its first depth.
 func TestUCIBridgeCases(t *testing.T) {
 	bin := buildBinary(t)
 	dbURL := pgtest.URL(t)
@@ -378,7 +378,7 @@ func TestUCIBridgeCases(t *testing.T) {
 		s.quits(t)
 	})
 
-	t.Run("quit or the end of stdin before the first depth: no bestmove, at once, nothing charged", func(t *testing.T) {
+	t.Run("quit, the end of stdin or stop before the first depth: at once, nothing charged", func(t *testing.T) {
 		// Another account's search (long: 10 lines to depth 30) holds the one engine,
 		// so the bridge's waits in the server's queue with no depth to show.
 		ctx, release := context.WithCancel(context.Background())
@@ -403,15 +403,28 @@ func TestUCIBridgeCases(t *testing.T) {
 		}()
 		metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 		queued := func() float64 { return sample(scrape(t, metrics, metricsToken), "chessd_engine_queue_length", nil) }
-		for _, end := range []string{"quit", "the end of stdin"} {
+		for _, end := range []string{"quit", "the end of stdin", "stop"} {
 			s := newUCISession(t, ucibridge.Config{Server: srv.base, Key: quitter.Secret})
 			s.send("position startpos moves e2e4 e7e5")
 			s.send("go depth 12")
 			waitFor(t, "the bridge's search to queue on the server", 30*time.Second, func() bool { return queued() == 1 })
-			if end == "quit" {
+			switch end {
+			case "quit":
 				s.send("quit")
-			} else {
+			case "the end of stdin":
 				s.in.Close()
+			case "stop": // UCI: bestmove as soon as possible; no depth yet, so a legal move
+				start := time.Now()
+				s.send("stop")
+				lines := s.until(prefix("bestmove"))
+				if took := time.Since(start); took > time.Second {
+					t.Errorf("stop took %s to answer", took)
+				}
+				if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "info string stopped before the first depth") }) {
+					t.Errorf("the move played is not told: %q", lines)
+				}
+				legal(t, "startpos", []string{"e2e4", "e7e5"}, strings.Fields(lines[len(lines)-1])[1])
+				s.send("quit")
 			}
 			s.quits(t)
 			waitFor(t, "the server to drop the search the bridge left", 10*time.Second, func() bool { return queued() == 0 })
@@ -433,13 +446,13 @@ func TestUCIBridgeCases(t *testing.T) {
 			t.Fatalf("marker call: %v %s", err, marker.Body)
 		}
 		if calls := usageCalls(t, api, 1); calls != 1 {
-			t.Errorf("usage shows %d calls, want 1 (the marker; the searches left by quit are free)", calls)
+			t.Errorf("usage shows %d calls, want 1 (the marker; the searches left by quit and stop are free)", calls)
 		}
 	})
 }
 
-// quits fails t unless the bridge ends (nil) well within the 5 s a stop waits for a
-// first depth, and says no bestmove on its way out: UCI's quit is an exit, not a stop.
+// quits fails t unless the bridge ends (nil) at once, and says no bestmove on its way
+// out: UCI's quit is an exit, not a stop.
 func (s *uciSession) quits(t *testing.T) {
 	t.Helper()
 	start := time.Now()
