@@ -48,6 +48,7 @@ type Bridge struct {
 	engines *client.Engines // GET /engines, once read for this server
 	caps    *limits         // GET /engines and GET /me, once both answered for this server and key
 	learned limits          // caps the service named when it refused a search (0: none)
+	lowered string          // the last lowering told (lowering's note) for this server and key
 }
 
 // New is a bridge to the service cfg names.
@@ -399,7 +400,7 @@ func (b *Bridge) setOption(ctx context.Context, name, value string) bool {
 	case "server", "key":
 		b.mu.Lock()
 		b.gen++
-		b.caps, b.learned = nil, limits{}
+		b.caps, b.learned, b.lowered = nil, limits{}, ""
 		if lower == "server" {
 			b.engines = nil
 		}
@@ -932,10 +933,16 @@ type event struct {
 func (b *Bridge) stream(ctx context.Context, api *client.ClientWithResponses, j job, send func(event) error) error {
 	l := b.limits(ctx, api, j.key, j.gen)
 	black := j.pos.SideToMove() == position.Black
-	if note := lowering(j.g, j.set, l, j.key); note != "" {
+	// told once, and again when it changes: not at every go of a game
+	if note := lowering(j.g, j.set, l, j.key); note != "" && !b.toldLowering(j.gen, note) {
 		if err := send(event{note: note}); err != nil {
 			return err
 		}
+		b.mu.Lock()
+		if b.gen == j.gen {
+			b.lowered = note
+		}
+		b.mu.Unlock()
 	}
 	for tries := 0; ; tries++ {
 		req := request(j.pos.FEN(), j.g, j.set, j.offered, l, black)
@@ -963,6 +970,13 @@ func (b *Bridge) stream(ctx context.Context, api *client.ClientWithResponses, j 
 		}
 		return err
 	}
+}
+
+// toldLowering reports whether note is the lowering last told for this server and key.
+func (b *Bridge) toldLowering(gen int, note string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.gen == gen && b.lowered == note
 }
 
 // lowering tells what request lowers to l of what the GUI asked (go depth, MultiPV);

@@ -774,6 +774,34 @@ func TestKeyDefaultIsTheConfiguredKey(t *testing.T) {
 	}
 }
 
+// The lowering of a depth or MultiPV to the caps is told once, and again when what it
+// says changes (another depth or MultiPV asked, another key): not at every go of a game.
+func TestLoweringToldOnce(t *testing.T) {
+	f := newFakeAPI(t, &fakeAPI{})
+	s := newSession(t, Config{Server: f.base})
+	const keyless = " above the caps without a key (set the Key option): searching "
+	steps := []struct {
+		lines []string
+		told  string
+	}{
+		{[]string{"go depth 20"}, "depth 20" + keyless + "depth 12"},
+		{[]string{"go depth 20"}, ""},
+		{[]string{"go depth 8"}, ""},
+		{[]string{"go depth 20"}, ""},
+		{[]string{"go depth 25"}, "depth 25" + keyless + "depth 12"},
+		{[]string{"setoption name MultiPV value 5", "go depth 25"}, "depth 25 and multipv 5" + keyless + "depth 12 and multipv 3"},
+		{[]string{"go depth 25"}, ""},
+		{[]string{"setoption name Key value <empty>", "go depth 25"}, "depth 25 and multipv 5" + keyless + "depth 12 and multipv 3"},
+	}
+	for i, st := range steps {
+		s.send(st.lines...)
+		lines := s.until(5*time.Second, is("bestmove"))
+		if got := infoStrings(lines); got != st.told {
+			t.Errorf("step %d (%q): told %q, want %q", i+1, st.lines, got, st.told)
+		}
+	}
+}
+
 // A line is read whole up to 1 MiB, without its "\n" or "\r\n"; of a longer one the
 // first 1 MiB is kept and the rest skipped, and the next line read.
 func TestReadLine(t *testing.T) {
