@@ -226,10 +226,17 @@ func (p BudgetPeriod) reach() int {
 	return 0
 }
 
+// MaxBudgetUnits is the largest units budget: what the largest USD budget ($10^9)
+// buys at $0.00001 a unit. Without a bound a budget near 2^63 overflowed the
+// percentages of the budget alerts, in a check that runs for every account at once.
+const MaxBudgetUnits = 100_000_000_000_000
+
 // ValidateBudgets checks the budget values a client may set.
 func ValidateBudgets(p *Problems, units *int64, usd *decimal.Decimal) {
 	if units != nil && *units < 0 {
 		p.Add("budget_units", "must be 0 or more")
+	} else if units != nil && *units > MaxBudgetUnits {
+		p.Add("budget_units", "must be at most 100000000000000")
 	}
 	if usd != nil {
 		if usd.IsNegative() {

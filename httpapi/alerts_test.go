@@ -8,6 +8,7 @@ import (
 
 	"chessd/alerts"
 	"chessd/commands"
+	"chessd/domain"
 	"chessd/eventstore"
 )
 
@@ -25,6 +26,16 @@ func TestBudgetAlerts(t *testing.T) {
 	}
 	hookID := hook.Body["id"].(string)
 	ctx := context.Background()
+	// a key of another account whose budget a release before budgets were bounded took
+	// near 2^63: the check, which runs for every account at once, overflowed on it
+	other := e.signupPro("alerts-other@example.com")
+	_, legacyID := e.createKey(other, map[string]any{"label": "legacy", "scopes": []string{"eval"}, "budget_units": 1})
+	if _, err := e.pool.Exec(ctx, `UPDATE key_balances SET budget_units = 9223372036854775807 WHERE key_id = $1`, legacyID); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("POST", "/v1/keys", other, map[string]any{"scopes": []string{"eval"}, "budget_units": int64(domain.MaxBudgetUnits) + 1}); r.Status != 400 {
+		t.Fatalf("a budget over domain.MaxBudgetUnits: %d %s", r.Status, r.Raw)
+	}
 	spend := func(n int) {
 		t.Helper()
 		for i := range n {

@@ -29,11 +29,13 @@ type Crossing struct {
 // last call and returns them: each crossing once per period, whichever server asks
 // first. It first forgets crossings no longer true (a refund lowered the spend, the
 // budget was raised or removed, a new period began), so they are told again when
-// crossed again.
+// crossed again. The percentages are reckoned in numeric: a budget set before budgets
+// were bounded (domain.MaxBudgetUnits) overflowed bigint, and the statement, which
+// runs for every account at once, failed for all of them.
 func BudgetCrossings(ctx context.Context, q eventstore.Querier) ([]Crossing, error) {
 	if _, err := q.Exec(ctx, `DELETE FROM budget_alerts a USING budget_holders b
 		WHERE a.key_id = b.holder AND (b.budget_units IS NULL OR b.budget_units <> a.budget
-			OR b.period_units * 100 < b.budget_units * a.threshold
+			OR b.period_units::numeric * 100 < b.budget_units::numeric * a.threshold
 			OR a.period_start IS DISTINCT FROM b.period_start)`); err != nil {
 		return nil, fmt.Errorf("budget alerts: %w", err)
 	}
@@ -41,7 +43,7 @@ func BudgetCrossings(ctx context.Context, q eventstore.Querier) ([]Crossing, err
 			INSERT INTO budget_alerts (key_id, threshold, budget, spent, period_start)
 			SELECT b.holder, t, b.budget_units, b.period_units, b.period_start
 			  FROM budget_holders b, unnest($1::int[]) AS t
-			 WHERE b.budget_units > 0 AND b.period_units * 100 >= b.budget_units * t
+			 WHERE b.budget_units > 0 AND b.period_units::numeric * 100 >= b.budget_units::numeric * t
 			ON CONFLICT (key_id, threshold) DO NOTHING
 			RETURNING key_id, threshold, budget, spent, period_start)
 		SELECT coalesce(b.key_id, ''), b.account_id, b.env, c.threshold, c.budget, c.spent, b.budget_period, c.period_start
