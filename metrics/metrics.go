@@ -145,13 +145,14 @@ var (
 	dbAcquireSeconds = desc("chessd_db_acquire_seconds_total", "Time spent taking connections from the pool.")
 	dbAcquireCancel  = desc("chessd_db_acquires_canceled_total", "Waits for a connection that ended with their context.")
 	scrapeErrors     = desc("chessd_metrics_read_errors", "Sources that failed to be read in this scrape (their metrics are missing from it).")
+	logCount         = desc("chessd_log_records_total", "Records this process logged at warning level and above, by level, printed or not (LOG_LEVEL): a background loop failing at each pass shows here.", "level")
 )
 
 // stateDescs are the metrics state collects.
 var stateDescs = []*prometheus.Desc{engineProcesses, enginePoolSize, engineQueued, engineQueueWait, engineTimeouts,
 	engineSearches, engineNodes, enginePreempted, charges, chargedUnits, chargedUSD, refused, positionsDone,
 	positionsSearch, queueTakes, positionsQueued, projectionLag, projectionPos, projectionAside, eventsHead, dbConns, dbMaxConns,
-	dbAcquires, dbAcquireWaits, dbAcquireSeconds, dbAcquireCancel, scrapeErrors}
+	dbAcquires, dbAcquireWaits, dbAcquireSeconds, dbAcquireCancel, scrapeErrors, logCount}
 
 func (s *state) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range stateDescs {
@@ -186,6 +187,8 @@ func (s *state) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	counter(logCount, float64(logRecords.warn.Load()), "warn")
+	counter(logCount, float64(logRecords.error.Load()), "error")
 	money := ledger.Counted()
 	for k, t := range money.Charges {
 		cached := strconv.FormatBool(k.Cached)

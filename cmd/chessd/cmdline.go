@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"chessd/cli"
+	"chessd/metrics"
 )
 
 // operatorCommand is a subcommand run on the server's side, configured by the
@@ -116,7 +117,7 @@ func runOperator(ctx context.Context, cmd *operatorCommand, args []string, geten
 		// Nothing ran either: exit 2, as for the command line (verify's 1 says tampered).
 		return exitError{code: 2, err: err}
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	logger := slog.New(metrics.CountLogs(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel})))
 	return act(ctx, cfg, logger, stdout)
 }
 
