@@ -1952,7 +1952,9 @@ type WebhookDelivery struct {
 	Data        map[string]interface{} `json:"data"`
 	DeliveredAt *time.Time             `json:"delivered_at"`
 	DeliveryId  string                 `json:"delivery_id"`
-	LastError   *string                `json:"last_error"`
+
+	// LastError What made the last try fail, in the service's words, naming no address or port: `HTTP 503`, DNS name not found, connection refused, timed out, a TLS certificate error, an address that is not public, …
+	LastError *string `json:"last_error"`
 
 	// LastStatus The endpoint's last HTTP status.
 	LastStatus *int `json:"last_status"`

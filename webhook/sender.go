@@ -3,6 +3,8 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -249,6 +252,9 @@ func (s *Sender) untilDue(ctx context.Context) time.Duration {
 // try sends one delivery and records how it went.
 func (s *Sender) try(ctx context.Context, d due) {
 	status, err := s.post(ctx, d)
+	if err != nil { // last_error says what failed, not this (failure)
+		s.logger.Info("webhook try failed", "delivery_id", d.id, "endpoint_id", d.endpointID, "attempt", d.attempts, "err", err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	var tag pgconn.CommandTag
@@ -259,7 +265,7 @@ func (s *Sender) try(ctx context.Context, d due) {
 		tag, err = s.pool.Exec(rctx, `UPDATE webhook_deliveries SET delivered_at = now(), failed_at = NULL, last_status = $2, last_error = NULL
 			WHERE delivery_id = $1 AND delivered_at IS NULL`, d.id, status)
 	default:
-		msg := failure(status, err)
+		msg := failure(status, err, s.cfg.Timeout)
 		var statusArg *int
 		if status != 0 {
 			statusArg = &status
@@ -280,15 +286,60 @@ func (s *Sender) try(ctx context.Context, d due) {
 	}
 }
 
-// failure is a failed try's last_error, which the endpoint's account reads.
-func failure(status int, err error) string {
+// failure is a failed try's last_error, which the endpoint's account reads: what went
+// wrong, in words of our own, never err's text. The net package's errors name our side
+// of the exchange (a DNS error names the resolver it asked, a connection's error its
+// local address and port) and what a host resolved to (errNotPublic); try logs err
+// whole for us. timeout is a try's limit, named when it ran out.
+func failure(status int, err error, timeout time.Duration) string {
+	if err == nil {
+		return fmt.Sprintf("HTTP %d", status)
+	}
+	var (
+		dnsErr      *net.DNSError
+		opErr       *net.OpError
+		unknownCA   x509.UnknownAuthorityError
+		wrongHost   x509.HostnameError
+		invalidCert x509.CertificateInvalidError
+		verifyErr   *tls.CertificateVerificationError
+		notTLS      tls.RecordHeaderError
+		netErr      net.Error
+	)
 	switch {
 	case errors.Is(err, errNotPublic):
-		return NotPublicError // err names the address the host resolved to
-	case err != nil:
-		return err.Error()
+		return NotPublicError
+	case errors.Is(err, ErrSecretSealed):
+		return "the delivery could not be signed on our side (no fault of the endpoint's); it will be tried again"
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		return "the endpoint's host name was not found (DNS: no such host)"
+	case errors.As(err, &dnsErr) && dnsErr.IsTimeout:
+		return "looking up the endpoint's host name timed out (DNS)"
+	case errors.As(err, &dnsErr):
+		return "looking up the endpoint's host name failed (DNS)"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused: nothing listens at the endpoint's address and port"
+	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
+		return "the endpoint's address is unreachable"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "the connection was reset by the endpoint before it answered"
+	case errors.As(err, &unknownCA):
+		return "TLS certificate error: the endpoint's certificate is signed by an unknown authority"
+	case errors.As(err, &wrongHost):
+		return "TLS certificate error: the endpoint's certificate is not valid for its host name"
+	case errors.As(err, &invalidCert) && invalidCert.Reason == x509.Expired:
+		return "TLS certificate error: the endpoint's certificate has expired or is not yet valid"
+	case errors.As(err, &invalidCert), errors.As(err, &verifyErr):
+		return "TLS certificate error: the endpoint's certificate is not valid"
+	case errors.As(err, &notTLS), errors.Is(err, http.ErrSchemeMismatch):
+		return "TLS handshake failed: the endpoint does not speak TLS (plain HTTP on an https URL?)"
+	case errors.As(err, &opErr) && opErr.Op == "remote error":
+		return "TLS handshake failed: the endpoint refused it (TLS alert)"
+	case errors.As(err, &netErr) && netErr.Timeout(), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("timed out: no answer within %s", timeout)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the endpoint closed the connection without answering"
 	default:
-		return fmt.Sprintf("HTTP %d", status)
+		return "the request failed before an answer came (connection or protocol error)"
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/postgres/pgtest"
+	"chessd/syncbuf"
 	"chessd/webhook"
 )
 
@@ -61,9 +64,15 @@ func queue(t *testing.T, pool *pgxpool.Pool, h hook, n int) {
 // run runs a sender until the test ends, then waits for its Run to return.
 func run(t *testing.T, pool *pgxpool.Pool, cfg webhook.Config) {
 	t.Helper()
+	runLogged(t, pool, cfg, slog.New(slog.DiscardHandler))
+}
+
+// runLogged is run with the sender logging to logger.
+func runLogged(t *testing.T, pool *pgxpool.Pool, cfg webhook.Config, logger *slog.Logger) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { webhook.NewSender(cfg, pool, slog.New(slog.DiscardHandler)).Run(ctx); close(done) }()
+	go func() { webhook.NewSender(cfg, pool, logger).Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
 
@@ -333,5 +342,88 @@ func TestDeleteEndsADeliveryQueuedMeanwhile(t *testing.T) {
 	}
 	if n := count(t, pool, "last_error = 'endpoint deleted'", h.id); n != 1 {
 		t.Fatalf("%d deliveries ended by the Delete, want the one queued meanwhile", n)
+	}
+}
+
+// A failed try records what failed, in words that name no address or port (the
+// error's text named our side of the connection, and a DNS error our resolver: GET
+// /webhooks/{id}/deliveries shows last_error to the customer), and the server's log
+// keeps the error whole. Each endpoint here fails a way of its own, for real.
+func TestFailuresNameNoAddress(t *testing.T) {
+	pool := pgtest.NewDB(t)
+	secrets := testSecrets(t)
+	closed := func(t *testing.T) string { // a port nothing listens on any more
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.Close()
+		return "http://" + ln.Addr().String() + "/hooks"
+	}
+	hangUp := func(t *testing.T) string { // reads the request, closes without an answer
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body) //nolint:errcheck // read whole before hanging up
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL + "/hooks"
+	}
+	selfSigned := func(t *testing.T) string {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshake the sender refuses
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		return srv.URL + "/hooks"
+	}
+	plainOnHTTPS := func(t *testing.T) string {
+		_, url := serve(t, http.StatusNoContent)
+		return strings.Replace(url, "http://", "https://", 1)
+	}
+	silent := func(t *testing.T) string { _, url := serve(t, 0); return url }
+	unavailable := func(t *testing.T) string { _, url := serve(t, http.StatusServiceUnavailable); return url }
+	cases := []struct {
+		name   string
+		url    func(*testing.T) string
+		want   string
+		logged string // in the server's log line for the try; "" when none is logged
+		hook   hook
+	}{
+		{name: "refused", url: closed, want: "connection refused: nothing listens at the endpoint's address and port", logged: "connect: connection refused"},
+		{name: "hung up", url: hangUp, want: "the endpoint closed the connection without answering", logged: "EOF"},
+		{name: "self-signed", url: selfSigned, want: "TLS certificate error: the endpoint's certificate is signed by an unknown authority", logged: "certificate signed by unknown authority"},
+		{name: "plain HTTP", url: plainOnHTTPS, want: "TLS handshake failed: the endpoint does not speak TLS (plain HTTP on an https URL?)", logged: "HTTP response to HTTPS client"},
+		{name: "silent", url: silent, want: "timed out: no answer within 1s", logged: "Client.Timeout exceeded"},
+		{name: "an answer", url: unavailable, want: "HTTP 503"},
+	}
+	var ids []string
+	for i := range cases {
+		cases[i].hook = register(t, pool, secrets, cases[i].url(t))
+		queue(t, pool, cases[i].hook, 1)
+		ids = append(ids, cases[i].hook.id)
+	}
+	var logs syncbuf.Buffer
+	runLogged(t, pool, webhook.Config{AllowPrivate: true, Timeout: time.Second, RetryBase: time.Hour, Poll: 50 * time.Millisecond, Secrets: secrets},
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	pgtest.WaitFor(t, "every endpoint's first try recorded", func() bool {
+		return count(t, pool, "last_error IS NOT NULL", ids...) == len(ids)
+	})
+	address := regexp.MustCompile(`\d+\.\d+\.\d+\.\d+|::|:\d+`)
+	for _, tc := range cases {
+		var lastError string
+		if err := pool.QueryRow(context.Background(), `SELECT last_error FROM webhook_deliveries WHERE endpoint_id = $1`, tc.hook.id).Scan(&lastError); err != nil {
+			t.Fatal(err)
+		}
+		if lastError != tc.want || address.MatchString(lastError) {
+			t.Errorf("%s: last_error %q, want %q", tc.name, lastError, tc.want)
+		}
+		line := regexp.MustCompile(`(?m)^.*"webhook try failed".*endpoint_id=` + tc.hook.id + `.*$`).FindString(logs.String())
+		switch {
+		case tc.logged == "" && line != "":
+			t.Errorf("%s: the server logged %q for an answer", tc.name, line)
+		case tc.logged != "" && (!strings.Contains(line, tc.logged) || !strings.Contains(line, "127.0.0.1:")):
+			t.Errorf("%s: the server's log line is %q, want the error whole (%q, and the address)", tc.name, line, tc.logged)
+		}
 	}
 }

@@ -1,8 +1,17 @@
 package webhook
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
 	"net"
+	"net/http"
+	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -111,6 +120,59 @@ func TestCheckURL(t *testing.T) {
 	} {
 		if err := CheckURL(tc.url, tc.insecure); (err == nil) != tc.ok {
 			t.Errorf("CheckURL(%q, %v) = %v, want ok %v", tc.url, tc.insecure, err, tc.ok)
+		}
+	}
+}
+
+// A failed try's last_error, which the customer reads, says what failed in words of
+// our own: the net package's texts name our resolver ("lookup h on 10.255.255.53:53"),
+// our side of a connection ("read tcp 10.0.0.7:51234->…") and what a host resolved to.
+// The errors here are built as net and net/http wrap them.
+func TestFailureNamesNothingOfOurs(t *testing.T) {
+	post := func(err error) error { return &url.Error{Op: "Post", URL: "https://hooks.example.com/x", Err: err} }
+	dial := func(err error) error {
+		return post(&net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 5), Port: 443}, Err: err})
+	}
+	read := func(err error) error {
+		return post(&net.OpError{Op: "read", Net: "tcp", Source: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 7), Port: 51234},
+			Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 5), Port: 443}, Err: err})
+	}
+	dns := func(e net.DNSError) error {
+		e.Name, e.Server = "0x7f000001", "10.255.255.53:53"
+		return post(&net.OpError{Op: "dial", Net: "tcp", Err: &e})
+	}
+	cert := &x509.Certificate{DNSNames: []string{"other.example.com"}}
+	for _, tc := range []struct {
+		name   string
+		status int
+		err    error
+		want   string
+	}{
+		{"an answer", 503, nil, "HTTP 503"},
+		{"not public", 0, dial(errNotPublic), NotPublicError},
+		{"secret not opened", 0, ErrSecretSealed, "the delivery could not be signed on our side (no fault of the endpoint's); it will be tried again"},
+		{"no such host", 0, dns(net.DNSError{Err: "no such host", IsNotFound: true}), "the endpoint's host name was not found (DNS: no such host)"},
+		{"DNS timeout", 0, dns(net.DNSError{Err: "i/o timeout", IsTimeout: true}), "looking up the endpoint's host name timed out (DNS)"},
+		{"DNS failure", 0, dns(net.DNSError{Err: "server misbehaving", IsTemporary: true}), "looking up the endpoint's host name failed (DNS)"},
+		{"refused", 0, dial(os.NewSyscallError("connect", syscall.ECONNREFUSED)), "connection refused: nothing listens at the endpoint's address and port"},
+		{"host unreachable", 0, dial(os.NewSyscallError("connect", syscall.EHOSTUNREACH)), "the endpoint's address is unreachable"},
+		{"network unreachable", 0, dial(os.NewSyscallError("connect", syscall.ENETUNREACH)), "the endpoint's address is unreachable"},
+		{"reset", 0, read(os.NewSyscallError("read", syscall.ECONNRESET)), "the connection was reset by the endpoint before it answered"},
+		{"unknown authority", 0, post(&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{Cert: cert}}), "TLS certificate error: the endpoint's certificate is signed by an unknown authority"},
+		{"wrong host", 0, post(&tls.CertificateVerificationError{Err: x509.HostnameError{Certificate: cert, Host: "hooks.example.com"}}), "TLS certificate error: the endpoint's certificate is not valid for its host name"},
+		{"expired", 0, post(&tls.CertificateVerificationError{Err: x509.CertificateInvalidError{Cert: cert, Reason: x509.Expired}}), "TLS certificate error: the endpoint's certificate has expired or is not yet valid"},
+		{"other certificate error", 0, post(&tls.CertificateVerificationError{Err: errors.New("x509: negative serial number")}), "TLS certificate error: the endpoint's certificate is not valid"},
+		{"not TLS", 0, post(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), "TLS handshake failed: the endpoint does not speak TLS (plain HTTP on an https URL?)"},
+		{"HTTP answer to TLS", 0, post(http.ErrSchemeMismatch), "TLS handshake failed: the endpoint does not speak TLS (plain HTTP on an https URL?)"},
+		{"TLS alert", 0, post(&net.OpError{Op: "remote error", Err: errors.New("tls: handshake failure")}), "TLS handshake failed: the endpoint refused it (TLS alert)"},
+		{"read timeout", 0, read(os.ErrDeadlineExceeded), "timed out: no answer within 10s"},
+		{"context deadline", 0, post(context.DeadlineExceeded), "timed out: no answer within 10s"},
+		{"closed", 0, post(io.EOF), "the endpoint closed the connection without answering"},
+		{"closed mid-answer", 0, read(io.ErrUnexpectedEOF), "the endpoint closed the connection without answering"},
+		{"anything else", 0, read(errors.New(`malformed HTTP response "\x15\x03\x01"`)), "the request failed before an answer came (connection or protocol error)"},
+	} {
+		if got := failure(tc.status, tc.err, 10*time.Second); got != tc.want {
+			t.Errorf("%s: last_error %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }
