@@ -3524,7 +3524,10 @@ type ClientInterface interface {
 	// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
 	// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 	// without credentials or fragment, and its host is no loopback, private or other
-	// non-public IP address (400 otherwise). The signing secret is shown here only; to
+	// non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
+	// address (`2130706433`, `0x7f000001`, `127.1` are refused), not `localhost` or a name
+	// under it, and not a single-label name; its port, if any, is 1 to 65535 (400 naming
+	// `url` otherwise, saying why). The signing secret is shown here only; to
 	// replace it, register a new endpoint and delete the old one. Scope `billing`.
 	//
 	// Takes any type of body and a specified content type.
@@ -3537,7 +3540,10 @@ type ClientInterface interface {
 	// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
 	// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 	// without credentials or fragment, and its host is no loopback, private or other
-	// non-public IP address (400 otherwise). The signing secret is shown here only; to
+	// non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
+	// address (`2130706433`, `0x7f000001`, `127.1` are refused), not `localhost` or a name
+	// under it, and not a single-label name; its port, if any, is 1 to 65535 (400 naming
+	// `url` otherwise, saying why). The signing secret is shown here only; to
 	// replace it, register a new endpoint and delete the old one. Scope `billing`.
 	//
 	// Takes a body of the `application/json` content type.
@@ -4744,7 +4750,10 @@ func (c *Client) ListWebhooks(ctx context.Context, params *ListWebhooksParams, r
 // Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
 // to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 // without credentials or fragment, and its host is no loopback, private or other
-// non-public IP address (400 otherwise). The signing secret is shown here only; to
+// non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
+// address (`2130706433`, `0x7f000001`, `127.1` are refused), not `localhost` or a name
+// under it, and not a single-label name; its port, if any, is 1 to 65535 (400 naming
+// `url` otherwise, saying why). The signing secret is shown here only; to
 // replace it, register a new endpoint and delete the old one. Scope `billing`.
 //
 // Takes any type of body and a specified content type.
@@ -4767,7 +4776,10 @@ func (c *Client) CreateWebhookWithBody(ctx context.Context, params *CreateWebhoo
 // Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
 // to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 // without credentials or fragment, and its host is no loopback, private or other
-// non-public IP address (400 otherwise). The signing secret is shown here only; to
+// non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
+// address (`2130706433`, `0x7f000001`, `127.1` are refused), not `localhost` or a name
+// under it, and not a single-label name; its port, if any, is 1 to 65535 (400 naming
+// `url` otherwise, saying why). The signing secret is shown here only; to
 // replace it, register a new endpoint and delete the old one. Scope `billing`.
 //
 // Takes a body of the `application/json` content type.
@@ -8499,7 +8511,10 @@ type ClientWithResponsesInterface interface {
 	// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
 	// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 	// without credentials or fragment, and its host is no loopback, private or other
-	// non-public IP address (400 otherwise). The signing secret is shown here only; to
+	// non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
+	// address (`2130706433`, `0x7f000001`, `127.1` are refused), not `localhost` or a name
+	// under it, and not a single-label name; its port, if any, is 1 to 65535 (400 naming
+	// `url` otherwise, saying why). The signing secret is shown here only; to
 	// replace it, register a new endpoint and delete the old one. Scope `billing`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -8512,7 +8527,10 @@ type ClientWithResponsesInterface interface {
 	// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
 	// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 	// without credentials or fragment, and its host is no loopback, private or other
-	// non-public IP address (400 otherwise). The signing secret is shown here only; to
+	// non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
+	// address (`2130706433`, `0x7f000001`, `127.1` are refused), not `localhost` or a name
+	// under it, and not a single-label name; its port, if any, is 1 to 65535 (400 naming
+	// `url` otherwise, saying why). The signing secret is shown here only; to
 	// replace it, register a new endpoint and delete the old one. Scope `billing`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -17410,7 +17428,10 @@ func (c *ClientWithResponses) ListWebhooksWithResponse(ctx context.Context, para
 // Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
 // to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 // without credentials or fragment, and its host is no loopback, private or other
-// non-public IP address (400 otherwise). The signing secret is shown here only; to
+// non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
+// address (`2130706433`, `0x7f000001`, `127.1` are refused), not `localhost` or a name
+// under it, and not a single-label name; its port, if any, is 1 to 65535 (400 naming
+// `url` otherwise, saying why). The signing secret is shown here only; to
 // replace it, register a new endpoint and delete the old one. Scope `billing`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -17429,7 +17450,10 @@ func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Cont
 // Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
 // to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 // without credentials or fragment, and its host is no loopback, private or other
-// non-public IP address (400 otherwise). The signing secret is shown here only; to
+// non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
+// address (`2130706433`, `0x7f000001`, `127.1` are refused), not `localhost` or a name
+// under it, and not a single-label name; its port, if any, is 1 to 65535 (400 naming
+// `url` otherwise, saying why). The signing secret is shown here only; to
 // replace it, register a new endpoint and delete the old one. Scope `billing`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).

@@ -125,9 +125,10 @@ type envConfig struct {
 	lease         time.Duration // executor.Config.Lease; default 3 s
 	noProjections bool
 	rateLimits    bool
-	keyPerMinute  int // httpapi.Config.KeyRequestsPerMinute
-	keylessPerDay int // httpapi.Config.KeylessPerDay
-	streams       int // httpapi.Config.StreamsPerAccount
+	secureHooks   bool // webhook URLs checked as production checks them (InsecureWebhooks off)
+	keyPerMinute  int  // httpapi.Config.KeyRequestsPerMinute
+	keylessPerDay int  // httpapi.Config.KeylessPerDay
+	streams       int  // httpapi.Config.StreamsPerAccount
 	pool          *pgxpool.Pool
 	catalog       *engine.Catalog                                            // default: testCatalog's
 	observe       func(route, method string, status int, took time.Duration) // Deps.ObserveRequest
@@ -149,6 +150,10 @@ func withKeylessPerDay(n int) envOption { return func(c *envConfig) { c.keylessP
 
 // withStreamsPerAccount sets the job event streams an account may hold open.
 func withStreamsPerAccount(n int) envOption { return func(c *envConfig) { c.streams = n } }
+
+// withSecureWebhooks checks webhook URLs as production does: https only, to public
+// hosts (the tests' envs take http://127.0.0.1:port).
+func withSecureWebhooks() envOption { return func(c *envConfig) { c.secureHooks = true } }
 
 // withRateLimits turns the rate limiter on (off by default so tests can call freely).
 func withRateLimits() envOption { return func(c *envConfig) { c.rateLimits = true } }
@@ -190,7 +195,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	authn := auth.NewAuthenticator(pool, testPepper)
 	authn.Watch(meterCtx, logger) // as `chessd serve`: keys and accounts answered from memory
 	cmds := commands.New(store, testPepper)
-	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10, NoRateLimits: !cfg.rateLimits, InsecureWebhooks: true,
+	api := httpapi.New(httpapi.Config{BaseURL: "http://chessd.test/v1", MaxBodyBytes: 64 << 10, NoRateLimits: !cfg.rateLimits, InsecureWebhooks: !cfg.secureHooks,
 		KeyRequestsPerMinute: cfg.keyPerMinute, KeylessPerDay: cfg.keylessPerDay, StreamsPerAccount: cfg.streams}, httpapi.Deps{
 		Pool: pool, Commands: cmds,
 		Auth: authn, Analysis: svc,

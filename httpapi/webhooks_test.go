@@ -320,3 +320,39 @@ func TestIdempotencyKeyOnMailAndPings(t *testing.T) {
 		t.Fatalf("verify, retried with its key: %d then %d %s (a retry without it is told the token is used)", first.Status, again.Status, again.Raw)
 	}
 }
+
+// POST /webhooks refuses, with 400 naming url and why, a URL no delivery could reach:
+// a numeric host in a form other than a dotted quad (an IP address to browsers and
+// curl, a name to Go's resolver), localhost, a single-label name, a port out of range.
+// Each was registered, and every delivery to it failed.
+func TestWebhookURLsNoDeliveryCouldReach(t *testing.T) {
+	e := newEnv(t, withSecureWebhooks())
+	key := e.signupPro("unreachable-hooks@example.com")
+	for _, tc := range []struct{ url, reason string }{
+		{"https://0x7f000001/x", "numeric host"},
+		{"https://127.1/", "numeric host"},
+		{"https://2130706433/", "numeric host"},
+		{"https://0/", "numeric host"},
+		{"https://localhost/", "localhost"},
+		{"https://hooks.localhost/", "localhost"},
+		{"https://intranet/", "single-label"},
+		{"https://example.com:99999/", "port from 1 to 65535"},
+		{"https://example.com:0/", "port from 1 to 65535"},
+		{"https://127.0.0.1/", "non-public address"},
+		{"https://hooks.example.com:8443/x", ""}, // registered
+	} {
+		r := e.do("POST", "/v1/webhooks", key, map[string]any{"url": tc.url})
+		if tc.reason == "" {
+			if r.Status != 201 {
+				t.Errorf("%s: %d %s, want 201", tc.url, r.Status, r.Raw)
+			}
+			continue
+		}
+		if got := problemFields(t, r); len(got) != 1 || got[0] != "url" || !strings.Contains(r.Raw, tc.reason) {
+			t.Errorf("%s: %s, want 400 naming url, saying %q", tc.url, r.Raw, tc.reason)
+		}
+	}
+	if list := e.do("GET", "/v1/webhooks", key, nil); len(list.Body["webhooks"].([]any)) != 1 {
+		t.Errorf("registered: %s, want the one reachable URL", list.Raw)
+	}
+}

@@ -52,22 +52,66 @@ func newID(prefix string) string {
 // CheckURL refuses what is not an absolute https URL (http is allowed only when
 // insecure, for tests and development), written as RFC 3986 has it: url.Parse takes
 // spaces, quotes and angle brackets as they come, and the URL is shown back as given.
-// Nor may its host be an address the sender would refuse (publicOnly), unless insecure.
+// Nor may it name a host no delivery could reach, always: a port outside 1 to 65535,
+// or a host that reads as an IP address without being one netip reads (numericHost).
+// Unless insecure (which lets the sender reach them), nor may its host be an address
+// the sender would refuse (publicOnly), localhost or a name under it (RFC 6761: the
+// loopback), or a single-label name, which only a resolver's search list completes,
+// inside our network.
 func CheckURL(raw string, insecure bool) error {
 	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" || len(raw) > 2000 || !uriText(raw) {
+	if err != nil || u.Hostname() == "" || u.User != nil || u.Fragment != "" || len(raw) > 2000 || !uriText(raw) {
 		return domain.Invalid("url", "must be an absolute URL (RFC 3986: other characters percent-encoded) without credentials or fragment, up to 2000 bytes")
 	}
 	if u.Scheme != "https" && !(insecure && u.Scheme == "http") {
 		return domain.Invalid("url", "must be https")
 	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return domain.Invalid("url", "must have a port from 1 to 65535, or none (443 for https)")
+		}
+	}
+	host := u.Hostname()
+	ip, err := netip.ParseAddr(host)
+	if err != nil && numericHost(host) {
+		return domain.Invalid("url", "must name its host by a DNS name, an IPv4 address as four decimal numbers (1.2.3.4) or an IPv6 address in brackets: "+
+			"a numeric host in any other form (2130706433, 0x7f000001, 127.1, 0177.0.0.1) is an IP address to some clients and a name to others")
+	}
+	if insecure {
+		return nil
+	}
 	// An address written in the URL is refused now, by the sender's own rule, rather
 	// than at every delivery; a name is checked when sending, on the address it
-	// resolves to then. insecure also lets the sender reach private addresses.
-	if ip, err := netip.ParseAddr(u.Hostname()); err == nil && !insecure && !isPublic(ip) {
-		return domain.Invalid("url", "must not be a loopback, private or other non-public address: deliveries go only to public addresses")
+	// resolves to then.
+	if err == nil {
+		if !isPublic(ip) {
+			return domain.Invalid("url", "must not be a loopback, private or other non-public address: deliveries go only to public addresses")
+		}
+		return nil
+	}
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		return domain.Invalid("url", "must not be localhost or a name under it: it is the loopback address, and deliveries go only to public addresses")
+	}
+	if !strings.Contains(name, ".") {
+		return domain.Invalid("url", "must have a fully qualified host name (such as example.com): a single-label name is completed, if at all, only inside the service's own network, and deliveries go only to public addresses")
 	}
 	return nil
+}
+
+// numericHost says whether host ends in a number, as the WHATWG URL standard reads
+// one: its last label (past one trailing dot) all decimal digits, or 0x followed by
+// hex digits. Browsers and curl then read the whole host as an IPv4 address, in
+// decimal, octal or hex, and with fewer than four parts (127.1, 2130706433); Go's
+// resolver does not, and takes it for a name. Such a host that is not a dotted-quad
+// address (netip's) means different things to different clients.
+func numericHost(host string) bool {
+	host = strings.TrimSuffix(host, ".")
+	last := host[strings.LastIndexByte(host, '.')+1:]
+	if hex, ok := strings.CutPrefix(strings.ToLower(last), "0x"); ok {
+		return strings.Trim(hex, "0123456789abcdef") == ""
+	}
+	return last != "" && strings.Trim(last, "0123456789") == ""
 }
 
 // uriText says whether s holds only the characters a URI may (RFC 3986's unreserved
