@@ -3555,7 +3555,8 @@ type ClientInterface interface {
 	//
 	// Stops the endpoint's deliveries: its pending ones end as `failed` with `last_error`
 	// `endpoint deleted` and are not tried again (a try already under way may still
-	// arrive). Scope `billing`.
+	// arrive). The endpoint's record (URL, sealed secret) is deleted 30 days later, once
+	// its deliveries are. Scope `billing`.
 	//
 	// Corresponds with DELETE /webhooks/{id} (the `DeleteWebhook` operationId).
 	DeleteWebhook(ctx context.Context, id WebhookID, params *DeleteWebhookParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4801,7 +4802,8 @@ func (c *Client) CreateWebhook(ctx context.Context, params *CreateWebhookParams,
 //
 // Stops the endpoint's deliveries: its pending ones end as `failed` with `last_error`
 // `endpoint deleted` and are not tried again (a try already under way may still
-// arrive). Scope `billing`.
+// arrive). The endpoint's record (URL, sealed secret) is deleted 30 days later, once
+// its deliveries are. Scope `billing`.
 //
 // Corresponds with DELETE /webhooks/{id} (the `DeleteWebhook` operationId).
 func (c *Client) DeleteWebhook(ctx context.Context, id WebhookID, params *DeleteWebhookParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8542,7 +8544,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Stops the endpoint's deliveries: its pending ones end as `failed` with `last_error`
 	// `endpoint deleted` and are not tried again (a try already under way may still
-	// arrive). Scope `billing`.
+	// arrive). The endpoint's record (URL, sealed secret) is deleted 30 days later, once
+	// its deliveries are. Scope `billing`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -17471,7 +17474,8 @@ func (c *ClientWithResponses) CreateWebhookWithResponse(ctx context.Context, par
 //
 // Stops the endpoint's deliveries: its pending ones end as `failed` with `last_error`
 // `endpoint deleted` and are not tried again (a try already under way may still
-// arrive). Scope `billing`.
+// arrive). The endpoint's record (URL, sealed secret) is deleted 30 days later, once
+// its deliveries are. Scope `billing`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -2,14 +2,14 @@ package webhook
 
 import "time"
 
-// SetExpireBatch makes Expire delete in batches of n deliveries until the test ends.
+// SetExpireBatch makes Expire delete in batches of n rows until the test ends.
 func SetExpireBatch(t interface{ Cleanup(func()) }, n int) {
 	old := expireBatch
 	expireBatch = n
 	t.Cleanup(func() { expireBatch = old })
 }
 
-// ExpireStatement is Expire's statement and its arguments for age.
-func ExpireStatement(age time.Duration) (string, []any) {
-	return expireSQL, []any{expireBatch, age.Seconds()}
+// ExpireStatements are Expire's statements and their arguments for age.
+func ExpireStatements(age time.Duration) ([]string, []any) {
+	return []string{expireSQL, expireEndpointsSQL}, []any{expireBatch, age.Seconds()}
 }

@@ -2,7 +2,8 @@
 // registered: each message is signed (HMAC-SHA256 over the timestamp and the body, in
 // the Chessd-Signature header), tried until the endpoint answers 2xx, with a doubling
 // wait between tries, and every try is recorded where the customer can read it, until
-// Expire deletes the delivery once it has been finished for the retention age.
+// Expire deletes the delivery once it has been finished for the retention age, and a
+// deleted endpoint once it has been deleted that long and its deliveries are gone.
 package webhook
 
 import (

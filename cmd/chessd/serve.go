@@ -279,7 +279,8 @@ func logAnchors(ctx context.Context, db *database, logger *slog.Logger) {
 // keyless allowances of past days (ledger), eval-cache entries not refreshed for 30
 // days (analysis), rate-limit buckets that are full again (ratelimit), the mail
 // outbox's messages sent or given up more than 30 days ago (mail), and webhook
-// deliveries delivered or failed more than 30 days ago (webhook).
+// deliveries delivered or failed more than 30 days ago and the endpoints deleted more
+// than 30 days ago that have none left (webhook).
 func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 	t := time.NewTicker(10 * time.Minute)
 	defer t.Stop()
