@@ -280,7 +280,8 @@ func logAnchors(ctx context.Context, db *database, logger *slog.Logger) {
 // days (analysis), rate-limit buckets that are full again (ratelimit), the mail
 // outbox's messages sent or given up more than 30 days ago (mail), and webhook
 // deliveries delivered or failed more than 30 days ago and the endpoints deleted more
-// than 30 days ago that have none left (webhook).
+// than 30 days ago that have none left (webhook), and e-mail verification and
+// key-recovery tokens used or expired more than 30 days ago (commands).
 func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 	t := time.NewTicker(10 * time.Minute)
 	defer t.Stop()
@@ -296,6 +297,7 @@ func expireOldRows(ctx context.Context, db *database, logger *slog.Logger) {
 			func() (int64, error) { return ratelimit.Sweep(ctx, db.pool) },
 			func() (int64, error) { return mail.Expire(ctx, db.pool, 30*24*time.Hour) },
 			func() (int64, error) { return webhook.Expire(ctx, db.pool, 30*24*time.Hour) },
+			func() (int64, error) { return commands.ExpireTokens(ctx, db.pool, 30*24*time.Hour) },
 		} {
 			if _, err := expire(); err != nil && ctx.Err() == nil {
 				logger.Warn("expire old rows", "err", err)
