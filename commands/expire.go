@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/postgres"
 )
 
-// expireBatch is how many tokens one statement of ExpireTokens deletes: a backlog (the
-// first sweep's, of every token ever made) goes a batch at a time, each a short
-// transaction, rather than in one that holds its rows' locks until all are gone.
+// expireBatch is how many tokens one statement of ExpireTokens deletes (postgres.InBatches).
 var expireBatch = 10000
 
 // expireTokensSQL deletes a batch ($1) of the tokens used, or expired unused, more
@@ -30,15 +30,9 @@ const expireTokensSQL = `DELETE FROM email_verifications WHERE token_hash = ANY 
 // made: an age of a day or more leaves every one they count. Any number of servers
 // may expire at once, each batch skipping the rows another holds.
 func ExpireTokens(ctx context.Context, pool *pgxpool.Pool, age time.Duration) (int64, error) {
-	var n int64
-	for {
-		tag, err := pool.Exec(ctx, expireTokensSQL, expireBatch, age.Seconds())
-		if err != nil {
-			return n, fmt.Errorf("expire email tokens: %w", err)
-		}
-		n += tag.RowsAffected()
-		if tag.RowsAffected() < int64(expireBatch) {
-			return n, nil
-		}
+	n, err := postgres.InBatches(ctx, pool, expireBatch, expireTokensSQL, age.Seconds())
+	if err != nil {
+		return n, fmt.Errorf("expire email tokens: %w", err)
 	}
+	return n, nil
 }

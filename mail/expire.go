@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/postgres"
 )
 
-// expireBatch is how many rows one statement of Expire deletes or clears: a backlog
-// (the first sweep's, of every message ever sent) goes a batch at a time, each a short
-// transaction, rather than in one that holds its rows' locks until all are gone.
+// expireBatch is how many rows one statement of Expire deletes or clears (postgres.InBatches).
 var expireBatch = 10000
 
 // Expire deletes the outbox's rows that will never be sent again and ended more than
@@ -29,7 +29,7 @@ var expireBatch = 10000
 func Expire(ctx context.Context, pool *pgxpool.Pool, age time.Duration) (int64, error) {
 	var n int64
 	for _, e := range expiries(age) {
-		changed, err := inBatches(ctx, pool, e.sql, e.args...)
+		changed, err := postgres.InBatches(ctx, pool, expireBatch, e.sql, e.args...)
 		if e.deletes {
 			n += changed
 		}
@@ -66,21 +66,5 @@ func expiries(age time.Duration) []expiry {
 		{"ended by 0045", `DELETE FROM mail_outbox WHERE id = ANY (ARRAY(
 			SELECT id FROM mail_outbox WHERE sent_at IS NULL AND due_at = 'infinity' AND created_at < now() - make_interval(secs => $2)
 			 LIMIT $1 FOR UPDATE SKIP LOCKED))`, []any{secs}, true},
-	}
-}
-
-// inBatches runs stmt, whose $1 is the batch's size (args the rest), until a run
-// changes fewer rows than a batch, and answers how many it changed in all.
-func inBatches(ctx context.Context, pool *pgxpool.Pool, stmt string, args ...any) (int64, error) {
-	var n int64
-	for {
-		tag, err := pool.Exec(ctx, stmt, append([]any{expireBatch}, args...)...)
-		if err != nil {
-			return n, err
-		}
-		n += tag.RowsAffected()
-		if tag.RowsAffected() < int64(expireBatch) {
-			return n, nil
-		}
 	}
 }

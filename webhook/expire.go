@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chessd/postgres"
 )
 
-// expireBatch is how many rows one statement of Expire deletes: a backlog (the first
-// sweep's, of every delivery ever made) goes a batch at a time, each a short
-// transaction, rather than in one that holds its rows' locks until all are gone.
+// expireBatch is how many rows one statement of Expire deletes (postgres.InBatches).
 var expireBatch = 10000
 
 // expireSQL deletes a batch ($1) of the deliveries finished more than $2 seconds ago,
@@ -49,15 +49,10 @@ func Expire(ctx context.Context, pool *pgxpool.Pool, age time.Duration) (int64, 
 		{"deliveries", expireSQL},
 		{"deleted endpoints", expireEndpointsSQL},
 	} {
-		for {
-			tag, err := pool.Exec(ctx, e.sql, expireBatch, age.Seconds())
-			if err != nil {
-				return n, fmt.Errorf("webhook: expire %s: %w", e.what, err)
-			}
-			n += tag.RowsAffected()
-			if tag.RowsAffected() < int64(expireBatch) {
-				break
-			}
+		changed, err := postgres.InBatches(ctx, pool, expireBatch, e.sql, age.Seconds())
+		n += changed
+		if err != nil {
+			return n, fmt.Errorf("webhook: expire %s: %w", e.what, err)
 		}
 	}
 	return n, nil
