@@ -52,6 +52,11 @@ func TestEvalNamesEveryBadField(t *testing.T) {
 		{"wrong-typed fen with bad depth", `{"fen":5,"depth":31}`, []string{"fen", "depth"}},
 		{"wrong-typed option with bad option", `{` + fen + `,"options":{"limit_strength":"no","elo":100}}`, []string{"options.limit_strength", "options.elo"}},
 		{"depth given twice with bad multipv", `{` + fen + `,"depth":5,"depth":31,"multipv":0}`, []string{"depth", "multipv"}},
+		// names are matched exactly, as the document's schemas have them: not in
+		// another case, nor folded as Unicode folds them (U+017F, long s, is s)
+		{"names in capitals", `{"FEN":"` + startFEN + `","DEPTH":3}`, []string{"FEN", "DEPTH", "fen"}},
+		{"a name in capitals beside its own", `{` + fen + `,"depth":5,"Depth":6}`, []string{"Depth"}},
+		{"a folded option name", `{` + fen + `,"options":{"\u017fhow_wdl":true,"ELO":1500}}`, []string{"options.\u017fhow_wdl", "options.ELO"}},
 	}
 	for _, tc := range cases {
 		for _, path := range []string{"/v1/eval", "/v1/bestmove"} {
@@ -108,6 +113,7 @@ func TestKeysNameEveryBadField(t *testing.T) {
 		{"wrong-typed label and budget", `{"label":5,"budget_usd":"1.0000001"}`, []string{"label", "budget_usd"}},
 		{"unknown field and budget", `{"colour":"red","budget_units":-1}`, []string{"colour", "budget_units"}},
 		{"null scope and budget", `{"scopes":["eval",null],"budget_units":-1}`, []string{"scopes[1]", "budget_units"}},
+		{"names in capitals", `{"LABEL":"x","Scopes":["eval"],"Budget_Units":5}`, []string{"LABEL", "Scopes", "Budget_Units"}},
 	}
 	for _, tc := range create {
 		t.Run("POST "+tc.name, func(t *testing.T) {
@@ -134,6 +140,7 @@ func TestKeysNameEveryBadField(t *testing.T) {
 			[]string{"label", "budget_period", "scopes"}},
 		{"label twice, once with a NUL, and a bad budget", `{"label":"ok","label":"x\u0001","budget_units":-1}`,
 			[]string{"label", "label", "budget_units"}},
+		{"a name in capitals beside its own", `{"label":"ok","Label":"x","BUDGET_UNITS":null}`, []string{"Label", "BUDGET_UNITS"}},
 		// a scope of the wrong type is named by its index, as on POST, and not as unknown
 		{"wrong-typed scopes and budget", `{"scopes":["eval",5,null,["jobs"]],"budget_units":-1}`,
 			[]string{"scopes[1]", "scopes[2]", "scopes[3]", "budget_units"}},

@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -79,7 +78,7 @@ type member struct {
 // newline and carriage return).
 func decodeBytes(body []byte, v any) error {
 	if plainJSON(body) && strictUnmarshalOne(body, v) == nil {
-		if _, twice := memberTwice(body); !twice {
+		if _, twice, capital := scanNames(body); !twice && !capital {
 			return nil // the common case, in one pass: no string in it can break the text rules
 		}
 	}
@@ -133,18 +132,29 @@ func decodeMap(p *domain.Problems, members []member, rv reflect.Value) {
 
 // memberTwice finds the first member name given twice in one object of body, which is
 // well-formed JSON, and returns its path ("depth", "options.elo", "items[2].fen"). Names
-// are compared as the decoder matches them to fields: without regard to case. The
-// decoders themselves would take the last one, so that {"depth":1,"depth":30} read as
-// depth 30 where another parser reads 1.
+// are compared as the decoder matches them to fields: exactly, case and all ("depth"
+// and "DEPTH" are two names, the second unknown). The decoders themselves would take
+// the last one, so that {"depth":1,"depth":30} read as depth 30 where another parser
+// reads 1.
+func memberTwice(body []byte) (string, bool) {
+	path, twice, _ := scanNames(body)
+	return path, twice
+}
+
+// scanNames is memberTwice, also telling whether a member name holds an ASCII capital
+// letter (for the one pass: goccy, like encoding/json, matches a name to a field
+// without regard to case, and every field's name is in small letters, so that a name
+// without a capital matches only the field of exactly its name; see plainJSON for the
+// other characters).
 //
 // Its work is linear in the body, whatever the body's width or depth: each object's
 // names go in a set (a list compared name by name took half a minute of CPU for a
 // 1 MiB body of 125,000 names), and a path is built only for the name it reports (each
 // open object holding its whole path took gigabytes for a body nested 9,500 deep).
-func memberTwice(body []byte) (string, bool) {
+func scanNames(body []byte) (path string, twice, capital bool) {
 	type frame struct {
 		textFrame                     // an object's latest name (key) and whether a name is next; an array's index
-		names     map[string]struct{} // an object's names so far, case-folded
+		names     map[string]struct{} // an object's names so far
 	}
 	var stack []frame
 	for i := 0; i < len(body); i++ {
@@ -162,50 +172,41 @@ func memberTwice(body []byte) (string, bool) {
 		case ':':
 			stack[len(stack)-1].wantKey = false
 		case '"':
+			isName := len(stack) > 0 && stack[len(stack)-1].wantKey
 			j, escaped := i+1, false
 			for ; body[j] != '"'; j++ {
 				if body[j] == '\\' {
 					j, escaped = j+1, true
 				}
 			}
-			if n := len(stack); n > 0 && stack[n-1].wantKey {
-				top := &stack[n-1]
+			if isName && !capital {
+				// as written: a name with escapes never takes the one pass (plainJSON)
+				capital = bytes.ContainsFunc(body[i+1:j], func(r rune) bool { return r >= 'A' && r <= 'Z' })
+			}
+			if isName {
+				top := &stack[len(stack)-1]
 				name := string(body[i+1 : j])
-				if escaped {
+				if escaped || !utf8.ValidString(name) {
+					// as the decoders read it: invalid UTF-8 as U+FFFD, byte by byte
 					json.Unmarshal(body[i:j+1], &name) //nolint:errcheck // a checked string
 				}
 				top.key = name
-				folded := foldName(name)
-				if _, seen := top.names[folded]; seen {
+				if _, seen := top.names[name]; seen {
 					frames := make([]textFrame, len(stack))
 					for k := range stack {
 						frames[k] = stack[k].textFrame
 					}
-					return strings.TrimPrefix(textPath("", frames), "."), true
+					return strings.TrimPrefix(textPath("", frames), "."), true, capital
 				}
 				if top.names == nil {
 					top.names = map[string]struct{}{}
 				}
-				top.names[folded] = struct{}{}
+				top.names[name] = struct{}{}
 			}
 			i = j
 		}
 	}
-	return "", false
-}
-
-// foldName is name with each rune replaced by the least rune of its case-folding orbit:
-// two names are equal under strings.EqualFold exactly when their foldNames are equal.
-func foldName(name string) string {
-	b := make([]rune, 0, len(name))
-	for _, r := range name {
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			least = min(least, f)
-		}
-		b = append(b, least)
-	}
-	return string(b)
+	return "", false, capital
 }
 
 // plainJSON reports whether body is an object made of printable ASCII and JSON white
@@ -323,20 +324,6 @@ func fieldsOf(t reflect.Type) map[string]structField {
 	return out
 }
 
-// lookup finds a member's field as encoding/json does: the exact name, else one that
-// differs only in case. A member given twice is decoded twice: the last one wins.
-func lookup(fields map[string]structField, name string) (structField, bool) {
-	if f, ok := fields[name]; ok {
-		return f, true
-	}
-	for n, f := range fields {
-		if strings.EqualFold(n, name) {
-			return f, true
-		}
-	}
-	return structField{}, false
-}
-
 // decodeObject decodes members into the struct rv, naming fields under prefix.
 func decodeObject(p *domain.Problems, prefix string, members []member, rv reflect.Value) {
 	fields := fieldsOf(rv.Type())
@@ -345,7 +332,9 @@ func decodeObject(p *domain.Problems, prefix string, members []member, rv reflec
 			return
 		}
 		path := prefix + m.name
-		f, ok := lookup(fields, m.name)
+		// the exact name only: encoding/json would also take a name differing in case
+		// ("FEN", "\u017fhow_wdl" for show_wdl), which the document refuses
+		f, ok := fields[m.name]
 		if !ok {
 			p.Add(path, "is not a known field")
 			continue

@@ -395,7 +395,8 @@ func withProblems(err error, more domain.Problems) error {
 		return err
 	}
 	refused := func(field string) bool {
-		return slices.ContainsFunc(de.Fields, func(n domain.FieldError) bool { return strings.EqualFold(n.Field, field) })
+		// exactly: the decoder names a member as sent, and "DEPTH" (unknown) is not depth
+		return slices.ContainsFunc(de.Fields, func(n domain.FieldError) bool { return n.Field == field })
 	}
 	p := domain.Problems(slices.Clone(de.Fields))
 	for _, f := range more {

@@ -30,6 +30,11 @@ var requestTypes = map[string]func() any{
 	"analyze":    func() any { return &analyzeRequest{} },
 	"position":   func() any { return &positionRequest{} },
 	"checkout":   func() any { return &checkoutRequest{} },
+	"dispute":    func() any { return &disputeRequest{} },
+	"webhook":    func() any { return &webhookRequest{} },
+	"verify":     func() any { return &verifyEmailRequest{} },
+	"recover":    func() any { return &recoverRequest{} },
+	"recoverKey": func() any { return &recoverKeyRequest{} },
 	"unmodelled": func() any { return &map[string]any{} },
 }
 
@@ -121,7 +126,7 @@ func givenTwice(t *testing.T, body string) bool {
 			if n := len(stack); n > 0 && stack[n-1].nameNext {
 				top := stack[n-1]
 				for _, seen := range top.names {
-					if strings.EqualFold(seen, v) {
+					if seen == v {
 						return true
 					}
 				}
