@@ -326,6 +326,14 @@ func TestDailyAllowance(t *testing.T) {
 	}
 }
 
+// wantDetail checks a problem's detail.
+func wantDetail(t *testing.T, r response, detail string) {
+	t.Helper()
+	if r.Body["detail"] != detail {
+		t.Fatalf("detail %q, want %q", r.Body["detail"], detail)
+	}
+}
+
 func TestRateLimit(t *testing.T) {
 	e := newEnv(t, withRateLimits())
 	key, _ := e.signup("rate@example.com")
@@ -340,6 +348,7 @@ func TestRateLimit(t *testing.T) {
 		}
 	}
 	wantProblem(t, last, 429, "retry_after")
+	wantDetail(t, last, "more than 120 requests a minute; retry after the Retry-After delay")
 	if last.Header.Get("Retry-After") == "" || !strings.Contains(last.Header.Get("RateLimit"), "r=0") {
 		t.Fatalf("429 headers: %v", last.Header)
 	}
@@ -350,6 +359,7 @@ func TestRateLimit(t *testing.T) {
 		}
 	}
 	wantProblem(t, last, 429, "retry_after")
+	wantDetail(t, last, "more than 30 requests a minute; retry after the Retry-After delay")
 	if last.Header.Get("RateLimit-Policy") != `"ip";q=30;w=60` {
 		t.Fatalf("keyless policy header: %v", last.Header)
 	}
@@ -360,6 +370,7 @@ func TestRateLimit(t *testing.T) {
 		}
 	}
 	wantProblem(t, last, 429, "retry_after")
+	wantDetail(t, last, "more than 10 requests an hour; retry after the Retry-After delay")
 	if last.Header.Get("RateLimit-Policy") != `"signup";q=10;w=3600` {
 		t.Fatalf("signup policy header: %v", last.Header)
 	}

@@ -26,7 +26,7 @@ func (s *Server) addressLimit(w http.ResponseWriter, r *http.Request, policy str
 	if d.Allowed {
 		return true
 	}
-	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "hour"})
+	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "an hour"})
 	return false
 }
 
@@ -55,7 +55,7 @@ func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.K
 	if d.Allowed {
 		return true
 	}
-	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "minute"})
+	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "a minute"})
 	return false
 }
 
@@ -77,11 +77,11 @@ func (s *Server) perMinute(r *http.Request) int {
 type rateLimited struct {
 	after time.Duration
 	limit int
-	per   string
+	per   string // "a minute", "an hour"
 }
 
 func (e *rateLimited) Error() string { return "rate limited" }
 func (e *rateLimited) Unwrap() error {
-	return domain.Errorf(domain.CodeRateLimited, "more than %d requests a %s; retry after the Retry-After delay", e.limit, e.per)
+	return domain.Errorf(domain.CodeRateLimited, "more than %d requests %s; retry after the Retry-After delay", e.limit, e.per)
 }
 func (e *rateLimited) RetryAfter() time.Duration { return e.after }
