@@ -38,6 +38,79 @@ func TestRouterErrorsAreProblems(t *testing.T) {
 	}
 }
 
+// TestPathsAreTakenAsSent: a path with an empty, . or .. segment (an encoded slash
+// makes one) is a 404 problem for every method, never a redirect to its cleaned form:
+// a client following a 301 turns a POST into a GET of the list, and believes it made
+// what it did not. Nothing is changed by such a request; an encoded slash inside an
+// id, or a NUL, is refused as before. It runs on a server without the contract check:
+// the document's validator takes /v1//keys and /v1/keys/ for /keys, as the router used
+// to.
+func TestPathsAreTakenAsSent(t *testing.T) {
+	e := newEnv(t)
+	key, keyID := e.signup("paths@example.com")
+	plain := httptest.NewServer(e.api)
+	defer plain.Close()
+	client := *plain.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	send := func(t *testing.T, method, path, body string) response {
+		t.Helper()
+		req, err := http.NewRequest(method, plain.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		raw, _ := io.ReadAll(res.Body)
+		r := response{Status: res.StatusCode, Header: res.Header, Raw: string(raw)}
+		if err := json.Unmarshal(raw, &r.Body); err != nil {
+			t.Fatalf("%s %s: %d %v with a body that is not JSON: %q", method, path, res.StatusCode, res.Header, raw)
+		}
+		return r
+	}
+	const unclean = "the path holds an empty, . or .. segment"
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		detail             string
+	}{
+		{"POST", "/v1//keys", `{"label":"x"}`, 404, unclean},
+		{"POST", "//v1/keys", `{"label":"x"}`, 404, unclean},
+		{"PATCH", "/v1/keys/%2F", `{"label":"x"}`, 404, unclean},
+		{"PATCH", "/v1/keys/" + keyID + "/.", `{"label":"x"}`, 404, unclean},
+		{"DELETE", "/v1/keys/../keys/" + keyID, "", 404, unclean},
+		{"DELETE", "/v1/keys/%2E%2E/keys/" + keyID, "", 404, unclean},
+		{"POST", "/v1/keys/" + keyID + "//rotate", "", 404, unclean},
+		{"GET", "/v1//me", "", 404, unclean},
+		{"GET", "/v1/./me", "", 404, unclean},
+		{"POST", "/v1/keys/", `{"label":"x"}`, 404, "no endpoint POST /v1/keys/ (every path"},
+		{"PATCH", "/v1/keys/a%2Fb", `{"label":"x"}`, 404, "no endpoint PATCH /v1/keys/a/b (every path"},
+		{"GET", "/v1/jobs/a%2F%00", "", 400, "control character"},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			r := send(t, tc.method, tc.path, tc.body)
+			wantProblem(t, r, tc.status, "fix_request")
+			if loc := r.Header.Get("Location"); loc != "" {
+				t.Fatalf("Location %q", loc)
+			}
+			if detail, _ := r.Body["detail"].(string); !strings.Contains(detail, tc.detail) {
+				t.Fatalf("detail %q, want it to hold %q", detail, tc.detail)
+			}
+		})
+	}
+	r := e.do("GET", "/v1/keys", key, nil)
+	keys, _ := r.Body["keys"].([]any)
+	if k, _ := keys[0].(map[string]any); r.Status != 200 || len(keys) != 1 || k["status"] != "active" || k["label"] != "signup" {
+		t.Fatalf("after the refusals: %d %s", r.Status, r.Raw)
+	}
+	if r := send(t, "PATCH", "/v1/keys/"+keyID, `{"label":"as sent"}`); r.Status != 200 || r.Body["label"] != "as sent" {
+		t.Fatalf("a clean path: %d %s", r.Status, r.Raw)
+	}
+}
+
 // HEAD is answered wherever GET is (RFC 9110, 9.1: uptime checkers use it): the GET
 // answer's status and headers, no body. A job's event stream is GET only (a HEAD would
 // hold the connection for as long as the job runs). The document lists GET operations

@@ -138,8 +138,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) routes() {
-	root := mux.NewRouter()
+	// SkipClean: a path is taken as sent. gorilla/mux would otherwise answer a path
+	// with an empty, . or .. segment (/v1//keys, /v1/keys/%2F, /v1/keys/../keys/key_…)
+	// with a bare 301 to its cleaned form, for every method: a client following it
+	// turns a POST into a GET of the list, and believes it created what it did not.
+	root := mux.NewRouter().SkipClean(true)
 	root.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if uncleanPath(r.URL.Path) {
+			s.writeError(w, r, domain.Errorf(domain.CodeNotFound, "no endpoint %s %s: the path holds an empty, . or .. segment (an encoded slash, %%2F, is one too), and paths are taken as sent, never cleaned or redirected", r.Method, r.URL.Path))
+			return
+		}
 		s.writeError(w, r, domain.Errorf(domain.CodeNotFound, "no endpoint %s %s (every path is under /v1)", r.Method, r.URL.Path))
 	})
 	root.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -237,6 +245,21 @@ func (s *Server) routes() {
 		})
 	})
 	s.router = root
+}
+
+// uncleanPath says whether path (decoded) holds an empty, . or .. segment, a trailing
+// slash aside.
+func uncleanPath(path string) bool {
+	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	if n := len(segs); segs[n-1] == "" {
+		segs = segs[:n-1]
+	}
+	for _, seg := range segs {
+		if seg == "" || seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // allowedMethods lists the methods the router would accept for r's path.
