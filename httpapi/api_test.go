@@ -161,6 +161,73 @@ func TestProblemTypesResolve(t *testing.T) {
 	wantProblem(t, e.do("GET", "/v1/problems/no-such-thing", "", nil), 404, "fix_request")
 }
 
+// TestSingleValueHeaders: a header the API reads one value of (Authorization,
+// Idempotency-Key, Last-Event-ID) sent in more than one field line is refused with
+// 400 naming it, with the request's other faults, before the key is looked at: no
+// first or last one wins (the first was taken: two accounts' keys answered as the
+// first's). A comma-joined value, as a proxy may join two lines, is no valid value.
+// Accept, a list, is read whole, every line of it.
+func TestSingleValueHeaders(t *testing.T) {
+	e := newEnv(t)
+	a, _ := e.signup("single-a@example.com")
+	b, _ := e.signup("single-b@example.com")
+	for _, tc := range []struct {
+		name, method, path string
+		header             http.Header
+		status             int
+		next               string
+		fields             []string
+	}{
+		{"two accounts' keys", "GET", "/v1/me", http.Header{"Authorization": {"Bearer " + a, "Bearer " + b}}, 400, "fix_request", []string{"Authorization"}},
+		{"one key twice", "GET", "/v1/me", http.Header{"Authorization": {"Bearer " + a, "Bearer " + a}}, 400, "fix_request", []string{"Authorization"}},
+		{"two keys on a costed call", "POST", "/v1/validate", http.Header{"Authorization": {"Bearer " + a, "Bearer " + b}}, 400, "fix_request", []string{"Authorization"}},
+		{"two keys joined", "GET", "/v1/me", http.Header{"Authorization": {"Bearer " + a + ", Bearer " + b}}, 401, "fix_request", nil},
+		{"two idempotency keys", "POST", "/v1/validate", http.Header{"Authorization": {"Bearer " + a}, "Idempotency-Key": {"k-1", "k-2"}}, 400, "fix_request", []string{"Idempotency-Key"}},
+		{"two idempotency keys joined", "POST", "/v1/validate", http.Header{"Authorization": {"Bearer " + a}, "Idempotency-Key": {"k-1, k-2"}}, 400, "fix_request", []string{"Idempotency-Key"}},
+		{"two event ids", "GET", "/v1/jobs/job_x/events", http.Header{"Authorization": {"Bearer " + a}, "Last-Event-ID": {"3", "9"}}, 400, "fix_request", []string{"Last-Event-ID"}},
+		{"every fault at once", "GET", "/v1/me?bogus=1", http.Header{"Authorization": {"Bearer " + a, "Bearer " + b}, "Idempotency-Key": {"k", "k"}},
+			400, "fix_request", []string{"Authorization", "Idempotency-Key", "bogus"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body io.Reader
+			if tc.method == "POST" {
+				body = strings.NewReader(`{"fen":"` + startFEN + `"}`)
+			}
+			req, _ := http.NewRequest(tc.method, e.srv.URL+tc.path, body)
+			for name, values := range tc.header {
+				req.Header[http.CanonicalHeaderKey(name)] = values
+			}
+			r := e.send(req)
+			if tc.fields == nil {
+				wantProblem(t, r, tc.status, tc.next)
+			} else {
+				wantFields(t, r, tc.status, tc.next, tc.fields...)
+			}
+		})
+	}
+	t.Run("one of each is taken", func(t *testing.T) {
+		req, _ := http.NewRequest("POST", e.srv.URL+"/v1/validate", strings.NewReader(`{"fen":"`+startFEN+`"}`))
+		req.Header.Set("Authorization", "Bearer "+b)
+		req.Header.Set("Idempotency-Key", "k-1,k-2") // one key, commas and all
+		if r := e.send(req); r.Status != 200 {
+			t.Fatalf("%d %s", r.Status, r.Raw)
+		}
+	})
+	t.Run("Accept is read whole", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", e.srv.URL+"/v1/usage", nil)
+		req.Header.Set("Authorization", "Bearer "+a)
+		req.Header["Accept"] = []string{"application/json;q=0.5", "text/csv"}
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if ct := res.Header.Get("Content-Type"); res.StatusCode != 200 || !strings.HasPrefix(ct, "text/csv") {
+			t.Fatalf("%d %q, want CSV, preferred by the second line", res.StatusCode, ct)
+		}
+	})
+}
+
 func TestRequestID(t *testing.T) {
 	e := newEnv(t)
 	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/healthz", nil)
@@ -183,6 +250,12 @@ func TestRequestID(t *testing.T) {
 	res.Body.Close()
 	if got := res.Header.Get("X-Request-Id"); !strings.HasPrefix(got, "req_") {
 		t.Fatalf("an unsafe id must be replaced, got %q", got)
+	}
+	req.Header["X-Request-Id"] = []string{"first-1", "second-2"} // neither is taken
+	res, _ = e.srv.Client().Do(req)
+	res.Body.Close()
+	if got := res.Header.Get("X-Request-Id"); !strings.HasPrefix(got, "req_") {
+		t.Fatalf("an id given twice must be replaced, got %q", got)
 	}
 }
 

@@ -29,11 +29,35 @@ type declared struct {
 	body  bool            // it declares a request body
 }
 
-// declaredOnly runs h when r holds only what d declares. A request without a query
-// string costs nothing more here, nor does one with a body where a body is declared.
+// singleHeaders are the request headers the API reads one value of (net/http's
+// canonical key, and the name a refusal gives): each may be sent once. Header.Get
+// reads the first field line and ignores the others, so that two Authorization lines
+// holding the keys of two accounts were answered as the first, and two Last-Event-ID
+// lines resumed after the first: as for a query parameter, no first or last one wins.
+// (A comma-joined value, as a proxy may make of two lines, is no valid value of any
+// of them: a key, an Idempotency-Key, an event id hold no ", ".)
+var singleHeaders = [...]struct{ key, name string }{
+	{"Authorization", "Authorization"},
+	{"Idempotency-Key", "Idempotency-Key"},
+	{"Last-Event-Id", "Last-Event-ID"},
+}
+
+// repeatedHeader says whether r holds one of singleHeaders more than once.
+func repeatedHeader(r *http.Request) bool {
+	for _, h := range singleHeaders {
+		if len(r.Header[h.key]) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// declaredOnly runs h when r holds only what d declares, and no header the API reads
+// one value of more than once. A request without a query string costs nothing more
+// here, nor does one with a body where a body is declared.
 func (s *Server) declaredOnly(d *declared, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.RawQuery == "" && (d.body || r.ContentLength == 0) {
+		if r.URL.RawQuery == "" && (d.body || r.ContentLength == 0) && !repeatedHeader(r) {
 			h(w, r)
 			return
 		}
@@ -45,10 +69,15 @@ func (s *Server) declaredOnly(d *declared, h http.HandlerFunc) http.HandlerFunc 
 	}
 }
 
-// check reports every undeclared, repeated or unreadable parameter, and a body where
-// none is declared, in one refusal.
+// check reports every undeclared, repeated or unreadable parameter, every repeated
+// single-value header, and a body where none is declared, in one refusal.
 func (d *declared) check(r *http.Request) error {
 	var p domain.Problems
+	for _, h := range singleHeaders {
+		if n := len(r.Header[h.key]); n > 1 {
+			p.Add(h.name, fmt.Sprintf("is given %d times; send it once (no first or last one is taken)", n))
+		}
+	}
 	if r.URL.RawQuery != "" {
 		q, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {

@@ -39,7 +39,7 @@ type eventStream struct {
 
 // newEventStream is the request's stream, or nil when it asked for plain JSON.
 func newEventStream(w http.ResponseWriter, r *http.Request) *eventStream {
-	media := streamMedia(r.Header.Get("Accept"))
+	media := streamMedia(acceptOf(r))
 	if media == "" {
 		return nil
 	}

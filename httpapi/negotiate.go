@@ -2,9 +2,15 @@ package httpapi
 
 import (
 	"mime"
+	"net/http"
 	"strconv"
 	"strings"
 )
+
+// acceptOf is r's Accept header: every field line of it, as one list (RFC 9110, 5.3:
+// a list header sent in several lines is the lines joined by commas). Header.Get would
+// read the first line alone.
+func acceptOf(r *http.Request) string { return strings.Join(r.Header.Values("Accept"), ", ") }
 
 // wantsCSV says whether Accept prefers text/csv to JSON. The most specific range
 // that matches each type gives its quality; a tie, or no Accept, is JSON.

@@ -281,8 +281,11 @@ func allowedMethods(router *mux.Router, r *http.Request) []string {
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		id := r.Header.Get("X-Request-Id")
-		if !validRequestID(id) {
+		// one usable id, else a generated one: neither of two ids sent is taken
+		var id string
+		if v := r.Header["X-Request-Id"]; len(v) == 1 && validRequestID(v[0]) {
+			id = v[0]
+		} else {
 			id = newRequestID()
 		}
 		w.Header().Set("X-Request-Id", id)

@@ -143,7 +143,7 @@ func (s *Server) statement(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Vary", "Accept")
 	w.Header().Set("Cache-Control", "no-store")
-	if !wantsCSV(r.Header.Get("Accept")) {
+	if !wantsCSV(acceptOf(r)) {
 		writeJSON(w, http.StatusOK, map[string]any{
 			"env": sq.Env, "charges": rows, "next_cursor": next,
 			"total_calls": st.Calls, "total_units": st.Units, "total_usd": usd(st.USD),

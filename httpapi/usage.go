@@ -237,7 +237,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Vary", "Accept")
 	w.Header().Set("Cache-Control", "no-store")
-	if wantsCSV(r.Header.Get("Accept")) {
+	if wantsCSV(acceptOf(r)) {
 		s.writeUsageCSV(w, r, u.dims, rep, next)
 		return
 	}
