@@ -259,6 +259,23 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a null member is refused, not read as absent or empty", func(t *testing.T) {
+		for _, tc := range []struct{ method, path, body, want string }{
+			{"POST", "/v1/disputes", `{"charge_ids":["chg_1"],"reason":null}`, `{"field":"reason","reason":"must be a string, not null"}`},
+			{"POST", "/v1/keys", `{"label":null}`, `{"field":"label","reason":"must be a string, not null"}`},
+			{"POST", "/v1/signup", `{"email":"null-name@example.com","name":null}`, `{"field":"name","reason":"must be a string, not null"}`},
+			{"POST", "/v1/eval", `{"fen":"` + startFEN + `","depth":null}`, `{"field":"depth","reason":"must be an integer, not null"}`},
+			{"POST", "/v1/eval", `{"fen":"` + startFEN + `","options":null}`, `{"field":"options","reason":"must be an object, not null"}`},
+			{"POST", "/v1/batch", `{"fens":null}`, `{"field":"fens","reason":"must be an array, not null"}`},
+			{"POST", "/v1/validate", `{"fen":"` + startFEN + `","chess960":null}`, `{"field":"chess960","reason":"must be true or false, not null"}`},
+			{"POST", "/v1/keys/" + keyID + "/rotate", `{"grace_seconds":null}`, `{"field":"grace_seconds","reason":"must be an integer, not null"}`},
+		} {
+			r := e.do(tc.method, tc.path, key, tc.body)
+			if errs, _ := r.Body["errors"].([]any); r.Status != 400 || len(errs) != 1 || !strings.Contains(r.Raw, tc.want) {
+				t.Errorf("%s %s %s: want only %s: %d %s", tc.method, tc.path, tc.body, tc.want, r.Status, r.Raw)
+			}
+		}
+	})
 	t.Run("refused jobs hold and start nothing", func(t *testing.T) {
 		if r := e.do("GET", "/v1/jobs", key, nil); r.Status != 200 || len(r.Body["jobs"].([]any)) != 0 {
 			t.Fatalf("jobs after refusals: %d %s", r.Status, r.Raw)

@@ -214,7 +214,8 @@ func scanNames(body []byte) (path string, twice, capital bool) {
 // an escape or invalid UTF-8. Nor a run of more than 18 digits: goccy reads an integer
 // past int64 without an error (9227000000000000000 into an int; FuzzDecodeBodies), and
 // no number of 18 digits or fewer is past it. Nor null anywhere: goccy reads a null
-// element of an array of strings as "", which the field decoder refuses.
+// element of an array of strings as "", and a null member as absent or as its zero
+// value, where the field decoder refuses both.
 func plainJSON(body []byte) bool {
 	body = bytes.TrimLeft(body, " \t\r\n")
 	if len(body) == 0 || body[0] != '{' || bytes.Contains(body, []byte("null")) {
@@ -337,6 +338,14 @@ func decodeObject(p *domain.Problems, prefix string, members []member, rv reflec
 		f, ok := fields[m.name]
 		if !ok {
 			p.Add(path, "is not a known field")
+			continue
+		}
+		if string(m.value) == "null" {
+			// The document allows null for no member of a body read into a struct (a
+			// PATCH body, read as a map, takes null where it means something): not read
+			// as absent (nil), nor as the zero value ("reason":null as "", "label":null
+			// as no label), which the client did not send.
+			p.Add(path, fmt.Sprintf("must be %s, not null", describe(rv.Field(f.index).Type())))
 			continue
 		}
 		decodeValue(p, path, m.value, rv.Field(f.index), f.multiline)

@@ -43,7 +43,16 @@ func TestDecodeReportsEveryField(t *testing.T) {
 		{"array elements", `{"fens":["ok",3,"\u0000"],"depth":1.5}`, func() any { return &batchRequest{} },
 			[]string{"fens[1]", "fens[2]", "depth"}},
 		{"null array elements", `{"fens":[null,"ok",null],"chess960":null}`, func() any { return &batchRequest{} },
-			[]string{"fens[0]", "fens[2]"}},
+			[]string{"fens[0]", "fens[2]", "chess960"}},
+		// null is a value of no member of a body read into a struct (the document
+		// allows it in PATCH bodies only, read as maps): not absent, not "" or 0
+		{"null strings", `{"charge_ids":["chg_1"],"reason":null}`, func() any { return &disputeRequest{} }, []string{"reason"}},
+		{"null key fields", `{"label":null,"budget_units":null,"scopes":null,"env":"test"}`, func() any { return &createKeyRequest{} },
+			[]string{"label", "budget_units", "scopes"}},
+		{"null eval fields", `{"fen":null,"depth":null,"options":{"elo":null,"show_wdl":true}}`, func() any { return &analysis.Request{} },
+			[]string{"fen", "depth", "options.elo"}},
+		{"null options", `{"fen":"x","options":null}`, func() any { return &analysis.Request{} }, []string{"options"}},
+		{"null array", `{"fens":null,"depth":1}`, func() any { return &batchRequest{} }, []string{"fens"}},
 		{"null in an array behind a pointer", `{"scopes":["eval",null]}`, func() any { return &createKeyRequest{} },
 			[]string{"scopes[1]"}},
 		{"unknown, and a bad duplicate", `{"email":"a@b.co","bogus":1,"email":"c\u0000@d.co"}`, func() any { return &signupRequest{} },
@@ -164,7 +173,7 @@ func TestDecodeAccepts(t *testing.T) {
 		t.Fatalf("%v %+v", err, pgn)
 	}
 	var key createKeyRequest
-	if err := decodeBytes([]byte(`{"label":"ci \"main\" \\ /","budget_usd":"1.5","scopes":null}`), &key); err != nil ||
+	if err := decodeBytes([]byte(`{"label":"ci \"main\" \\ /","budget_usd":"1.5"}`), &key); err != nil ||
 		key.Label != `ci "main" \ /` || key.BudgetUSD.decimalOf().String() != "1.5" || key.Scopes != nil {
 		t.Fatalf("%v %+v", err, key)
 	}
