@@ -235,6 +235,9 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 		{"POST", "/v1/disputes", `{"charge_ids":["chg_1",null,null],"reason":"x"}`, []string{"charge_ids[1]", "charge_ids[2]"}},
 		{"POST", "/v1/disputes", `{"charge_ids":[null],"reason":""}`, []string{"charge_ids[0]", "reason"}},
 		{"POST", "/v1/disputes", `{"charge_ids":["chg_1",5,"chg_1",{}],"reason":"x"}`, []string{"charge_ids[1]", "charge_ids[3]", "charge_ids"}},
+		// an empty id is named by its index, not looked up (404 no charge "")
+		{"POST", "/v1/disputes", `{"charge_ids":["",""],"reason":"x"}`, []string{"charge_ids[0]", "charge_ids[1]"}},
+		{"POST", "/v1/disputes", `{"charge_ids":["chg_1","",5],"reason":""}`, []string{"charge_ids[1]", "charge_ids[2]", "reason"}},
 		{"POST", "/v1/batch", `{"fens":["` + startFEN + `",null,"bad"],"depth":99}`, []string{"fens[1]", "fens[2]", "depth"}},
 		{"POST", "/v1/analyze", `{"fen":"` + fen960 + `","chess960":"yes"}`, []string{"chess960"}},
 		{"POST", "/v1/batch", `{"fens":["` + fen960 + `"],"chess960":1}`, []string{"chess960"}},
@@ -246,10 +249,11 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 			wantFields(t, e.do(tc.method, tc.path, key, tc.body), 400, "fix_request", tc.fields...)
 		})
 	}
-	t.Run("a null element is named as one", func(t *testing.T) {
+	t.Run("a null or empty element is named as one", func(t *testing.T) {
 		for _, tc := range []struct{ method, path, body, want string }{
 			{"POST", "/v1/batch", `{"fens":["` + startFEN + `",null]}`, `{"field":"fens[1]","reason":"must be a string, not null"}`},
 			{"POST", "/v1/disputes", `{"charge_ids":[null],"reason":"x"}`, `{"field":"charge_ids[0]","reason":"must be a string, not null"}`},
+			{"POST", "/v1/disputes", `{"charge_ids":[""],"reason":"x"}`, `{"field":"charge_ids[0]","reason":"must not be empty: a charge id (chg_…)"}`},
 			{"POST", "/v1/keys", `{"scopes":["eval",null]}`, `{"field":"scopes[1]","reason":"must be a string, not null"}`},
 			{"PATCH", "/v1/keys/" + keyID, `{"scopes":[null]}`, `{"field":"scopes[0]","reason":"must be a string, not null"}`},
 		} {

@@ -75,9 +75,15 @@ func CheckDispute(p *domain.Problems, chargeIDs []string, reason string) {
 		p.Add("charge_ids", fmt.Sprintf("must list 1 to %d charge ids", MaxDisputeCharges))
 	}
 	seen := map[string]bool{}
-	for _, id := range chargeIDs {
-		// "" is what an element the decoder refused leaves (named there already)
-		if id != "" && seen[id] {
+	for i, id := range chargeIDs {
+		if id == "" {
+			// named by its index, not looked up as a charge (404 no charge ""), nor
+			// listed twice; also what an element the decoder refused leaves, which
+			// the handler names once (httpapi's withProblems)
+			p.Add(fmt.Sprintf("charge_ids[%d]", i), "must not be empty: a charge id (chg_…)")
+			continue
+		}
+		if seen[id] {
 			p.Add("charge_ids", fmt.Sprintf("lists %q twice", id))
 		}
 		seen[id] = true
