@@ -2057,10 +2057,11 @@ type SubmitAnalysisJSONBody struct {
 type SubmitAnalysisParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2084,10 +2085,11 @@ type SubmitBatchJSONBody struct {
 type SubmitBatchParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2095,10 +2097,11 @@ type SubmitBatchParams struct {
 type BestMoveParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2111,10 +2114,11 @@ type CheckoutJSONBody struct {
 type CheckoutParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2125,16 +2129,17 @@ type CheckoutJSONBodyPlan string
 type BillingPortalParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // ExplainChargeParams defines parameters for ExplainCharge.
 type ExplainChargeParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2151,7 +2156,7 @@ type ListDisputesParams struct {
 	// Cursor `next_cursor` of the previous page, as given.
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2167,16 +2172,17 @@ type OpenDisputeJSONBody struct {
 type OpenDisputeParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // GetDisputeParams defines parameters for GetDispute.
 type GetDisputeParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2185,7 +2191,7 @@ type GetDocsParams struct {
 	// IfNoneMatch An ETag seen before; 304 when it still holds.
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2194,13 +2200,13 @@ type GetDocsRendererParams struct {
 	// IfNoneMatch An ETag seen before; 304 when it still holds.
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // ListEnginesParams defines parameters for ListEngines.
 type ListEnginesParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2208,22 +2214,23 @@ type ListEnginesParams struct {
 type EvalParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // HealthParams defines parameters for Health.
 type HealthParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // HealthzParams defines parameters for Healthz.
 type HealthzParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2241,19 +2248,19 @@ type ListJobsParams struct {
 	// Cursor `next_cursor` of the previous page, as given.
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // CancelJobParams defines parameters for CancelJob.
 type CancelJobParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // GetJobParams defines parameters for GetJob.
 type GetJobParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2262,13 +2269,13 @@ type StreamJobEventsParams struct {
 	// LastEventID The id of the last event seen; the stream resumes after it.
 	LastEventID *string `json:"Last-Event-ID,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // GetJobResultParams defines parameters for GetJobResult.
 type GetJobResultParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2277,7 +2284,7 @@ type ListKeysParams struct {
 	// Env The env whose keys to list (default the calling key's).
 	Env *Env `form:"env,omitempty" json:"env,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2288,22 +2295,23 @@ type CreateKeyJSONBody = KeyCreate
 type CreateKeyParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // RevokeKeyParams defines parameters for RevokeKey.
 type RevokeKeyParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // UpdateKeyParams defines parameters for UpdateKey.
 type UpdateKeyParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2316,10 +2324,11 @@ type RotateKeyJSONBody struct {
 type RotateKeyParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2327,16 +2336,17 @@ type RotateKeyParams struct {
 type LegalMovesParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // GetMeParams defines parameters for GetMe.
 type GetMeParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2357,7 +2367,7 @@ type UpdateMeJSONBody struct {
 
 // UpdateMeParams defines parameters for UpdateMe.
 type UpdateMeParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2365,10 +2375,11 @@ type UpdateMeParams struct {
 type ResendVerificationParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2377,7 +2388,7 @@ type GetOpenAPIJSONParams struct {
 	// IfNoneMatch An ETag seen before; 304 when it still holds.
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2386,7 +2397,7 @@ type GetOpenAPIYAMLParams struct {
 	// IfNoneMatch An ETag seen before; 304 when it still holds.
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2409,19 +2420,19 @@ type GetPriceParams struct {
 	// Plies analyze: plies, 1–50; 400 with another endpoint.
 	Plies *int `form:"plies,omitempty" json:"plies,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // GetProblemTypeParams defines parameters for GetProblemType.
 type GetProblemTypeParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // ReadyzParams defines parameters for Readyz.
 type ReadyzParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2441,10 +2452,11 @@ type RequestRecoveryJSONBody struct {
 type RequestRecoveryParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2458,10 +2470,11 @@ type RecoverKeyJSONBody struct {
 type RecoverKeyParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2482,10 +2495,11 @@ type SignupJSONBody struct {
 type SignupParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2515,7 +2529,7 @@ type GetUsageParams struct {
 	// AsOf An RFC 3339 instant at least a minute ago; the account as it stood then.
 	AsOf *time.Time `form:"as_of,omitempty" json:"as_of,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2543,7 +2557,7 @@ type GetStatementParams struct {
 	// Cursor `next_cursor` of the previous page, as given.
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2551,10 +2565,11 @@ type GetStatementParams struct {
 type ValidatePositionParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2572,10 +2587,11 @@ type VerifyEmailJSONBody struct {
 type VerifyEmailParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2584,7 +2600,7 @@ type ListWebhooksParams struct {
 	// Env The env whose endpoints to list (default the calling key's).
 	Env *Env `form:"env,omitempty" json:"env,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2598,22 +2614,23 @@ type CreateWebhookJSONBody struct {
 type CreateWebhookParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // DeleteWebhookParams defines parameters for DeleteWebhook.
 type DeleteWebhookParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
 // ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
 type ListWebhookDeliveriesParams struct {
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
@@ -2621,10 +2638,11 @@ type ListWebhookDeliveriesParams struct {
 type TestWebhookParams struct {
 	// IdempotencyKey 1 to 255 printable ASCII characters, scoped to the key (or the client address).
 	// A retry with the same key and request within 24 hours answers the first response
-	// again; with another request it is 422; while the first still runs, 409.
+	// again; with another request it is 422; while the first still runs, 409. Sent
+	// once: two are refused (400), as two `Authorization` or `Last-Event-ID` are.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 
-	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else is replaced by a generated `req_…`.
+	// XRequestId Up to 128 of `A-Za-z0-9._:-`, echoed in the answer; anything else (two of them included) is replaced by a generated `req_…`.
 	XRequestId *RequestId `json:"X-Request-Id,omitempty"`
 }
 
