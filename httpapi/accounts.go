@@ -143,21 +143,7 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 // period) and its budget in the calling key's env. Fields are taken one by one, so that
 // an absent budget (unchanged) and a null one (removed) can be told apart.
 func (s *Server) updateMe(w http.ResponseWriter, r *http.Request) {
-	var raw map[string]json.RawMessage
-	err := decode(r, &raw, false)
-	if err != nil && !fieldProblems(err) {
-		s.writeError(w, r, err)
-		return
-	}
-	change, p := accountChangeOf(raw)
-	if err == nil && len(raw) == 0 {
-		p.Add("body", "names no field to change ("+meFields+")")
-	}
-	if err != nil { // the decoder's problems, with those of the fields it could read
-		err = withProblems(err, p)
-	} else {
-		err = p.Err()
-	}
+	change, err := decodePatch(r, meFields, accountChangeOf)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -171,6 +157,27 @@ func (s *Server) updateMe(w http.ResponseWriter, r *http.Request) {
 		box.account = a // the answer shows the account as it is now
 	}
 	s.me(w, r)
+}
+
+// decodePatch reads a PATCH body as its members (a member left out is a field left
+// as it is; null, where allowed, removes) and makes them a change with changeOf,
+// refusing with every problem at once: the decoder's, with those of the members it
+// could read, or a body naming no field (fields lists the ones there are).
+func decodePatch[C any](r *http.Request, fields string, changeOf func(map[string]json.RawMessage) (C, domain.Problems)) (C, error) {
+	var raw map[string]json.RawMessage
+	err := decode(r, &raw, false)
+	if err != nil && !fieldProblems(err) {
+		var none C
+		return none, err
+	}
+	c, p := changeOf(raw)
+	if err != nil {
+		return c, withProblems(err, p)
+	}
+	if len(raw) == 0 {
+		p.Add("body", "names no field to change ("+fields+")")
+	}
+	return c, p.Err()
 }
 
 // accountChangeOf reads a PATCH /me body's members into the change, with every problem
@@ -415,21 +422,7 @@ func (s *Server) settle(ctx context.Context, k *domain.Key) {
 // updateKey takes a PATCH body field by field, so that an absent field (unchanged) and
 // a null budget (cleared) can be told apart.
 func (s *Server) updateKey(w http.ResponseWriter, r *http.Request) {
-	var raw map[string]json.RawMessage
-	err := decode(r, &raw, false)
-	if err != nil && !fieldProblems(err) {
-		s.writeError(w, r, err)
-		return
-	}
-	c, p := keyChangeOf(raw)
-	if err == nil && len(raw) == 0 {
-		p.Add("body", "names no field to change ("+keyFields+")")
-	}
-	if err != nil { // the decoder's problems, with those of the fields it could read
-		err = withProblems(err, p)
-	} else {
-		err = p.Err()
-	}
+	c, err := decodePatch(r, keyFields, keyChangeOf)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
