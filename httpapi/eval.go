@@ -107,30 +107,29 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	stream := newEventStream(w, r) // nil: the plain JSON answer
 	fail := func(err error) { s.fail(w, r, stream, err) }
 	timing := newServerTiming()
-	// Nothing of the body's is answered before the credentials are. When memory vouches
-	// for the key, the body is read after it: a goroutine beside a check of a few
-	// microseconds cost about 30 µs at concurrency 1, waking an idle core
-	// (docs/BENCHMARKS.md, session 36). Otherwise it is read, checked and looked up in
-	// the cache while the key's versions are read (one round trip): neither needs the other.
+	// Nothing of the body's is answered before the credentials are, and nothing is looked
+	// up in the cache before the rate limits pass: a refused call costs the database
+	// nothing (a flood of 429s cost a query each). When memory vouches for the key, the
+	// body is read after it: a goroutine beside a check of a few microseconds cost about
+	// 30 µs at concurrency 1, waking an idle core (docs/BENCHMARKS.md, session 36).
+	// Otherwise it is read and checked while the key's versions are read (one round
+	// trip): neither needs the other.
 	var key *domain.Key
 	var p prepared
+	read := false
 	if _, present, _ := bearer(r); present {
 		var vouched bool
 		var err error
-		if key, vouched, err = s.authenticateVouched(r); vouched && err == nil {
-			p = s.prepare(r, false)
-		} else if !vouched {
+		if key, vouched, err = s.authenticateVouched(r); !vouched {
 			prep := make(chan prepared, 1)
 			go func() { prep <- s.prepare(r, false) }()
 			key, err = s.authenticateRemembered(r)
-			p = <-prep
+			p, read = <-prep, true
 		}
 		if err != nil {
 			fail(err)
 			return
 		}
-	} else {
-		p = s.prepare(r, true)
 	}
 	if key != nil && !key.HasScope(domain.ScopeEval) {
 		fail(domain.Errorf(domain.CodeScope, "this key lacks the scope \"eval\""))
@@ -142,6 +141,12 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	}
 	if !s.rateLimit(w, r, key, domain.ScopeEval) {
 		return
+	}
+	if !read {
+		p = s.prepare(r, key == nil)
+	}
+	if p.err == nil {
+		p.known, p.hit, p.err = s.analysis.Lookup(r.Context(), p.spec)
 	}
 	timing.mark("auth")
 	r.Body = io.NopCloser(bytes.NewReader(p.body)) // read again for the Idempotency-Key's hash
@@ -337,8 +342,9 @@ type prepared struct {
 	err   error            // the request's problem, answered after the credentials'
 }
 
-// prepare reads, checks and looks up a costed call's body. A keyless call's depth
-// defaults to the keyless cap, so that a body with the defaults works without a key.
+// prepare reads and checks a costed call's body (costed looks it up once the rate
+// limits let it through). A keyless call's depth defaults to the keyless cap, so that
+// a body with the defaults works without a key.
 func (s *Server) prepare(r *http.Request, keyless bool) prepared {
 	var p prepared
 	body, err := io.ReadAll(r.Body)
@@ -358,7 +364,6 @@ func (s *Server) prepare(r *http.Request, keyless bool) prepared {
 	if keyless && req.Depth == nil {
 		p.spec.Depth = min(p.spec.Depth, KeylessMaxDepth)
 	}
-	p.known, p.hit, p.err = s.analysis.Lookup(r.Context(), p.spec)
 	return p
 }
 
