@@ -345,10 +345,26 @@ func TestLegalMovesAndValidate(t *testing.T) {
 			t.Fatalf("%d %s", r.Status, r.Raw)
 		}
 	})
-	t.Run("validate says no and why", func(t *testing.T) {
-		r := e.do("POST", "/v1/validate", key, `{"fen":"4k3/8/8/8/8/8/4R3/4K3 w - - 0 1"}`)
-		if r.Status != 200 || r.Body["valid"] != false || !strings.Contains(r.Body["reason"].(string), "check") {
-			t.Fatalf("%d %s", r.Status, r.Raw)
+	for _, tc := range []struct{ name, fen, reason string }{
+		{"side not to move in check", "4k3/8/8/8/8/8/4R3/4K3 w - - 0 1", "check"},
+		// A character outside ASCII is named whole, not by its first byte ('â' of '€').
+		{"non-ASCII piece", "4k3/8/8/8/8/8/8/4K€3 w - - 0 1", "rank 1 has invalid character '€'"},
+		{"invisible castling character", "4k3/8/8/8/8/8/8/4K3 w \u200b- - 0 1", `invalid character '\u200b'`},
+	} {
+		t.Run("validate says no and why: "+tc.name, func(t *testing.T) {
+			r := e.do("POST", "/v1/validate", key, map[string]string{"fen": tc.fen})
+			reason, _ := r.Body["reason"].(string)
+			if r.Status != 200 || r.Body["valid"] != false || !strings.Contains(reason, tc.reason) {
+				t.Fatalf("%d %s, want a reason containing %q", r.Status, r.Raw, tc.reason)
+			}
+		})
+	}
+	// Invalid UTF-8 never reaches the FEN parser: the text rules refuse it first.
+	t.Run("validate refuses invalid UTF-8", func(t *testing.T) {
+		r := e.do("POST", "/v1/validate", key, []byte("{\"fen\":\"4k3/8/8/8/8/8/8/4K\xff3 w - - 0 1\"}"))
+		wantProblem(t, r, 400, "fix_request")
+		if !strings.Contains(r.Raw, "UTF-8") {
+			t.Fatalf("%s: the refusal does not name UTF-8", r.Raw)
 		}
 	})
 	// Chess960 rights each side could hold alone, but not on this board: a king outside

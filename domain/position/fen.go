@@ -1,8 +1,10 @@
 package position
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxFENLength bounds the FEN text Parse reads; real FENs are under 100 bytes.
@@ -64,9 +66,6 @@ func Parse(fen string, chess960 bool) (*Position, error) {
 	}
 	castling := fields[2]
 	if castling != "-" {
-		if len(castling) > 4 {
-			return nil, fenErr("castling field %q has more than 4 letters", castling)
-		}
 		for i := 0; i < len(castling); i++ {
 			c := castling[i]
 			switch {
@@ -76,8 +75,12 @@ func Parse(fen string, chess960 bool) (*Position, error) {
 					return nil, fenErr("castling field %q: rook-file letter %q is Shredder-FEN, valid only with chess960; standard chess uses KQkq", castling, c)
 				}
 			default:
-				return nil, fenErr("castling field %q: invalid character %q (expected KQkq, rook files A-H/a-h with chess960, or -)", castling, c)
+				return nil, fenErr("castling field %q: invalid character %s (expected KQkq, rook files A-H/a-h with chess960, or -)", castling, charAt(castling, i))
 			}
+		}
+		// After the letters: "€€" is 6 bytes but not 6 letters.
+		if len(castling) > 4 {
+			return nil, fenErr("castling field %q has more than 4 letters", castling)
 		}
 	}
 	epText := fields[3]
@@ -171,7 +174,7 @@ func (p *Position) parsePlacement(s string) *Error {
 		}
 		pc := pieceFromFEN(c)
 		if pc == noPiece {
-			return fenErr("piece placement: rank %d has invalid character %q (pieces are PNBRQK/pnbrqk, empty squares 1-8)", rank+1, c)
+			return fenErr("piece placement: rank %d has invalid character %s (pieces are PNBRQK/pnbrqk, empty squares 1-8)", rank+1, charAt(s, i))
 		}
 		if file >= 8 {
 			return fenErr("piece placement: rank %d (%q) describes more than 8 squares", rank+1, restOfRank(s, start))
@@ -183,6 +186,17 @@ func (p *Position) parsePlacement(s string) *Error {
 		return fenErr("piece placement has %d ranks; expected 8 separated by '/'", 8-rank)
 	}
 	return nil
+}
+
+// charAt quotes the character starting at s[i] for an error message: the whole
+// character, not its first byte ('€', not 'â'), or, where s is not UTF-8, the byte
+// in hex.
+func charAt(s string, i int) string {
+	r, size := utf8.DecodeRuneInString(s[i:])
+	if r == utf8.RuneError && size <= 1 {
+		return fmt.Sprintf("byte 0x%02x (not UTF-8)", s[i])
+	}
+	return strconv.QuoteRune(r)
 }
 
 func restOfRank(s string, start int) string {

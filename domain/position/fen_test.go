@@ -36,6 +36,13 @@ func TestParseRefuses(t *testing.T) {
 		{"long rank", "rnbqkbnr/pppppppp/9/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1", false, CodeInvalidFEN, "rank 6 has invalid character '9'"},
 		{"long rank digits", "rnbqkbnr/pppppppp/44p/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1", false, CodeInvalidFEN, "rank 6 (\"44p\") describes more than 8 squares"},
 		{"bad piece", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNX w KQkq - 0 1", false, CodeInvalidFEN, "rank 1 has invalid character 'X'"},
+		// A character outside ASCII is quoted whole, not by its first byte ('â' of '€').
+		{"non-ASCII piece", "4k3/8/8/8/8/8/8/4K€3 w - - 0 1", false, CodeInvalidFEN, "rank 1 has invalid character '€' (pieces"},
+		{"non-UTF-8 piece", "4k3/8/8/8/8/8/8/4K\xff3 w - - 0 1", false, CodeInvalidFEN, "rank 1 has invalid character byte 0xff (not UTF-8) (pieces"},
+		{"cut UTF-8 piece", "4k3/8/8/8/8/8/8/4K\xe2\x823 w - - 0 1", false, CodeInvalidFEN, "rank 1 has invalid character byte 0xe2 (not UTF-8)"},
+		{"invisible castling char", "4k3/8/8/8/8/8/8/4K3 w \u200b- - 0 1", false, CodeInvalidFEN, `invalid character '\u200b' (expected`},
+		{"non-ASCII castling chars", "4k3/8/8/8/8/8/8/4K3 w €€ - 0 1", false, CodeInvalidFEN, "invalid character '€' (expected"},
+		{"non-UTF-8 castling", "4k3/8/8/8/8/8/8/4K3 w K\xe2 - 0 1", false, CodeInvalidFEN, "invalid character byte 0xe2 (not UTF-8) (expected"},
 		{"bad side", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR x KQkq - 0 1", false, CodeInvalidFEN, `side to move "x"`},
 		{"bad castling char", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkx - 0 1", false, CodeInvalidFEN, "invalid character 'x'"},
 		{"shredder without 960", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w HAha - 0 1", false, CodeInvalidFEN, "valid only with chess960"},
