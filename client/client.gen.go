@@ -1084,7 +1084,7 @@ type EvalRequest struct {
 	// Examples: sf-17.1
 	Engine *EngineID `json:"engine,omitempty"`
 
-	// Fen A position: 6 fields (4 are accepted, counters default to `0 1`), at most 256 bytes.
+	// Fen A position: 6 fields (4 are accepted, counters default to `0 1`, or `0 2` with White to move and an en passant square), at most 256 bytes; its counters must fit the rest of it (docs/API.md, Chess helpers).
 	//
 	// Examples: rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1
 	Fen FEN `json:"fen"`
@@ -1133,7 +1133,7 @@ type Evaluation struct {
 	// Eval White's point of view: `cp` in centipawns, `mate` in moves (positive when White mates).
 	Eval Score `json:"eval"`
 
-	// Fen A position: 6 fields (4 are accepted, counters default to `0 1`), at most 256 bytes.
+	// Fen A position: 6 fields (4 are accepted, counters default to `0 1`, or `0 2` with White to move and an en passant square), at most 256 bytes; its counters must fit the rest of it (docs/API.md, Chess helpers).
 	//
 	// Examples: rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1
 	Fen    FEN        `json:"fen"`
@@ -1175,7 +1175,7 @@ type EventRef struct {
 	Version    int     `json:"version"`
 }
 
-// FEN A position: 6 fields (4 are accepted, counters default to `0 1`), at most 256 bytes.
+// FEN A position: 6 fields (4 are accepted, counters default to `0 1`, or `0 2` with White to move and an en passant square), at most 256 bytes; its counters must fit the rest of it (docs/API.md, Chess helpers).
 //
 // Examples: rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1
 type FEN = string
@@ -1309,7 +1309,7 @@ type JobPosition struct {
 	// Eval White's point of view: `cp` in centipawns, `mate` in moves (positive when White mates).
 	Eval *Score `json:"eval,omitempty"`
 
-	// Fen A position: 6 fields (4 are accepted, counters default to `0 1`), at most 256 bytes.
+	// Fen A position: 6 fields (4 are accepted, counters default to `0 1`, or `0 2` with White to move and an en passant square), at most 256 bytes; its counters must fit the rest of it (docs/API.md, Chess helpers).
 	//
 	// Examples: rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1
 	Fen   FEN `json:"fen"`
@@ -1701,7 +1701,7 @@ type PlanCaps struct {
 type PositionRequest struct {
 	Chess960 *bool `json:"chess960,omitempty"`
 
-	// Fen A position: 6 fields (4 are accepted, counters default to `0 1`), at most 256 bytes.
+	// Fen A position: 6 fields (4 are accepted, counters default to `0 1`, or `0 2` with White to move and an en passant square), at most 256 bytes; its counters must fit the rest of it (docs/API.md, Chess helpers).
 	//
 	// Examples: rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1
 	Fen FEN `json:"fen"`
@@ -2040,7 +2040,7 @@ type SubmitAnalysisJSONBody struct {
 	// Examples: sf-17.1
 	Engine *EngineID `json:"engine,omitempty"`
 
-	// Fen A position: 6 fields (4 are accepted, counters default to `0 1`), at most 256 bytes.
+	// Fen A position: 6 fields (4 are accepted, counters default to `0 1`, or `0 2` with White to move and an en passant square), at most 256 bytes; its counters must fit the rest of it (docs/API.md, Chess helpers).
 	//
 	// Examples: rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1
 	Fen     *FEN `json:"fen,omitempty"`
@@ -12977,7 +12977,7 @@ type LegalMovesResponse struct {
 		Chess960 bool `json:"chess960"`
 		Count    int  `json:"count"`
 
-		// Fen A position: 6 fields (4 are accepted, counters default to `0 1`), at most 256 bytes.
+		// Fen A position: 6 fields (4 are accepted, counters default to `0 1`, or `0 2` with White to move and an en passant square), at most 256 bytes; its counters must fit the rest of it (docs/API.md, Chess helpers).
 		//
 		// Examples: rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1
 		Fen     FEN  `json:"fen"`
@@ -13038,7 +13038,7 @@ func (r LegalMovesResponse) GetJSON200() *struct {
 	Chess960 bool `json:"chess960"`
 	Count    int  `json:"count"`
 
-	// Fen A position: 6 fields (4 are accepted, counters default to `0 1`), at most 256 bytes.
+	// Fen A position: 6 fields (4 are accepted, counters default to `0 1`, or `0 2` with White to move and an en passant square), at most 256 bytes; its counters must fit the rest of it (docs/API.md, Chess helpers).
 	//
 	// Examples: rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1
 	Fen     FEN  `json:"fen"`
@@ -23914,7 +23914,7 @@ func ParseLegalMovesResponse(rsp *http.Response) (*LegalMovesResponse, error) {
 			Chess960 bool `json:"chess960"`
 			Count    int  `json:"count"`
 
-			// Fen A position: 6 fields (4 are accepted, counters default to `0 1`), at most 256 bytes.
+			// Fen A position: 6 fields (4 are accepted, counters default to `0 1`, or `0 2` with White to move and an en passant square), at most 256 bytes; its counters must fit the rest of it (docs/API.md, Chess helpers).
 			//
 			// Examples: rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1
 			Fen     FEN  `json:"fen"`

@@ -11,7 +11,8 @@ const (
 	CodeInvalidFEN Code = "invalid_fen"
 	// CodeIllegalPosition: the FEN reads but describes a position that cannot
 	// occur (king count, side not to move in check, pawns on rank 1/8, castling
-	// rights or en passant square that do not fit the board, too many pieces).
+	// rights or en passant square that do not fit the board, too many pieces,
+	// move counters that do not fit the rest of the FEN).
 	CodeIllegalPosition Code = "illegal_position"
 	// CodeInvalidMove: a move is not UCI text ("e2e4", "e7e8q").
 	CodeInvalidMove Code = "invalid_move"

@@ -16,7 +16,8 @@ const maxCounter = 100000
 // Parse reads and validates a FEN, then (in standard chess) has notnil/chess
 // decode it; see the package comment. Surrounding white space is ignored, fields
 // may be separated by any run of white space, and a FEN of only the first four
-// fields gets the counters "0 1". With chess960 the castling field may use
+// fields gets the counters "0 1" ("0 2" when White is to move with an en passant
+// square: Black has made the double step, so move 1 is over). With chess960 the castling field may use
 // X-FEN (KQkq: the outermost rook on that side) or Shredder-FEN rook files
 // (HAha, Bb...); without it only KQkq with king on e1/e8 and rooks on the
 // corners. Every refusal is an *Error naming what is wrong.
@@ -43,7 +44,7 @@ func Parse(fen string, chess960 bool) (*Position, error) {
 	case 0:
 		return nil, fenErr("FEN is empty")
 	case 4:
-		fields[4], fields[5] = "0", "1"
+		fields[4], fields[5] = "0", "1" // "0 2" with White to move and an en passant square, below
 	case 6:
 	default:
 		if n > 6 {
@@ -90,6 +91,9 @@ func Parse(fen string, chess960 bool) (*Position, error) {
 			return nil, fenErr("en passant field %q must be a square such as e3, or -", epText)
 		}
 		p.ep = sq
+		if n == 4 && p.turn == White {
+			fields[5] = "2"
+		}
 	}
 	var err error
 	if p.halfmove, err = parseCounter(fields[4], "halfmove clock", 0); err != nil {
@@ -109,6 +113,9 @@ func Parse(fen string, chess960 bool) (*Position, error) {
 		return nil, err
 	}
 	if err := p.validateChecks(); err != nil {
+		return nil, err
+	}
+	if err := p.validateCounters(); err != nil {
 		return nil, err
 	}
 	if !chess960 {
@@ -389,6 +396,39 @@ func (p *Position) validateEnPassant() *Error {
 	}
 	if origin := p.ep - dir; p.board[origin] != noPiece {
 		return illegalErr("en passant square %s is impossible: %s, where the %s pawn came from, is occupied", name, squareName(origin), them)
+	}
+	return nil
+}
+
+// validateCounters: the halfmove clock and fullmove number must fit each other and the
+// en passant square. The clock counts the plies since the last capture or pawn move,
+// so it is at most the plies played: 2*(fullmove-1), one more with Black to move. An
+// en passant square says the last move was a pawn's double step, which set the clock
+// to 0; with White to move that step was Black's, so move 1 is over.
+func (p *Position) validateCounters() *Error {
+	if p.ep >= 0 {
+		name := squareName(p.ep)
+		if p.halfmove != 0 {
+			return illegalErr("halfmove clock %d is impossible with the en passant square %s: %s's last move was then a pawn's double step, which sets the clock to 0",
+				p.halfmove, name, p.turn.Other())
+		}
+		if p.turn == White && p.fullmove == 1 {
+			return illegalErr("en passant square %s is impossible at fullmove number 1 with white to move: black has not moved yet (the number is 2 after black's first move)", name)
+		}
+	}
+	plies := 2 * (p.fullmove - 1)
+	if p.turn == Black {
+		plies++
+	}
+	if p.halfmove > plies {
+		// the least fullmove number with this many plies played: 2*(f-1)+b >= halfmove
+		least := 1 + (p.halfmove-int(p.turn)+1)/2
+		played := fmt.Sprintf("%d plies have", plies)
+		if plies == 1 {
+			played = "1 ply has"
+		}
+		return illegalErr("halfmove clock %d is impossible at fullmove number %d with %s to move: it counts the plies since the last capture or pawn move, and at most %s been played; it fits a fullmove number of at least %d",
+			p.halfmove, p.fullmove, p.turn, played, least)
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ func FuzzParse(f *testing.F) {
 		"r2k3r/8/8/8/8/8/8/R3K2R w KQkq - 0 1", "1r2k2r/8/8/8/8/8/8/R3K2R w KQq - 0 1",
 		"4k3/8/8/8/8/8/8/K6R w H - 0 1",
 		"rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3",
-		"8/8/8/8/8/8/8/8 w - -", "", "k7/8/8/8/8/8/8/K7 b - - 99 1",
+		"8/8/8/8/8/8/8/8 w - -", "", "k7/8/8/8/8/8/8/K7 b - - 99 50",
 	} {
 		f.Add(s, false)
 		f.Add(s, true)

@@ -65,8 +65,8 @@ func TestParsePGNGamePly(t *testing.T) {
 			[]string{"g8f6", "d2d3"}, []int{14, 15}},
 		{"at the counters' cap", `[FEN "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 100000"] 1. e4 e5 2. Nf3 Nc6 *`,
 			[]string{"e2e4", "e7e5", "g1f3", "b8c6"}, []int{199999, 200000, 200001, 200002}},
-		{"e.p. apart", `[FEN "4k3/8/8/3pP3/8/8/8/4K3 w - d6 0 1"] 1. exd6 e.p. Kd7 *`, []string{"e5d6", "e8d7"}, []int{1, 2}},
-		{"e.p. glued", `[FEN "4k3/8/8/3pP3/8/8/8/4K3 w - d6 0 1"] 1. exd6e.p. Kd7 *`, []string{"e5d6", "e8d7"}, []int{1, 2}},
+		{"e.p. apart", `[FEN "4k3/8/8/3pP3/8/8/8/4K3 w - d6 0 2"] 2. exd6 e.p. Kd7 *`, []string{"e5d6", "e8d7"}, []int{3, 4}},
+		{"e.p. glued", `[FEN "4k3/8/8/3pP3/8/8/8/4K3 w - d6 0 2"] 2. exd6e.p. Kd7 *`, []string{"e5d6", "e8d7"}, []int{3, 4}},
 	} {
 		g, err := ParsePGN(tc.pgn, false, 50)
 		if err != nil {

@@ -22,7 +22,8 @@
 // Our own code keeps what notnil does not do or does too weakly:
 //   - FEN syntax and validation (king count, side not to move in check, at
 //     most two checkers, pawns on rank 1/8, piece counts, castling rights and
-//     en passant square against the board), with messages naming the fault.
+//     en passant square against the board, the counters against the side to
+//     move and the en passant square), with messages naming the fault.
 //     notnil accepts most of these positions and then misbehaves (it calls
 //     an empty board stalemate, lets a king be captured, castles with a rook
 //     it conjures or from an empty e1); it only ever sees validated input. InCheck of a parsed position is that validation's
