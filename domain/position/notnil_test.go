@@ -38,8 +38,11 @@ func checkNotnilDecode(t *testing.T, fen string) {
 	t.Helper()
 	p := mustParse(t, fen, false)
 	fields := strings.Fields(fen)
-	if len(fields) == 4 {
+	if len(fields) == 4 { // Parse's counters: "0 1", "0 2" with white to move and an en passant square
 		fields = append(fields, "0", "1")
+		if fields[1] == "w" && fields[3] != "-" {
+			fields[5] = "2"
+		}
 	}
 	want := new(chess.Position)
 	if err := want.UnmarshalText([]byte(strings.Join(fields, " "))); err != nil {
