@@ -329,7 +329,9 @@ func convert(pos *position.Position, raw *engine.Result, engineName string) (*Re
 			res.BestMove, res.BestMoveSAN = &best, &san
 			return res, nil
 		}
-		_, mv, err := pos.Play(raw.BestMove)
+		// Found, not played: at the counters' limit (move 100000, Black to move) a
+		// move cannot be played (position.Play), but it is still the best one.
+		mv, err := pos.FindMove(raw.BestMove)
 		if err != nil {
 			return nil, fmt.Errorf("engine %s gave an illegal best move %q: %w", raw.Engine, raw.BestMove, err)
 		}

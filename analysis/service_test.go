@@ -101,9 +101,11 @@ func TestWhiteScore(t *testing.T) {
 }
 
 // convert takes the best move's SAN from the first line when the line opens with it,
-// and plays the move itself when it does not (a search stopped mid-iteration reports
+// and finds the move itself when it does not (a search stopped mid-iteration reports
 // the last exact line, whose first move may differ) or when there is no line; both
-// give what notnil writes for the move. An illegal best move is an error either way.
+// give what notnil writes for the move, also where the move could not be played (it
+// would take the fullmove number past 100000). An illegal best move is an error
+// either way.
 func TestConvertBestMoveSAN(t *testing.T) {
 	const start = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 	const castle = "r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1"
@@ -119,6 +121,7 @@ func TestConvertBestMoveSAN(t *testing.T) {
 		{"opens the line, castling", castle, "e1g1", []string{"e1g1", "e8c8"}, "O-O", false},
 		{"not the line's first move", start, "e2e4", []string{"d2d4", "d7d5"}, "e4", false},
 		{"no line", mate, "d1d8", nil, "Rd8#", false},
+		{"no line, at the counters' limit", "4k3/8/8/8/8/8/8/4K3 b - - 0 100000", "e8d7", nil, "Kd7", false},
 		{"illegal, no line", start, "e2e5", nil, "", true},
 	}
 	for _, tc := range cases {

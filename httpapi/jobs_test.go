@@ -195,25 +195,34 @@ func TestBadJobsAreRefusedAndCostNothing(t *testing.T) {
 	key := e.signupPro("badjobs@example.com")
 	fens := jobFENs(3)
 	cases := map[string]struct {
-		path  string
-		body  any
-		field string
+		path   string
+		body   any
+		field  string
+		reason string // a substring of the answer; "" for none
 	}{
-		"no fens":         {"/v1/batch", map[string]any{"depth": 5}, "fens"},
-		"empty fens":      {"/v1/batch", map[string]any{"fens": []string{}}, "fens"},
-		"51 fens":         {"/v1/batch", map[string]any{"fens": jobFENs(51)}, "fens"},
-		"one bad fen":     {"/v1/batch", map[string]any{"fens": []string{fens[0], fens[1], "4k3/8/8/8/8/8/4R3/4K3 w - - 0 1"}}, "fens[2]"},
-		"depth 15":        {"/v1/batch", map[string]any{"fens": fens, "depth": 15}, "depth"},
-		"depth 0":         {"/v1/batch", map[string]any{"fens": fens, "depth": 0}, "depth"},
-		"multipv 4":       {"/v1/batch", map[string]any{"fens": fens, "multipv": 4}, "multipv"},
-		"unknown field":   {"/v1/batch", map[string]any{"fens": fens, "priority": "high"}, "priority"},
-		"both pgn, fen":   {"/v1/analyze", map[string]any{"pgn": "1. e4 e5", "fen": startFEN}, "pgn"},
-		"neither":         {"/v1/analyze", map[string]any{"depth": 5}, "pgn"},
-		"illegal move":    {"/v1/analyze", map[string]any{"pgn": "1. e4 e5 2. Nf3 Nc6 3. Bb5 Ke6"}, "pgn"},
-		"no moves":        {"/v1/analyze", map[string]any{"pgn": "*"}, "pgn"},
-		"bad analyze fen": {"/v1/analyze", map[string]any{"fen": "nonsense"}, "fen"},
-		"unknown engine":  {"/v1/batch", map[string]any{"fens": fens, "engine": "sf-99"}, "engine"},
-		"empty engine":    {"/v1/analyze", map[string]any{"pgn": "1. e4 e5", "engine": ""}, "engine"},
+		"no fens":         {"/v1/batch", map[string]any{"depth": 5}, "fens", ""},
+		"empty fens":      {"/v1/batch", map[string]any{"fens": []string{}}, "fens", ""},
+		"51 fens":         {"/v1/batch", map[string]any{"fens": jobFENs(51)}, "fens", ""},
+		"one bad fen":     {"/v1/batch", map[string]any{"fens": []string{fens[0], fens[1], "4k3/8/8/8/8/8/4R3/4K3 w - - 0 1"}}, "fens[2]", ""},
+		"depth 15":        {"/v1/batch", map[string]any{"fens": fens, "depth": 15}, "depth", ""},
+		"depth 0":         {"/v1/batch", map[string]any{"fens": fens, "depth": 0}, "depth", ""},
+		"multipv 4":       {"/v1/batch", map[string]any{"fens": fens, "multipv": 4}, "multipv", ""},
+		"unknown field":   {"/v1/batch", map[string]any{"fens": fens, "priority": "high"}, "priority", ""},
+		"both pgn, fen":   {"/v1/analyze", map[string]any{"pgn": "1. e4 e5", "fen": startFEN}, "pgn", ""},
+		"neither":         {"/v1/analyze", map[string]any{"depth": 5}, "pgn", ""},
+		"illegal move":    {"/v1/analyze", map[string]any{"pgn": "1. e4 e5 2. Nf3 Nc6 3. Bb5 Ke6"}, "pgn", "ply 6"},
+		"no moves":        {"/v1/analyze", map[string]any{"pgn": "*"}, "pgn", ""},
+		"bad analyze fen": {"/v1/analyze", map[string]any{"fen": "nonsense"}, "fen", ""},
+		"unknown engine":  {"/v1/batch", map[string]any{"fens": fens, "engine": "sf-99"}, "engine", ""},
+		"empty engine":    {"/v1/analyze", map[string]any{"pgn": "1. e4 e5", "engine": ""}, "engine", ""},
+		// Counters that do not fit, wherever a FEN comes in; a FEN tag whose counters the
+		// game would take past 100000, the most a FEN holds.
+		"impossible counters in fens": {"/v1/batch", map[string]any{"fens": []string{fens[0], "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 1"}}, "fens[1]", "en passant square d6 is impossible at fullmove number 1"},
+		"impossible counters in fen":  {"/v1/analyze", map[string]any{"fen": "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR b KQkq - 200 1"}, "fen", "halfmove clock 200 is impossible"},
+		"impossible counters in FEN tag": {"/v1/analyze", map[string]any{"pgn": "[SetUp \"1\"]\n[FEN \"rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 5 3\"]\n3. exd6 *"},
+			"pgn", "FEN tag: halfmove clock 5 is impossible with the en passant square d6"},
+		"FEN tag counters past 100000": {"/v1/analyze", map[string]any{"pgn": "[SetUp \"1\"]\n[FEN \"3k4/8/8/8/8/8/3K4/8 b - - 99999 100000\"]\n100000... Kd7 100001. Ke2 *"},
+			"pgn", "FEN tag: its counters leave no room for the game: ply 1 (100000... Kd7) would take the fullmove number to 100001, past 100000"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -222,8 +231,8 @@ func TestBadJobsAreRefusedAndCostNothing(t *testing.T) {
 			if !strings.Contains(r.Raw, `"field":"`+tc.field+`"`) {
 				t.Fatalf("errors do not name %s: %s", tc.field, r.Raw)
 			}
-			if name == "illegal move" && !strings.Contains(r.Raw, "ply 6") {
-				t.Fatalf("the illegal move's ply is not named: %s", r.Raw)
+			if !strings.Contains(r.Raw, tc.reason) {
+				t.Fatalf("the answer does not say %q: %s", tc.reason, r.Raw)
 			}
 		})
 	}

@@ -10,8 +10,22 @@ import (
 // MaxFENLength bounds the FEN text Parse reads; real FENs are under 100 bytes.
 const MaxFENLength = 256
 
-// maxCounter bounds the halfmove clock and fullmove number.
+// maxCounter bounds the halfmove clock and fullmove number. A move never takes a
+// counter past it: Play and ParsePGN refuse it (counterOverflow), so that every
+// position's FEN parses back.
 const maxCounter = 100000
+
+// counterOverflow names the counter of p, a position just played, that has passed
+// maxCounter, with its value ("the fullmove number to 100001"); "" when both fit.
+func (p *Position) counterOverflow() string {
+	switch {
+	case p.fullmove > maxCounter:
+		return fmt.Sprintf("the fullmove number to %d", p.fullmove)
+	case p.halfmove > maxCounter:
+		return fmt.Sprintf("the halfmove clock to %d", p.halfmove)
+	}
+	return ""
+}
 
 // Parse reads and validates a FEN, then (in standard chess) has notnil/chess
 // decode it; see the package comment. Surrounding white space is ignored, fields

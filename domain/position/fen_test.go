@@ -209,3 +209,86 @@ func TestAccessors(t *testing.T) {
 		t.Error("Color")
 	}
 }
+
+// A move never takes a counter past 100000, the most a FEN holds: Play refuses it
+// (FindMove still finds the move) and ParsePGN refuses the game, naming its FEN tag,
+// so that every position made parses back. Up to the limit the real numbers are
+// carried.
+func TestCountersStopAtTheLimit(t *testing.T) {
+	t.Parallel()
+	plays := []struct {
+		name, fen string
+		chess960  bool
+		move      string
+		next      string // the position after, when the move can be played
+		reason    string // Play's refusal, otherwise
+	}{
+		{"last fullmove number", "4k3/8/8/8/8/8/8/4K3 w - - 99998 100000", false, "e1d2", "4k3/8/8/8/8/8/3K4/8 b - - 99999 100000", ""},
+		{"fullmove number past the limit", "4k3/8/8/8/8/8/8/4K3 b - - 99999 100000", false, "e8d7", "",
+			"e8d7 cannot be played here: it would take the fullmove number to 100001, past 100000, the most a FEN may hold"},
+		{"last halfmove clock", "4k3/8/8/8/8/8/8/4K3 b - - 99999 50000", false, "e8d7", "8/3k4/8/8/8/8/8/4K3 w - - 100000 50001", ""},
+		{"halfmove clock past the limit", "4k3/8/8/8/8/8/8/4K3 w - - 100000 50001", false, "e1d2", "",
+			"e1d2 cannot be played here: it would take the halfmove clock to 100001"},
+		{"a pawn move resets the clock at the limit", "4k3/8/8/8/8/8/4P3/4K3 w - - 100000 50001", false, "e2e3", "4k3/8/8/8/8/4P3/8/4K3 b - - 0 50001", ""},
+		{"chess960, fullmove number past the limit", "4k3/8/8/8/8/8/8/4K3 b - - 0 100000", true, "e8d7", "", "it would take the fullmove number to 100001"},
+		{"chess960, halfmove clock past the limit", "4k3/8/8/8/8/8/8/4K3 w - - 100000 50001", true, "e1d2", "", "it would take the halfmove clock to 100001"},
+	}
+	for _, tc := range plays {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := mustParse(t, tc.fen, tc.chess960)
+			found, err := p.FindMove(tc.move)
+			if err != nil || found.UCI != tc.move {
+				t.Fatalf("FindMove(%s) = %+v, %v", tc.move, found, err)
+			}
+			n, played, err := p.Play(tc.move)
+			if tc.reason != "" {
+				var pe *Error
+				if !errors.As(err, &pe) || pe.Field != "move" || !strings.Contains(pe.Reason, tc.reason) || n != nil {
+					t.Fatalf("Play(%s) = %v, %v; want a refusal saying %q", tc.move, n, err, tc.reason)
+				}
+				return
+			}
+			if err != nil || played != found || n.FEN() != tc.next {
+				t.Fatalf("Play(%s) = %v %+v, %v; want %s (%+v)", tc.move, n, played, err, tc.next, found)
+			}
+			mustParse(t, n.FEN(), tc.chess960) // parses back
+		})
+	}
+
+	games := []struct {
+		name, pgn string
+		maxPlies  int
+		end       string // the last position, when the game is read
+		reason    string // the refusal, otherwise
+	}{
+		{"game up to the limit", `[FEN "3k4/8/8/8/8/8/3K4/8 w - - 99998 100000"] 100000. Ke2 *`, 10, "3k4/8/8/8/8/8/4K3/8 b - - 99999 100000", ""},
+		{"game past the fullmove limit", `[FEN "3k4/8/8/8/8/8/3K4/8 b - - 99999 100000"] 100000... Kd7 100001. Ke2 *`, 10, "",
+			"FEN tag: its counters leave no room for the game: ply 1 (100000... Kd7) would take the fullmove number to 100001, past 100000, the most a FEN may hold"},
+		{"game past the halfmove limit, later in the game", `[FEN "3k4/8/8/8/8/8/3K4/8 b - - 99999 50000"] 50000... Kc7 50001. Ke2 *`, 10, "",
+			"FEN tag: its counters leave no room for the game: ply 2 (50001. Ke2) would take the halfmove clock to 100001"},
+		{"chess960 game past the fullmove limit", `[Variant "Chess960"] [FEN "3k4/8/8/8/8/8/3K4/8 b - - 0 100000"] 100000... Kd7 *`, 10, "",
+			"ply 1 (100000... Kd7) would take the fullmove number to 100001"},
+		{"game past the limit after the plies read: not checked", `[FEN "3k4/8/8/8/8/8/3K4/8 w - - 99998 100000"] 100000. Ke2 Kd7 100001. Ke3 *`, 1, "3k4/8/8/8/8/8/4K3/8 b - - 99999 100000", ""},
+	}
+	for _, tc := range games {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g, err := ParsePGN(tc.pgn, false, tc.maxPlies)
+			if tc.reason != "" {
+				var pe *Error
+				if !errors.As(err, &pe) || pe.Code != CodeInvalidPGN || pe.Field != "pgn" || !strings.Contains(pe.Reason, tc.reason) {
+					t.Fatalf("ParsePGN = %v; want a refusal saying %q", err, tc.reason)
+				}
+				return
+			}
+			if err != nil || g.End.FEN() != tc.end {
+				t.Fatalf("ParsePGN = %v; end %v, want %s", err, g, tc.end)
+			}
+			for _, p := range g.Plies {
+				mustParse(t, p.FEN, false)
+			}
+			mustParse(t, g.End.FEN(), false)
+		})
+	}
+}

@@ -24,6 +24,7 @@ func FuzzParse(f *testing.F) {
 		"4k3/8/8/8/8/8/8/K6R w H - 0 1",
 		"rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3",
 		"8/8/8/8/8/8/8/8 w - -", "", "k7/8/8/8/8/8/8/K7 b - - 99 50",
+		"k7/8/8/8/8/8/8/K7 b - - 0 100000", "4k3/8/8/8/8/8/4P3/4K3 w - - 100000 50001", // counters at the limit
 	} {
 		f.Add(s, false)
 		f.Add(s, true)
@@ -52,8 +53,16 @@ func FuzzParse(f *testing.F) {
 			crossCheckOwnGenerator(t, p) // notnil and our generator agree
 			checkNotnilDecode(t, fen)    // the binary hand-over is notnil's FEN decode
 		}
+		// Only a move that would take a counter past the limit is refused.
+		atLimit := p.halfmove == maxCounter || p.fullmove == maxCounter && p.turn == Black
 		for _, m := range p.LegalMoves() {
 			n, pm, err := p.Play(m.UCI)
+			if err != nil && atLimit {
+				if f, ferr := p.FindMove(m.UCI); ferr != nil || f != m {
+					t.Fatalf("%s: FindMove(%q) = %v, %v", out, m.UCI, f, ferr)
+				}
+				continue
+			}
 			if err != nil || pm != m {
 				t.Fatalf("%s: Play(%q) = %v, %v", out, m.UCI, pm, err)
 			}
@@ -94,6 +103,7 @@ func FuzzParsePGN(f *testing.F) {
 	f.Add("1. e4 e5 2. Nf3 Nc6 3. Bb5 a6 4. Ba4 Nf6 5. O-O Be7 *", false, 0)
 	f.Add(`[Variant "Chess960"][FEN "rk5r/pppppppp/8/8/8/8/PPPPPPPP/RK5R w AHah - 0 1"] 1. O-O O-O-O`, false, 3)
 	f.Add("1. e4 (1. d4 {x} (1. c4)) e5?! 2. f4!! $14 exf4 3. e5=Q", true, 50)
+	f.Add(`[FEN "3k4/8/8/8/8/8/3K4/8 w - - 99998 100000"] 100000. Ke2 Kd7 *`, false, 5)
 	f.Fuzz(func(t *testing.T, pgn string, chess960 bool, maxPlies int) {
 		g, err := ParsePGN(pgn, chess960, maxPlies)
 		if err != nil {
@@ -108,9 +118,17 @@ func FuzzParsePGN(f *testing.F) {
 		}
 		// The plies replay from the start, and what a job stores of them is storable.
 		var line []string
+		// Every FEN it gives parses back in the game's mode.
+		chess960 = g.Start.Chess960()
 		for _, p := range g.Plies {
 			line = append(line, p.Move.UCI)
 			storable(t, p.FEN+p.Move.UCI+p.Move.SAN)
+			if _, err := Parse(p.FEN, chess960); err != nil {
+				t.Fatalf("ply %d's FEN %q refused: %v", p.Number, p.FEN, err)
+			}
+		}
+		if _, err := Parse(g.End.FEN(), chess960); err != nil {
+			t.Fatalf("the last position's FEN %q refused: %v", g.End.FEN(), err)
 		}
 		if g.Result != "" && !isResult(g.Result) {
 			t.Fatalf("result %q", g.Result)

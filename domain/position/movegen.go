@@ -220,7 +220,7 @@ func (p *Position) apply(m move) Position {
 	b := &n.board
 	pc := b[m.from]
 	n.ep = -1
-	n.halfmove = min(n.halfmove+1, maxCounter) // counters saturate so FEN() parses back
+	n.halfmove++ // may pass maxCounter: see counterOverflow
 	if m.isCastle() {
 		home := backRank(us)
 		kd, rd := home+6, home+5
@@ -257,7 +257,7 @@ func (p *Position) apply(m move) Position {
 		}
 	}
 	if us == Black {
-		n.fullmove = min(n.fullmove+1, maxCounter)
+		n.fullmove++
 	}
 	n.turn = us.Other()
 	return n

@@ -312,20 +312,3 @@ func TestConcurrentUse(t *testing.T) {
 		wg.Wait()
 	}
 }
-
-// TestCountersSaturate: the counters stop at the largest value Parse accepts,
-// so the FEN after a move always parses back.
-func TestCountersSaturate(t *testing.T) {
-	t.Parallel()
-	for _, chess960 := range []bool{false, true} {
-		p := mustParse(t, "4k3/8/8/8/8/8/8/4K3 b - - 100000 100000", chess960)
-		n, _, err := p.Play("e8d8")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n.HalfmoveClock() != maxCounter || n.FullmoveNumber() != maxCounter {
-			t.Errorf("960 %v: counters %d %d", chess960, n.HalfmoveClock(), n.FullmoveNumber())
-		}
-		mustParse(t, n.FEN(), chess960)
-	}
-}

@@ -215,10 +215,10 @@ func fromNotnil(np *chess.Position, prev *Position, m move) Position {
 	if sq := np.EnPassantSquare(); sq != chess.NoSquare {
 		n.ep = int8(sq)
 	}
-	n.halfmove = min(np.HalfMoveClock(), maxCounter) // counters saturate so FEN() parses back
+	n.halfmove = np.HalfMoveClock() // may pass maxCounter: see counterOverflow
 	n.fullmove = prev.fullmove
 	if prev.turn == Black {
-		n.fullmove = min(n.fullmove+1, maxCounter)
+		n.fullmove++
 	}
 	n.inCheck = m.nn.HasTag(chess.Check)
 	return n

@@ -28,7 +28,7 @@ type Game struct {
 type Ply struct {
 	Number     int    // 1 for the first ply after Start
 	GamePly    int    // the game's own ply number: 1 is White's first move, counted from Start's move number
-	MoveNumber int    // PGN move number ("12" in "12." or "12..."; stops at the FEN counters' cap)
+	MoveNumber int    // PGN move number ("12" in "12." or "12...")
 	Color      Color  // the side that played it
 	FEN        string // canonical FEN of the position before the move
 	Move       Move   // the move, UCI and SAN
@@ -41,7 +41,8 @@ type Ply struct {
 // than one game is refused, saying how many; so are invalid UTF-8 and control
 // characters other than tab, newline and carriage return. maxPlies bounds the
 // plies read (<= 0 or above MaxPGNPlies means MaxPGNPlies); moves past it are not
-// checked. Errors are *Error with Field
+// checked. A game whose moves would take the FEN tag's counters past what a FEN
+// holds (100000) is refused, naming the ply. Errors are *Error with Field
 // "pgn"; an illegal move is named by ply, move number and text, e.g.
 // `ply 7 (4. Nxe5??): illegal move "Nxe5"`.
 func ParsePGN(pgn string, chess960 bool, maxPlies int) (g *Game, err error) {
@@ -105,8 +106,7 @@ func ParsePGN(pgn string, chess960 bool, maxPlies int) (g *Game, err error) {
 
 	g = &Game{Start: start, End: start}
 	cur := *start
-	// Counted from the start, not from each position's move number, which stops at
-	// the counters' cap (a game from move 100000 gave its later plies one number).
+	// Counted from the start's move number: 2*(fullmove-1)+1 is White's move.
 	firstPly := 2*(start.fullmove-1) + 1
 	if start.turn == Black {
 		firstPly++
@@ -196,6 +196,10 @@ func ParsePGN(pgn string, chess960 bool, maxPlies int) (g *Game, err error) {
 			Move:       Move{UCI: m.uci(cur.chess960), SAN: cur.sanOf(m, ms)},
 		})
 		next := cur.after(m)
+		if over := next.counterOverflow(); over != "" {
+			// The FEN tag set the counters: a game cannot take them past what a FEN holds.
+			return nil, pgnErr("FEN tag: its counters leave no room for the game: %s would take %s, past %d, the most a FEN may hold", label, over, maxCounter)
+		}
 		cur = next
 		g.End = &next
 	}

@@ -206,7 +206,9 @@ func (p *Position) LegalMoves() []Move {
 
 // Play applies one legal move given in UCI. In standard chess castling is
 // e1g1, and king-takes-rook (e1h1) is accepted as well; in Chess960 castling
-// is king-takes-rook only. The error (Field "move") names the move.
+// is king-takes-rook only. The error (Field "move") names the move; a legal move
+// that would take a counter past the most a FEN may hold (100000) is refused too,
+// so that next's FEN parses back.
 func (p *Position) Play(uci string) (next *Position, played Move, err error) {
 	defer func() {
 		if r := recover(); r != nil { // last safety net around notnil; input is validated first
@@ -222,7 +224,31 @@ func (p *Position) Play(uci string) (next *Position, played Move, err error) {
 		return nil, Move{}, e
 	}
 	n := p.after(m)
+	if over := n.counterOverflow(); over != "" {
+		return nil, Move{}, &Error{Code: CodeIllegalMove, Field: "move",
+			Reason: fmt.Sprintf("%s cannot be played here: it would take %s, past %d, the most a FEN may hold", m.uci(p.chess960), over, maxCounter)}
+	}
 	return &n, Move{UCI: m.uci(p.chess960), SAN: p.sanOf(m, ms)}, nil
+}
+
+// FindMove is the legal move uci names, read as Play reads it, in canonical UCI and
+// SAN, without playing it (so also where Play refuses it for the counters). The
+// error (Field "move") names the move.
+func (p *Position) FindMove(uci string) (found Move, err error) {
+	defer func() {
+		if r := recover(); r != nil { // last safety net around notnil; input is validated first
+			recovered(r)
+			found, err = Move{}, &Error{Code: CodeIllegalMove, Field: "move", Reason: fmt.Sprintf("%s could not be read", clip(uci))}
+		}
+	}()
+	var buf [256]move
+	ms := p.legalMoves(buf[:0])
+	m, e := p.findUCI(uci, ms)
+	if e != nil {
+		e.Field = "move"
+		return Move{}, e
+	}
+	return Move{UCI: m.uci(p.chess960), SAN: p.sanOf(m, ms)}, nil
 }
 
 // LineSAN converts a line of UCI moves played from p (an engine PV) to SAN.
