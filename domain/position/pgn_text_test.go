@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestParsePGNOneGameOnly(t *testing.T) {
@@ -55,6 +56,9 @@ func TestParsePGNText(t *testing.T) {
 		{"C1 control", "[Site \"\u0085\"] 1. e4 *", "control character U+0085"},
 		{"invalid UTF-8", "[Site \"\xff\"] 1. e4 *", "not valid UTF-8"},
 		{"tabs, CRLF and accents", "[White \"Réti\"]\r\n[Black\t\"Ñ\"]\r\n1.\te4 e5 *\r\n", ""},
+		// A long token is shortened at a character's start, not inside '€'.
+		{"long token of non-ASCII", "1. e4 e5 2. Ke€€€€€€€€ *", `ply 3 (2. Ke€€€€...): `},
+		{"long variant of non-ASCII", "[Variant \"ab€€€€€€€€\"] 1. e4 *", `variant "ab€€€€..." is not supported`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,7 +71,7 @@ func TestParsePGNText(t *testing.T) {
 				return
 			}
 			var pe *Error
-			if !errors.As(err, &pe) || pe.Code != CodeInvalidPGN || !strings.Contains(pe.Reason, tt.reason) {
+			if !errors.As(err, &pe) || pe.Code != CodeInvalidPGN || !strings.Contains(pe.Reason, tt.reason) || !utf8.ValidString(pe.Reason) {
 				t.Fatalf("ParsePGN(%q) error = %v, want reason containing %q", tt.pgn, err, tt.reason)
 			}
 		})

@@ -65,6 +65,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/notnil/chess"
 )
@@ -365,10 +366,15 @@ func findUCI(s string, ms []move, chess960 bool, turn Color, pieceAt func(int8) 
 	return move{}, &Error{Code: CodeIllegalMove, Reason: reason}
 }
 
-// clip shortens text quoted back to a client.
+// clip shortens text quoted back to a client, at a character's start: cutting
+// inside one ('€' is 3 bytes) left a broken character in the message.
 func clip(s string) string {
-	if len(s) > 16 {
-		return s[:16] + "..."
+	if len(s) <= 16 {
+		return s
 	}
-	return s
+	i := 16
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "..."
 }
