@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -37,8 +38,10 @@ func jobFENs(n int) []string {
 	var out []string
 	for i := 0; len(out) < n; i++ {
 		f := strings.Fields(base[i%len(base)])
-		// vary the move counter: another FEN text, the same position (cache hits)
-		f[5] = fmt.Sprint(i/len(base) + 1)
+		// vary the move counter: another FEN text, the same position (cache hits); raised
+		// from the base's own, so that it still fits the halfmove clock
+		n, _ := strconv.Atoi(f[5])
+		f[5] = strconv.Itoa(n + i/len(base))
 		out = append(out, strings.Join(f, " "))
 	}
 	return out
