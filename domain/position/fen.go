@@ -31,10 +31,10 @@ func (p *Position) counterOverflow() string {
 // decode it; see the package comment. Surrounding white space is ignored, fields
 // may be separated by any run of white space, and a FEN of only the first four
 // fields gets the counters "0 1" ("0 2" when White is to move with an en passant
-// square: Black has made the double step, so move 1 is over). With chess960 the castling field may use
-// X-FEN (KQkq: the outermost rook on that side) or Shredder-FEN rook files
-// (HAha, Bb...); without it only KQkq with king on e1/e8 and rooks on the
-// corners. Every refusal is an *Error naming what is wrong.
+// square: Black has made the double step, so move 1 is over). With chess960 the
+// castling field may use X-FEN (KQkq: the outermost rook on that side) or
+// Shredder-FEN rook files (HAha, Bb...); without it only KQkq with king on e1/e8
+// and rooks on the corners. Every refusal is an *Error naming what is wrong.
 func Parse(fen string, chess960 bool) (*Position, error) {
 	if len(fen) > MaxFENLength {
 		return nil, fenErr("FEN is %d bytes long; at most %d are accepted", len(fen), MaxFENLength)
