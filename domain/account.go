@@ -98,7 +98,7 @@ func (a *Account) SetBudget(env Env, c BudgetChange, actor *Key, now time.Time) 
 	b := a.Budget(env)
 	b.Units, b.USD, b.Period = c.apply(b.Units, b.USD, b.Period)
 	var p Problems
-	ValidateBudgets(&p, b.Units, b.USD)
+	ValidateBudgets(&p, c.Units, c.USD) // the budgets given (Key.Update says why)
 	validatePeriod(&p, b.Period)
 	if err := p.Err(); err != nil {
 		return nil, err

@@ -480,7 +480,9 @@ func (k *Key) Update(c KeyChange, actor *Key, left Headroom, now time.Time) (*Ke
 	}
 	var p Problems
 	validateLabel(&p, e.Label)
-	ValidateBudgets(&p, e.BudgetUnits, e.BudgetUSD)
+	// the budgets given, not those kept: one set before budgets were bounded stays
+	// until changed, and does not refuse a change of something else
+	ValidateBudgets(&p, c.Budget.Units, c.Budget.USD)
 	validatePeriod(&p, e.BudgetPeriod)
 	if err := p.Err(); err != nil {
 		return nil, err
