@@ -86,6 +86,13 @@ func TestPathsAreTakenAsSent(t *testing.T) {
 		{"POST", "/v1/keys/" + keyID + "//rotate", "", 404, unclean},
 		{"GET", "/v1//me", "", 404, unclean},
 		{"GET", "/v1/./me", "", 404, unclean},
+		// a . or .. where a route takes an id: the route would match, and its handler
+		// (or the 405 of its other methods) answer
+		{"GET", "/v1/keys/..", "", 404, unclean},
+		{"PATCH", "/v1/keys/..", `{"label":"x"}`, 404, unclean},
+		{"DELETE", "/v1/keys/.", "", 404, unclean},
+		{"GET", "/v1/jobs/..", "", 404, unclean},
+		{"POST", "/v1/webhooks/../test", "", 404, unclean},
 		{"POST", "/v1/keys/", `{"label":"x"}`, 404, "no endpoint POST /v1/keys/ (every path"},
 		{"PATCH", "/v1/keys/a%2Fb", `{"label":"x"}`, 404, "no endpoint PATCH /v1/keys/a/b (every path"},
 		{"GET", "/v1/jobs/a%2F%00", "", 400, "control character"},

@@ -143,14 +143,25 @@ func (s *Server) routes() {
 	// with a bare 301 to its cleaned form, for every method: a client following it
 	// turns a POST into a GET of the list, and believes it created what it did not.
 	root := mux.NewRouter().SkipClean(true)
+	// An unclean path is refused whether or not a route would take it: /v1/keys/.. is
+	// /keys/{id} with the id "..", and would reach its handler.
+	unclean := func(w http.ResponseWriter, r *http.Request) bool {
+		if !uncleanPath(r.URL.Path) {
+			return false
+		}
+		s.writeError(w, r, domain.Errorf(domain.CodeNotFound, "no endpoint %s %s: the path holds an empty, . or .. segment (an encoded slash, %%2F, is one too), and paths are taken as sent, never cleaned or redirected", r.Method, r.URL.Path))
+		return true
+	}
 	root.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if uncleanPath(r.URL.Path) {
-			s.writeError(w, r, domain.Errorf(domain.CodeNotFound, "no endpoint %s %s: the path holds an empty, . or .. segment (an encoded slash, %%2F, is one too), and paths are taken as sent, never cleaned or redirected", r.Method, r.URL.Path))
+		if unclean(w, r) {
 			return
 		}
 		s.writeError(w, r, domain.Errorf(domain.CodeNotFound, "no endpoint %s %s (every path is under /v1)", r.Method, r.URL.Path))
 	})
 	root.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if unclean(w, r) {
+			return
+		}
 		allowed := allowedMethods(root, r)
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
 		s.writeError(w, r, &domain.Error{Code: codeMethodNotAllowed,
@@ -236,6 +247,9 @@ func (s *Server) routes() {
 	// (runs for matched routes only).
 	root.Use(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if unclean(w, r) {
+				return
+			}
 			if box, _ := r.Context().Value(ctxRoute).(*string); box != nil {
 				if t, err := mux.CurrentRoute(r).GetPathTemplate(); err == nil {
 					*box = t
@@ -250,13 +264,10 @@ func (s *Server) routes() {
 // uncleanPath says whether path (decoded) holds an empty, . or .. segment, a trailing
 // slash aside.
 func uncleanPath(path string) bool {
-	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
-	if n := len(segs); segs[n-1] == "" {
-		segs = segs[:n-1]
-	}
-	for _, seg := range segs {
+	path = strings.TrimSuffix(strings.TrimPrefix(path, "/"), "/")
+	for seg := range strings.SplitSeq(path, "/") { // no slice: it runs on every request
 		if seg == "" || seg == "." || seg == ".." {
-			return true
+			return path != "" // the root, /, is clean
 		}
 	}
 	return false
