@@ -29,7 +29,8 @@ type Config struct {
 	MaxAttempts int           // then the delivery is failed; default 8
 	Poll        time.Duration // look for due deliveries at least this often; default 5 s
 	// Slots is how many tries a server runs at once; default 10. Failing endpoints'
-	// tries hold at most half of them (failingSlots).
+	// tries hold at most half of them (failingSlots), one account's endpoints' at most
+	// three in ten (accountSlots).
 	Slots int
 	// AllowPrivate lets deliveries reach loopback and private addresses (tests and
 	// development); production refuses them.
@@ -47,10 +48,15 @@ type Sender struct {
 	client *http.Client
 	now    func() time.Time
 
-	mu      sync.Mutex
-	busy    map[string]bool // endpoints with a try under way here
-	failing int             // tries under way to failing endpoints
-	freed   chan struct{}   // a try ended: its slot and its endpoint are free
+	mu       sync.Mutex
+	busy     map[string]bool // endpoints with a try under way here
+	failing  int             // tries under way to failing endpoints
+	accounts map[string]int  // tries under way here, by the endpoints' account
+	freed    chan struct{}   // a try ended: its slot and its endpoint are free
+
+	// turned are the accounts claimed for in this round (Run's alone): the others
+	// with a due delivery go first (claimNext).
+	turned map[string]bool
 }
 
 // NewSender builds a Sender.
@@ -81,7 +87,7 @@ func NewSender(cfg Config, pool *pgxpool.Pool, logger *slog.Logger) *Sender {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return &Sender{cfg: cfg, pool: pool, logger: logger.With("component", "webhook"), client: client, now: time.Now,
-		busy: map[string]bool{}, freed: make(chan struct{}, 1)}
+		busy: map[string]bool{}, accounts: map[string]int{}, turned: map[string]bool{}, freed: make(chan struct{}, 1)}
 }
 
 // recordTimeout bounds recording how a try went, which goes on after ctx ends: a
@@ -130,19 +136,33 @@ func (s *Sender) fill(ctx context.Context, tries *sync.WaitGroup) {
 }
 
 type due struct {
-	id, endpointID, url, secret, eventType string
-	payload                                []byte
-	attempts                               int
-	failing                                bool // claimed for a failing endpoint: it holds one of failingSlots
+	id, endpointID, accountID, url, secret, eventType string
+	payload                                           []byte
+	attempts                                          int
+	failing                                           bool // claimed for a failing endpoint: it holds one of failingSlots
 }
 
 // failingSlots is how many slots failing endpoints' tries may hold: the others stay
 // for the endpoints that answer, however many endpoints are down.
 func (s *Sender) failingSlots() int { return max(1, s.cfg.Slots/2) }
 
-// claimNext claims the oldest due delivery a free slot may take, and marks its slot
-// and endpoint busy; false when there is none (or no free slot). Only Run claims, so
-// the busy endpoints it reads cannot gain one before it marks its own.
+// accountSlots is how many slots one account's endpoints' tries may hold (3 of 10): an
+// account whose endpoints answer slowly, but within the timeout, so never failing,
+// held every slot with its backlog (20 endpoints pinged 5 times a minute, 9 s each,
+// is more than 10 slots can serve), and every other account's deliveries, budget
+// alerts too, waited behind it for minutes.
+func (s *Sender) accountSlots() int { return max(1, s.cfg.Slots*3/10) }
+
+// claimNext claims the next due delivery a free slot may take, and marks its slot,
+// endpoint and account busy; false when there is none (or no free slot). Accounts take
+// turns: a round gives each account with a due delivery one claim, its delivery due
+// longest first, and the accounts not yet claimed for in the round go before those
+// that were. So a delivery waits for free slots to be claimed for each other account
+// once at most, not for the whole backlog queued before it (by the oldest due alone,
+// other accounts' backlog went first, and a few accounts with 3 slots each could hold
+// every slot). A round ends when no account yet to take its turn has a due delivery
+// that may be claimed. Only Run claims, so the busy endpoints and accounts it reads
+// cannot gain one before it marks its own.
 func (s *Sender) claimNext(ctx context.Context) (due, bool) {
 	s.mu.Lock()
 	if len(s.busy) >= s.cfg.Slots {
@@ -153,10 +173,24 @@ func (s *Sender) claimNext(ctx context.Context) (due, bool) {
 	for id := range s.busy {
 		busy = append(busy, id)
 	}
+	full := []string{} // accounts holding all the slots one may (not nil: a NULL array would skip every account)
+	for a, n := range s.accounts {
+		if n >= s.accountSlots() {
+			full = append(full, a)
+		}
+	}
 	failingOK := s.failing < s.failingSlots()
 	s.mu.Unlock()
 
-	d, ok, err := s.claim(ctx, busy, failingOK)
+	skip := append([]string{}, full...)
+	for a := range s.turned {
+		skip = append(skip, a)
+	}
+	d, ok, err := s.claim(ctx, busy, skip, failingOK)
+	if err == nil && !ok && len(s.turned) > 0 { // none left to take its turn: a new round
+		clear(s.turned)
+		d, ok, err = s.claim(ctx, busy, full, failingOK)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			s.logger.Warn("claim a webhook delivery", "err", err)
@@ -166,8 +200,10 @@ func (s *Sender) claimNext(ctx context.Context) (due, bool) {
 	if !ok {
 		return due{}, false
 	}
+	s.turned[d.accountID] = true
 	s.mu.Lock()
 	s.busy[d.endpointID] = true
+	s.accounts[d.accountID]++
 	if d.failing {
 		s.failing++
 	}
@@ -175,10 +211,14 @@ func (s *Sender) claimNext(ctx context.Context) (due, bool) {
 	return d, true
 }
 
-// release frees d's slot and endpoint once its try is recorded, and wakes Run.
+// release frees d's slot, endpoint and account's slot once its try is recorded, and
+// wakes Run.
 func (s *Sender) release(d due) {
 	s.mu.Lock()
 	delete(s.busy, d.endpointID)
+	if s.accounts[d.accountID]--; s.accounts[d.accountID] <= 0 {
+		delete(s.accounts, d.accountID)
+	}
 	if d.failing {
 		s.failing--
 	}
@@ -191,15 +231,18 @@ func (s *Sender) release(d due) {
 
 // claim takes the oldest due delivery of an endpoint not in busy (one try under way
 // per endpoint here, so a backlog holds one slot), nor deleted (Delete ends its
-// deliveries; an older server's did not), nor failing unless failingOK. An endpoint
-// is failing while it has a pending delivery whose last try failed or timed out.
+// deliveries; an older server's did not), nor failing unless failingOK, nor of an
+// account in skip. An endpoint is failing while it has a pending delivery whose last
+// try failed or timed out. The accounts are skipped on the due index's walk, as the
+// busy endpoints are: the claim stays one walk in next_attempt_at order, stopped by
+// LIMIT 1 at the first delivery it may take.
 //
 // The claim moves the next try past the timeout, so a sender that dies mid-try leaves
 // the delivery to be tried again then, by any server; attempts is raised by each claim,
 // so a try whose claim lapsed records nothing over the new holder's. A delivery another
 // server is claiming is skipped (SKIP LOCKED), and one it claimed meanwhile too: the
 // conditions are checked again on the row it committed.
-func (s *Sender) claim(ctx context.Context, busy []string, failingOK bool) (due, bool, error) {
+func (s *Sender) claim(ctx context.Context, busy, skip []string, failingOK bool) (due, bool, error) {
 	var d due
 	var payload string
 	err := s.pool.QueryRow(ctx, `WITH failing AS (
@@ -210,6 +253,7 @@ func (s *Sender) claim(ctx context.Context, busy []string, failingOK bool) (due,
 			  FROM webhook_deliveries d
 			 WHERE d.delivered_at IS NULL AND d.failed_at IS NULL AND d.next_attempt_at <= now()
 			   AND d.endpoint_id <> ALL ($2::text[])
+			   AND d.account_id <> ALL ($4::text[])
 			   AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.endpoint_id = d.endpoint_id AND e.deleted_at IS NULL)
 			   AND ($3 OR d.endpoint_id NOT IN (SELECT endpoint_id FROM failing))
 			 ORDER BY d.next_attempt_at LIMIT 1
@@ -217,9 +261,9 @@ func (s *Sender) claim(ctx context.Context, busy []string, failingOK bool) (due,
 		UPDATE webhook_deliveries d SET attempts = d.attempts + 1, next_attempt_at = now() + $1::interval
 		  FROM c, webhook_endpoints e
 		 WHERE d.delivery_id = c.delivery_id AND e.endpoint_id = d.endpoint_id
-		RETURNING d.delivery_id, e.endpoint_id, e.url, e.secret, d.event_type, d.payload::text, d.attempts, c.failing`,
-		(2*s.cfg.Timeout).String(), busy, failingOK).
-		Scan(&d.id, &d.endpointID, &d.url, &d.secret, &d.eventType, &payload, &d.attempts, &d.failing)
+		RETURNING d.delivery_id, e.endpoint_id, d.account_id, e.url, e.secret, d.event_type, d.payload::text, d.attempts, c.failing`,
+		(2*s.cfg.Timeout).String(), busy, failingOK, skip).
+		Scan(&d.id, &d.endpointID, &d.accountID, &d.url, &d.secret, &d.eventType, &payload, &d.attempts, &d.failing)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return due{}, false, nil
 	}

@@ -427,3 +427,117 @@ func TestFailuresNameNoAddress(t *testing.T) {
 		}
 	}
 }
+
+// held is how many of r's requests are under way.
+func (r *receiver) held() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.now
+}
+
+// Accounts whose endpoints answer slowly, but within the timeout (never failing), do
+// not hold back another account's delivery, however large their backlog: one
+// account's endpoints hold at most 3 of the 10 slots, and accounts take turns at the
+// free ones. The slow answers here wait for the test: two slow accounts hold 6 slots
+// and the fast account's delivery goes at once; four hold all 10, and once a slot is
+// freed for each slow account at most, it has gone, every other slow delivery still
+// waiting. Claimed by oldest due alone, the slow accounts' tries took every slot, and
+// their backlog went before the fast delivery queued after it (a review measured
+// 41-87 s where 29 ms was usual).
+func TestSlowAccountsDoNotHoldBackAnother(t *testing.T) {
+	const endpoints, backlog, slots = webhook.MaxEndpoints, 2, 10
+	for _, tc := range []struct {
+		name        string
+		slow        int // accounts whose endpoints answer only when the test says
+		held        int // the slots their tries take
+		maxReleases int // slow tries ended, at most, before the fast delivery went
+	}{
+		{"two slow accounts", 2, 6, 0},
+		{"four slow accounts", 4, slots, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			pool := pgtest.NewDB(t)
+			secrets := testSecrets(t)
+			release, stop := make(chan struct{}), make(chan struct{})
+			recs := make([]*receiver, tc.slow) // by slow account: /hooks/<i>
+			for i := range recs {
+				recs[i] = &receiver{}
+			}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var i int
+				if _, err := fmt.Sscanf(r.URL.Path, "/hooks/%d", &i); err != nil || i >= len(recs) {
+					t.Errorf("request for %s", r.URL.Path)
+					return
+				}
+				recs[i].begin()
+				defer recs[i].end()
+				select {
+				case <-release:
+				case <-stop:
+				}
+			}))
+			t.Cleanup(srv.Close)
+			var slowIDs []string
+			for i := range tc.slow {
+				account := fmt.Sprintf("acct_%d", accounts.Add(1))
+				for range endpoints {
+					e, err := webhook.Create(ctx, pool, secrets, account, "live", fmt.Sprintf("%s/hooks/%d", srv.URL, i), true)
+					if err != nil {
+						t.Fatal(err)
+					}
+					queue(t, pool, hook{id: e.ID, account: account}, backlog)
+					slowIDs = append(slowIDs, e.ID)
+				}
+			}
+			held := func() (n, got int) {
+				for _, rec := range recs {
+					g, _, _ := rec.stats()
+					n, got = n+rec.held(), got+g
+				}
+				return n, got
+			}
+			run(t, pool, webhook.Config{AllowPrivate: true, Timeout: time.Minute, Poll: 50 * time.Millisecond, Slots: slots, Secrets: secrets})
+			t.Cleanup(func() { close(stop) }) // before the sender's Run is waited for
+			pgtest.WaitFor(t, fmt.Sprintf("%d slow tries under way", tc.held), func() bool {
+				n, _ := held()
+				return n >= tc.held
+			})
+
+			fast, url := serve(t, http.StatusNoContent)
+			h := register(t, pool, secrets, url)
+			queue(t, pool, h, 1)
+			delivered := func() bool { return count(t, pool, "delivered_at IS NOT NULL", h.id) == 1 }
+			releases := 0
+			if tc.maxReleases == 0 {
+				pgtest.WaitFor(t, "the fast account's delivery", delivered)
+			}
+			for !delivered() {
+				if releases == tc.maxReleases {
+					t.Fatalf("the fast account's delivery is still pending after %d slow tries ended", releases)
+				}
+				release <- struct{}{}
+				releases++
+				// the freed slot took the fast delivery, whose try ended, or not; then a slow one
+				pgtest.WaitFor(t, "the freed slot taken by a slow try", func() bool {
+					n, got := held()
+					return n == tc.held && got == tc.held+releases
+				})
+			}
+			if got, _, _ := fast.stats(); got != 1 {
+				t.Errorf("the fast endpoint got %d requests, want 1", got)
+			}
+			if n, got := held(); n != tc.held || got != tc.held+releases {
+				t.Errorf("%d slow tries under way of %d, want %d of %d: the slow ones still held", n, got, tc.held, tc.held+releases)
+			}
+			if n := count(t, pool, "delivered_at IS NOT NULL", slowIDs...); n != releases {
+				t.Errorf("%d slow deliveries delivered, want %d (those released)", n, releases)
+			}
+			for i, rec := range recs {
+				if _, hi, _ := rec.stats(); hi > slots*3/10 {
+					t.Errorf("slow account %d had %d tries under way at once, want at most %d", i, hi, slots*3/10)
+				}
+			}
+		})
+	}
+}
