@@ -3539,7 +3539,9 @@ type ClientInterface interface {
 
 	// CreateWebhookWithBody Register a webhook endpoint
 	//
-	// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+	// Up to 10 https endpoints per account and env (409 beyond), and at most 20 registered
+	// an hour per account and env, those deleted since counted (429 with Retry-After
+	// beyond). The URL is absolute, up
 	// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 	// without credentials or fragment, and its host is no loopback, private or other
 	// non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
@@ -3555,7 +3557,9 @@ type ClientInterface interface {
 
 	// CreateWebhook Register a webhook endpoint
 	//
-	// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+	// Up to 10 https endpoints per account and env (409 beyond), and at most 20 registered
+	// an hour per account and env, those deleted since counted (429 with Retry-After
+	// beyond). The URL is absolute, up
 	// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 	// without credentials or fragment, and its host is no loopback, private or other
 	// non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
@@ -4766,7 +4770,9 @@ func (c *Client) ListWebhooks(ctx context.Context, params *ListWebhooksParams, r
 
 // CreateWebhookWithBody Register a webhook endpoint
 //
-// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+// Up to 10 https endpoints per account and env (409 beyond), and at most 20 registered
+// an hour per account and env, those deleted since counted (429 with Retry-After
+// beyond). The URL is absolute, up
 // to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 // without credentials or fragment, and its host is no loopback, private or other
 // non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
@@ -4792,7 +4798,9 @@ func (c *Client) CreateWebhookWithBody(ctx context.Context, params *CreateWebhoo
 
 // CreateWebhook Register a webhook endpoint
 //
-// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+// Up to 10 https endpoints per account and env (409 beyond), and at most 20 registered
+// an hour per account and env, those deleted since counted (429 with Retry-After
+// beyond). The URL is absolute, up
 // to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 // without credentials or fragment, and its host is no loopback, private or other
 // non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
@@ -8528,7 +8536,9 @@ type ClientWithResponsesInterface interface {
 
 	// CreateWebhookWithBodyWithResponse Register a webhook endpoint
 	//
-	// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+	// Up to 10 https endpoints per account and env (409 beyond), and at most 20 registered
+	// an hour per account and env, those deleted since counted (429 with Retry-After
+	// beyond). The URL is absolute, up
 	// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 	// without credentials or fragment, and its host is no loopback, private or other
 	// non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
@@ -8544,7 +8554,9 @@ type ClientWithResponsesInterface interface {
 
 	// CreateWebhookWithResponse Register a webhook endpoint
 	//
-	// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+	// Up to 10 https endpoints per account and env (409 beyond), and at most 20 registered
+	// an hour per account and env, those deleted since counted (429 with Retry-After
+	// beyond). The URL is absolute, up
 	// to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 	// without credentials or fragment, and its host is no loopback, private or other
 	// non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
@@ -17446,7 +17458,9 @@ func (c *ClientWithResponses) ListWebhooksWithResponse(ctx context.Context, para
 
 // CreateWebhookWithBodyWithResponse Register a webhook endpoint
 //
-// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+// Up to 10 https endpoints per account and env (409 beyond), and at most 20 registered
+// an hour per account and env, those deleted since counted (429 with Retry-After
+// beyond). The URL is absolute, up
 // to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 // without credentials or fragment, and its host is no loopback, private or other
 // non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6
@@ -17468,7 +17482,9 @@ func (c *ClientWithResponses) CreateWebhookWithBodyWithResponse(ctx context.Cont
 
 // CreateWebhookWithResponse Register a webhook endpoint
 //
-// Up to 10 https endpoints per account and env (409 beyond). The URL is absolute, up
+// Up to 10 https endpoints per account and env (409 beyond), and at most 20 registered
+// an hour per account and env, those deleted since counted (429 with Retry-After
+// beyond). The URL is absolute, up
 // to 2000 bytes, written as RFC 3986 has it (any other character percent-encoded),
 // without credentials or fragment, and its host is no loopback, private or other
 // non-public IP address, no numeric host other than a dotted quad or a bracketed IPv6

@@ -197,6 +197,32 @@ func TestWebhookCapHoldsUnderRace(t *testing.T) {
 	}
 }
 
+// An account registers at most webhook.MaxCreations endpoints an hour per env, those
+// deleted since counted; then 429 with when to come back. Its keys (120 managing calls
+// a minute each) registered and deleted endpoints in a loop, thousands a minute, each
+// record kept 30 days.
+func TestWebhookCreationsCapped(t *testing.T) {
+	e := newEnv(t)
+	key, _ := e.signup("hook-churn@example.com")
+	for i := range webhook.MaxCreations {
+		r := e.do("POST", "/v1/webhooks", key, map[string]any{"url": fmt.Sprintf("https://example.com/churn%d", i)})
+		if r.Status != 201 {
+			t.Fatalf("create %d: %d %s", i+1, r.Status, r.Raw)
+		}
+		if d := e.do("DELETE", "/v1/webhooks/"+r.Body["id"].(string), key, nil); d.Status != 204 {
+			t.Fatalf("delete %d: %d %s", i+1, d.Status, d.Raw)
+		}
+	}
+	r := e.do("POST", "/v1/webhooks", key, map[string]any{"url": "https://example.com/churn"})
+	wantProblem(t, r, 429, "retry_after")
+	if ra, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 3600 {
+		t.Fatalf("Retry-After %q: want the seconds until the oldest creation is an hour old", r.Header.Get("Retry-After"))
+	}
+	if l := e.do("GET", "/v1/webhooks", key, nil); len(l.Body["webhooks"].([]any)) != 0 {
+		t.Fatalf("endpoints listed after the refusal: %s", l.Raw)
+	}
+}
+
 // heldDelivery registers an endpoint whose receiver holds each request until release
 // gets a value (or is closed), then answers status; it queues a test delivery and starts
 // a sender, returning once the receiver has the delivery; cancel stops the sender, whose

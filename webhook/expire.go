@@ -27,7 +27,7 @@ const expireSQL = `DELETE FROM webhook_deliveries WHERE delivery_id = ANY (ARRAY
 // is a subquery of its own, run for each such endpoint on webhook_deliveries_endpoint:
 // NOT EXISTS became an anti-join, free to read the deliveries' whole index. The
 // endpoints themselves are scanned: the table holds at most MaxEndpoints live ones an
-// account and env, and those deleted lately. No delivery is queued to an endpoint once
+// account and env, and those deleted lately (at most MaxCreations an hour). No delivery is queued to an endpoint once
 // deleted (Enqueue), so none appears meanwhile.
 const expireEndpointsSQL = `DELETE FROM webhook_endpoints WHERE endpoint_id = ANY (ARRAY(
 	SELECT e.endpoint_id FROM webhook_endpoints e

@@ -37,6 +37,21 @@ const Topic = "webhook_deliveries"
 // MaxEndpoints is how many endpoints an account may have in one env.
 const MaxEndpoints = 10
 
+// MaxCreations is how many endpoints an account may register in one env an hour, those
+// deleted since counted. Without it an account's keys (each with its own rate) could
+// register and delete endpoints in a loop, thousands a minute, each kept with its URL
+// for the 30 days before Expire deletes it.
+const MaxCreations = 20
+
+// CreationsFull refuses an endpoint past MaxCreations an hour (429, Retry-After).
+type CreationsFull struct{ wait time.Duration }
+
+func (e *CreationsFull) Error() string { return "too many webhook endpoints registered" }
+func (e *CreationsFull) Unwrap() error {
+	return domain.Errorf(domain.CodeRateLimited, "an account registers at most %d webhook endpoints an hour per env, those deleted since counted; retry after the Retry-After delay", MaxCreations)
+}
+func (e *CreationsFull) RetryAfter() time.Duration { return e.wait }
+
 // Endpoint is a registered endpoint.
 type Endpoint struct {
 	ID, AccountID, Env, URL string
@@ -128,9 +143,10 @@ func uriText(s string) bool {
 }
 
 // Create registers url for accountID's env and returns it with its signing secret,
-// which is stored sealed by secrets. The count and the insert run under a lock of
-// the account's endpoints: counted in one statement alone, concurrent creations
-// each saw room and went past MaxEndpoints.
+// which is stored sealed by secrets: 409 past MaxEndpoints, CreationsFull past
+// MaxCreations in the last hour. The counts and the insert run under a lock of the
+// account's endpoints: counted in one statement alone, concurrent creations each saw
+// room and went past MaxEndpoints.
 func Create(ctx context.Context, pool *pgxpool.Pool, secrets *Secrets, accountID, env, rawURL string, insecure bool) (*Endpoint, error) {
 	if err := CheckURL(rawURL, insecure); err != nil {
 		return nil, err
@@ -143,13 +159,36 @@ func Create(ctx context.Context, pool *pgxpool.Pool, secrets *Secrets, accountID
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "webhooks-of-"+accountID); err != nil {
 			return err
 		}
+		// Counted in a statement after the lock's (its snapshot sees the creations that
+		// held the lock meanwhile), by the clock, not now(), as Ping does. The hour's
+		// creations, deleted ones too, are found by migration 0051's index: the clock is
+		// read once (a subquery), so the hour bounds the index's range, where read on
+		// each row it filtered all 30 days of the account's endpoints. A refusal waits
+		// until enough of them are an hour old to leave room for one more (more than
+		// MaxCreations were made before the cap).
+		var live, recent int
+		var room, now time.Time
+		if err := tx.QueryRow(ctx, `SELECT
+				(SELECT count(*) FROM webhook_endpoints WHERE account_id = $1 AND env = $2 AND deleted_at IS NULL),
+				count(*), coalesce((array_agg(created_at ORDER BY created_at))[greatest(count(*) - $3, 0) + 1], clock_timestamp()),
+				clock_timestamp()
+			FROM webhook_endpoints WHERE account_id = $1 AND env = $2 AND created_at > (SELECT clock_timestamp() - interval '1 hour')`,
+			accountID, env, MaxCreations).Scan(&live, &recent, &room, &now); err != nil {
+			return err
+		}
+		if live >= MaxEndpoints {
+			return domain.Errorf(domain.CodeConflict, "an account has at most %d webhook endpoints per env", MaxEndpoints)
+		}
+		if recent >= MaxCreations {
+			return &CreationsFull{wait: room.Add(time.Hour).Sub(now)}
+		}
 		return tx.QueryRow(ctx, `INSERT INTO webhook_endpoints (endpoint_id, account_id, env, url, secret)
-			SELECT $1, $2, $3, $4, $5 WHERE (SELECT count(*) FROM webhook_endpoints
-				WHERE account_id = $2 AND env = $3 AND deleted_at IS NULL) < $6
-			RETURNING created_at`, e.ID, accountID, env, rawURL, secrets.seal(e.Secret, e.ID), MaxEndpoints).Scan(&e.CreatedAt)
+			VALUES ($1, $2, $3, $4, $5) RETURNING created_at`,
+			e.ID, accountID, env, rawURL, secrets.seal(e.Secret, e.ID)).Scan(&e.CreatedAt)
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, domain.Errorf(domain.CodeConflict, "an account has at most %d webhook endpoints per env", MaxEndpoints)
+	var refused *domain.Error // 409, or CreationsFull's 429
+	if errors.As(err, &refused) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("webhook endpoint: %w", err)
