@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"chessd/domain"
+	"chessd/postgres/pgtest"
 )
 
 // A lost key is recovered by mail: the address's account gets a new key with every
@@ -175,5 +176,72 @@ func TestKeyRecoveryTakesTheAccount(t *testing.T) {
 		if active != 1 {
 			t.Fatalf("%d active live keys after the takeover, want the recovered one alone", active)
 		}
+	}
+}
+
+// A webhook endpoint created while a recovery takes the account does not outlive it:
+// the creation, authorised before, either ends first and is deleted with the others, or
+// comes after and finds its key revoked. The endpoints' lock is held here until both
+// wait on it.
+func TestKeyRecoveryRacesAWebhookCreation(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	squatter, _ := e.signup("raced@example.com")
+	e.mailedToken("raced@example.com")
+	if _, err := e.pool.Exec(ctx, `UPDATE email_verifications SET created_at = created_at - interval '61 seconds'`); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("POST", "/v1/recover", "", `{"email":"raced@example.com"}`); r.Status != 202 {
+		t.Fatalf("POST /recover: %d %s", r.Status, r.Raw)
+	}
+	token := e.mailedToken("raced@example.com")
+	var accountID string
+	if err := e.pool.QueryRow(ctx, `SELECT account_id FROM email_verifications WHERE email = 'raced@example.com' LIMIT 1`).Scan(&accountID); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx) //nolint:errcheck // released below
+	if _, err := lock.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "webhooks-of-"+accountID); err != nil {
+		t.Fatal(err)
+	}
+	waiting := func(n int) func() bool {
+		return func() bool {
+			var got int
+			if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			return got >= n
+		}
+	}
+	created, recovered := make(chan response, 1), make(chan response, 1)
+	go func() {
+		created <- e.do("POST", "/v1/webhooks", squatter, map[string]any{"url": "http://127.0.0.1:9/squatter"})
+	}()
+	pgtest.WaitFor(t, "the creation to wait for the endpoints' lock", waiting(1))
+	go func() {
+		recovered <- e.do("POST", "/v1/recover/confirm", "", map[string]any{"token": token, "revoke_other_keys": true})
+	}()
+	// (or, should it not take the lock, to end: the creation then comes after it)
+	pgtest.WaitFor(t, "the recovery to wait for it too", func() bool { return len(recovered) > 0 || waiting(2)() })
+	lock.Rollback(ctx) //nolint:errcheck // lets both go
+	c, r := <-created, <-recovered
+	if r.Status != 201 {
+		t.Fatalf("POST /recover/confirm: %d %s", r.Status, r.Raw)
+	}
+	switch c.Status {
+	case 201:
+		if !slices.Contains(r.Body["deleted_webhook_ids"].([]any), c.Body["id"]) {
+			t.Fatalf("the endpoint created first (%v) is not among those the recovery deleted: %v", c.Body["id"], r.Body["deleted_webhook_ids"])
+		}
+	case 401:
+	default:
+		t.Fatalf("POST /webhooks: %d %s", c.Status, c.Raw)
+	}
+	var live int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoints WHERE account_id = $1 AND deleted_at IS NULL`, accountID).Scan(&live); err != nil || live != 0 {
+		t.Fatalf("%d endpoints outlive the recovery (%v); the creation answered %d", live, err, c.Status)
 	}
 }

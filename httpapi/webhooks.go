@@ -1,10 +1,13 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"time"
 
 	"chessd/domain"
+	"chessd/eventstore"
+	"chessd/ledger"
 	"chessd/webhook"
 )
 
@@ -32,7 +35,13 @@ func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := principal(r.Context())
-	e, err := webhook.Create(r.Context(), s.pool, s.hooks, key.AccountID(), key.Env().String(), *req.URL, s.cfg.InsecureWebhooks)
+	stillActive := func(ctx context.Context, q eventstore.Querier) error {
+		if ok, err := ledger.KeyActive(ctx, q, key.AccountID(), key.ID()); err != nil || ok {
+			return err
+		}
+		return domain.Errorf(domain.CodeBadCredential, "this key was revoked while the call ran")
+	}
+	e, err := webhook.Create(r.Context(), s.pool, s.hooks, key.AccountID(), key.Env().String(), *req.URL, s.cfg.InsecureWebhooks, stillActive)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

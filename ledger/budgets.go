@@ -74,6 +74,18 @@ func OpenKeyIDs(ctx context.Context, tx *eventstore.Tx, accountID string) ([]str
 	return ids, nil
 }
 
+// KeyActive says, inside q's transaction, whether keyID of accountID is active (its
+// balance open, as OpenKeyBalances counts them): what a key was vouched for when its
+// call began may have ended since, before the call's write (a recovery revoking every
+// key of the account).
+func KeyActive(ctx context.Context, q eventstore.Querier, accountID, keyID string) (bool, error) {
+	var active bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 `+openBalances+` AND kb.key_id = $2)`, accountID, keyID).Scan(&active); err != nil {
+		return false, fmt.Errorf("is key %s active: %w", keyID, err)
+	}
+	return active, nil
+}
+
 // SetKeyBudget gives key k the budgets it has after a change (k with the event
 // applied).
 func SetKeyBudget(ctx context.Context, tx *eventstore.Tx, k *domain.Key) error {

@@ -24,12 +24,12 @@ func TestCreationsCapped(t *testing.T) {
 	const url = "http://127.0.0.1:9/hooks"
 	account := fmt.Sprintf("acct_%d", accounts.Add(1))
 	create := func(account, env string) error {
-		_, err := webhook.Create(ctx, pool, secrets, account, env, url, true)
+		_, err := webhook.Create(ctx, pool, secrets, account, env, url, true, nil)
 		return err
 	}
 	const before = webhook.MaxCreations - 5 // registered and deleted one by one
 	for range before {
-		e, err := webhook.Create(ctx, pool, secrets, account, "live", url, true)
+		e, err := webhook.Create(ctx, pool, secrets, account, "live", url, true, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -44,7 +44,7 @@ var accounts atomic.Int64
 func register(t *testing.T, pool *pgxpool.Pool, secrets *webhook.Secrets, url string) hook {
 	t.Helper()
 	account := fmt.Sprintf("acct_%d", accounts.Add(1))
-	e, err := webhook.Create(context.Background(), pool, secrets, account, "live", url, true)
+	e, err := webhook.Create(context.Background(), pool, secrets, account, "live", url, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,7 +482,7 @@ func TestSlowAccountsDoNotHoldBackAnother(t *testing.T) {
 			for i := range tc.slow {
 				account := fmt.Sprintf("acct_%d", accounts.Add(1))
 				for range endpoints {
-					e, err := webhook.Create(ctx, pool, secrets, account, "live", fmt.Sprintf("%s/hooks/%d", srv.URL, i), true)
+					e, err := webhook.Create(ctx, pool, secrets, account, "live", fmt.Sprintf("%s/hooks/%d", srv.URL, i), true, nil)
 					if err != nil {
 						t.Fatal(err)
 					}

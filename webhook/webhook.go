@@ -147,7 +147,12 @@ func uriText(s string) bool {
 // MaxCreations in the last hour. The counts and the insert run under a lock of the
 // account's endpoints: counted in one statement alone, concurrent creations each saw
 // room and went past MaxEndpoints.
-func Create(ctx context.Context, pool *pgxpool.Pool, secrets *Secrets, accountID, env, rawURL string, insecure bool) (*Endpoint, error) {
+//
+// allowed, when set, runs under that lock before anything is counted or written: what
+// authorised the call may have ended since it was checked (a key recovery revoking
+// every key and deleting every endpoint, DeleteAll, which takes the lock too).
+func Create(ctx context.Context, pool *pgxpool.Pool, secrets *Secrets, accountID, env, rawURL string, insecure bool,
+	allowed func(context.Context, eventstore.Querier) error) (*Endpoint, error) {
 	if err := CheckURL(rawURL, insecure); err != nil {
 		return nil, err
 	}
@@ -156,8 +161,13 @@ func Create(ctx context.Context, pool *pgxpool.Pool, secrets *Secrets, accountID
 	}
 	e := &Endpoint{ID: newID("whe_"), AccountID: accountID, Env: env, URL: rawURL, Secret: "whsec_" + newID("")}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "webhooks-of-"+accountID); err != nil {
+		if err := lockEndpoints(ctx, tx, accountID); err != nil {
 			return err
+		}
+		if allowed != nil {
+			if err := allowed(ctx, tx); err != nil {
+				return err
+			}
 		}
 		// Counted in a statement after the lock's (its snapshot sees the creations that
 		// held the lock meanwhile), by the clock, not now(), as Ping does. The hour's
@@ -194,6 +204,16 @@ func Create(ctx context.Context, pool *pgxpool.Pool, secrets *Secrets, accountID
 		return nil, fmt.Errorf("webhook endpoint: %w", err)
 	}
 	return e, nil
+}
+
+// lockEndpoints takes the lock of accountID's endpoints until q's transaction ends:
+// creations queue behind one another (the caps count what they see) and behind
+// DeleteAll.
+func lockEndpoints(ctx context.Context, q eventstore.Querier, accountID string) error {
+	if _, err := q.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "webhooks-of-"+accountID); err != nil {
+		return fmt.Errorf("lock the webhook endpoints of %s: %w", accountID, err)
+	}
+	return nil
 }
 
 // List returns accountID's endpoints in env, without their secrets.
@@ -242,8 +262,13 @@ func Delete(ctx context.Context, pool *pgxpool.Pool, accountID, env, id string) 
 // DeleteAll stops deliveries to every endpoint of accountID, in every env, inside the
 // caller's transaction (a key recovery that takes the account: endpoints someone else
 // registered would go on receiving its events), and answers their ids. Their pending
-// deliveries fail as Delete's do, by a statement after the endpoints'.
+// deliveries fail as Delete's do, by a statement after the endpoints'. It holds the
+// lock creations take: one under way, authorised before, ends first and is deleted
+// with the others; one after finds its key revoked (Create's allowed).
 func DeleteAll(ctx context.Context, q eventstore.Querier, accountID string) ([]string, error) {
+	if err := lockEndpoints(ctx, q, accountID); err != nil {
+		return nil, err
+	}
 	rows, err := q.Query(ctx, `UPDATE webhook_endpoints SET deleted_at = now()
 		WHERE account_id = $1 AND deleted_at IS NULL RETURNING endpoint_id`, accountID)
 	if err != nil {

@@ -125,7 +125,7 @@ func TestOldServerStopsOutboxesOnNewerSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := webhook.Create(ctx, pool, secrets, su.AccountID, domain.EnvLive.String(), receiver.URL, true)
+	ep, err := webhook.Create(ctx, pool, secrets, su.AccountID, domain.EnvLive.String(), receiver.URL, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
