@@ -157,12 +157,18 @@ func TestWebhookTestPingsCapped(t *testing.T) {
 	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1`, id).Scan(&n); err != nil || n != webhook.MaxTestPings {
 		t.Fatalf("%d deliveries queued (%v)", n, err)
 	}
-	// a minute on, pings go again
+	// a minute on, pings go again once fewer than five are still to go
 	if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET created_at = created_at - interval '61 seconds' WHERE endpoint_id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
+	if r := e.do("POST", "/v1/webhooks/"+id+"/test", owner, nil); r.Status != 429 || !strings.Contains(r.Body["detail"].(string), "still to go") {
+		t.Fatalf("a minute later, five still to go: %d %s", r.Status, r.Raw)
+	}
+	if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET delivered_at = now() WHERE endpoint_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
 	if r := e.do("POST", "/v1/webhooks/"+id+"/test", owner, nil); r.Status != 202 {
-		t.Fatalf("a minute later: %d %s", r.Status, r.Raw)
+		t.Fatalf("a minute later, none still to go: %d %s", r.Status, r.Raw)
 	}
 }
 

@@ -353,7 +353,7 @@ func failure(status int, err error, timeout time.Duration) string {
 	case errors.Is(err, errNotPublic):
 		return NotPublicError
 	case errors.Is(err, ErrSecretSealed):
-		return "the delivery could not be signed on our side (no fault of the endpoint's); it will be tried again"
+		return "the delivery could not be signed on our side (no fault of the endpoint's); it is tried again while tries remain"
 	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
 		return "the endpoint's host name was not found (DNS: no such host)"
 	case errors.As(err, &dnsErr) && dnsErr.IsTimeout:

@@ -321,18 +321,25 @@ func Enqueue(ctx context.Context, q eventstore.Querier, accountID, env, endpoint
 // thousands of requests a minute to any https address.
 const MaxTestPings = 5
 
-// PingsFull refuses a test delivery past MaxTestPings a minute (429, Retry-After).
-type PingsFull struct{ wait time.Duration }
+// PingsFull refuses a test delivery past MaxTestPings a minute, or while MaxTestPings
+// are still to go (429, Retry-After): a slow endpoint's pings would pile up without end.
+type PingsFull struct {
+	wait    time.Duration
+	pending bool // refused for the pings still to go
+}
 
 func (e *PingsFull) Error() string { return "too many test deliveries" }
 func (e *PingsFull) Unwrap() error {
+	if e.pending {
+		return domain.Errorf(domain.CodeRateLimited, "an endpoint has at most %d test deliveries still to go; retry once one is delivered or has failed (GET /webhooks/{id}/deliveries)", MaxTestPings)
+	}
 	return domain.Errorf(domain.CodeRateLimited, "an endpoint gets at most %d test deliveries a minute; retry after the Retry-After delay", MaxTestPings)
 }
 func (e *PingsFull) RetryAfter() time.Duration { return e.wait }
 
 // Ping queues a test delivery (a "ping" with data) to endpointID of accountID's env
 // and returns its id: 404 when the endpoint is not the account's, PingsFull past
-// MaxTestPings in the last minute. Pings of one endpoint take turns on its row, so
+// MaxTestPings in the last minute or with MaxTestPings still to go. Pings of one endpoint take turns on its row, so
 // concurrent ones cannot all find room.
 func Ping(ctx context.Context, pool *pgxpool.Pool, accountID, env, endpointID string, data any) (string, error) {
 	var id string
@@ -360,6 +367,15 @@ func Ping(ctx context.Context, pool *pgxpool.Pool, accountID, env, endpointID st
 		}
 		if n >= MaxTestPings {
 			return &PingsFull{wait: oldest.Add(time.Minute).Sub(now)}
+		}
+		// pending ones by migration 0052's index, up to the cap
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries
+			WHERE endpoint_id = $1 AND event_type = 'ping' AND delivered_at IS NULL AND failed_at IS NULL LIMIT $2) p`,
+			endpointID, MaxTestPings).Scan(&n); err != nil {
+			return fmt.Errorf("webhook pings: %w", err)
+		}
+		if n >= MaxTestPings {
+			return &PingsFull{wait: 10 * time.Second, pending: true} // a try's default length
 		}
 		ids, err := Enqueue(ctx, tx, accountID, env, endpointID, "ping", data)
 		if err != nil {

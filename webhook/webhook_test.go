@@ -189,7 +189,7 @@ func TestFailureNamesNothingOfOurs(t *testing.T) {
 	}{
 		{"an answer", 503, nil, "HTTP 503"},
 		{"not public", 0, dial(errNotPublic), NotPublicError},
-		{"secret not opened", 0, ErrSecretSealed, "the delivery could not be signed on our side (no fault of the endpoint's); it will be tried again"},
+		{"secret not opened", 0, ErrSecretSealed, "the delivery could not be signed on our side (no fault of the endpoint's); it is tried again while tries remain"},
 		{"no such host", 0, dns(net.DNSError{Err: "no such host", IsNotFound: true}), "the endpoint's host name was not found (DNS: no such host)"},
 		{"DNS timeout", 0, dns(net.DNSError{Err: "i/o timeout", IsTimeout: true}), "looking up the endpoint's host name timed out (DNS)"},
 		{"DNS failure", 0, dns(net.DNSError{Err: "server misbehaving", IsTemporary: true}), "looking up the endpoint's host name failed (DNS)"},
