@@ -221,7 +221,7 @@ func TestBadJobsAreRefusedAndCostNothing(t *testing.T) {
 		// Counters that do not fit, wherever a FEN comes in; a FEN tag whose counters the
 		// game would take past 100000, the most a FEN holds.
 		"impossible counters in fens": {"/v1/batch", map[string]any{"fens": []string{fens[0], "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 1"}}, "fens[1]", "en passant square d6 is impossible at fullmove number 1"},
-		"impossible counters in fen":  {"/v1/analyze", map[string]any{"fen": "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR b KQkq - 200 1"}, "fen", "halfmove clock 200 is impossible"},
+		"impossible counters in fen":  {"/v1/analyze", map[string]any{"fen": "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 5 3"}, "fen", "halfmove clock 5 is impossible with the en passant square d6"},
 		"impossible counters in FEN tag": {"/v1/analyze", map[string]any{"pgn": "[SetUp \"1\"]\n[FEN \"rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 5 3\"]\n3. exd6 *"},
 			"pgn", "FEN tag: halfmove clock 5 is impossible with the en passant square d6"},
 		"FEN tag counters past 100000": {"/v1/analyze", map[string]any{"pgn": "[SetUp \"1\"]\n[FEN \"3k4/8/8/8/8/8/3K4/8 b - - 99999 100000\"]\n100000... Kd7 100001. Ke2 *"},
