@@ -142,13 +142,13 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	if !s.rateLimit(w, r, key, domain.ScopeEval) {
 		return
 	}
+	timing.mark("auth") // the body and the cache's lookup are the request's (API.md)
 	if !read {
 		p = s.prepare(r, key == nil)
 	}
 	if p.err == nil {
 		p.known, p.hit, p.err = s.analysis.Lookup(r.Context(), p.spec)
 	}
-	timing.mark("auth")
 	r.Body = io.NopCloser(bytes.NewReader(p.body)) // read again for the Idempotency-Key's hash
 	idem, err := idempotencyRequest(r, scope)
 	if err != nil {
