@@ -146,14 +146,14 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 	if !read {
 		p = s.prepare(r, key == nil)
 	}
-	if p.err == nil {
-		p.known, p.hit, p.err = s.analysis.Lookup(r.Context(), p.spec)
-	}
 	r.Body = io.NopCloser(bytes.NewReader(p.body)) // read again for the Idempotency-Key's hash
 	idem, err := idempotencyRequest(r, scope)
 	if err != nil {
 		fail(err)
 		return
+	}
+	if p.err == nil { // a refused header reads nothing either
+		p.known, p.hit, p.err = s.analysis.Lookup(r.Context(), p.spec)
 	}
 	if p.err != nil {
 		fail(p.err)
