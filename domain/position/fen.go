@@ -36,6 +36,22 @@ func (p *Position) counterOverflow() string {
 // Shredder-FEN rook files (HAha, Bb...); without it only KQkq with king on e1/e8
 // and rooks on the corners. Every refusal is an *Error naming what is wrong.
 func Parse(fen string, chess960 bool) (*Position, error) {
+	return parse(fen, chess960, false)
+}
+
+// ParseStored reads a FEN that was accepted and stored before the move counters were
+// checked against the en passant square (a job's position, submitted to an earlier
+// release or to an older server during a rolling deploy): as Parse, except that the
+// counters those rules refuse are repaired to what the pawn's double step the square
+// records left them: a halfmove clock other than 0 becomes 0, and fullmove number 1
+// with White to move becomes 2. Nothing else is relaxed, and a FEN Parse accepts
+// reads the same. A request's FEN goes to Parse, which refuses such counters.
+func ParseStored(fen string, chess960 bool) (*Position, error) {
+	return parse(fen, chess960, true)
+}
+
+// parse is Parse, or ParseStored when repair.
+func parse(fen string, chess960, repair bool) (*Position, error) {
 	if len(fen) > MaxFENLength {
 		return nil, fenErr("FEN is %d bytes long; at most %d are accepted", len(fen), MaxFENLength)
 	}
@@ -128,6 +144,9 @@ func Parse(fen string, chess960 bool) (*Position, error) {
 	}
 	if err := p.validateChecks(); err != nil {
 		return nil, err
+	}
+	if repair && p.repairCounters() {
+		fields[4], fields[5] = strconv.Itoa(p.halfmove), strconv.Itoa(p.fullmove)
 	}
 	if err := p.validateCounters(); err != nil {
 		return nil, err
@@ -432,6 +451,23 @@ func (p *Position) validateCounters() *Error {
 		return illegalErr("en passant square %s is impossible at fullmove number 1 with white to move: black has not moved yet (the number is 2 after black's first move)", name)
 	}
 	return nil
+}
+
+// repairCounters sets the counters validateCounters refuses as the double step behind
+// the en passant square left them (ParseStored): the halfmove clock to 0, and with
+// White to move the fullmove number 1 to 2. It says whether it changed either.
+func (p *Position) repairCounters() bool {
+	if p.ep < 0 {
+		return false
+	}
+	changed := false
+	if p.halfmove != 0 {
+		p.halfmove, changed = 0, true
+	}
+	if p.turn == White && p.fullmove == 1 {
+		p.fullmove, changed = 2, true
+	}
+	return changed
 }
 
 func (p *Position) validateChecks() *Error {

@@ -169,6 +169,76 @@ func TestParseAccepts(t *testing.T) {
 	}
 }
 
+// ParseStored repairs only the counters Parse refuses beside an en passant square
+// (a job stored before the rules): the clock to 0, move 1 with White to move to 2.
+// What Parse accepts reads the same; every other refusal stays.
+func TestParseStored(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		in       string
+		chess960 bool
+		fen      string // canonical; "" when refused
+		reason   string // the refusal's, when refused
+	}{
+		{"ep at move 1, white to move", "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 1", false,
+			"rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 2", ""},
+		{"ep at move 1 with a running clock", "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 5 1", false,
+			"rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 2", ""},
+		{"ep with a running clock", "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 5 3", false,
+			"rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 3", ""},
+		{"ep with a running clock, black to move", "rnbqkbnr/ppp1pppp/8/8/3pP3/8/PPPP1PPP/RNBQKBNR b KQkq e3 3 1", false,
+			"rnbqkbnr/ppp1pppp/8/8/3pP3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1", ""},
+		{"ep with a large clock", "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 100000 7", false,
+			"rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 7", ""},
+		{"ep with a running clock, chess960", "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w HAha d6 1 1", true,
+			"rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w HAha d6 0 2", ""},
+		// The square no pawn can take is dropped from the FEN as Parse drops it.
+		{"ep no pawn can take, running clock", "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 2 1", false,
+			"rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", ""},
+		// What Parse accepts reads the same.
+		{"start", StartFEN, false, StartFEN, ""},
+		{"ep after black's first move", "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 2", false,
+			"rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 2", ""},
+		{"clock past the plies without ep", "4k3/8/8/8/8/8/8/4K2R w K - 37 1", false, "4k3/8/8/8/8/8/8/4K2R w K - 37 1", ""},
+		{"four fields with ep", "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6", false,
+			"rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 2", ""},
+		// Every other refusal stays, counters beside an en passant square or not.
+		{"ep without its pawn", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq d6 5 1", false, "", "needs a black pawn on d5"},
+		{"ep on the wrong rank", "rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq e3 4 1", false, "", "en passant square e3 is impossible with white to move"},
+		{"unreadable clock beside ep", "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 x 1", false, "", `halfmove clock "x" must be a whole number`},
+		{"clock too large beside ep", "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 100001 3", false, "", "too large"},
+		{"fullmove 0 beside ep", "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 0", false, "", "must be at least 1"},
+		{"side not to move in check", "4k3/4Q3/8/8/8/8/8/4K3 w - - 3 1", false, "", "is in check"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := ParseStored(tt.in, tt.chess960)
+			if tt.fen == "" {
+				var pe *Error
+				if !errors.As(err, &pe) || pe.Field != "fen" || !strings.Contains(pe.Reason, tt.reason) {
+					t.Fatalf("ParseStored(%q) = %v, want a refusal containing %q", tt.in, err, tt.reason)
+				}
+				if _, perr := Parse(tt.in, tt.chess960); perr == nil || perr.Error() != err.Error() {
+					t.Errorf("Parse(%q) = %v, ParseStored %v: the refusals differ", tt.in, perr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseStored(%q): %v", tt.in, err)
+			}
+			if got := p.FEN(); got != tt.fen {
+				t.Errorf("FEN() = %q, want %q", got, tt.fen)
+			}
+			// The repaired FEN is one Parse accepts, as itself.
+			if again := mustParse(t, p.FEN(), tt.chess960); again.FEN() != p.FEN() {
+				t.Errorf("round trip %q -> %q", p.FEN(), again.FEN())
+			}
+		})
+	}
+}
+
 func TestNormalizedEqualForSamePosition(t *testing.T) {
 	t.Parallel()
 	pairs := []struct {
