@@ -63,6 +63,11 @@ type Spec struct {
 	ShowWDL       bool
 	LimitStrength bool              // limited results are never cached
 	UCIOptions    map[string]string // the request's options as UCI name -> value
+	// Stored says FEN was accepted and stored before (a job's position): it is read
+	// with position.ParseStored, which repairs counters an earlier release let through
+	// beside an en passant square, and the result gives the FEN as repaired. A
+	// request's own FEN is never Stored.
+	Stored bool
 }
 
 // optionDef maps a JSON option to its UCI option, with the service's own ceiling.

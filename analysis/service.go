@@ -109,7 +109,7 @@ func (s *Service) Analyse(ctx context.Context, spec Spec, prio engine.Priority, 
 // A request that may use the cache waits for a search of the same position already
 // running here rather than starting its own, and is answered as a cache hit.
 func (s *Service) analyse(ctx context.Context, spec Spec, prio engine.Priority, useCache bool, progress func(*Progress)) (*Result, error) {
-	parsed, err := s.parse(spec.FEN, spec.Chess960)
+	parsed, err := s.parse(spec.FEN, spec.Chess960, spec.Stored)
 	if err != nil {
 		var pe *position.Error
 		if errors.As(err, &pe) {
@@ -222,7 +222,7 @@ func whole(res *Result, pos *position.Position, spec Spec, limit time.Duration) 
 // result deep enough. ok is false when a search is needed (Analyse with useCache
 // false then skips a second lookup). Costed calls price what Lookup found.
 func (s *Service) Lookup(ctx context.Context, spec Spec) (res *Result, ok bool, err error) {
-	parsed, err := s.parse(spec.FEN, spec.Chess960)
+	parsed, err := s.parse(spec.FEN, spec.Chess960, spec.Stored)
 	if err != nil {
 		var pe *position.Error
 		if errors.As(err, &pe) {
@@ -265,21 +265,28 @@ type parsedFEN struct {
 // A miss costs a few microseconds since Parse hands notnil its binary form.
 const maxParsed = 10000
 
-// parseKey is the parse memo's key: the text and its mode apart, since no text the
-// caller sends may name another mode's entry.
+// parseKey is the parse memo's key: the text, its mode and its reading apart, since no
+// text the caller sends may name another mode's entry, nor a request's FEN a stored
+// one's (ParseStored accepts what Parse refuses).
 type parseKey struct {
 	fen      string
 	chess960 bool
+	stored   bool
 }
 
-// parse reads a FEN, remembering recent ones with their renderings: positions are
-// immutable and safe to share, and a repeated FEN is the common case of a cached answer.
-func (s *Service) parse(fen string, chess960 bool) (*parsedFEN, error) {
-	key := parseKey{fen, chess960}
+// parse reads a FEN (a stored one with position.ParseStored, see Spec.Stored),
+// remembering recent ones with their renderings: positions are immutable and safe to
+// share, and a repeated FEN is the common case of a cached answer.
+func (s *Service) parse(fen string, chess960, stored bool) (*parsedFEN, error) {
+	key := parseKey{fen, chess960, stored}
 	if p, ok := s.parsed.Load(key); ok {
 		return p.(*parsedFEN), nil
 	}
-	pos, err := position.Parse(fen, chess960)
+	read := position.Parse
+	if stored {
+		read = position.ParseStored
+	}
+	pos, err := read(fen, chess960)
 	if err != nil {
 		return nil, err
 	}

@@ -359,3 +359,22 @@ func TestParseMemoKeepsModesApart(t *testing.T) {
 		}
 	}
 }
+
+// A job's stored FEN is read with position.ParseStored, its counters repaired, and a
+// request's with Parse: the memo keeps the readings apart, so a request's text never
+// names the position remembered for a job's (it would pass counters the rules refuse).
+func TestParseMemoKeepsStoredReadingsApart(t *testing.T) {
+	svc := NewService(catalog, pgtest.NewDB(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx := context.Background()
+	fen := "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 5 1"
+	stored := spec(t, Request{FEN: ptr("rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 2"), Depth: ptr(6)})
+	stored.FEN, stored.Stored = fen, true
+	if _, _, err := svc.Lookup(ctx, stored); err != nil {
+		t.Fatalf("the stored position: %v", err)
+	}
+	_, _, err := svc.Lookup(ctx, spec(t, Request{FEN: &fen, Depth: ptr(6)}))
+	var de *domain.Error
+	if !errors.As(err, &de) || len(de.Fields) == 0 || de.Fields[0].Field != "fen" || !strings.Contains(de.Fields[0].Reason, "halfmove clock 5 is impossible") {
+		t.Errorf("a request for %q: %v, want the fen refused for its clock", fen, err)
+	}
+}

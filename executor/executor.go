@@ -794,10 +794,12 @@ func (x *Executor) position(t *task) (commands.Position, error) {
 }
 
 // analyse runs one position, retrying while the engines are saturated, restarting, or
-// the search was preempted by an interactive call.
+// the search was preempted by an interactive call. The position was accepted when the
+// job was submitted, perhaps by an earlier release: it is read as stored
+// (analysis.Spec.Stored), so that counters the rules refuse since then do not fail it.
 func (x *Executor) analyse(ctx context.Context, spec domain.JobSpec, p domain.JobPosition) (*analysis.Result, error) {
 	s := analysis.Spec{FEN: p.FEN, Depth: spec.Depth, MultiPV: spec.MultiPV, Engine: spec.Engine,
-		Path: engine.Path(spec.Path), Chess960: spec.Chess960, UCIOptions: map[string]string{}}
+		Path: engine.Path(spec.Path), Chess960: spec.Chess960, UCIOptions: map[string]string{}, Stored: true}
 	if spec.Chess960 {
 		s.UCIOptions["UCI_Chess960"] = "true"
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"chessd/executor"
 	"chessd/ledger"
 	"chessd/postgres/pgtest"
+	"chessd/projections"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -107,6 +109,57 @@ func TestExecutorRunsJobs(t *testing.T) {
 	var workers int
 	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT payload->>'worker') FROM events WHERE event_type = 'JobPositionAnalysed'`).Scan(&workers); err != nil || workers != 2 {
 		t.Fatalf("positions analysed by %d workers, want both (%v)", workers, err)
+	}
+}
+
+// A job stored before the counter rules (an earlier release, or an older server during
+// a rolling deploy, accepted its FENs; commands.SubmitJob stores them as it did) runs:
+// each position's counters that contradict its en passant square are repaired as the
+// double step left them, the job succeeds with every position analysed, and its result
+// gives the FEN as analysed. A request's FEN with the same counters is still refused,
+// also once the job's reading of it is remembered.
+func TestExecutorRunsAJobStoredBeforeTheCounterRules(t *testing.T) {
+	e := newEnv(t, 1)
+	e.run(t, executor.Config{Worker: "w", Parallel: 1})
+	key := signup(t, e.pool, e.cmds)
+	stored := []struct{ fen, analysed string }{
+		{"rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 1", "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 2"},
+		{"rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 5 1", "rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 0 2"},
+		{"rnbqkbnr/ppp1pppp/8/8/3pP3/8/PPPP1PPP/RNBQKBNR b KQkq e3 3 3", "rnbqkbnr/ppp1pppp/8/8/3pP3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 3"},
+		{fenStart, fenStart}, // accepted by the rules: as it was
+	}
+	var fens []string
+	for _, s := range stored {
+		fens = append(fens, s.fen)
+	}
+	j := submit(t, e.cmds, key, fens)
+	got := waitDone(t, e.pool, j.ID())
+	if got.State() != domain.StateSucceeded || got.Done() != len(fens) {
+		t.Fatalf("job ended %s with %d of %d done: %+v", got.State(), got.Done(), len(fens), got.Failure())
+	}
+	for i, s := range stored {
+		var r analysis.Result
+		if err := json.Unmarshal(got.Result(i).Result, &r); err != nil || r.BestMove == nil || r.FEN != s.analysed {
+			t.Fatalf("position %d (%s): result %s (%v); want a best move for %s", i, s.fen, got.Result(i).Result, err, s.analysed)
+		}
+		body, err := json.Marshal(projections.PositionOf(got, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var shown struct {
+			FEN    string `json:"fen"`
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(body, &shown); err != nil || shown.FEN != s.analysed || shown.Status != "done" {
+			t.Fatalf("position %d in the job's result: %s (%v); want done with fen %s", i, body, err, s.analysed)
+		}
+	}
+	for _, s := range stored[:3] {
+		_, err := e.svc.Analyse(context.Background(), analysis.Spec{FEN: s.fen, Depth: 6, MultiPV: 1, Engine: "sf-17.1", Path: engine.PathNative},
+			engine.Interactive, true)
+		if domain.ErrorCode(err) != domain.CodeInvalid || !strings.Contains(err.Error(), "impossible") {
+			t.Fatalf("a request for %s: %v; want it refused for its counters", s.fen, err)
+		}
 	}
 }
 

@@ -581,7 +581,10 @@ func loadJob(ctx context.Context, q eventstore.Querier, e eventstore.Event, d do
 
 // PositionResult is one position of a job's result.
 type PositionResult struct {
-	Index   int             `json:"index"`
+	Index int `json:"index"`
+	// FEN is the position's as submitted; once analysed, its JSON gives the FEN as
+	// analysed (the result's), which differs where the analysis repaired counters
+	// accepted before the rules refused them (position.ParseStored).
 	FEN     string          `json:"fen"`
 	Ply     int             `json:"ply,omitempty"`
 	Move    string          `json:"move,omitempty"`
@@ -593,22 +596,26 @@ type PositionResult struct {
 }
 
 // MarshalJSON inlines the analysis (eval, bestmove, pvs, depth, nodes...) beside the
-// position's facts.
+// position's facts, with the FEN it analysed.
 func (p PositionResult) MarshalJSON() ([]byte, error) {
 	type plain PositionResult
-	head, err := json.Marshal(plain(p))
-	if err != nil || len(p.Result) < 2 {
-		return head, err
+	if len(p.Result) < 2 {
+		return json.Marshal(plain(p))
 	}
 	var analysisFields map[string]json.RawMessage
 	if err := json.Unmarshal(p.Result, &analysisFields); err != nil {
 		return nil, err
 	}
+	var analysed string
+	if raw, ok := analysisFields["fen"]; ok && json.Unmarshal(raw, &analysed) == nil && analysed != "" {
+		p.FEN = analysed
+	}
 	for _, k := range []string{"fen", "cached"} { // the position's own
 		delete(analysisFields, k)
 	}
-	if len(analysisFields) == 0 {
-		return head, nil
+	head, err := json.Marshal(plain(p))
+	if err != nil || len(analysisFields) == 0 {
+		return head, err
 	}
 	rest, err := json.Marshal(analysisFields)
 	if err != nil {
