@@ -161,18 +161,24 @@ func parse(fen string, chess960, repair bool) (*Position, error) {
 	return p, nil
 }
 
+// parseCounter reads a counter's digits. Leading zeros say nothing of its size
+// ("0000001" is 1): only the digits after them are bounded.
 func parseCounter(s, name string, min int) (int, error) {
+	if s == "" {
+		return 0, fenErr("%s %q must be a whole number", name, s)
+	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return 0, fenErr("%s %q must be a whole number", name, s)
 		}
 	}
-	if len(s) > 6 {
+	digits := strings.TrimLeft(s, "0")
+	if len(digits) > 6 {
 		return 0, fenErr("%s %q is too large (at most %d)", name, s, maxCounter)
 	}
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, fenErr("%s %q must be a whole number", name, s)
+	v := 0
+	for i := 0; i < len(digits); i++ {
+		v = v*10 + int(digits[i]-'0')
 	}
 	if v > maxCounter {
 		return 0, fenErr("%s %q is too large (at most %d)", name, s, maxCounter)

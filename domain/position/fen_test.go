@@ -50,6 +50,9 @@ func TestParseRefuses(t *testing.T) {
 		{"bad ep text", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq e9 0 1", false, CodeInvalidFEN, `en passant field "e9"`},
 		{"bad halfmove", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - -1 1", false, CodeInvalidFEN, "halfmove clock"},
 		{"huge halfmove", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 99999999999999999999 1", false, CodeInvalidFEN, "too large"},
+		{"halfmove of 7 digits", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 1000000 1", false, CodeInvalidFEN, `halfmove clock "1000000" is too large (at most 100000)`},
+		{"halfmove past the limit behind zeros", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 000100001 1", false, CodeInvalidFEN, `halfmove clock "000100001" is too large (at most 100000)`},
+		{"fullmove zero with zeros", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 0000000", false, CodeInvalidFEN, `fullmove number "0000000" must be at least 1`},
 		{"fullmove zero", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 0", false, CodeInvalidFEN, "fullmove number \"0\" must be at least 1"},
 		// Kings.
 		{"no white king", "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQQBNR w kq - 0 1", false, CodeIllegalPosition, "white has 0 kings"},
@@ -148,6 +151,9 @@ func TestParseAccepts(t *testing.T) {
 		{"clock of every ply, black to move", "4k3/8/8/8/8/8/8/4K3 b - - 1 1", false, "4k3/8/8/8/8/8/8/4K3 b - - 1 1", ""},
 		{"clock of every ply, white to move", "4k3/8/8/8/8/8/8/4K3 w - - 2 2", false, "4k3/8/8/8/8/8/8/4K3 w - - 2 2", ""},
 		{"largest clock", "4k3/8/8/8/8/8/8/4K3 w - - 100000 50001", false, "4k3/8/8/8/8/8/8/4K3 w - - 100000 50001", ""},
+		// Leading zeros do not count against a counter's length ("0000001" is 1).
+		{"counters with leading zeros", "4k3/8/8/8/8/8/8/4K3 w - - 0000001 00000000002", false, "4k3/8/8/8/8/8/8/4K3 w - - 1 2", ""},
+		{"largest counters with leading zeros", "4k3/8/8/8/8/8/8/4K3 b - - 0000100000 000100000", false, "4k3/8/8/8/8/8/8/4K3 b - - 100000 100000", ""},
 		{"promotion pending", "8/P6k/8/8/8/8/6Kp/8 w - - 0 1", false, "8/P6k/8/8/8/8/6Kp/8 w - - 0 1", ""},
 		{"double check", "4k3/8/8/8/8/5n2/8/r3K3 w - - 0 1", false, "4k3/8/8/8/8/5n2/8/r3K3 w - - 0 1", ""},
 	}

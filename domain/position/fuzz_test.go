@@ -24,6 +24,7 @@ func FuzzParse(f *testing.F) {
 		"4k3/8/8/8/8/8/8/K6R w H - 0 1",
 		"rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3",
 		"rnbqkbnr/ppp1pppp/8/3pP3/8/8/PPPP1PPP/RNBQKBNR w KQkq d6 5 1", // counters ParseStored repairs
+		"4k3/8/8/8/8/8/8/4K3 w - - 0000300 0000002",                    // leading zeros; a clock notnil reads from the text
 		"8/8/8/8/8/8/8/8 w - -", "", "k7/8/8/8/8/8/8/K7 b - - 99 50",
 		"k7/8/8/8/8/8/8/K7 b - - 0 100000", "4k3/8/8/8/8/8/4P3/4K3 w - - 100000 50001", // counters at the limit
 	} {
