@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode"
 )
@@ -35,7 +36,12 @@ func mapFENs(fens []string, f func(string) string) []string {
 
 // flipColours mirrors a FEN top to bottom and swaps the colours: White's pieces become
 // Black's on the mirrored squares, the other side moves, castling rights and the en
-// passant square follow. The counters stay.
+// passant square follow. The fullmove number follows the side to move as a game's
+// would: one more when White moves instead of Black (Black's move ended the move), one
+// less (at least 1) when Black moves instead of White; the halfmove clock stays. So an
+// en passant square with White to move comes at move 2 or later, as position.Parse
+// requires, and flipping twice gives the FEN back, except White to move at move 1
+// (back at move 2).
 func flipColours(fen string) string {
 	f := strings.Fields(fen)
 	if len(f) < 4 {
@@ -59,6 +65,18 @@ func flipColours(fen string) string {
 	}
 	if f[3] != "-" {
 		f[3] = f[3][:1] + map[byte]string{'3': "6", '6': "3"}[f[3][1]]
+	}
+	if len(f) == 6 {
+		n, err := strconv.Atoi(f[5])
+		if err != nil {
+			panic(fmt.Sprintf("flipColours: %q", fen))
+		}
+		if f[1] == "w" {
+			n++
+		} else {
+			n = max(1, n-1)
+		}
+		f[5] = strconv.Itoa(n)
 	}
 	return strings.Join(f, " ")
 }
