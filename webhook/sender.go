@@ -29,8 +29,8 @@ type Config struct {
 	MaxAttempts int           // then the delivery is failed; default 8
 	Poll        time.Duration // look for due deliveries at least this often; default 5 s
 	// Slots is how many tries a server runs at once; default 10. Failing endpoints'
-	// tries hold at most half of them (failingSlots), one account's endpoints' at most
-	// three in ten (accountSlots).
+	// tries hold at most half of them (failingSlots); one account's endpoints' at most
+	// three in ten (accountSlots), and that many across all servers too (claim).
 	Slots int
 	// AllowPrivate lets deliveries reach loopback and private addresses (tests and
 	// development); production refuses them.
@@ -40,7 +40,10 @@ type Config struct {
 }
 
 // Sender delivers queued messages. Any number of servers may run one: each delivery
-// is claimed by one (SKIP LOCKED) and tried at least once per claim.
+// is claimed by one (SKIP LOCKED) and tried at least once per claim, an endpoint has
+// one try under way and an account accountSlots, across all servers (claim). The
+// slots, the failing endpoints' share of them and the accounts' turns are each
+// server's own.
 type Sender struct {
 	cfg    Config
 	pool   *pgxpool.Pool
@@ -150,7 +153,8 @@ func (s *Sender) failingSlots() int { return max(1, s.cfg.Slots/2) }
 // account whose endpoints answer slowly, but within the timeout, so never failing,
 // held every slot with its backlog (20 endpoints pinged 5 times a minute, 9 s each,
 // is more than 10 slots can serve), and every other account's deliveries, budget
-// alerts too, waited behind it for minutes.
+// alerts too, waited behind it for minutes. It caps the account's tries on all servers
+// together (claim), as this server reckons it from its Slots.
 func (s *Sender) accountSlots() int { return max(1, s.cfg.Slots*3/10) }
 
 // claimNext claims the next due delivery a free slot may take, and marks its slot,
@@ -229,6 +233,11 @@ func (s *Sender) release(d due) {
 	}
 }
 
+// claimRaces is how many times claim walks again after losing a race for an
+// endpoint's or account's room to another server's claim (each walk sees the claims
+// committed before it, so the next one skips what the winner took).
+const claimRaces = 3
+
 // claim takes the oldest due delivery of an endpoint not in busy (one try under way
 // per endpoint here, so a backlog holds one slot), nor deleted (Delete ends its
 // deliveries; an older server's did not), nor failing unless failingOK, nor of an
@@ -242,32 +251,96 @@ func (s *Sender) release(d due) {
 // so a try whose claim lapsed records nothing over the new holder's. A delivery another
 // server is claiming is skipped (SKIP LOCKED), and one it claimed meanwhile too: the
 // conditions are checked again on the row it committed.
+//
+// The caps of one try per endpoint and accountSlots per account hold across servers:
+// the claim sets claimed_until to the same lease (migration 0053) and the try's record
+// clears it, and the walk skips the endpoints with a try under way on any server and
+// the accounts with accountSlots of them, counted while the lease runs (a server that
+// died mid-try holds the endpoint until its lease lapses, no longer). busy and skip,
+// this server's own, still spare the walk those it knows of. Servers older than
+// migration 0053 neither set nor read claimed_until: their tries are capped per server
+// only, as they were, and not seen by the others' claims.
 func (s *Sender) claim(ctx context.Context, busy, skip []string, failingOK bool) (due, bool, error) {
+	for range claimRaces {
+		d, ok, err := s.claimOnce(ctx, busy, skip, failingOK)
+		if !errors.Is(err, errClaimRaced) {
+			return d, ok, err
+		}
+	}
+	return due{}, false, nil // taken by other servers meanwhile: Run looks again by Poll
+}
+
+// errClaimRaced is claimOnce's candidate losing its endpoint's or account's room to a
+// claim another server committed as it walked.
+var errClaimRaced = errors.New("another server's claim took the room")
+
+// claimOnce is one walk of claim, in a transaction of three statements. The walk picks
+// the delivery and locks its row (SKIP LOCKED), its view of the tries under way as old
+// as its snapshot. Two servers walking at once could each pick a delivery of one
+// endpoint (or one more of an account with two under way), neither seeing the other's
+// claim: SKIP LOCKED keeps them off one row, not off one endpoint, and a row lock on
+// the endpoint would not do either, as a claim committed after the walk's snapshot
+// would be missed by the walk that then got the lock (it rechecks only rows it locks
+// that were updated). So the claim then takes a lock on the account's claims
+// (pg_advisory_xact_lock, until the commit), and the UPDATE, a statement of its own and
+// so with a snapshot taken after the lock, checks the caps again on every claim
+// committed before it: claims of one account follow one another, and one whose room
+// was taken meanwhile claims nothing (errClaimRaced). The lock is held for three short
+// statements and its holder waits for nothing else (it already holds its delivery's
+// row), so claims cannot deadlock on it; other servers' claims for other accounts do
+// not wait at all.
+func (s *Sender) claimOnce(ctx context.Context, busy, skip []string, failingOK bool) (due, bool, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return due{}, false, fmt.Errorf("claim: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed when a delivery is claimed
 	var d due
-	var payload string
-	err := s.pool.QueryRow(ctx, `WITH failing AS (
+	err = tx.QueryRow(ctx, `WITH failing AS (
 			SELECT DISTINCT endpoint_id FROM webhook_deliveries
 			 WHERE delivered_at IS NULL AND failed_at IS NULL AND last_error IS NOT NULL),
-		c AS (
-			SELECT d.delivery_id, d.endpoint_id IN (SELECT endpoint_id FROM failing) AS failing
-			  FROM webhook_deliveries d
-			 WHERE d.delivered_at IS NULL AND d.failed_at IS NULL AND d.next_attempt_at <= now()
-			   AND d.endpoint_id <> ALL ($2::text[])
-			   AND d.account_id <> ALL ($4::text[])
-			   AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.endpoint_id = d.endpoint_id AND e.deleted_at IS NULL)
-			   AND ($3 OR d.endpoint_id NOT IN (SELECT endpoint_id FROM failing))
-			 ORDER BY d.next_attempt_at LIMIT 1
-			   FOR UPDATE OF d SKIP LOCKED)
-		UPDATE webhook_deliveries d SET attempts = d.attempts + 1, next_attempt_at = now() + $1::interval
-		  FROM c, webhook_endpoints e
-		 WHERE d.delivery_id = c.delivery_id AND e.endpoint_id = d.endpoint_id
-		RETURNING d.delivery_id, e.endpoint_id, d.account_id, e.url, e.secret, d.event_type, d.payload::text, d.attempts, c.failing`,
-		(2*s.cfg.Timeout).String(), busy, failingOK, skip).
-		Scan(&d.id, &d.endpointID, &d.accountID, &d.url, &d.secret, &d.eventType, &payload, &d.attempts, &d.failing)
+		under_way AS (
+			SELECT endpoint_id, account_id FROM webhook_deliveries WHERE claimed_until > now())
+		SELECT d.delivery_id, d.account_id, d.endpoint_id IN (SELECT endpoint_id FROM failing)
+		  FROM webhook_deliveries d
+		 WHERE d.delivered_at IS NULL AND d.failed_at IS NULL AND d.next_attempt_at <= now()
+		   AND d.endpoint_id <> ALL ($1::text[])
+		   AND d.account_id <> ALL ($3::text[])
+		   AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.endpoint_id = d.endpoint_id AND e.deleted_at IS NULL)
+		   AND ($2 OR d.endpoint_id NOT IN (SELECT endpoint_id FROM failing))
+		   AND d.endpoint_id NOT IN (SELECT endpoint_id FROM under_way)
+		   AND d.account_id NOT IN (SELECT account_id FROM under_way GROUP BY account_id HAVING count(*) >= $4)
+		 ORDER BY d.next_attempt_at LIMIT 1
+		   FOR UPDATE OF d SKIP LOCKED`,
+		busy, failingOK, skip, s.accountSlots()).Scan(&d.id, &d.accountID, &d.failing)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return due{}, false, nil
 	}
 	if err != nil {
+		return due{}, false, fmt.Errorf("claim: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "webhook-claims-of-"+d.accountID); err != nil {
+		return due{}, false, fmt.Errorf("claim: lock the claims of %s: %w", d.accountID, err)
+	}
+	var payload string
+	err = tx.QueryRow(ctx, `UPDATE webhook_deliveries d SET attempts = d.attempts + 1,
+			next_attempt_at = now() + $2::interval, claimed_until = now() + $2::interval
+		  FROM webhook_endpoints e
+		 WHERE d.delivery_id = $1 AND e.endpoint_id = d.endpoint_id
+		   AND NOT EXISTS (SELECT 1 FROM webhook_deliveries f
+			WHERE f.claimed_until > now() AND f.endpoint_id = d.endpoint_id AND f.delivery_id <> d.delivery_id)
+		   AND (SELECT count(*) FROM webhook_deliveries f
+			WHERE f.claimed_until > now() AND f.account_id = d.account_id AND f.delivery_id <> d.delivery_id) < $3
+		RETURNING e.endpoint_id, e.url, e.secret, d.event_type, d.payload::text, d.attempts`,
+		d.id, (2*s.cfg.Timeout).String(), s.accountSlots()).
+		Scan(&d.endpointID, &d.url, &d.secret, &d.eventType, &payload, &d.attempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return due{}, false, errClaimRaced
+	}
+	if err != nil {
+		return due{}, false, fmt.Errorf("claim: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return due{}, false, fmt.Errorf("claim: %w", err)
 	}
 	d.payload = []byte(payload)
@@ -276,7 +349,8 @@ func (s *Sender) claim(ctx context.Context, busy, skip []string, failingOK bool)
 
 // untilDue is how long Run may wait before looking again: until the next pending
 // delivery falls due (a retry, or a claim that lapses), at most Poll. Due deliveries
-// it could not take wait for a slot or their endpoint to be freed, which wakes Run.
+// it could not take wait for a slot or their endpoint to be freed, which wakes Run;
+// those whose endpoint or account another server's tries hold wait for Poll at most.
 func (s *Sender) untilDue(ctx context.Context) time.Duration {
 	var ms *int64
 	err := s.pool.QueryRow(ctx, `SELECT ceil(extract(epoch FROM min(next_attempt_at) - now()) * 1000)::bigint
@@ -306,8 +380,10 @@ func (s *Sender) try(ctx context.Context, d due) {
 	case err == nil && status/100 == 2:
 		// recorded whoever holds the claim now: it arrived, so no server sends it again
 		// (even ended by Delete meanwhile: it arrived)
-		tag, err = s.pool.Exec(rctx, `UPDATE webhook_deliveries SET delivered_at = now(), failed_at = NULL, last_status = $2, last_error = NULL
-			WHERE delivery_id = $1 AND delivered_at IS NULL`, d.id, status)
+		// (claimed_until is cleared only while the claim is ours, as below)
+		tag, err = s.pool.Exec(rctx, `UPDATE webhook_deliveries SET delivered_at = now(), failed_at = NULL, last_status = $2, last_error = NULL,
+				claimed_until = CASE WHEN attempts = $3 THEN NULL ELSE claimed_until END
+			WHERE delivery_id = $1 AND delivered_at IS NULL`, d.id, status, d.attempts)
 	default:
 		msg := failure(status, err, s.cfg.Timeout)
 		var statusArg *int
@@ -319,7 +395,7 @@ func (s *Sender) try(ctx context.Context, d due) {
 		// that lapsed may be another server's now, which this would cut short; and not
 		// over a Delete that ended the delivery meanwhile, which would make it pending again
 		tag, err = s.pool.Exec(rctx, `UPDATE webhook_deliveries SET last_status = $2, last_error = $3,
-				next_attempt_at = now() + $4::interval, failed_at = CASE WHEN attempts >= $5 THEN now() END
+				next_attempt_at = now() + $4::interval, failed_at = CASE WHEN attempts >= $5 THEN now() END, claimed_until = NULL
 			WHERE delivery_id = $1 AND attempts = $6 AND delivered_at IS NULL AND failed_at IS NULL`, d.id, statusArg, msg, wait.String(), s.cfg.MaxAttempts, d.attempts)
 	}
 	switch {
@@ -327,6 +403,12 @@ func (s *Sender) try(ctx context.Context, d due) {
 		s.logger.Warn("webhook try not recorded; it will be tried again", "delivery_id", d.id, "err", err)
 	case tag.RowsAffected() == 0:
 		s.logger.Warn("webhook try not recorded: another server holds the delivery now, or its endpoint was deleted", "delivery_id", d.id)
+		// The try has ended all the same: while the claim is ours (the delivery was ended
+		// meanwhile, or delivered by a lapsed claim's try), it no longer holds its endpoint.
+		if _, err := s.pool.Exec(rctx, `UPDATE webhook_deliveries SET claimed_until = NULL
+			WHERE delivery_id = $1 AND attempts = $2 AND claimed_until IS NOT NULL`, d.id, d.attempts); err != nil {
+			s.logger.Warn("webhook try's claim not cleared; it lapses with its lease", "delivery_id", d.id, "err", err)
+		}
 	}
 }
 

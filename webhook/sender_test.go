@@ -541,3 +541,95 @@ func TestSlowAccountsDoNotHoldBackAnother(t *testing.T) {
 		})
 	}
 }
+
+// Two servers on one database keep one try under way per endpoint and three per
+// account between them: a claim records the try under way in the database, each
+// server's claim skips the endpoints and accounts whose tries are under way anywhere,
+// and claims of one account made at the same moment follow one another (the two
+// servers' first walks, at once, each took an endpoint's room otherwise). Each server
+// kept its own count, so two held 6 tries of one account at once, and an endpoint got
+// a try from each (a review saw both with endpoints that never answer).
+func TestCapsHoldAcrossServers(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewDB(t)
+	secrets := testSecrets(t)
+	const endpoints, backlog, slots = webhook.MaxEndpoints, 3, 10
+	all := &receiver{}                   // the account's tries, at any endpoint
+	recs := make([]*receiver, endpoints) // by endpoint: /hooks/<i>
+	for i := range recs {
+		recs[i] = &receiver{}
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var i int
+		if _, err := fmt.Sscanf(r.URL.Path, "/hooks/%d", &i); err != nil || i >= len(recs) {
+			t.Errorf("request for %s", r.URL.Path)
+			return
+		}
+		all.begin()
+		defer all.end()
+		recs[i].begin()
+		defer recs[i].end()
+		time.Sleep(200 * time.Millisecond) // slow, within the timeout
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	account := fmt.Sprintf("acct_%d", accounts.Add(1))
+	var ids []string
+	for i := range endpoints {
+		e, err := webhook.Create(ctx, pool, secrets, account, "live", fmt.Sprintf("%s/hooks/%d", srv.URL, i), true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		queue(t, pool, hook{id: e.ID, account: account}, backlog)
+		ids = append(ids, e.ID)
+	}
+	cfg := webhook.Config{AllowPrivate: true, Timeout: 5 * time.Second, RetryBase: time.Hour, Poll: 20 * time.Millisecond, Slots: slots, Secrets: secrets}
+	run(t, pool, cfg)
+	run(t, pool, cfg)
+	pgtest.WaitFor(t, "every delivery", func() bool {
+		return count(t, pool, "delivered_at IS NOT NULL", ids...) == endpoints*backlog
+	})
+	if got, hi, _ := all.stats(); got != endpoints*backlog || hi != slots*3/10 {
+		t.Errorf("the account got %d requests, at most %d at once; want %d, at most %d at once (and that many: the cap is used)", got, hi, endpoints*backlog, slots*3/10)
+	}
+	for i, rec := range recs {
+		if got, hi, _ := rec.stats(); got != backlog || hi > 1 {
+			t.Errorf("endpoint %d got %d requests, at most %d at once; want %d, one at a time", i, got, hi, backlog)
+		}
+	}
+}
+
+// A try under way on a server that died holds its endpoint until the claim's lease
+// lapses, no longer: the endpoint's next delivery waits for the lease, then goes, and
+// the lapsed claim is tried again.
+func TestDeadServersClaimHoldsTheEndpointUntilItLapses(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewDB(t)
+	secrets := testSecrets(t)
+	rec, url := serve(t, http.StatusNoContent)
+	h := register(t, pool, secrets, url)
+	queue(t, pool, h, 2)
+	// the first delivery claimed by a server that died: its lease runs a second more
+	var lease time.Time
+	if err := pool.QueryRow(ctx, `UPDATE webhook_deliveries SET attempts = 1,
+			next_attempt_at = now() + interval '1 second', claimed_until = now() + interval '1 second'
+		WHERE delivery_id = (SELECT min(delivery_id) FROM webhook_deliveries WHERE endpoint_id = $1)
+		RETURNING claimed_until`, h.id).Scan(&lease); err != nil {
+		t.Fatal(err)
+	}
+	run(t, pool, webhook.Config{AllowPrivate: true, Poll: 20 * time.Millisecond, Secrets: secrets})
+	time.Sleep(500 * time.Millisecond)
+	if got, _, _ := rec.stats(); got != 0 {
+		t.Fatalf("the endpoint got %d requests while the dead server's try was under way, want none", got)
+	}
+	pgtest.WaitFor(t, "both deliveries", func() bool {
+		return count(t, pool, "delivered_at IS NOT NULL", h.id) == 2
+	})
+	var early int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND delivered_at < $2`, h.id, lease).Scan(&early); err != nil || early != 0 {
+		t.Errorf("%d deliveries went before the lease lapsed (%v)", early, err)
+	}
+	if n := count(t, pool, "claimed_until IS NOT NULL", h.id); n != 0 {
+		t.Errorf("%d deliveries still claimed once tried", n)
+	}
+}
