@@ -18,6 +18,10 @@ import (
 
 // Check records new crossings and queues their webhooks, in one transaction: a
 // crossing is never recorded without its message, nor told twice. It returns them.
+// The crossings come in key order, so an account's envs may be queued to in any order:
+// Enqueue holds each account's endpoints lock shared before their rows, and a key
+// recovery's DeleteAll, which takes it exclusive, waits for this transaction instead
+// of deadlocking with it.
 func Check(ctx context.Context, pool *pgxpool.Pool) ([]ledger.Crossing, error) {
 	var out []ledger.Crossing
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

@@ -208,9 +208,28 @@ func Create(ctx context.Context, pool *pgxpool.Pool, secrets *Secrets, accountID
 
 // lockEndpoints takes the lock of accountID's endpoints until q's transaction ends:
 // creations queue behind one another (the caps count what they see) and behind
-// DeleteAll.
+// DeleteAll. Queueings hold it shared (shareEndpoints).
 func lockEndpoints(ctx context.Context, q eventstore.Querier, accountID string) error {
 	if _, err := q.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "webhooks-of-"+accountID); err != nil {
+		return fmt.Errorf("lock the webhook endpoints of %s: %w", accountID, err)
+	}
+	return nil
+}
+
+// shareEndpoints takes lockEndpoints' lock shared until q's transaction ends, before
+// any row of accountID's endpoints is locked (Enqueue, Ping): the queueings of one
+// account go on together, and DeleteAll, which takes it exclusive before it takes any
+// endpoint's row, waits for them, so the rows are never taken in two orders at once.
+// Budget alerts queue crossing after crossing in one transaction, in key order, so an
+// account's test endpoints could be share-locked before its live ones, while a key
+// recovery's DeleteAll had the live rows and waited for the test ones: each waited
+// for the other, and PostgreSQL aborted one (40P01). A transaction holding it shared
+// waits for nothing DeleteAll or Create hold once they have it (they take it right
+// after the keys' lock, which no queueing takes, and then only rows of the account's
+// endpoints and deliveries); and it is taken again, not waited for, by the same
+// transaction.
+func shareEndpoints(ctx context.Context, q eventstore.Querier, accountID string) error {
+	if _, err := q.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))`, "webhooks-of-"+accountID); err != nil {
 		return fmt.Errorf("lock the webhook endpoints of %s: %w", accountID, err)
 	}
 	return nil
@@ -264,7 +283,10 @@ func Delete(ctx context.Context, pool *pgxpool.Pool, accountID, env, id string) 
 // registered would go on receiving its events), and answers their ids. Their pending
 // deliveries fail as Delete's do, by a statement after the endpoints'. It holds the
 // lock creations take: one under way, authorised before, ends first and is deleted
-// with the others; one after finds its key revoked (Create's allowed).
+// with the others; one after finds its key revoked (Create's allowed). It takes the
+// lock before any endpoint's row, and queueings hold it shared before theirs
+// (shareEndpoints): one under way, budget alerts' too, ends first, and its deliveries
+// are ended with the others.
 func DeleteAll(ctx context.Context, q eventstore.Querier, accountID string) ([]string, error) {
 	if err := lockEndpoints(ctx, q, accountID); err != nil {
 		return nil, err
@@ -288,10 +310,14 @@ func DeleteAll(ctx context.Context, q eventstore.Querier, accountID string) ([]s
 
 // Enqueue queues eventType with data for every endpoint of accountID's env (or only
 // endpointID when set), inside the caller's transaction when q is one, and returns
-// the deliveries' ids. 404 when endpointID is not the account's.
+// the deliveries' ids. 404 when endpointID is not the account's. It holds the
+// account's endpoints lock shared (shareEndpoints), then their rows.
 func Enqueue(ctx context.Context, q eventstore.Querier, accountID, env, endpointID, eventType string, data any) ([]string, error) {
 	body, err := json.Marshal(data)
 	if err != nil {
+		return nil, err
+	}
+	if err := shareEndpoints(ctx, q, accountID); err != nil {
 		return nil, err
 	}
 	rows, err := q.Query(ctx, `INSERT INTO webhook_deliveries (delivery_id, endpoint_id, account_id, event_type, payload)
@@ -344,6 +370,11 @@ func (e *PingsFull) RetryAfter() time.Duration { return e.wait }
 func Ping(ctx context.Context, pool *pgxpool.Pool, accountID, env, endpointID string, data any) (string, error) {
 	var id string
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// Enqueue's lock before the endpoint's row, as Enqueue takes them (shareEndpoints):
+		// taken after, a DeleteAll holding it and waiting for the row would wait for this.
+		if err := shareEndpoints(ctx, tx, accountID); err != nil {
+			return err
+		}
 		// The lock first, the count in a statement of its own: one statement's snapshot
 		// predates the wait for the lock, so it would miss the pings queued meanwhile.
 		err := tx.QueryRow(ctx, `SELECT 1 FROM webhook_endpoints
