@@ -3592,7 +3592,7 @@ type ClientInterface interface {
 
 	// TestWebhook Send a ping
 	//
-	// Queues a `ping` delivery now, at most 5 a minute to one endpoint, and none while 5 of its pings are still to go (then 429 with Retry-After). Scope `billing`.
+	// Queues a `ping` delivery now, at most 5 a minute to one endpoint, and none while 5 of its pings are still to go (then 429 with Retry-After; for the pings still to go, until the first of them will have had its next try, its retry's wait included). Scope `billing`.
 	//
 	// Corresponds with POST /webhooks/{id}/test (the `TestWebhook` operationId).
 	TestWebhook(ctx context.Context, id WebhookID, params *TestWebhookParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4863,7 +4863,7 @@ func (c *Client) ListWebhookDeliveries(ctx context.Context, id WebhookID, params
 
 // TestWebhook Send a ping
 //
-// Queues a `ping` delivery now, at most 5 a minute to one endpoint, and none while 5 of its pings are still to go (then 429 with Retry-After). Scope `billing`.
+// Queues a `ping` delivery now, at most 5 a minute to one endpoint, and none while 5 of its pings are still to go (then 429 with Retry-After; for the pings still to go, until the first of them will have had its next try, its retry's wait included). Scope `billing`.
 //
 // Corresponds with POST /webhooks/{id}/test (the `TestWebhook` operationId).
 func (c *Client) TestWebhook(ctx context.Context, id WebhookID, params *TestWebhookParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8593,7 +8593,7 @@ type ClientWithResponsesInterface interface {
 
 	// TestWebhookWithResponse Send a ping
 	//
-	// Queues a `ping` delivery now, at most 5 a minute to one endpoint, and none while 5 of its pings are still to go (then 429 with Retry-After). Scope `billing`.
+	// Queues a `ping` delivery now, at most 5 a minute to one endpoint, and none while 5 of its pings are still to go (then 429 with Retry-After; for the pings still to go, until the first of them will have had its next try, its retry's wait included). Scope `billing`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -17539,7 +17539,7 @@ func (c *ClientWithResponses) ListWebhookDeliveriesWithResponse(ctx context.Cont
 
 // TestWebhookWithResponse Send a ping
 //
-// Queues a `ping` delivery now, at most 5 a minute to one endpoint, and none while 5 of its pings are still to go (then 429 with Retry-After). Scope `billing`.
+// Queues a `ping` delivery now, at most 5 a minute to one endpoint, and none while 5 of its pings are still to go (then 429 with Retry-After; for the pings still to go, until the first of them will have had its next try, its retry's wait included). Scope `billing`.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -24,7 +24,7 @@ import (
 
 // Config tunes a Sender.
 type Config struct {
-	Timeout     time.Duration // one try; default 10 s
+	Timeout     time.Duration // one try; default DefaultTimeout
 	RetryBase   time.Duration // the wait after a first failure, doubled after each; default 5 s (at most an hour)
 	MaxAttempts int           // then the delivery is failed; default 8
 	Poll        time.Duration // look for due deliveries at least this often; default 5 s
@@ -38,6 +38,9 @@ type Config struct {
 	// Secrets opens the endpoints' sealed signing secrets (NewSecrets of the key pepper).
 	Secrets *Secrets
 }
+
+// DefaultTimeout is how long a try waits for its answer unless Config says otherwise.
+const DefaultTimeout = 10 * time.Second
 
 // Sender delivers queued messages. Any number of servers may run one: each delivery
 // is claimed by one (SKIP LOCKED) and tried at least once per claim, an endpoint has
@@ -65,7 +68,7 @@ type Sender struct {
 // NewSender builds a Sender.
 func NewSender(cfg Config, pool *pgxpool.Pool, logger *slog.Logger) *Sender {
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.RetryBase <= 0 {
 		cfg.RetryBase = 5 * time.Second

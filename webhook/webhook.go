@@ -406,7 +406,7 @@ func Ping(ctx context.Context, pool *pgxpool.Pool, accountID, env, endpointID st
 			return fmt.Errorf("webhook pings: %w", err)
 		}
 		if n >= MaxTestPings {
-			return &PingsFull{wait: 10 * time.Second, pending: true} // a try's default length
+			return pendingFull(ctx, tx, endpointID)
 		}
 		ids, err := Enqueue(ctx, tx, accountID, env, endpointID, "ping", data)
 		if err != nil {
@@ -416,6 +416,31 @@ func Ping(ctx context.Context, pool *pgxpool.Pool, accountID, env, endpointID st
 		return nil
 	})
 	return id, err
+}
+
+// pendingFull is Ping's refusal for the pings still to go, with a Retry-After until the
+// first of them will have had its next try, the earliest a slot can free (a ping
+// leaves the count once delivered, or failed for good): a try's length from now for
+// one due or under way (claimed_until; an older server's claim, which does not set it,
+// reads as due at its lease's end, later than its try ends), from its retry's time for
+// one waiting for it. It said a try's length whatever the pings waited for, so through
+// a dead endpoint's backoff, minutes between tries, a client following it was refused
+// every 10 s. A try ending in failure frees nothing: the next retry is later still.
+func pendingFull(ctx context.Context, tx pgx.Tx, endpointID string) error {
+	// the clock read once (materialized): read on each row, each row had a time of its own
+	var next *time.Time
+	var now time.Time
+	if err := tx.QueryRow(ctx, `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS t)
+		SELECT (SELECT min(CASE WHEN d.claimed_until > c.t THEN c.t ELSE greatest(d.next_attempt_at, c.t) END)
+			FROM webhook_deliveries d
+			WHERE d.endpoint_id = $1 AND d.event_type = 'ping' AND d.delivered_at IS NULL AND d.failed_at IS NULL), c.t
+		FROM c`, endpointID).Scan(&next, &now); err != nil {
+		return fmt.Errorf("webhook pings: %w", err)
+	}
+	if next == nil { // one went since they were counted
+		return &PingsFull{wait: time.Second, pending: true}
+	}
+	return &PingsFull{wait: max(next.Sub(now)+DefaultTimeout, time.Second), pending: true}
 }
 
 // Delivery is one message to one endpoint and how its tries went.
