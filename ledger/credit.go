@@ -128,7 +128,9 @@ func Credit(ctx context.Context, tx *eventstore.Tx, req CreditRequest, now time.
 	}
 	c.Postings = t.Postings()
 	// The credit gives back to the budget of the period its charge was in, if that is
-	// still the current one (migrations/0024).
+	// still the current one (migrations/0024): the settle counted it in the period its
+	// charged_at falls in or a later one, never an earlier one (0054), so a charge made
+	// since the current period's start was counted in it.
 	if _, err := tx.Exec(ctx, `SELECT meter_roll($1) FROM key_balances WHERE key_id = $1 FOR UPDATE`, c.KeyID); err != nil {
 		return nil, fmt.Errorf("credit %s: %w", req.ChargeID, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"chessd/eventstore"
+	"chessd/ledger"
 	"chessd/postgres/pgtest"
 )
 
@@ -84,4 +86,115 @@ func TestNextPeriodStartsWhereTheLastEnded(t *testing.T) {
 	}
 	check("meter_roll", `SELECT period_start, period_units FROM key_balances WHERE key_id = $1`, f.key.ID())
 	check("account_roll", `SELECT period_start, period_units FROM account_budgets WHERE account_id = $1 AND env = 'test'`, f.account.ID())
+}
+
+// A refund gives back only to the period that counted its charge. A server whose clock
+// runs ahead of the database's dates a charge just past midnight that a settle deciding
+// by the database's clock counted in the day before: its refund then lowered the new
+// day's spend, which never held it, and the new day could charge past its budget by
+// the refund. The settle rolls the periods at its lines' latest charged_at (0054), so
+// the new day counts that charge, and after its refund still counts every charge made
+// in it, for the key and for the account budget alike.
+func TestRefundGivesBackOnlyToThePeriodThatCountedIt(t *testing.T) {
+	budget := int64(1000)
+	f := newFixture(t, &budget)
+	ctx := context.Background()
+	var end time.Time
+	if err := f.pool.QueryRow(ctx, `UPDATE key_balances SET budget_period = 'day',
+		period_start = now() - interval '1 day', period_end = now() + interval '1 second'
+		WHERE key_id = $1 RETURNING period_end`, f.key.ID()).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, `INSERT INTO account_budgets (account_id, env, budget_units, budget_period, period_units, period_end, period_start)
+		VALUES ($1, $2, 1000, 'day', 0, $3, $3::timestamptz - interval '1 day')`, f.account.ID(), f.key.Env(), end); err != nil {
+		t.Fatal(err)
+	}
+	m := f.meter(t, ledger.MeterConfig{})
+	ledger.SetClock(m, func() time.Time { return time.Now().Add(2 * time.Second) }) // the server's clock, ahead
+	call := func(i int) {
+		t.Helper()
+		r, err := m.Reserve(ctx, f.evalCall(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Settle(answered()); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call(0) // dated past the period's end by the server's clock, settled before it by the database's
+	for {   // the database's clock passes the end
+		var past bool
+		if err := f.pool.QueryRow(ctx, `SELECT now() > $1`, end).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		if past {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling the database's clock
+	}
+	for i := 1; i <= 3; i++ { // the new day's own calls: 30 units
+		call(i)
+	}
+	var chargeID string
+	if err := f.pool.QueryRow(ctx, `SELECT charge_id FROM charge_lines() WHERE request_id = 'req-0'`).Scan(&chargeID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		_, err := ledger.Credit(ctx, tx, ledger.CreditRequest{ChargeID: chargeID, Reason: "test", Actor: "ops"}, time.Now())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for what, query := range map[string]string{
+		"key":     `SELECT period_units FROM key_periods WHERE key_id = $1 AND account_id = $2`,
+		"account": `SELECT period_units FROM account_periods WHERE $1 <> '' AND account_id = $2`,
+	} {
+		var units int64
+		if err := f.pool.QueryRow(ctx, query, f.key.ID(), f.account.ID()).Scan(&units); err != nil {
+			t.Fatal(err)
+		}
+		if units < 30 {
+			t.Errorf("the %s's new period counts %d units after the refund; its own calls were charged 30: a refund gave it back what an earlier period counted", what, units)
+		}
+	}
+}
+
+// A server whose clock is far ahead of the database's cannot end a period early by
+// more than a minute: the settle rolls at its calls' answer times at most a minute past
+// the database's clock. A period ending in two minutes stays, a call of a server an
+// hour ahead counted in it.
+func TestAFarAheadClockDoesNotEndAPeriod(t *testing.T) {
+	budget := int64(1000)
+	f := newFixture(t, &budget)
+	ctx := context.Background()
+	var end time.Time
+	if err := f.pool.QueryRow(ctx, `UPDATE key_balances SET budget_period = 'day',
+		period_start = now() - interval '1 day', period_end = now() + interval '2 minutes'
+		WHERE key_id = $1 RETURNING period_end`, f.key.ID()).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	m := f.meter(t, ledger.MeterConfig{})
+	ledger.SetClock(m, func() time.Time { return time.Now().Add(time.Hour) })
+	r, err := m.Reserve(ctx, f.evalCall(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Settle(answered()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var stored time.Time
+	var units int64
+	if err := f.pool.QueryRow(ctx, `SELECT period_end, period_units FROM key_balances WHERE key_id = $1`, f.key.ID()).Scan(&stored, &units); err != nil {
+		t.Fatal(err)
+	}
+	if !stored.Equal(end) || units != 10 {
+		t.Errorf("the period ends at %s with %d units after a call of a server an hour ahead; want it to end at %s, the call's 10 units counted in it",
+			stored.UTC().Format(time.RFC3339Nano), units, end.UTC().Format(time.RFC3339Nano))
+	}
 }

@@ -211,7 +211,14 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 			scopes[i], keys[i], statuses[i], responses[i] = &st.Scope, &st.Key, &status, st.Response
 		}
 	}
-	at := batch[len(batch)-1].line.ChargedAt
+	// the latest charged_at: the settle counts no line in a period that ended before it
+	// (migrations/0054), which a refund relies on (Credit)
+	var at time.Time
+	for _, s := range batch {
+		if s.line.ChargedAt.After(at) {
+			at = s.line.ChargedAt
+		}
+	}
 	// meter_settle_all takes its locks in one order, whatever the order of the calls
 	queue := func(strict bool) func(*pgx.Batch) {
 		return func(b *pgx.Batch) {
