@@ -24,6 +24,23 @@ func (c BalanceCheck) Equal() bool {
 	return slices.Equal(c.Live, c.Replayed)
 }
 
+// Recompute runs RecomputeBalances and RecomputeSettings on one snapshot of the
+// database (a read-only repeatable-read transaction), so that on a running service a
+// settle committing between a check's live read and its recount is not reported as a
+// difference.
+func Recompute(ctx context.Context, db interface {
+	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+}) (balances, settings []BalanceCheck, err error) {
+	err = pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if balances, err = RecomputeBalances(ctx, tx); err != nil {
+			return err
+		}
+		settings, err = RecomputeSettings(ctx, tx)
+		return err
+	})
+	return balances, settings, err
+}
+
 // RecomputeBalances recomputes what the write side keeps of the charges from the
 // charges and credits read model (charges less what was credited), which the ledger
 // projection derives from the UnitsCharged, ChargesSettled and UnitsCredited events, and

@@ -174,11 +174,7 @@ func replay(ctx context.Context, db *database, out io.Writer) error {
 			}
 		}
 	}
-	checks, err := ledger.RecomputeBalances(ctx, db.pool)
-	if err != nil {
-		return err
-	}
-	settings, err := ledger.RecomputeSettings(ctx, db.pool)
+	checks, settings, err := ledger.Recompute(ctx, db.pool)
 	if err != nil {
 		return err
 	}
