@@ -99,33 +99,15 @@ func TestRefundGivesBackOnlyToThePeriodThatCountedIt(t *testing.T) {
 	budget := int64(1000)
 	f := newFixture(t, &budget)
 	ctx := context.Background()
-	var end time.Time
-	if err := f.pool.QueryRow(ctx, `UPDATE key_balances SET budget_period = 'day',
-		period_start = now() - interval '1 day', period_end = now() + interval '1 second'
-		WHERE key_id = $1 RETURNING period_end`, f.key.ID()).Scan(&end); err != nil {
-		t.Fatal(err)
-	}
+	end := dailyPeriodEnding(t, f, "1 second")
 	if _, err := f.pool.Exec(ctx, `INSERT INTO account_budgets (account_id, env, budget_units, budget_period, period_units, period_end, period_start)
 		VALUES ($1, $2, 1000, 'day', 0, $3, $3::timestamptz - interval '1 day')`, f.account.ID(), f.key.Env(), end); err != nil {
 		t.Fatal(err)
 	}
 	m := f.meter(t, ledger.MeterConfig{})
 	ledger.SetClock(m, func() time.Time { return time.Now().Add(2 * time.Second) }) // the server's clock, ahead
-	call := func(i int) {
-		t.Helper()
-		r, err := m.Reserve(ctx, f.evalCall(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Settle(answered()); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	call(0) // dated past the period's end by the server's clock, settled before it by the database's
-	for {   // the database's clock passes the end
+	settleCall(t, f, m, 0)                                                          // dated past the period's end by the server's clock, settled before it by the database's
+	for {                                                                           // the database's clock passes the end
 		var past bool
 		if err := f.pool.QueryRow(ctx, `SELECT now() > $1`, end).Scan(&past); err != nil {
 			t.Fatal(err)
@@ -136,7 +118,7 @@ func TestRefundGivesBackOnlyToThePeriodThatCountedIt(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // polling the database's clock
 	}
 	for i := 1; i <= 3; i++ { // the new day's own calls: 30 units
-		call(i)
+		settleCall(t, f, m, i)
 	}
 	var chargeID string
 	if err := f.pool.QueryRow(ctx, `SELECT charge_id FROM charge_lines() WHERE request_id = 'req-0'`).Scan(&chargeID); err != nil {
@@ -170,24 +152,10 @@ func TestAFarAheadClockDoesNotEndAPeriod(t *testing.T) {
 	budget := int64(1000)
 	f := newFixture(t, &budget)
 	ctx := context.Background()
-	var end time.Time
-	if err := f.pool.QueryRow(ctx, `UPDATE key_balances SET budget_period = 'day',
-		period_start = now() - interval '1 day', period_end = now() + interval '2 minutes'
-		WHERE key_id = $1 RETURNING period_end`, f.key.ID()).Scan(&end); err != nil {
-		t.Fatal(err)
-	}
+	end := dailyPeriodEnding(t, f, "2 minutes")
 	m := f.meter(t, ledger.MeterConfig{})
 	ledger.SetClock(m, func() time.Time { return time.Now().Add(time.Hour) })
-	r, err := m.Reserve(ctx, f.evalCall(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Settle(answered()); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	settleCall(t, f, m, 0)
 	var stored time.Time
 	var units int64
 	if err := f.pool.QueryRow(ctx, `SELECT period_end, period_units FROM key_balances WHERE key_id = $1`, f.key.ID()).Scan(&stored, &units); err != nil {
@@ -196,5 +164,34 @@ func TestAFarAheadClockDoesNotEndAPeriod(t *testing.T) {
 	if !stored.Equal(end) || units != 10 {
 		t.Errorf("the period ends at %s with %d units after a call of a server an hour ahead; want it to end at %s, the call's 10 units counted in it",
 			stored.UTC().Format(time.RFC3339Nano), units, end.UTC().Format(time.RFC3339Nano))
+	}
+}
+
+// dailyPeriodEnding makes f's key's budget daily, its current period ending after the
+// interval given (PostgreSQL's words), and returns that end.
+func dailyPeriodEnding(t *testing.T, f *fixture, in string) time.Time {
+	t.Helper()
+	var end time.Time
+	if err := f.pool.QueryRow(context.Background(), `UPDATE key_balances SET budget_period = 'day',
+		period_start = now() - interval '1 day', period_end = now() + $2::interval
+		WHERE key_id = $1 RETURNING period_end`, f.key.ID(), in).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	return end
+}
+
+// settleCall reserves f's call i on m, answers it and waits for its charge.
+func settleCall(t *testing.T, f *fixture, m *ledger.Meter, i int) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := m.Reserve(ctx, f.evalCall(i))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Settle(answered()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
