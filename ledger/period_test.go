@@ -105,9 +105,12 @@ func TestRefundGivesBackOnlyToThePeriodThatCountedIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := f.meter(t, ledger.MeterConfig{})
-	ledger.SetClock(m, func() time.Time { return time.Now().Add(2 * time.Second) }) // the server's clock, ahead
-	settleCall(t, f, m, 0)                                                          // dated past the period's end by the server's clock, settled before it by the database's
-	for {                                                                           // the database's clock passes the end
+	// the server's clock, ahead
+	ledger.SetClock(m, func() time.Time { return time.Now().Add(2 * time.Second) })
+	// dated past the period's end by the server's clock, settled before it by the database's
+	settleCall(t, f, m, 0)
+	// the database's clock passes the end
+	for {
 		var past bool
 		if err := f.pool.QueryRow(ctx, `SELECT now() > $1`, end).Scan(&past); err != nil {
 			t.Fatal(err)
