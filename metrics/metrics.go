@@ -145,6 +145,7 @@ var (
 	dbAcquireSeconds = desc("chessd_db_acquire_seconds_total", "Time spent taking connections from the pool.")
 	dbAcquireCancel  = desc("chessd_db_acquires_canceled_total", "Waits for a connection that ended with their context.")
 	scrapeErrors     = desc("chessd_metrics_read_errors", "Sources that failed to be read in this scrape (their metrics are missing from it).")
+	dbClockOffset    = desc("chessd_db_clock_offset_seconds", "The database's clock less this process's, read at scrape time (the midpoint of the query's round trip): charges are dated by the answering server's clock and budget periods roll by the database's, taken at most a minute ahead (docs/BILLING.md), so servers should agree with the database within a second.")
 	logCount         = desc("chessd_log_records_total", "Records this process logged at warning level and above, by level, printed or not (LOG_LEVEL): a background loop failing at each pass shows here.", "level")
 )
 
@@ -152,7 +153,7 @@ var (
 var stateDescs = []*prometheus.Desc{engineProcesses, enginePoolSize, engineQueued, engineQueueWait, engineTimeouts,
 	engineSearches, engineNodes, enginePreempted, charges, chargedUnits, chargedUSD, refused, positionsDone,
 	positionsSearch, queueTakes, positionsQueued, projectionLag, projectionPos, projectionAside, eventsHead, dbConns, dbMaxConns,
-	dbAcquires, dbAcquireWaits, dbAcquireSeconds, dbAcquireCancel, scrapeErrors, logCount}
+	dbAcquires, dbAcquireWaits, dbAcquireSeconds, dbAcquireCancel, dbClockOffset, scrapeErrors, logCount}
 
 func (s *state) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range stateDescs {
@@ -216,6 +217,11 @@ func (s *state) Collect(ch chan<- prometheus.Metric) {
 		counter(dbAcquireWaits, float64(st.EmptyAcquireCount()))
 		counter(dbAcquireSeconds, st.AcquireDuration().Seconds())
 		counter(dbAcquireCancel, float64(st.CanceledAcquireCount()))
+		if offset, err := clockOffset(db); err == nil {
+			gauge(dbClockOffset, offset.Seconds())
+		} else if s.src.Logger != nil {
+			s.src.Logger.Warn("metrics: database clock", "err", err)
+		}
 		if s.src.Projections != nil {
 			gauge(scrapeErrors, float64(s.shared(db, gauge)))
 		}
@@ -248,6 +254,20 @@ func (s *state) shared(db *pgxpool.Pool, gauge func(*prometheus.Desc, float64, .
 		gauge(positionsQueued, float64(held), "held")
 	}
 	return failed
+}
+
+// clockOffset is the database's clock less this process's, taking the database's
+// reading to be at the midpoint of the query's round trip.
+func clockOffset(db *pgxpool.Pool) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	var theirs time.Time
+	before := time.Now()
+	if err := db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&theirs); err != nil {
+		return 0, err
+	}
+	after := time.Now()
+	return theirs.Sub(before.Add(after.Sub(before) / 2)), nil
 }
 
 func waitCount(w engine.WaitStats) uint64 {

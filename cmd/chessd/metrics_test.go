@@ -297,6 +297,11 @@ func TestMetrics(t *testing.T) {
 	if n := sample(after, "chessd_metrics_read_errors", nil); n != 0 {
 		t.Errorf("%v sources failed to be read", n)
 	}
+	// the server and its database share this machine's clock
+	if after["chessd_db_clock_offset_seconds"] == nil || math.Abs(sample(after, "chessd_db_clock_offset_seconds", nil)) > 0.1 {
+		t.Errorf("the database's clock offset: %v (present: %t); want it near 0 on one machine",
+			sample(after, "chessd_db_clock_offset_seconds", nil), after["chessd_db_clock_offset_seconds"] != nil)
+	}
 
 	// a worker has no API listener: its metrics are on CHESSD_METRICS_ADDR
 	workerURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", freePort(t))
@@ -312,7 +317,7 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	w := scrape(t, workerURL, "")
-	for _, name := range []string{"go_goroutines", "chessd_job_positions_done_total", "chessd_db_connections_max"} {
+	for _, name := range []string{"go_goroutines", "chessd_job_positions_done_total", "chessd_db_connections_max", "chessd_db_clock_offset_seconds"} {
 		if w[name] == nil {
 			t.Errorf("worker: %s missing", name)
 		}
