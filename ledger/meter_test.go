@@ -33,7 +33,7 @@ type fixture struct {
 	account *domain.Account
 }
 
-func newFixture(t *testing.T, budgetUnits *int64) *fixture {
+func newFixture(t testing.TB, budgetUnits *int64) *fixture {
 	t.Helper()
 	pool := pgtest.NewDB(t)
 	store := eventstore.NewStore(pool, nil)
@@ -59,7 +59,7 @@ func newFixture(t *testing.T, budgetUnits *int64) *fixture {
 	return &fixture{pool: pool, store: store, key: k, account: acct}
 }
 
-func (f *fixture) meter(t *testing.T, cfg ledger.MeterConfig) *ledger.Meter {
+func (f *fixture) meter(t testing.TB, cfg ledger.MeterConfig) *ledger.Meter {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	m := ledger.NewMeter(ctx, f.store, nil, cfg)
