@@ -38,8 +38,10 @@ type usageParams struct {
 	scope    string    // what its cursors are valid for (usageScope)
 }
 
-// asOfMargin is how far in the past an as_of must be: longer than any charge takes
-// from its charged_at to its commit.
+// asOfMargin is how far in the past an as_of must be: a call's charge commits within
+// 30 s of its charged_at, by the clock of the server that answered it, or is forgiven
+// (the ledger's settle deadline, docs/BILLING.md "Late charges"); the other 30 s leave
+// room for that server's clock and this one's to differ.
 const asOfMargin = time.Minute
 
 // dayStart is the first instant in loc of the calendar day day (its year, month and
@@ -127,9 +129,9 @@ func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 		given[i] = b.dst.UTC().Format(time.RFC3339Nano)
 	}
 	if v := q.Get("as_of"); v != "" {
-		// The account as it stood then: charges charged before as_of. A charge is
-		// committed within seconds of its charged_at, so past the margin no charge can
-		// still arrive and the answer never changes again.
+		// The account as it stood then: charges charged before as_of. A charge commits
+		// within 30 s of its charged_at or never (asOfMargin), so past the margin no
+		// charge can still arrive and the answer never changes again.
 		t, err := time.Parse(time.RFC3339Nano, v)
 		switch {
 		case err != nil:

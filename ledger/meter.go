@@ -32,8 +32,9 @@ import (
 //   - Cancel, when no answer was produced: the units go back to the lease.
 //
 // A server that dies forgives the calls it answered and had not settled (bounded by
-// MaxBacklog); its leases expire and any server gives their units back. Nothing is
-// ever charged twice nor past a budget: a settle whose lease is gone settles nothing.
+// MaxBacklog); its leases expire and any server gives their units back. A call not
+// charged within its settle's deadline is forgiven too (settleWithin). Nothing is ever
+// charged twice nor past a budget: a settle whose lease is gone settles nothing.
 type Meter struct {
 	store  *eventstore.Store
 	pool   *pgxpool.Pool

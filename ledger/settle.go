@@ -189,18 +189,53 @@ func (m *Meter) Flush(ctx context.Context) error {
 	}
 }
 
+// A settle commits within settleWithin of its oldest call's charged_at, by the meter's
+// clock (the one charged_at is stamped with), or charges none of its calls: GET /usage's
+// as_of, at least a minute old, relies on no charge committing later (httpapi
+// asOfMargin).
+//
+//   - Attempts start until settleTrying after that charged_at, and each is cut there.
+//   - A commit whose outcome is uncertain (the connection failed once COMMIT may have
+//     been sent) is resolved until settleWithin: eventstore.Store.Settle ends the
+//     transaction's backend before it reads the log, so nothing of it commits after the
+//     answer.
+//   - The transaction bounds itself in the database (settleBounds), so that one the
+//     settler let go of ends there rather than commits later.
+const (
+	settleTrying = 20 * time.Second
+	settleWithin = 30 * time.Second
+)
+
+// settleBounds are the settle's transaction's own limits, set by a statement ahead of
+// its work in the same round trip (set_config local: undone at its end): a statement
+// stops after 5 s (a lock wait behind a stuck transaction, its COMMIT already sent
+// behind it), the session after 5 s idle in the transaction (between the pipelined
+// path's two round trips, its COMMIT not yet come), and a statement whose client closed
+// its connection (an attempt cut at its deadline) within a second, where it would
+// otherwise go on to the COMMIT queued behind it once its locks came
+// (client_connection_check_interval: PostgreSQL 14 and later, on Linux, macOS and the
+// BSDs). They cost about 7 µs a transaction, against about 1 ms for the commit of a
+// one-call settle (BenchmarkMeterSettle).
+const settleBounds = `SELECT set_config('statement_timeout', '5s', true),
+	set_config('idle_in_transaction_session_timeout', '5s', true),
+	set_config('client_connection_check_interval', '1s', true)`
+
+// errLate says a settle's deadline passed before it committed (settleTrying).
+var errLate = errors.New("ledger: the settle's deadline passed")
+
 // settle commits a batch: one meter_settle_all of its calls (their units against their
 // leases, and the answers of those with an Idempotency-Key) and, per key, one
 // ChargesSettled of its calls charged, with its row in the ledger's read model. A
-// transient failure is retried (the leases keep the units meanwhile). A call whose
-// lease is gone, or whose claim a retry took over, is not charged: forgiven, never
-// charged past what was reserved nor twice. A batch refused for what it writes is
-// settled call by call (settleRefused).
+// transient failure is retried (the leases keep the units meanwhile) until the batch's
+// deadline (settleTrying), then the calls are forgiven. A call whose lease is gone, or
+// whose claim a retry took over, is not charged: forgiven, never charged past what was
+// reserved nor twice. A batch refused for what it writes is settled call by call
+// (settleRefused).
 func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	ctx = context.WithoutCancel(ctx)
+	ctx = context.WithoutCancel(ctx) // bounded by the batch's deadline instead
 	n := len(batch)
 	leases, units := make([]string, n), make([]int64, n)
 	scopes, keys, statuses, responses := make([]*string, n), make([]*string, n), make([]*int32, n), make([][]byte, n)
@@ -213,15 +248,19 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	}
 	// the latest charged_at: the settle counts no line in a period that ended before it
 	// (migrations/0054), which a refund relies on (Credit)
-	var at time.Time
+	at, oldest := batch[0].line.ChargedAt, batch[0].line.ChargedAt
 	for _, s := range batch {
 		if s.line.ChargedAt.After(at) {
 			at = s.line.ChargedAt
+		}
+		if s.line.ChargedAt.Before(oldest) {
+			oldest = s.line.ChargedAt
 		}
 	}
 	// meter_settle_all takes its locks in one order, whatever the order of the calls
 	queue := func(strict bool) func(*pgx.Batch) {
 		return func(b *pgx.Batch) {
+			b.Queue(settleBounds)
 			b.Queue(`SELECT meter_settle_all($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, m.owner,
 				leases, units, scopes, keys, statuses, responses, UnitPriceUSD, at, strict)
 		}
@@ -263,8 +302,27 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 	defer func() {
 		m.logger.Debug("settled", "calls", len(batch), "ms", float64(time.Since(started).Microseconds())/1000)
 	}()
+	// on the meter's clock, which may not be the process's (tests)
+	tryUntil, resolveUntil := oldest.Add(settleTrying), oldest.Add(settleWithin)
+	until := func(t time.Time) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ctx, t.Sub(m.now()))
+	}
+	var err error
 	for attempt := 0; ; attempt++ {
-		err := m.settleOnce(ctx, batch, queue, appends, forgiven)
+		if !m.now().Before(tryUntil) {
+			// The database stayed away or too slow: these answered calls are forgiven,
+			// and their leases' units stay reserved until the leases expire or are
+			// released. No attempt is under way: the last one failed for sure, or
+			// its backend was ended (Store.Settle).
+			err = errors.Join(errLate, err)
+			m.logger.Error("settle gave up at its deadline; the calls are forgiven", "calls", len(batch),
+				"oldest_charged_at", oldest, "err", err)
+			m.forgive(batch, ForgivenLate)
+			return err
+		}
+		actx, cancel := until(tryUntil)
+		err = m.settleOnce(actx, batch, queue, appends, forgiven)
+		cancel()
 		if err == nil {
 			break
 		}
@@ -273,26 +331,42 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 		}
 		var u *eventstore.UncertainCommitError
 		if errors.As(err, &u) {
-			committed, serr := m.store.Settle(ctx, u)
-			if serr == nil && committed {
+			rctx, cancel := until(resolveUntil)
+			committed, serr := m.store.Settle(rctx, u)
+			cancel()
+			if serr != nil {
+				// The outcome could not be learnt by settleWithin: the database stayed
+				// out of reach. Another attempt could charge the calls twice (their
+				// leases may hold their units once more), so there is none, and the
+				// calls are forgiven in memory whatever the database holds, which is
+				// safe both ways. forget takes their units off their leases' pending
+				// and hands them to no call: units a committed charge spent are never
+				// handed out again, and units it did not are left reserved in the
+				// leases' rows (never past a budget) until the leases are given back
+				// or expire. Their claims are no longer renewed: an answer stored with
+				// the charge stands, an unanswered claim expires and a retry takes it
+				// over. A commit, if any, is not late: it came before the attempt ended
+				// (at settleTrying at the latest), or from a backend still at work then,
+				// which its bounds (settleBounds) end within seconds of losing its
+				// client. Only a network that holds the COMMIT back and delivers it
+				// after settleWithin (a partition that heals while the backend waits
+				// for the rest of its pipeline) could commit it later.
+				err = errors.Join(err, serr)
+				m.logger.Error("settle: the outcome of a commit could not be learnt by its deadline; the calls are forgiven, and may have been charged",
+					"calls", len(batch), "oldest_charged_at", oldest, "err", err)
+				m.forgive(batch, ForgivenUnknown)
+				return err
+			}
+			if committed {
 				break
 			}
-			if serr != nil {
-				err = serr
-			}
-		}
-		if attempt >= 20 {
-			// The database stayed away: these answered calls are forgiven, and their
-			// leases' units stay reserved until the leases expire or are released.
-			m.logger.Error("settle gave up; the calls are forgiven", "calls", len(batch), "err", err)
-			m.forget(batch)
-			return err
 		}
 		m.logger.Warn("settle failed; retrying", "calls", len(batch), "attempt", attempt, "err", err)
-		time.Sleep(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second))
+		time.Sleep(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second, max(tryUntil.Sub(m.now()), 0)))
 	}
 	if n := countTrue(forgiven); n > 0 {
 		m.logger.Warn("calls whose lease was lost or whose Idempotency-Key a retry took over were not charged", "calls", n)
+		countForgiven(ForgivenLost, n)
 		for i, f := range forgiven {
 			if f {
 				// its lease may be gone: later calls take a new one, and its row, if
@@ -334,7 +408,7 @@ func (m *Meter) settleRefused(ctx context.Context, batch []*settlement, err erro
 		s := batch[0]
 		m.logger.Error("a charge the ledger refused is forgiven", "request_id", s.line.RequestID,
 			"key_id", s.lease.keyID, "units", s.line.Units, "err", err)
-		m.forget(batch)
+		m.forgive(batch, ForgivenRefused)
 		return err
 	}
 	m.logger.Warn("the ledger refused a settle; settling its calls one by one", "calls", len(batch), "err", err)
@@ -378,6 +452,9 @@ func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, queue func(
 		}
 	}
 	read := func(br pgx.BatchResults) ([]eventstore.Appends, error) {
+		if _, err := br.Exec(); err != nil { // settleBounds
+			return nil, fmt.Errorf("settle: %w", err)
+		}
 		var kept []bool
 		if err := br.QueryRow().Scan(&kept); err != nil {
 			return nil, fmt.Errorf("settle: %w", err)
@@ -396,6 +473,13 @@ func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, queue func(
 	}
 	_, err = m.store.Pipelined(ctx, &m.cursor, streams, queue(false), read)
 	return err
+}
+
+// forgive forgets a batch none of whose calls is charged, and counts them as reason
+// says.
+func (m *Meter) forgive(batch []*settlement, reason string) {
+	countForgiven(reason, len(batch))
+	m.forget(batch)
 }
 
 // forget drops the batch's units from the leases' pending counts once committed (or

@@ -129,6 +129,7 @@ var (
 	charges          = desc("chessd_charges_total", "Charges this process committed (line items), by endpoint and whether the cached price applied.", "endpoint", "cached")
 	chargedUnits     = desc("chessd_charged_units_total", "Units of the charges this process committed.", "endpoint", "cached")
 	chargedUSD       = desc("chessd_charged_usd_total", "US dollars of the charges this process committed.", "endpoint", "cached")
+	forgiven         = desc("chessd_charges_forgiven_total", "Answered calls this process's meter forgave (their answers stood, nothing charged), by reason: late (not committed within 20 s of the answer), unknown (whether the commit went through could not be learnt within 30 s), refused (the ledger refused the charge), lost (the lease or Idempotency-Key claim was lost).", "reason")
 	refused          = desc("chessd_reservations_refused_total", "Calls the money path refused, nothing charged, by reason: before any work (nothing reserved), but stopped_unsettled (answered after the final settle at shutdown, withheld).", "reason")
 	positionsDone    = desc("chessd_job_positions_done_total", "Job positions this process's executor finished searching (recorded, failed or given up).")
 	positionsSearch  = desc("chessd_job_search_seconds_total", "Time this process's executor spent analysing job positions (waiting for a process included).")
@@ -151,7 +152,7 @@ var (
 
 // stateDescs are the metrics state collects.
 var stateDescs = []*prometheus.Desc{engineProcesses, enginePoolSize, engineQueued, engineQueueWait, engineTimeouts,
-	engineSearches, engineNodes, enginePreempted, charges, chargedUnits, chargedUSD, refused, positionsDone,
+	engineSearches, engineNodes, enginePreempted, charges, chargedUnits, chargedUSD, forgiven, refused, positionsDone,
 	positionsSearch, queueTakes, positionsQueued, projectionLag, projectionPos, projectionAside, eventsHead, dbConns, dbMaxConns,
 	dbAcquires, dbAcquireWaits, dbAcquireSeconds, dbAcquireCancel, dbClockOffset, scrapeErrors, logCount}
 
@@ -199,6 +200,9 @@ func (s *state) Collect(ch chan<- prometheus.Metric) {
 	}
 	for reason, n := range money.Refusals {
 		counter(refused, float64(n), reason)
+	}
+	for reason, n := range money.Forgiven {
+		counter(forgiven, float64(n), reason)
 	}
 	if s.src.Executor != nil {
 		st := s.src.Executor.Stats()
