@@ -214,11 +214,13 @@ const (
 // its connection (an attempt cut at its deadline) within a second, where it would
 // otherwise go on to the COMMIT queued behind it once its locks came
 // (client_connection_check_interval: PostgreSQL 14 and later, on Linux, macOS and the
-// BSDs). They cost about 7 µs a transaction, against about 1 ms for the commit of a
-// one-call settle (BenchmarkMeterSettle).
+// BSDs; set only where the server knows it, so that an older one still settles, without
+// that bound). They cost about 7 µs a transaction, against about 1 ms for the commit of
+// a one-call settle (BenchmarkMeterSettle).
 const settleBounds = `SELECT set_config('statement_timeout', '5s', true),
 	set_config('idle_in_transaction_session_timeout', '5s', true),
-	set_config('client_connection_check_interval', '1s', true)`
+	CASE WHEN current_setting('client_connection_check_interval', true) IS NOT NULL
+		THEN set_config('client_connection_check_interval', '1s', true) END`
 
 // errLate says a settle's deadline passed before it committed (settleTrying).
 var errLate = errors.New("ledger: the settle's deadline passed")
