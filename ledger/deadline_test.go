@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -255,4 +256,31 @@ func TestMeterSettleWhoseOutcomeIsUnknownCommitsNothingLater(t *testing.T) {
 		t.Errorf("%d calls counted forgiven with their outcome unknown, want 1", n)
 	}
 	c.stop(t, 2)
+}
+
+// A settle's transaction sets client_connection_check_interval where the database takes
+// it, and settles without it where the database does not know it or refuses its value
+// (an older server, another platform): a refused setting failed every settle and
+// forgave every call.
+func TestSettleBoundsAsTheDatabaseTakesThem(t *testing.T) {
+	for _, tc := range []struct {
+		name, setting string
+		checked       bool
+	}{
+		{"known", "client_connection_check_interval", true},
+		{"unknown", "no_such_setting", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ledger.NameConnectionCheck(t, tc.setting)
+			f := newFixture(t, nil)
+			m := f.meter(t, ledger.MeterConfig{})
+			settleCall(t, f, m, 0)
+			if b := f.balance(t); b.spent != 10 || b.charges != 1 {
+				t.Fatalf("balance %+v after one call; want it charged (10 units, one charge)", b)
+			}
+			if got := strings.Contains(ledger.SettleBounds(m), tc.setting); got != tc.checked {
+				t.Errorf("the settle's limits %q name %s: %t, want %t", ledger.SettleBounds(m), tc.setting, got, tc.checked)
+			}
+		})
+	}
 }

@@ -53,3 +53,14 @@ func Trusted(m *Meter, keyID string) bool {
 	}
 	return false
 }
+
+// SettleBounds is the statement m's settles set their limits with, once one has run.
+func SettleBounds(m *Meter) string { return m.bounds }
+
+// NameConnectionCheck makes settleBounds probe the setting name instead of
+// client_connection_check_interval, until the test ends.
+func NameConnectionCheck(t interface{ Cleanup(func()) }, name string) {
+	old := connectionCheck
+	connectionCheck = name
+	t.Cleanup(func() { connectionCheck = old })
+}

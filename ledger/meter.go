@@ -42,6 +42,9 @@ type Meter struct {
 	cfg    MeterConfig
 	owner  string // this process, as the owner of its leases and claims
 	now    func() time.Time
+	// bounds is the settle's transaction's limits as the database takes them
+	// (settleBounds), learnt at the first settle; only the settler reads and sets it
+	bounds string
 
 	mu      sync.Mutex
 	leases  map[leaseKey]*lease

@@ -63,12 +63,13 @@ func Recompute(ctx context.Context, db interface {
 // charges made since the period's start (period_start as stored, whatever the zone is
 // now; all of them for a total budget, and for an account budget that never had a
 // period) less the credits of those charges, which is what Credit gives back. Settling
-// counts a charge in the period current at the database's clock when it settles, and
-// the log keeps the charge's own time (the server's clock when it was answered), not
-// that: a charge answered in the last moments of a period and settled in the next one
-// (a group commit's few milliseconds, or clocks apart) is in the new period live and in
-// the old one here, so the check can report such a period until it ends, and is exact
-// otherwise. An account budget row made by migration 0024 for an account charged before
+// counts a charge in the period current at the later of the database's clock when it
+// settles and the batch's latest charged_at (migrations/0054), and the log keeps the
+// charge's own time (the server's clock when it was answered), not that: a charge
+// answered in the last moments of a period and settled in the next one (a group
+// commit's few milliseconds, or a server's clock behind the database's) is in the new
+// period live and in the old one here, so the check can report such a period until it
+// ends, and is exact otherwise. An account budget row made by migration 0024 for an account charged before
 // it, and never given a budget since, counts from the migration (setting a budget
 // recounts it).
 func RecomputeBalances(ctx context.Context, q eventstore.Querier) ([]BalanceCheck, error) {

@@ -213,14 +213,46 @@ const (
 // path's two round trips, its COMMIT not yet come), and a statement whose client closed
 // its connection (an attempt cut at its deadline) within a second, where it would
 // otherwise go on to the COMMIT queued behind it once its locks came
-// (client_connection_check_interval: PostgreSQL 14 and later, on Linux, macOS and the
-// BSDs; set only where the server knows it, so that an older one still settles, without
-// that bound). They cost about 7 µs a transaction, against about 1 ms for the commit of
-// a one-call settle (BenchmarkMeterSettle).
-const settleBounds = `SELECT set_config('statement_timeout', '5s', true),
-	set_config('idle_in_transaction_session_timeout', '5s', true),
-	CASE WHEN current_setting('client_connection_check_interval', true) IS NOT NULL
-		THEN set_config('client_connection_check_interval', '1s', true) END`
+// (client_connection_check_interval: PostgreSQL 14 and later where the server's
+// platform can watch a socket for its peer closing: set only where a first settle found
+// the database takes it, settleBounds). They cost about 7 µs a transaction, against
+// about 1 ms for the commit of a one-call settle (BenchmarkMeterSettle).
+const settleLimits = `SELECT set_config('statement_timeout', '5s', true),
+	set_config('idle_in_transaction_session_timeout', '5s', true)`
+
+// connectionCheck is the setting settleBounds adds where the database takes it (a
+// variable: a test names one no server knows).
+var connectionCheck = "client_connection_check_interval"
+
+// settleBounds is the statement that sets the settle's transaction's limits: with
+// client_connection_check_interval where the database takes it, which a transaction
+// rolled back learns once. A server that does not know the setting (before 14), or
+// refuses the value (a platform that cannot watch for the peer's close), would refuse
+// every settle (a data exception, taken for a charge refused for what it writes: every
+// call forgiven), so settles there go without it, said once in the log. A probe that
+// fails otherwise (the database away) is tried again at the next settle.
+func (m *Meter) settleBounds(ctx context.Context) string {
+	if m.bounds != "" {
+		return m.bounds
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `SELECT set_config($1, '1s', true)`, connectionCheck)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		m.bounds = settleLimits + `, set_config('` + connectionCheck + `', '1s', true)`
+	case errors.As(err, &pgErr) && (pgErr.Code == "22023" || pgErr.Code == "42704"): // a value refused, a setting unknown
+		m.logger.Warn("the database refuses "+connectionCheck+": a settle cut at its deadline while it waits on a lock may still commit once the lock comes (docs/BILLING.md, Late charges)", "err", err)
+		m.bounds = settleLimits
+	default:
+		return settleLimits
+	}
+	return m.bounds
+}
 
 // errLate says a settle's deadline passed before it committed (settleTrying).
 var errLate = errors.New("ledger: the settle's deadline passed")
@@ -259,10 +291,11 @@ func (m *Meter) settle(ctx context.Context, batch []*settlement) error {
 			oldest = s.line.ChargedAt
 		}
 	}
+	bounds := m.settleBounds(ctx)
 	// meter_settle_all takes its locks in one order, whatever the order of the calls
 	queue := func(strict bool) func(*pgx.Batch) {
 		return func(b *pgx.Batch) {
-			b.Queue(settleBounds)
+			b.Queue(bounds)
 			b.Queue(`SELECT meter_settle_all($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, m.owner,
 				leases, units, scopes, keys, statuses, responses, UnitPriceUSD, at, strict)
 		}
@@ -454,8 +487,8 @@ func (m *Meter) settleOnce(ctx context.Context, batch []*settlement, queue func(
 		}
 	}
 	read := func(br pgx.BatchResults) ([]eventstore.Appends, error) {
-		if _, err := br.Exec(); err != nil { // settleBounds
-			return nil, fmt.Errorf("settle: %w", err)
+		if _, err := br.Exec(); err != nil { // settleBounds: a failure tried again, never a refused charge
+			return nil, fmt.Errorf("settle: its limits: %v", err)
 		}
 		var kept []bool
 		if err := br.QueryRow().Scan(&kept); err != nil {

@@ -261,13 +261,19 @@ func (s *state) shared(db *pgxpool.Pool, gauge func(*prometheus.Desc, float64, .
 }
 
 // clockOffset is the database's clock less this process's, taking the database's
-// reading to be at the midpoint of the query's round trip.
+// reading to be at the midpoint of the query's round trip, timed once a connection is
+// held (a wait for one would count as half the offset).
 func clockOffset(db *pgxpool.Pool) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
+	conn, err := db.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
 	var theirs time.Time
 	before := time.Now()
-	if err := db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&theirs); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&theirs); err != nil {
 		return 0, err
 	}
 	after := time.Now()
