@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/eventstore"
+	"chessd/postgres"
 )
 
 // Config tunes a Sender.
@@ -322,8 +323,8 @@ func (s *Sender) claimOnce(ctx context.Context, busy, skip []string, failingOK b
 	if err != nil {
 		return due{}, false, fmt.Errorf("claim: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "webhook-claims-of-"+d.accountID); err != nil {
-		return due{}, false, fmt.Errorf("claim: lock the claims of %s: %w", d.accountID, err)
+	if err := postgres.LockXact(ctx, tx, "webhook-claims-of-"+d.accountID, false); err != nil {
+		return due{}, false, fmt.Errorf("claim: %w", err)
 	}
 	var payload string
 	err = tx.QueryRow(ctx, `UPDATE webhook_deliveries d SET attempts = d.attempts + 1,

@@ -29,6 +29,7 @@ import (
 
 	"chessd/domain"
 	"chessd/eventstore"
+	"chessd/postgres"
 )
 
 // Topic is announced when a delivery is queued: the sender wakes at the commit.
@@ -210,10 +211,7 @@ func Create(ctx context.Context, pool *pgxpool.Pool, secrets *Secrets, accountID
 // creations queue behind one another (the caps count what they see) and behind
 // DeleteAll. Queueings hold it shared (shareEndpoints).
 func lockEndpoints(ctx context.Context, q eventstore.Querier, accountID string) error {
-	if _, err := q.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "webhooks-of-"+accountID); err != nil {
-		return fmt.Errorf("lock the webhook endpoints of %s: %w", accountID, err)
-	}
-	return nil
+	return postgres.LockXact(ctx, q, "webhooks-of-"+accountID, false)
 }
 
 // shareEndpoints takes lockEndpoints' lock shared until q's transaction ends, before
@@ -229,10 +227,7 @@ func lockEndpoints(ctx context.Context, q eventstore.Querier, accountID string) 
 // endpoints and deliveries); and it is taken again, not waited for, by the same
 // transaction.
 func shareEndpoints(ctx context.Context, q eventstore.Querier, accountID string) error {
-	if _, err := q.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))`, "webhooks-of-"+accountID); err != nil {
-		return fmt.Errorf("lock the webhook endpoints of %s: %w", accountID, err)
-	}
-	return nil
+	return postgres.LockXact(ctx, q, "webhooks-of-"+accountID, true)
 }
 
 // List returns accountID's endpoints in env, without their secrets.
