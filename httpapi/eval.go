@@ -152,14 +152,18 @@ func (s *Server) costed(w http.ResponseWriter, r *http.Request, ep domain.Endpoi
 		fail(err)
 		return
 	}
-	if p.err == nil { // a refused header reads nothing either
-		p.known, p.hit, p.err = s.analysis.Lookup(r.Context(), p.spec)
-	}
 	if p.err != nil {
 		fail(p.err)
 		return
 	}
-	spec, known, hit := p.spec, p.known, p.hit
+	spec := p.spec
+	// what needs no engine (a cached result, a finished game), found first so that its
+	// lower price is what is reserved; a refused header reads nothing either
+	known, hit, err := s.analysis.Lookup(r.Context(), spec)
+	if err != nil {
+		fail(err)
+		return
+	}
 	call := domain.Call{Endpoint: ep, Depth: spec.Depth, MultiPV: spec.MultiPV, MoveTimeMS: spec.MoveTimeMS, Positions: 1}
 	// The key is claimed only once the call may run (below), so a refusal here may meet
 	// a retry of a call already answered, whose budget or allowance it spent, or whose
@@ -335,11 +339,9 @@ func keylessCaps(depth, multipv int) error {
 
 // prepared is what a costed call's request says, before its credentials are known.
 type prepared struct {
-	body  []byte
-	spec  analysis.Spec
-	known *analysis.Result // what needs no engine (a cached result, a finished game),
-	hit   bool             // found first so that its lower price is what is reserved
-	err   error            // the request's problem, answered after the credentials'
+	body []byte
+	spec analysis.Spec
+	err  error // the request's problem, answered after the credentials'
 }
 
 // prepare reads and checks a costed call's body (costed looks it up once the rate
