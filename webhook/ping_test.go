@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"chessd/postgres/pgtest"
 	"chessd/webhook"
 )
@@ -16,12 +18,7 @@ import (
 // end, five a minute), and taken again once one has gone.
 func TestPingsStillToGoCapped(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	account := fmt.Sprintf("acct_%d", accounts.Add(1))
-	e, err := webhook.Create(ctx, pool, testSecrets(t), account, "live", "http://127.0.0.1:9/hooks", true, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, account, e := pingedEndpoint(t)
 	ping := func() error {
 		_, err := webhook.Ping(ctx, pool, account, "live", e.ID, map[string]any{})
 		return err
@@ -55,12 +52,7 @@ func TestPingsStillToGoCapped(t *testing.T) {
 // dead endpoint's backoff (about 70 times over its 8 tries' 12 minutes).
 func TestPingsStillToGoRetryAfterTheirNextTry(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	account := fmt.Sprintf("acct_%d", accounts.Add(1))
-	e, err := webhook.Create(ctx, pool, testSecrets(t), account, "live", "http://127.0.0.1:9/hooks", true, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, account, e := pingedEndpoint(t)
 	for range webhook.MaxTestPings {
 		if _, err := webhook.Ping(ctx, pool, account, "live", e.ID, map[string]any{}); err != nil {
 			t.Fatal(err)
@@ -102,4 +94,17 @@ func TestPingsStillToGoRetryAfterTheirNextTry(t *testing.T) {
 	if d := retryAfter(`attempts = attempts`); d < 9*time.Second || d > 10*time.Second {
 		t.Errorf("Retry-After %v with a ping's try under way, want 10 s", d)
 	}
+}
+
+// pingedEndpoint is an endpoint of a new account on a database of its own, at an
+// address that refuses connections.
+func pingedEndpoint(t *testing.T) (*pgxpool.Pool, string, *webhook.Endpoint) {
+	t.Helper()
+	pool := pgtest.NewDB(t)
+	account := fmt.Sprintf("acct_%d", accounts.Add(1))
+	e, err := webhook.Create(context.Background(), pool, testSecrets(t), account, "live", "http://127.0.0.1:9/hooks", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, account, e
 }

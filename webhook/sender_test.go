@@ -77,6 +77,28 @@ func runLogged(t *testing.T, pool *pgxpool.Pool, cfg webhook.Config, logger *slo
 }
 
 // receiver counts the requests it gets, the most it held at once, and when each came.
+// indexedHooks serves /hooks/<i> for i below n, each with a receiver of its own that
+// counts its requests while answer runs.
+func indexedHooks(t *testing.T, n int, answer func(i int, w http.ResponseWriter)) (*httptest.Server, []*receiver) {
+	t.Helper()
+	recs := make([]*receiver, n)
+	for i := range recs {
+		recs[i] = &receiver{}
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var i int
+		if _, err := fmt.Sscanf(r.URL.Path, "/hooks/%d", &i); err != nil || i < 0 || i >= n {
+			t.Errorf("request for %s", r.URL.Path)
+			return
+		}
+		recs[i].begin()
+		defer recs[i].end()
+		answer(i, w)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, recs
+}
+
 type receiver struct {
 	mu           sync.Mutex
 	got, now, hi int
@@ -460,24 +482,13 @@ func TestSlowAccountsDoNotHoldBackAnother(t *testing.T) {
 			pool := pgtest.NewDB(t)
 			secrets := testSecrets(t)
 			release, stop := make(chan struct{}), make(chan struct{})
-			recs := make([]*receiver, tc.slow) // by slow account: /hooks/<i>
-			for i := range recs {
-				recs[i] = &receiver{}
-			}
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				var i int
-				if _, err := fmt.Sscanf(r.URL.Path, "/hooks/%d", &i); err != nil || i >= len(recs) {
-					t.Errorf("request for %s", r.URL.Path)
-					return
-				}
-				recs[i].begin()
-				defer recs[i].end()
+			// by slow account: /hooks/<i>
+			srv, recs := indexedHooks(t, tc.slow, func(int, http.ResponseWriter) {
 				select {
 				case <-release:
 				case <-stop:
 				}
-			}))
-			t.Cleanup(srv.Close)
+			})
 			var slowIDs []string
 			for i := range tc.slow {
 				account := fmt.Sprintf("acct_%d", accounts.Add(1))
@@ -554,25 +565,14 @@ func TestCapsHoldAcrossServers(t *testing.T) {
 	pool := pgtest.NewDB(t)
 	secrets := testSecrets(t)
 	const endpoints, backlog, slots = webhook.MaxEndpoints, 3, 10
-	all := &receiver{}                   // the account's tries, at any endpoint
-	recs := make([]*receiver, endpoints) // by endpoint: /hooks/<i>
-	for i := range recs {
-		recs[i] = &receiver{}
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var i int
-		if _, err := fmt.Sscanf(r.URL.Path, "/hooks/%d", &i); err != nil || i >= len(recs) {
-			t.Errorf("request for %s", r.URL.Path)
-			return
-		}
+	all := &receiver{} // the account's tries, at any endpoint
+	// by endpoint: /hooks/<i>
+	srv, recs := indexedHooks(t, endpoints, func(_ int, w http.ResponseWriter) {
 		all.begin()
 		defer all.end()
-		recs[i].begin()
-		defer recs[i].end()
 		time.Sleep(200 * time.Millisecond) // slow, within the timeout
 		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(srv.Close)
+	})
 	account := fmt.Sprintf("acct_%d", accounts.Add(1))
 	var ids []string
 	for i := range endpoints {
