@@ -11,6 +11,7 @@ import (
 
 	"chessd/domain"
 	"chessd/eventstore"
+	"chessd/postgres"
 )
 
 // TopicMail is announced (NOTIFY) when a message is queued in mail_outbox: the mail
@@ -185,8 +186,8 @@ func (h *Handler) ResendVerification(ctx context.Context, actor Actor) error {
 // lock until the caller's transaction ends, so that concurrent calls take turns: without
 // it, each found no recent message and each queued one.
 func mailRoom(ctx context.Context, tx *eventstore.Tx, a *domain.Account, now time.Time) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('verify-email:' || $1, 0))`, a.ID()); err != nil {
-		return fmt.Errorf("lock the account's mail: %w", err)
+	if err := postgres.LockXact(ctx, tx, "verify-email:"+a.ID(), false); err != nil {
+		return err
 	}
 	var today int
 	var oldest, latest time.Time

@@ -2,12 +2,12 @@ package commands
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"chessd/domain"
 	"chessd/eventstore"
 	"chessd/ledger"
+	"chessd/postgres"
 )
 
 // SignupResult is what POST /signup answers: the secret appears here and nowhere else.
@@ -117,10 +117,7 @@ func keyRoom(ctx context.Context, tx *eventstore.Tx, k *domain.KeyCreated) error
 // lockKeys makes the creations of an account's keys take turns until the transaction
 // ends.
 func lockKeys(ctx context.Context, tx *eventstore.Tx, accountID string) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "keys-of-"+accountID); err != nil {
-		return fmt.Errorf("lock the keys of account %s: %w", accountID, err)
-	}
-	return nil
+	return postgres.LockXact(ctx, tx, "keys-of-"+accountID, false)
 }
 
 // UpdateKey changes label, scopes or budgets of one of the actor's keys.

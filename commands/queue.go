@@ -14,6 +14,7 @@ import (
 
 	"chessd/domain"
 	"chessd/eventstore"
+	"chessd/postgres"
 )
 
 // The job queue (table job_queue, migration 0015) holds every position of a queued or
@@ -77,8 +78,8 @@ func release(ctx context.Context, tx *eventstore.Tx, jobID string, indexes []int
 // events appended since (by other workers), so recording a position reads a few
 // events, not the job's whole stream.
 func (h *Handler) loadLockedJob(ctx context.Context, tx *eventstore.Tx, jobID string) (*domain.Job, error) {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, domain.JobStream(jobID)); err != nil {
-		return nil, fmt.Errorf("lock job %s: %w", jobID, err)
+	if err := postgres.LockXact(ctx, tx, domain.JobStream(jobID), false); err != nil {
+		return nil, err
 	}
 	j := h.jobs.take(jobID)
 	if j == nil {

@@ -14,6 +14,7 @@ import (
 
 	"chessd/domain"
 	"chessd/eventstore"
+	"chessd/postgres"
 )
 
 // UnitsCredited gives back one charge whole: the reversing transaction of its
@@ -73,8 +74,8 @@ type CreditRequest struct {
 // Taking a lock again in the same transaction is free.
 func LockCharges(ctx context.Context, tx *eventstore.Tx, chargeIDs []string) error {
 	for _, id := range slices.Sorted(slices.Values(chargeIDs)) {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('charge:' || $1, 0))`, id); err != nil {
-			return fmt.Errorf("lock charge %s: %w", id, err)
+		if err := postgres.LockXact(ctx, tx, "charge:"+id, false); err != nil {
+			return err
 		}
 	}
 	return nil
