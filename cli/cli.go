@@ -92,11 +92,17 @@ func Run(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	api, err := client.NewClientWithResponses(server, client.WithKey(key))
+	api, err := newAPI(server, key)
 	if err != nil {
 		return fmt.Errorf("server %q: %w", server, err)
 	}
 	return run(ctx, &env{io: io, api: api, server: server, key: key, args: fs.Args()})
+}
+
+// newAPI is the generated client for server and key, on the client package's
+// HTTPClient, whose probes notice a dead server or network (the default's take minutes).
+func newAPI(server, key string) (*client.ClientWithResponses, error) {
+	return client.NewClientWithResponses(server, client.WithKey(key), client.WithHTTPClient(client.HTTPClient()))
 }
 
 // env is what a command runs with.

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"chessd/client"
 )
 
 // The server and key: a flag, then the environment, then the config file, then the
@@ -91,5 +93,18 @@ func TestFlagsOnlyCommandsRefuseArguments(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "takes no arguments") {
 			t.Errorf("chessd %s: %v, want it refused", strings.Join(args, " "), err)
 		}
+	}
+}
+
+// Every command talks through the client package's HTTPClient, whose keep-alive probes
+// notice a dead server or network within seconds (client's TestDeadConnectionIsNoticed),
+// not the generated client's default, whose probes take minutes.
+func TestCommandsProbeTheirConnections(t *testing.T) {
+	api, err := newAPI("http://localhost:8080/v1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := api.ClientInterface.(*client.Client); !ok || c.Client != client.HTTPClient() {
+		t.Errorf("the commands' HTTP client is %#v, want client.HTTPClient()", api.ClientInterface)
 	}
 }

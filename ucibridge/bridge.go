@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -27,34 +26,6 @@ type Config struct {
 	Key    string // empty: the keyless allowance
 	// HTTP is the client for the API; nil: httpClient's.
 	HTTP *http.Client
-}
-
-// Keep-alive probes of the bridge's connections: a connection silent for keepIdle is
-// probed every keepInterval, and keepCount probes unanswered end it, so a dead server
-// or network is noticed within about 25 s, also during a long depth (the service
-// answers the probes from its kernel, and streams nothing between depths).
-const (
-	keepIdle     = 10 * time.Second
-	keepInterval = 5 * time.Second
-	keepCount    = 3
-)
-
-// httpClient is the bridge's client when Config names none: without an overall
-// timeout (a stream lasts as long as its search, an infinite one until stop), but with
-// keep-alive probes that end a dead connection (Go's default probes take nearly 3
-// minutes: a go without a time would hang the GUI as long). A program that replaced
-// http.DefaultTransport (to check or instrument its traffic, as cmd/chessd's tests
-// do) keeps its transport.
-func httpClient() *http.Client {
-	t, ok := http.DefaultTransport.(*http.Transport)
-	if !ok {
-		return &http.Client{}
-	}
-	t = t.Clone()
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAliveConfig: net.KeepAliveConfig{
-		Enable: true, Idle: keepIdle, Interval: keepInterval, Count: keepCount}}
-	t.DialContext = d.DialContext
-	return &http.Client{Transport: t}
 }
 
 // Bridge is one UCI session: one GUI on one pair of streams.
@@ -82,7 +53,7 @@ type Bridge struct {
 // New is a bridge to the service cfg names.
 func New(cfg Config) *Bridge {
 	if cfg.HTTP == nil {
-		cfg.HTTP = httpClient()
+		cfg.HTTP = client.HTTPClient()
 	}
 	cfg.Server = client.ServerURL(cfg.Server)
 	return &Bridge{cfg: cfg, set: map[string]string{}}

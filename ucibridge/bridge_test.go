@@ -934,3 +934,12 @@ func TestUCIAnsweredWhileEnginesStall(t *testing.T) {
 		}
 	})
 }
+
+// A bridge without a client of its own talks through the client package's HTTPClient,
+// whose keep-alive probes end a search's stream within seconds of a dead server or
+// network (client's TestDeadConnectionIsNoticed).
+func TestBridgeProbesItsConnections(t *testing.T) {
+	if hc := New(Config{Server: "localhost:8080"}).cfg.HTTP; hc != client.HTTPClient() {
+		t.Errorf("the bridge's HTTP client is %#v, want client.HTTPClient()", hc)
+	}
+}

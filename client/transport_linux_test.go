@@ -1,4 +1,4 @@
-package ucibridge
+package client
 
 import (
 	"net/http"
@@ -9,13 +9,13 @@ import (
 	"time"
 )
 
-// The bridge's own client probes a silent connection, so that a dead server or
-// network ends a search's stream within about 25 s (no overall timeout: an infinite
-// search's stream lasts until stop). Read from the socket of a real request.
+// The command-line clients' HTTP client probes a silent connection, so that a dead
+// server or network ends a search's stream within about 25 s (no overall timeout: an
+// infinite search's stream lasts until stop). Read from the socket of a real request.
 func TestDeadConnectionIsNoticed(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(srv.Close)
-	hc := New(Config{Server: srv.URL}).cfg.HTTP
+	hc := HTTPClient()
 	if hc.Timeout != 0 {
 		t.Errorf("an overall timeout of %s: a stream lasts as long as its search", hc.Timeout)
 	}
