@@ -191,7 +191,7 @@ func accountChangeOf(raw map[string]json.RawMessage) (commands.AccountChange, do
 		switch name {
 		case "timezone":
 			if err := json.Unmarshal(v, &change.Timezone); err != nil || change.Timezone == nil {
-				p.Add("timezone", "must be an IANA time zone name")
+				p.Add("timezone", "must be an IANA time zone name"+notNull(v))
 			} else if err := domain.ValidateTimezone(*change.Timezone); err != nil {
 				p = append(p, err.(*domain.Error).Fields...)
 			}
@@ -207,6 +207,15 @@ func accountChangeOf(raw map[string]json.RawMessage) (commands.AccountChange, do
 	// checks them, so that they are named with the other fields' problems.
 	domain.ValidateBudgets(&p, budget.Units, budget.USD)
 	return change, p
+}
+
+// notNull ends the reason a PATCH member v is refused for when v is null, which no
+// member but a budget takes (to remove it): said as a body read into a struct says it.
+func notNull(v json.RawMessage) string {
+	if string(v) == "null" {
+		return ", not null"
+	}
+	return ""
 }
 
 // patchOrder is the names of a PATCH body's members in a fixed order, so that its
@@ -448,7 +457,7 @@ func keyChangeOf(raw map[string]json.RawMessage) (domain.KeyChange, domain.Probl
 		case "label":
 			var label string
 			if err := json.Unmarshal(v, &label); err != nil || isNull {
-				p.Add("label", "must be a string")
+				p.Add("label", "must be a string"+notNull(v))
 				continue
 			}
 			c.Label = &label
@@ -507,7 +516,7 @@ func budgetField(p *domain.Problems, name string, v json.RawMessage, c *domain.B
 	case "budget_period":
 		var period string
 		if err := json.Unmarshal(v, &period); err != nil || isNull {
-			p.Add("budget_period", "must be total, month or day")
+			p.Add("budget_period", "must be total, month or day"+notNull(v))
 			return true
 		}
 		c.Period = parsePeriod(p, period)

@@ -273,6 +273,10 @@ func TestBodiesNameEveryBadField(t *testing.T) {
 			{"POST", "/v1/batch", `{"fens":null}`, `{"field":"fens","reason":"must be an array, not null"}`},
 			{"POST", "/v1/validate", `{"fen":"` + startFEN + `","chess960":null}`, `{"field":"chess960","reason":"must be true or false, not null"}`},
 			{"POST", "/v1/keys/" + keyID + "/rotate", `{"grace_seconds":null}`, `{"field":"grace_seconds","reason":"must be an integer, not null"}`},
+			{"PATCH", "/v1/keys/" + keyID, `{"label":null}`, `{"field":"label","reason":"must be a string, not null"}`},
+			{"PATCH", "/v1/keys/" + keyID, `{"budget_period":null}`, `{"field":"budget_period","reason":"must be total, month or day, not null"}`},
+			{"PATCH", "/v1/me", `{"timezone":null}`, `{"field":"timezone","reason":"must be an IANA time zone name, not null"}`},
+			{"PATCH", "/v1/me", `{"budget_period":null}`, `{"field":"budget_period","reason":"must be total, month or day, not null"}`},
 		} {
 			r := e.do(tc.method, tc.path, key, tc.body)
 			if errs, _ := r.Body["errors"].([]any); r.Status != 400 || len(errs) != 1 || !strings.Contains(r.Raw, tc.want) {
