@@ -385,7 +385,20 @@ func (x *Executor) take(ctx context.Context, n, need int, ready chan<- *task) (i
 		tasks = append(tasks, &task{slot: t.Slot, job: run, ctx: tctx, cancel: cancel, pos: run.job.Positions()[t.Index]})
 	}
 	x.mu.Lock()
+	kept := tasks[:0]
 	for _, tk := range tasks {
+		// A position this worker still holds, taken again after its lease ran out (its
+		// renewals failed for a lease): one task a position. The one holding it goes on
+		// unless it was stopped; else the new one takes its place, and the old one's
+		// done, no longer finding itself held, leaves the job's count to this.
+		if old := x.held[tk.slot]; old != nil {
+			if old.ctx.Err() == nil {
+				tk.cancel()
+				continue
+			}
+			old.job.tasks--
+		}
+		kept = append(kept, tk)
 		// the job's last held position may have ended since jobOf: one run per job
 		if run := x.jobs[tk.slot.JobID]; run == nil {
 			x.jobs[tk.slot.JobID] = tk.job
@@ -399,7 +412,7 @@ func (x *Executor) take(ctx context.Context, n, need int, ready chan<- *task) (i
 		tk.job.searching++
 	}
 	x.mu.Unlock()
-	for _, tk := range tasks {
+	for _, tk := range kept {
 		ready <- tk // never blocks: ready holds Parallel+Ahead and so many are pending at most
 	}
 	return len(taken), nil

@@ -489,3 +489,40 @@ func count(t *testing.T, pool *pgxpool.Pool, jobID, eventType string) int {
 	}
 	return n
 }
+
+// A position this worker held whose lease ran out (a pause longer than the lease: its
+// renewals failed) and that it then took again itself is one task, not two: once the
+// job ends the worker runs nothing of it (Running), and the position is recorded and
+// charged once.
+func TestExecutorRetakingItsOwnPositionForgetsTheJobAtItsEnd(t *testing.T) {
+	e := newEnv(t, 1)
+	pool, ctx := e.pool, context.Background()
+	// renewals every 20 s: the only new lease within the search is a take's
+	x := e.run(t, executor.Config{Worker: "w", Lease: time.Minute, Scan: 50 * time.Millisecond, Parallel: 1})
+	key := signup(t, pool, e.cmds)
+	j := submitAt(t, e.cmds, key, 22, []string{fenStart})
+	leased := func() (until time.Time) {
+		err := pool.QueryRow(ctx, `SELECT COALESCE(lease_until, 'epoch') FROM job_queue WHERE job_id = $1 AND worker = 'w'`, j.ID()).Scan(&until)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		return until
+	}
+	pgtest.WaitFor(t, "the position taken", func() bool { return leased().After(time.Now()) })
+	if _, err := pool.Exec(ctx, `UPDATE job_queue SET lease_until = now() - interval '1 second' WHERE job_id = $1`, j.ID()); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.WaitFor(t, "the position taken again by its worker", func() bool { return leased().After(time.Now()) })
+	if got := waitDone(t, pool, j.ID()); got.State() != domain.StateSucceeded {
+		t.Fatalf("the job ended %s", got.State())
+	}
+	var charges int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE stream_id = $1 AND event_type = 'UnitsCharged'`,
+		ledger.Stream(key.ID())).Scan(&charges); err != nil {
+		t.Fatal(err)
+	}
+	if a := count(t, pool, j.ID(), "JobPositionAnalysed"); a != 1 || charges != 1 {
+		t.Fatalf("%d positions recorded, %d charges; want 1 and 1", a, charges)
+	}
+	pgtest.WaitFor(t, "the ended job forgotten", func() bool { return len(x.Running()) == 0 })
+}
