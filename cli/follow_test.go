@@ -157,3 +157,36 @@ func TestStoppedSubmitSaysTheJobMayRun(t *testing.T) {
 		t.Fatalf("a stopped submit: %v", err)
 	}
 }
+
+// An `error` event (the stream's key was revoked, or lost the jobs scope, while it was
+// open) ends the watch with its problem at once: no reconnect, which the same key would
+// only have refused.
+func TestFollowJobEndsAtAnErrorEvent(t *testing.T) {
+	var asked atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if asked.Add(1) > 1 { // as the service answers the key now
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"title":"Unauthorized","status":401,"detail":"this API key was revoked"}`) //nolint:errcheck // the test's server
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "retry: 1000\n\nid: 1\nevent: state\ndata: {\"job_id\":\"job_x\",\"state\":\"queued\"}\n\n"+ //nolint:errcheck // the test's server
+			"event: error\ndata: {\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"this API key was revoked\"}\n\n")
+	}))
+	defer srv.Close()
+	api, err := client.NewClientWithResponses(srv.URL + "/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{io: IO{Err: io.Discard}, api: api}
+	var kinds []string
+	err = followJob(context.Background(), e, "job_x", newProgress(e), func(ev client.StreamEvent) error {
+		kinds = append(kinds, ev.Event)
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "401 Unauthorized: this API key was revoked") || asked.Load() != 1 ||
+		strings.Join(kinds, ",") != "state" {
+		t.Fatalf("ended with %v after %d requests, events %q; want the problem after one request and its state event", err, asked.Load(), kinds)
+	}
+}

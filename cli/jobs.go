@@ -295,6 +295,10 @@ func followOnce(ctx context.Context, e *env, id string, lastID *string, fn func(
 		if ev.ID != "" {
 			*lastID, r.got = ev.ID, true
 		}
+		if ev.Event == "error" { // the stream's key lost its rights to it: said, and the stream ends
+			fnErr = fmt.Errorf("job %s: events: %w", id, eventProblem(ev.Data))
+			return fnErr
+		}
 		if fnErr = fn(ev); fnErr != nil {
 			return fnErr
 		}
@@ -313,6 +317,15 @@ func followOnce(ctx context.Context, e *env, id string, lastID *string, fn func(
 	}
 	r.why = err
 	return r
+}
+
+// eventProblem is a stream's `error` event as an error: the problem it carries.
+func eventProblem(data []byte) error {
+	var p client.Problem
+	if err := json.Unmarshal(data, &p); err != nil {
+		return fmt.Errorf("error event: %.200s", data)
+	}
+	return &p
 }
 
 // answerError is a non-stream answer's problem as an error; it closes res.Body.

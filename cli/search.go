@@ -65,11 +65,7 @@ func searchCommand(fs *flag.FlagSet, endpoint string) func(context.Context, *env
 			case "result":
 				result = ev.Data
 			case "error":
-				var p client.Problem
-				if err := json.Unmarshal(ev.Data, &p); err != nil {
-					return fmt.Errorf("error event: %.200s", ev.Data)
-				}
-				return &p
+				return eventProblem(ev.Data)
 			}
 			return nil
 		})

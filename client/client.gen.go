@@ -3193,7 +3193,9 @@ type ClientInterface interface {
 	// without `links`: a failed job's `error` is a JobProblem), `position` (one finished
 	// position, as in the result), `progress` (`{"done","total"}`) and `end` (the final
 	// record; the stream then closes). Ids are 1, 2, 3… per job: reconnect with
-	// `Last-Event-ID` to resume right after the last event seen. A reconnect with
+	// `Last-Event-ID` to resume right after the last event seen. A key revoked, or no
+	// longer holding `jobs`, while its stream is open gets an `error` event (no id; its
+	// data the Problem, 401 or 403) and the stream closes. A reconnect with
 	// nothing left to send answers 204, which tells an EventSource to stop. A
 	// `: keep-alive` comment comes every 15 s. An account holds at most 100 streams
 	// open on one server in each env; one more answers 429 with `Retry-After`. Scope `jobs`.
@@ -4084,7 +4086,9 @@ func (c *Client) GetJob(ctx context.Context, id JobID, params *GetJobParams, req
 // without `links`: a failed job's `error` is a JobProblem), `position` (one finished
 // position, as in the result), `progress` (`{"done","total"}`) and `end` (the final
 // record; the stream then closes). Ids are 1, 2, 3… per job: reconnect with
-// `Last-Event-ID` to resume right after the last event seen. A reconnect with
+// `Last-Event-ID` to resume right after the last event seen. A key revoked, or no
+// longer holding `jobs`, while its stream is open gets an `error` event (no id; its
+// data the Problem, 401 or 403) and the stream closes. A reconnect with
 // nothing left to send answers 204, which tells an EventSource to stop. A
 // `: keep-alive` comment comes every 15 s. An account holds at most 100 streams
 // open on one server in each env; one more answers 429 with `Retry-After`. Scope `jobs`.
@@ -8162,7 +8166,9 @@ type ClientWithResponsesInterface interface {
 	// without `links`: a failed job's `error` is a JobProblem), `position` (one finished
 	// position, as in the result), `progress` (`{"done","total"}`) and `end` (the final
 	// record; the stream then closes). Ids are 1, 2, 3… per job: reconnect with
-	// `Last-Event-ID` to resume right after the last event seen. A reconnect with
+	// `Last-Event-ID` to resume right after the last event seen. A key revoked, or no
+	// longer holding `jobs`, while its stream is open gets an `error` event (no id; its
+	// data the Problem, 401 or 403) and the stream closes. A reconnect with
 	// nothing left to send answers 204, which tells an EventSource to stop. A
 	// `: keep-alive` comment comes every 15 s. An account holds at most 100 streams
 	// open on one server in each env; one more answers 429 with `Retry-After`. Scope `jobs`.
@@ -16880,7 +16886,9 @@ func (c *ClientWithResponses) GetJobWithResponse(ctx context.Context, id JobID, 
 // without `links`: a failed job's `error` is a JobProblem), `position` (one finished
 // position, as in the result), `progress` (`{"done","total"}`) and `end` (the final
 // record; the stream then closes). Ids are 1, 2, 3… per job: reconnect with
-// `Last-Event-ID` to resume right after the last event seen. A reconnect with
+// `Last-Event-ID` to resume right after the last event seen. A key revoked, or no
+// longer holding `jobs`, while its stream is open gets an `error` event (no id; its
+// data the Problem, 401 or 403) and the stream closes. A reconnect with
 // nothing left to send answers 204, which tells an EventSource to stop. A
 // `: keep-alive` comment comes every 15 s. An account holds at most 100 streams
 // open on one server in each env; one more answers 429 with `Retry-After`. Scope `jobs`.

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -331,6 +332,27 @@ func (s *Server) ownJob(r *http.Request) (*domain.Job, error) {
 	return j, nil
 }
 
+// streamStillAllowed checks a job's open event stream's key again, before each batch of
+// events and each keep-alive: a key revoked, or no longer holding the jobs scope, since
+// the stream opened gets nothing more. It is told why in an `error` event (no id: a
+// reconnect resumes where it was, and is refused) and the stream ends. From memory
+// while the key watcher vouches for the key (auth.Authenticator.Remembered), so a
+// quiet stream still makes no query.
+func (s *Server) streamStillAllowed(w http.ResponseWriter, r *http.Request) bool {
+	key, err := s.authenticateRemembered(r)
+	if err == nil && (key == nil || !key.HasScope(domain.ScopeJobs)) {
+		err = domain.Errorf(domain.CodeScope, "this key lacks the scope %q that %s %s needs", domain.ScopeJobs, r.Method, r.URL.Path)
+	}
+	if err == nil {
+		return true
+	}
+	var pw problemWriter
+	s.writeError(&pw, r, err)
+	fmt.Fprintf(w, "event: error\ndata: %s\n\n", bytes.TrimSpace(pw.body.Bytes())) //nolint:errcheck // the stream ends here anyway
+	http.NewResponseController(w).Flush()                                          //nolint:errcheck // as above
+	return false
+}
+
 // streamWriteTimeout bounds each write of a job's event stream (jobEvents): twice the
 // keep-alive's period, so that a reading client never meets it.
 const streamWriteTimeout = 30 * time.Second
@@ -513,6 +535,9 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	defer poll.Stop()
 	for {
 		writing()
+		if !s.streamStillAllowed(w, r) {
+			return
+		}
 		for _, e := range pending {
 			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, s.streamedJobData(e)); err != nil {
 				return // the client went away
@@ -530,6 +555,9 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			case <-keepAlive.C:
 				writing()
+				if !s.streamStillAllowed(w, r) {
+					return
+				}
 				if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 					return
 				}

@@ -756,6 +756,73 @@ func TestListJobs(t *testing.T) {
 	}
 }
 
+// A job's event stream whose key is revoked, or loses the jobs scope, after it opened
+// gets nothing more: the next batch of events (the job runs after the change) is an
+// `error` event with the problem the key now meets, and the stream ends. The job, of
+// another key of the account, runs on.
+func TestJobStreamEndsWithItsKeysRights(t *testing.T) {
+	e := newEnv(t, withWorkers(0)) // the jobs wait in the queue until the worker below
+	root := e.signupPro("stream-rights@example.com")
+	type open struct {
+		name   string
+		status float64
+		sc     *bufio.Scanner
+		jobID  string
+	}
+	var streams []open
+	for _, c := range []struct {
+		name   string
+		change func(keyID string) response
+		status float64
+	}{
+		{"revoked", func(id string) response { return e.do("DELETE", "/v1/keys/"+id, root, nil) }, 401},
+		{"jobs scope removed", func(id string) response {
+			return e.do("PATCH", "/v1/keys/"+id, root, map[string]any{"scopes": []string{"eval"}})
+		}, 403},
+	} {
+		reader, readerID := e.createKey(root, map[string]any{"label": "reader", "scopes": []string{"jobs", "eval"}})
+		r := e.do("POST", "/v1/batch", root, map[string]any{"fens": jobFENs(3), "depth": 5})
+		if r.Status != 202 {
+			t.Fatal(r.Raw)
+		}
+		id := r.Body["job_id"].(string)
+		res := openSSE(t, e, reader, id, "", time.Minute)
+		t.Cleanup(func() { res.Body.Close() })
+		if res.StatusCode != 200 {
+			t.Fatalf("%s: events: %d", c.name, res.StatusCode)
+		}
+		sc := bufio.NewScanner(res.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() && !strings.HasPrefix(sc.Text(), "event: state") { // the queued job's record
+		}
+		if ch := c.change(readerID); ch.Status >= 300 {
+			t.Fatalf("%s: the key's change: %d %s", c.name, ch.Status, ch.Raw)
+		}
+		streams = append(streams, open{c.name, c.status, sc, id})
+	}
+	e.addWorker("late") // the jobs run now, after the changes
+	for _, o := range streams {
+		var kinds []string
+		var problem map[string]any
+		for o.sc.Scan() {
+			line := o.sc.Text()
+			if k, ok := strings.CutPrefix(line, "event: "); ok {
+				kinds = append(kinds, k)
+			}
+			if d, ok := strings.CutPrefix(line, "data: "); ok && len(kinds) > 0 && kinds[len(kinds)-1] == "error" {
+				if err := json.Unmarshal([]byte(d), &problem); err != nil {
+					t.Fatalf("%s: the error event's data: %v: %s", o.name, err, d)
+				}
+			}
+		}
+		if !slices.Equal(kinds, []string{"error"}) || problem["status"] != o.status {
+			t.Errorf("%s: after the change the stream sent %q (problem %v), want only an error event of status %v, then its end",
+				o.name, kinds, problem, o.status)
+		}
+		e.waitJob(root, o.jobID, func(j map[string]any) bool { return j["state"] == "succeeded" })
+	}
+}
+
 // A stopping server ends its open job event streams at once (EndStreams), and any
 // opened after: they would hold its stop for as long as their jobs run.
 func TestEndStreamsEndsJobEventStreams(t *testing.T) {
