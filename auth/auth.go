@@ -90,13 +90,18 @@ func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.
 		}
 		a.remembered.Delete(string(hash))
 	}
-	mark := a.mark()
-	k, acct, err := a.Authenticate(ctx, secret)
-	if err != nil {
-		return nil, nil, err
+	return a.Authenticate(ctx, secret)
+}
+
+// Known says whether secret opened a key when this server last checked it (whether or
+// not the watcher still vouches for what it opened): a client's own key, not a guess.
+// No I/O.
+func (a *Authenticator) Known(secret string) bool {
+	if !WellFormedSecret(secret) {
+		return false
 	}
-	a.remembered.Store(string(hash), remembered{key: k, account: acct, mark: mark})
-	return k, acct, nil
+	_, ok := a.remembered.Load(string(domain.HashSecret(a.pepper, secret)))
+	return ok
 }
 
 // Vouched is Remembered when memory alone can answer: the secret was checked before,
@@ -177,12 +182,26 @@ func WellFormedSecret(s string) bool {
 }
 
 // Authenticate returns the active key that secret opens, with its account, or a
-// CodeBadCredential error. One query answers the common case.
+// CodeBadCredential error. One query answers the common case. What it opened is
+// remembered (Remembered, Known); a refused secret is forgotten.
 func (a *Authenticator) Authenticate(ctx context.Context, secret string) (*domain.Key, *domain.Account, error) {
 	if !WellFormedSecret(secret) {
 		return nil, nil, domain.Errorf(domain.CodeBadCredential, "malformed API key (expected ce_live_... or ce_test_...)")
 	}
 	hash := domain.HashSecret(a.pepper, secret)
+	mark := a.mark() // before the reads: a change after them is one the watcher tells of
+	k, acct, err := a.lookup(ctx, hash)
+	switch {
+	case err == nil:
+		a.remembered.Store(string(hash), remembered{key: k, account: acct, mark: mark})
+	case domain.ErrorCode(err) == domain.CodeBadCredential:
+		a.remembered.Delete(string(hash))
+	}
+	return k, acct, err
+}
+
+// lookup is Authenticate's reading of the database.
+func (a *Authenticator) lookup(ctx context.Context, hash []byte) (*domain.Key, *domain.Account, error) {
 	var keyID string
 	var keyVersion int64
 	var accountID *string

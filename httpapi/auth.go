@@ -50,12 +50,22 @@ func (s *Server) authenticateVouched(r *http.Request) (key *domain.Key, vouched 
 	return key, true, nil
 }
 
+// authenticateWith resolves the request's key with auth (which may ask the database),
+// unless its address has used up its bad credentials (BadKeysPerMinute), which it
+// counts.
 func (s *Server) authenticateWith(r *http.Request, auth func(context.Context, string) (*domain.Key, *domain.Account, error)) (*domain.Key, error) {
 	secret, present, err := bearer(r)
 	if err != nil || !present {
 		return nil, err
 	}
+	addr := s.limitAddr(r)
+	if err := s.heldBack(r, addr, secret); err != nil {
+		return nil, err
+	}
 	key, acct, err := auth(r.Context(), secret)
+	if isBadCredential(err) {
+		return nil, s.countBadKey(r, addr, err)
+	}
 	if err != nil {
 		return nil, err
 	}

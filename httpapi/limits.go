@@ -78,10 +78,11 @@ type rateLimited struct {
 	after time.Duration
 	limit int
 	per   string // "a minute", "an hour"
+	which string // which requests were counted ("" all; else " with …")
 }
 
 func (e *rateLimited) Error() string { return "rate limited" }
 func (e *rateLimited) Unwrap() error {
-	return domain.Errorf(domain.CodeRateLimited, "more than %d requests %s; retry after the Retry-After delay", e.limit, e.per)
+	return domain.Errorf(domain.CodeRateLimited, "more than %d requests %s%s; retry after the Retry-After delay", e.limit, e.per, e.which)
 }
 func (e *rateLimited) RetryAfter() time.Duration { return e.after }

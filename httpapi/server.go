@@ -63,6 +63,7 @@ type Server struct {
 	streams    context.Context
 	endStreams context.CancelFunc
 	slots      *streamSlots // the job event streams open on this server, by account
+	badKeys    *badKeys     // addresses held back for their bad credentials (heldBack)
 	pool       *pgxpool.Pool
 	commands   *commands.Handler
 	auth       *auth.Authenticator
@@ -118,6 +119,7 @@ func New(cfg Config, d Deps) *Server {
 	}
 	s.streams, s.endStreams = context.WithCancel(context.Background())
 	s.slots = newStreamSlots(StreamsPerAccount)
+	s.badKeys = newBadKeys()
 	if cfg.StreamsPerAccount > 0 {
 		s.slots = newStreamSlots(cfg.StreamsPerAccount)
 	}
