@@ -543,14 +543,15 @@ func isPublic(ip netip.Addr) bool {
 // nonPublic are the special-purpose ranges (IANA's registries) that Go's address
 // predicates leave out: shared address space (carrier-grade NAT, and some clouds'
 // metadata services), protocol assignments, documentation, benchmarking, reserved,
-// and the IPv6 ranges that carry an IPv4 address inside (NAT64, 6to4, Teredo), which
-// could lead to any of the others.
+// and the IPv6 ranges that carry an IPv4 address inside (NAT64, 6to4, Teredo, the old
+// IPv4-compatible form), which could lead to any of the others.
 var nonPublic = func() []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range []string{
 		"0.0.0.0/8", "100.64.0.0/10", "192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15", "198.51.100.0/24",
 		"203.0.113.0/24", "240.0.0.0/4",
 		"64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/32", "2001:db8::/32", "2002::/16",
+		"::/96", "fec0::/10", // IPv4-compatible (a host that routes them reaches the IPv4 inside) and site-local, both deprecated
 	} {
 		out = append(out, netip.MustParsePrefix(s))
 	}

@@ -43,6 +43,9 @@ func TestPublicOnly(t *testing.T) {
 		{"[2002:a00:1::1]:443", false},     // 6to4 of 10.0.0.1
 		{"[2001:0:4136:e378::1]:443", false},
 		{"[2001:db8::1]:443", false},
+		{"[::7f00:1]:443", false},   // IPv4-compatible 127.0.0.1
+		{"[::a9fe:a9fe]:80", false}, // IPv4-compatible 169.254.169.254
+		{"[fec0::1]:443", false},    // site-local
 		{"[2a00:1450:4001:82b::200e]:443", true},
 	} {
 		err := publicOnly("tcp", tc.addr, nil)
