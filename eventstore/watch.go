@@ -79,12 +79,14 @@ func lastWatched(evs []Event) int64 {
 // awaitWatchers returns once every watcher whose lease is valid has seen the watched
 // events of evs (committed), or its lease has run out: from then on no server answers
 // from a memory older than them. When it cannot tell (the database is unreachable), it
-// waits out a whole lease.
+// waits out a whole lease. The change is committed: its caller leaving (ctx ended)
+// does not end the wait, which maxAwait and the lease bound.
 func (s *Store) awaitWatchers(ctx context.Context, evs []Event) {
 	pos := lastWatched(evs)
 	if pos == 0 {
 		return
 	}
+	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
 	delay := 500 * time.Microsecond
 	for {

@@ -96,6 +96,29 @@ func TestACommitWaitsOutAWatcherThatDoesNotAnswer(t *testing.T) {
 	}
 }
 
+// A committed change waits for the watchers whatever its caller's context does after
+// the commit: a client that left as soon as it revoked a key must not leave another
+// server answering from a memory older than the revocation.
+func TestACommitWaitsForWatchersAfterItsCallerLeft(t *testing.T) {
+	s := newStore(t)
+	bg := context.Background()
+	if _, err := s.pool.Exec(bg, `INSERT INTO stream_watchers VALUES ('silent', 0, now() + interval '1500 milliseconds')`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond) // the caller leaves after the commit
+	defer cancel()
+	if err := appendWatched(ctx, s, "watched-1"); err != nil {
+		t.Fatal(err)
+	}
+	var expired bool
+	if err := s.pool.QueryRow(bg, `SELECT valid_until <= now() FROM stream_watchers WHERE watcher = 'silent'`).Scan(&expired); err != nil {
+		t.Fatal(err)
+	}
+	if !expired {
+		t.Fatal("the commit returned when its caller left, while a watcher that had not seen it could still vouch for its memory")
+	}
+}
+
 func TestAWatcherThatLostItsConnectionVouchesForNothingReadBefore(t *testing.T) {
 	s := newStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
