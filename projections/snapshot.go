@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"chessd/eventstore"
 )
@@ -24,4 +25,41 @@ func Snapshot(ctx context.Context, q eventstore.Querier, p Projection) (map[stri
 		}
 	}
 	return out, nil
+}
+
+// Live is a snapshot of a projection's live tables with where the log stood when it
+// was read (in one transaction): what `chessd replay` compares with a rebuild, and
+// whether that comparison can hold.
+type Live struct {
+	Tables map[string][]string
+	Head   int64 // the log's last position
+	// Behind: the live subscriber had events of its topic up to Head still to apply
+	// (never for an inline projection, written by the appends themselves)
+	Behind bool
+}
+
+// LiveSnapshot reads p's live tables (Snapshot) and the log's head in one snapshot of
+// the database, and whether p's subscriber was behind then.
+func LiveSnapshot(ctx context.Context, pool *pgxpool.Pool, p Projection) (Live, error) {
+	var l Live
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		if l.Head, err = eventstore.Head(ctx, tx); err != nil {
+			return err
+		}
+		if !Inline(p) {
+			var at int64
+			if err := tx.QueryRow(ctx, `SELECT coalesce((SELECT position FROM projection_checkpoints WHERE name = $1), 0)`, p.Name()).Scan(&at); err != nil {
+				return fmt.Errorf("checkpoint of %s: %w", p.Name(), err)
+			}
+			next, err := readTopic(ctx, tx, p.Topic(), at, 1)
+			if err != nil {
+				return err
+			}
+			l.Behind = len(next) > 0 && next[0].Position <= l.Head
+		}
+		l.Tables, err = Snapshot(ctx, tx, p)
+		return err
+	})
+	return l, err
 }

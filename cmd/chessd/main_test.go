@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -504,5 +505,66 @@ func TestAuditAndReplay(t *testing.T) {
 	}
 	if out, err := runCLI(t, url, "replay", "--as-of", "2020-01-01T00:00:00Z", "--account", res.AccountID); err == nil {
 		t.Fatalf("the account as of before it existed: %s", out)
+	}
+}
+
+// `chessd replay` on a service that is charging meanwhile reads the live tables and
+// the rebuilt ones at different points of the log: what differs then is reported
+// BUSY (exit 3, run it with the servers stopped), never DIFFERS, which says the read
+// models disagree with the events; once the charging stops it finds them equal.
+func TestReplayWhileChargingSaysBusy(t *testing.T) {
+	url, pool := twoSignups(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if out, err := runCLI(t, url, "rebuild"); err != nil { // the read models, which no runner keeps here
+		t.Fatalf("rebuild: %v\n%s", err, out)
+	}
+	_, actor := signupActor(t, pool)
+	acct, err := commands.LoadAccount(ctx, pool, actor.Key.AccountID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	meter := ledger.NewMeter(ctx, eventstore.NewStore(pool, nil), nil, ledger.MeterConfig{})
+	charge := func(id string) error {
+		r, err := meter.Reserve(ctx, ledger.Call{RequestID: id, Key: actor.Key, Account: acct,
+			Price: domain.Call{Endpoint: domain.EndpointEval, Depth: 5, MultiPV: 1, Positions: 1}})
+		if err != nil {
+			return err
+		}
+		if err := r.Settle(ledger.Answered{Endpoint: domain.EndpointEval, Engine: "sf-17.1", Path: "native",
+			Params: ledger.Params{Depth: 5, MultiPV: 1, Positions: 1}}); err != nil {
+			return err
+		}
+		return meter.Flush(ctx)
+	}
+	stop := make(chan struct{})
+	charging := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				charging <- nil
+				return
+			default:
+			}
+			if err := charge(fmt.Sprintf("live-%d", i)); err != nil {
+				charging <- err
+				return
+			}
+		}
+	}()
+	for range 2 {
+		out, err := runCLI(t, url, "replay")
+		var code exitCode
+		if strings.Contains(out, "DIFFERS") || (err != nil && (!errors.As(err, &code) || code != 3 || !strings.Contains(out, "BUSY"))) {
+			t.Fatalf("replay while charging: %v\n%s", err, out)
+		}
+	}
+	close(stop)
+	if err := <-charging; err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, url, "replay"); err != nil {
+		t.Fatalf("replay once the charging stopped: %v\n%s", err, out)
 	}
 }
