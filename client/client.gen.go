@@ -2508,6 +2508,9 @@ type GetUsageParams struct {
 	// GroupBy Comma-separated: key, hour, day, month, endpoint, engine, env, cached.
 	GroupBy *string `form:"group_by,omitempty" json:"group_by,omitempty"`
 
+	// Env The env whose book to show (default the calling key's).
+	Env *Env `form:"env,omitempty" json:"env,omitempty"`
+
 	// Window The same as adding that time bucket to `group_by`.
 	Window *GetUsageParamsWindow `form:"window,omitempty" json:"window,omitempty"`
 
@@ -2523,7 +2526,7 @@ type GetUsageParams struct {
 	// Limit Groups per page.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Cursor The previous page's `next_cursor`, with the same `group_by` (and `window`), `tz`, `from`, `to` and `as_of`; a cursor of another query: 400 naming `cursor`.
+	// Cursor The previous page's `next_cursor`, with the same `group_by` (and `window`), `tz`, `from`, `to`, `as_of` and `env`; a cursor of another query: 400 naming `cursor`.
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 
 	// AsOf An RFC 3339 instant at least a minute ago; the account as it stood then.
@@ -3473,9 +3476,9 @@ type ClientInterface interface {
 	// GetUsage Usage, grouped
 	//
 	// What was charged, credited back, and the net, over a range, grouped by any of
-	// `key`, `hour`, `day`, `month`, `endpoint`, `engine`, `env`, `cached`, in pages. A
-	// live key sees both books (group by `env` to separate them), a test key the test
-	// book. `Accept: text/csv` answers the same page as CSV (next page in `Link`, totals in
+	// `key`, `hour`, `day`, `month`, `endpoint`, `engine`, `env`, `cached`, in pages, of
+	// the calling key's book (its env): `env=test` shows a live key the test book; a test
+	// key sees only the test book (`env=live`: 403). `Accept: text/csv` answers the same page as CSV (next page in `Link`, totals in
 	// `Usage-Total-*` headers; without `group_by`, one row: the totals).
 	// Unknown parameters: 400. Scope `usage:read`.
 	//
@@ -4636,9 +4639,9 @@ func (c *Client) Signup(ctx context.Context, params *SignupParams, body SignupJS
 // GetUsage Usage, grouped
 //
 // What was charged, credited back, and the net, over a range, grouped by any of
-// `key`, `hour`, `day`, `month`, `endpoint`, `engine`, `env`, `cached`, in pages. A
-// live key sees both books (group by `env` to separate them), a test key the test
-// book. `Accept: text/csv` answers the same page as CSV (next page in `Link`, totals in
+// `key`, `hour`, `day`, `month`, `endpoint`, `engine`, `env`, `cached`, in pages, of
+// the calling key's book (its env): `env=test` shows a live key the test book; a test
+// key sees only the test book (`env=live`: 403). `Accept: text/csv` answers the same page as CSV (next page in `Link`, totals in
 // `Usage-Total-*` headers; without `group_by`, one row: the totals).
 // Unknown parameters: 400. Scope `usage:read`.
 //
@@ -7173,6 +7176,18 @@ func NewGetUsageRequest(server string, params *GetUsageParams) (*http.Request, e
 
 		}
 
+		if params.Env != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "env", *params.Env, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Window != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "window", *params.Window, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
@@ -8468,9 +8483,9 @@ type ClientWithResponsesInterface interface {
 	// GetUsageWithResponse Usage, grouped
 	//
 	// What was charged, credited back, and the net, over a range, grouped by any of
-	// `key`, `hour`, `day`, `month`, `endpoint`, `engine`, `env`, `cached`, in pages. A
-	// live key sees both books (group by `env` to separate them), a test key the test
-	// book. `Accept: text/csv` answers the same page as CSV (next page in `Link`, totals in
+	// `key`, `hour`, `day`, `month`, `endpoint`, `engine`, `env`, `cached`, in pages, of
+	// the calling key's book (its env): `env=test` shows a live key the test book; a test
+	// key sees only the test book (`env=live`: 403). `Accept: text/csv` answers the same page as CSV (next page in `Link`, totals in
 	// `Usage-Total-*` headers; without `group_by`, one row: the totals).
 	// Unknown parameters: 400. Scope `usage:read`.
 	//
@@ -17350,9 +17365,9 @@ func (c *ClientWithResponses) SignupWithResponse(ctx context.Context, params *Si
 // GetUsageWithResponse Usage, grouped
 //
 // What was charged, credited back, and the net, over a range, grouped by any of
-// `key`, `hour`, `day`, `month`, `endpoint`, `engine`, `env`, `cached`, in pages. A
-// live key sees both books (group by `env` to separate them), a test key the test
-// book. `Accept: text/csv` answers the same page as CSV (next page in `Link`, totals in
+// `key`, `hour`, `day`, `month`, `endpoint`, `engine`, `env`, `cached`, in pages, of
+// the calling key's book (its env): `env=test` shows a live key the test book; a test
+// key sees only the test book (`env=live`: 403). `Accept: text/csv` answers the same page as CSV (next page in `Link`, totals in
 // `Usage-Total-*` headers; without `group_by`, one row: the totals).
 // Unknown parameters: 400. Scope `usage:read`.
 //

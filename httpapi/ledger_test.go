@@ -467,8 +467,8 @@ func TestBilling(t *testing.T) {
 }
 
 // mixedLoad makes charged calls of several kinds on two keys (live and test) over the
-// given FENs; it returns the number of successful calls.
-func mixedLoad(t *testing.T, e *env, live, test string) int {
+// given FENs; it returns the number of calls of each key, all answered.
+func mixedLoad(t *testing.T, e *env, live, test string) (liveCalls, testCalls int) {
 	t.Helper()
 	n := 0
 	for i, extra := range []string{`"depth":8`, `"depth":9,"multipv":2`, `"depth":8`, `"depth":10,"movetime_ms":100`} {
@@ -486,20 +486,25 @@ func mixedLoad(t *testing.T, e *env, live, test string) int {
 	if r := e.do("POST", "/v1/eval", live, evalBody(startFEN, `"depth":7,"engine":"sf-15.1"`)); r.Status != 200 {
 		t.Fatal(r.Raw)
 	}
-	return n + 1
+	return n/2 + 1, n / 2
 }
 
 func TestUsage(t *testing.T) {
 	e := newEnv(t)
 	live := e.signupPro("usage@example.com")
 	test, _ := e.createKey(live, map[string]any{"env": "test", "label": "t"})
-	calls := mixedLoad(t, e, live, test)
+	calls, testCalls := mixedLoad(t, e, live, test)
 	e.caughtUp()
 
-	all := e.do("GET", "/v1/usage", live, nil)
+	all := e.do("GET", "/v1/usage", live, nil) // the live key's book: its env's
 	totals := all.Body["totals"].(map[string]any)
 	if all.Status != 200 || totals["calls"] != float64(calls) {
 		t.Fatalf("usage: %d %s (want %d calls)", all.Status, all.Raw, calls)
+	}
+	for _, k := range []string{live, test} {
+		if r := e.do("GET", "/v1/usage?env=test", k, nil); r.Status != 200 || r.Body["totals"].(map[string]any)["calls"] != float64(testCalls) {
+			t.Fatalf("the test book: %d %s (want %d calls)", r.Status, r.Raw, testCalls)
+		}
 	}
 	for _, g := range []string{"key", "day", "endpoint", "engine", "env", "key,day", "endpoint,engine", "env,key,day,endpoint,engine", "day,day",
 		"hour", "month", "cached", "key,hour,cached", "cached&tz=America/New_York", "day&tz=Asia/Kolkata", "endpoint&window=hour&tz=Pacific/Chatham"} {
@@ -571,14 +576,14 @@ func TestUsage(t *testing.T) {
 	if header.Get("Vary") != "Accept" {
 		t.Errorf("GET /usage answers by Accept without Vary: Accept (%q)", header.Get("Vary"))
 	}
-	byEnv := e.do("GET", "/v1/usage?group_by=env", live, nil)
-	if len(byEnv.Body["groups"].([]any)) != 2 {
-		t.Fatalf("by env: %s", byEnv.Raw)
+	// each book alone: test usage is never live usage (decisions.md)
+	for _, c := range []struct{ key, query, env string }{{live, "", "live"}, {live, "&env=test", "test"}, {test, "", "test"}} {
+		r := e.do("GET", "/v1/usage?group_by=env"+c.query, c.key, nil)
+		if gs := r.Body["groups"].([]any); r.Status != 200 || len(gs) != 1 || gs[0].(map[string]any)["env"] != c.env {
+			t.Fatalf("by env%s, want only %s: %s", c.query, c.env, r.Raw)
+		}
 	}
-	testView := e.do("GET", "/v1/usage?group_by=env", test, nil)
-	if gs := testView.Body["groups"].([]any); len(gs) != 1 || gs[0].(map[string]any)["env"] != "test" {
-		t.Fatalf("a test key sees live usage: %s", testView.Raw)
-	}
+	wantProblem(t, e.do("GET", "/v1/usage?env=live", test, nil), 403, "fix_request")
 	for _, q := range []string{"group_by=color", "group_by=key,,day", "from=yesterday", "from=2026-11-10&to=2026-11-01", "from=2026-11-10&to=2026-11-09", "page=2",
 		"tz=Nowhere/City", "window=week", "group_by=day&cursor=bm9wZQ", "limit=100001"} {
 		wantProblem(t, e.do("GET", "/v1/usage?"+q, live, nil), 400, "fix_request")
@@ -594,7 +599,7 @@ func TestUsage(t *testing.T) {
 	if err := e.pool.QueryRow(ctx, `SELECT
 			coalesce(sum(debit) FILTER (WHERE currency = 'UNITS' AND account LIKE 'key:%'), 0),
 			coalesce(sum(debit) FILTER (WHERE currency = 'USD' AND account LIKE 'key:%'), 0)
-		FROM ledger_entries`).Scan(&ledgerUnits, &ledgerUSD); err != nil {
+		FROM ledger_entries WHERE book NOT LIKE '%/test'`).Scan(&ledgerUnits, &ledgerUSD); err != nil {
 		t.Fatal(err)
 	}
 	if ledgerUnits.String() != fmt.Sprint(totals["units"]) || ledgerUSD.StringFixed(6) != totals["usd"] {
@@ -633,6 +638,10 @@ func TestUsageCursorOfAnotherQuery(t *testing.T) {
 	live := e.signupPro("usage-cursor@example.com")
 	test, _ := e.createKey(live, map[string]any{"env": "test", "label": "t"})
 	mixedLoad(t, e, live, test)
+	other, _ := e.createKey(live, map[string]any{"label": "second", "scopes": []string{"eval"}}) // a second key of the live book
+	if r := e.do("POST", "/v1/eval", other, evalBody(cheapFEN, `"depth":8`)); r.Status != 200 {
+		t.Fatal(r.Raw)
+	}
 	e.caughtUp()
 
 	first := e.do("GET", "/v1/usage?group_by=key&limit=1", live, nil)
@@ -642,7 +651,7 @@ func TestUsageCursorOfAnotherQuery(t *testing.T) {
 	}
 	for _, q := range []string{"group_by=endpoint", "group_by=engine", "group_by=key,day", "group_by=key&tz=Europe/Paris",
 		"group_by=key&from=2026-01-01", "group_by=key&to=2099-12-31",
-		"group_by=key&as_of=" + time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)} {
+		"group_by=key&as_of=" + time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "group_by=key&env=test"} {
 		r := e.do("GET", "/v1/usage?"+q+"&cursor="+cursor, live, nil)
 		wantProblem(t, r, 400, "fix_request")
 		if !strings.Contains(r.Raw, `"field":"cursor"`) {

@@ -156,7 +156,8 @@ func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 			u.limit = n
 		}
 	}
-	u.scope = usageScope(u.dims, u.zone, given)
+	// the env asked for (checked against the key by the handler) is the query's too
+	u.scope = usageScope(u.dims, u.zone, given, q.Get("env"))
 	if v := q.Get("cursor"); v != "" {
 		after, ok := decodeUsageCursor(v, u.scope, len(u.dims))
 		if !ok {
@@ -173,8 +174,8 @@ func parseUsage(q url.Values, now time.Time) (usageParams, error) {
 // across midnight goes on, like paging while charges arrive). A cursor carries it:
 // its values only mean something against the same columns (a cursor of group_by=key
 // read as endpoints skipped every endpoint, silently).
-func usageScope(dims []string, zone *time.Location, given [3]string) string {
-	h := sha256.Sum256([]byte(strings.Join(dims, ",") + "\n" + zone.String() + "\n" + strings.Join(given[:], "\n")))
+func usageScope(dims []string, zone *time.Location, given [3]string, env string) string {
+	h := sha256.Sum256([]byte(strings.Join(dims, ",") + "\n" + zone.String() + "\n" + strings.Join(given[:], "\n") + "\n" + env))
 	return base64.RawURLEncoding.EncodeToString(h[:9])
 }
 
@@ -217,17 +218,30 @@ func decodeUsageCursor(s, scope string, groups int) ([]string, bool) {
 
 // usage answers GET /usage from the charges read model: JSON, or CSV when asked.
 func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
+	key := principal(r.Context())
+	// the calling key's book, or env's: a live key may ask for the test book, a test
+	// key sees only its own (decisions.md: test usage is never live usage)
+	le := listEnvOf(key)
+	var envProblems domain.Problems
+	if vs, ok := r.URL.Query()["env"]; ok {
+		le.read(&envProblems, "env", vs[0])
+	}
 	u, err := parseUsage(r.URL.Query(), time.Now())
+	if err == nil {
+		err = envProblems.Err()
+	} else {
+		err = withProblems(err, envProblems)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	key := principal(r.Context())
-	env := ""
-	if key.Env() == domain.EnvTest { // a test key sees the test book only
-		env = domain.EnvTest.String()
+	env, err := le.show("usage")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
-	rep, err := ledger.Usage(r.Context(), s.pool, ledger.UsageQuery{AccountID: key.AccountID(), Env: env,
+	rep, err := ledger.Usage(r.Context(), s.pool, ledger.UsageQuery{AccountID: key.AccountID(), Env: env.String(),
 		From: u.from, To: u.to, Zone: u.zone.String(), GroupBy: u.dims, Limit: u.limit, After: u.after})
 	if err != nil {
 		s.writeError(w, r, err)

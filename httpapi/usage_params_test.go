@@ -159,9 +159,9 @@ func TestUsageCursorScope(t *testing.T) {
 // FuzzUsageCursor: no cursor crashes the decoder, and a decoded one is the one
 // encodeUsageCursor makes of its values (one spelling per cursor).
 func FuzzUsageCursor(f *testing.F) {
-	scope := usageScope([]string{"key", "day"}, time.UTC, [3]string{})
+	scope := usageScope([]string{"key", "day"}, time.UTC, [3]string{}, "")
 	f.Add(encodeUsageCursor(scope, []string{"key_1", "2026-11-01"}), scope, 2)
-	f.Add(encodeUsageCursor(scope, []string{"key_1", "2026-11-01"}), usageScope([]string{"endpoint", "day"}, time.UTC, [3]string{}), 2)
+	f.Add(encodeUsageCursor(scope, []string{"key_1", "2026-11-01"}), usageScope([]string{"endpoint", "day"}, time.UTC, [3]string{}, ""), 2)
 	f.Add("WyJrZXlfMSIsIjIwMjYtMTEtMDEiXQ", scope, 2) // the cursors before scopes: ["key_1","2026-11-01"]
 	f.Add("", scope, 1)
 	f.Add("bnVsbA", "", 1)
