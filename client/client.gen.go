@@ -1262,10 +1262,15 @@ type Job struct {
 	FinishedAt *time.Time  `json:"finished_at"`
 
 	// HoldUnits The fresh price held when the job was accepted.
-	HoldUnits int     `json:"hold_units"`
-	JobId     string  `json:"job_id"`
-	Kind      JobKind `json:"kind"`
-	Links     struct {
+	HoldUnits int `json:"hold_units"`
+
+	// Id The job's id (decisions.md's name).
+	Id string `json:"id"`
+
+	// JobId The same id, kept for clients of earlier releases.
+	JobId string  `json:"job_id"`
+	Kind  JobKind `json:"kind"`
+	Links struct {
 		Events string `json:"events"`
 		Result string `json:"result"`
 		Self   string `json:"self"`
@@ -1377,7 +1382,12 @@ type JobRecord struct {
 	FinishedAt *time.Time  `json:"finished_at"`
 
 	// HoldUnits The fresh price held when the job was accepted.
-	HoldUnits      int           `json:"hold_units"`
+	HoldUnits int `json:"hold_units"`
+
+	// Id The job's id (decisions.md's name).
+	Id string `json:"id"`
+
+	// JobId The same id, kept for clients of earlier releases.
 	JobId          string        `json:"job_id"`
 	Kind           JobRecordKind `json:"kind"`
 	PositionsDone  int           `json:"positions_done"`
@@ -1399,7 +1409,12 @@ type JobRecordKind string
 // JobResult defines model for JobResult.
 type JobResult struct {
 	// Complete The job succeeded.
-	Complete       bool          `json:"complete"`
+	Complete bool `json:"complete"`
+
+	// Id The job's id.
+	Id string `json:"id"`
+
+	// JobId The same id, kept for clients of earlier releases.
 	JobId          string        `json:"job_id"`
 	Kind           JobResultKind `json:"kind"`
 	Positions      []JobPosition `json:"positions"`
@@ -1428,7 +1443,12 @@ type JobSummary struct {
 	// Error Why the job failed (a problem, as in its record); null unless it did.
 	Error      *JobProblem `json:"error"`
 	FinishedAt *time.Time  `json:"finished_at"`
-	JobId      string      `json:"job_id"`
+
+	// Id The job's id.
+	Id string `json:"id"`
+
+	// JobId The same id, kept for clients of earlier releases.
+	JobId string `json:"job_id"`
 
 	// KeyId The key that submitted it.
 	KeyId string         `json:"key_id"`

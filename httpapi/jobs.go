@@ -281,12 +281,15 @@ func (s *Server) jobProblemOf(e *projections.JobError) *jobProblem {
 
 // jobRecordJSON is a job record as every answer and event shows it: its error a problem.
 type jobRecordJSON struct {
+	// ID is decisions.md's name of the record's id; job_id, the same, stays for the
+	// clients of earlier releases
+	ID string `json:"id"`
 	projections.JobRecord
 	Error *jobProblem `json:"error"` // over the record's {code, message}
 }
 
 func (s *Server) jobRecordJSON(r projections.JobRecord) jobRecordJSON {
-	return jobRecordJSON{JobRecord: r, Error: s.jobProblemOf(r.Error)}
+	return jobRecordJSON{ID: r.ID, JobRecord: r, Error: s.jobProblemOf(r.Error)}
 }
 
 type jobJSON struct {
@@ -399,6 +402,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	type listed struct {
+		ID string `json:"id"` // as the record's (jobRecordJSON)
 		projections.JobSummary
 		Error *jobProblem       `json:"error"` // over the summary's {code, message}
 		Links map[string]string `json:"links"`
@@ -406,7 +410,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	out := make([]listed, len(jobs))
 	for i, j := range jobs {
 		base := s.baseURL + "/jobs/" + j.ID
-		out[i] = listed{JobSummary: j, Error: s.jobProblemOf(j.Error),
+		out[i] = listed{ID: j.ID, JobSummary: j, Error: s.jobProblemOf(j.Error),
 			Links: map[string]string{"self": base, "result": base + "/result", "events": base + "/events"}}
 	}
 	nextCursor := s.nextPage(w, "/jobs", q, next)
@@ -434,7 +438,7 @@ func (s *Server) jobResult(w http.ResponseWriter, r *http.Request) {
 		out[i] = projections.PositionOf(j, i)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"job_id": j.ID(), "kind": j.Kind(), "state": j.State().String(), "complete": j.State() == domain.StateSucceeded,
+		"id": j.ID(), "job_id": j.ID(), "kind": j.Kind(), "state": j.State().String(), "complete": j.State() == domain.StateSucceeded,
 		"positions_done": j.Done(), "positions_total": len(out), "positions": out,
 	})
 }
