@@ -21,28 +21,37 @@ const BadKeysPerMinute = 30
 var badKeysPolicy = ratelimit.Policy{Name: "bad-key", Limit: BadKeysPerMinute, Window: time.Minute}
 
 // badKeys is what a server remembers of the addresses whose shared bucket of bad
-// credentials (package ratelimit, across every server) it found empty: until when.
-type badKeys struct{ until memo.Map } // netip.Addr -> time.Time
+// credentials (package ratelimit, across every server) it found empty: the refusal,
+// and when it was decided.
+type badKeys struct{ held memo.Map } // netip.Addr -> heldAddr
 
-func newBadKeys() *badKeys { return &badKeys{until: memo.Map{Max: 100_000}} }
+type heldAddr struct {
+	d  ratelimit.Decision
+	at time.Time
+}
+
+func newBadKeys() *badKeys { return &badKeys{held: memo.Map{Max: 100_000}} }
 
 // heldBack answers a request whose credential this server has not seen open a key
 // (auth.Authenticator.Known), from an address whose bad credentials ran out of their
 // bucket: refused without a lookup.
 func (s *Server) heldBack(r *http.Request, addr netip.Addr, secret string) error {
-	v, ok := s.badKeys.until.Load(addr)
+	v, ok := s.badKeys.held.Load(addr)
 	if !ok {
 		return nil
 	}
-	left := time.Until(v.(time.Time))
-	if left <= 0 {
-		s.badKeys.until.Delete(addr)
+	h := v.(heldAddr)
+	since := time.Since(h.at)
+	if since >= h.d.RetryAfter {
+		s.badKeys.held.Delete(addr)
 		return nil
 	}
 	if s.auth.Known(secret) {
 		return nil
 	}
-	return badKeysLimited(left)
+	d := h.d // as it stands now
+	d.RetryAfter, d.Reset = d.RetryAfter-since, max(0, d.Reset-since)
+	return badKeysLimited(d)
 }
 
 // countBadKey counts a refused credential (err, a CodeBadCredential error) against its
@@ -56,12 +65,12 @@ func (s *Server) countBadKey(r *http.Request, addr netip.Addr, err error) error 
 	if d.Allowed {
 		return err
 	}
-	s.badKeys.until.Store(addr, time.Now().Add(d.RetryAfter))
-	return badKeysLimited(d.RetryAfter)
+	s.badKeys.held.Store(addr, heldAddr{d: d, at: time.Now()})
+	return badKeysLimited(d)
 }
 
-func badKeysLimited(after time.Duration) error {
-	return &rateLimited{after: after, limit: BadKeysPerMinute, per: "a minute", which: " with an API key that opens no key"}
+func badKeysLimited(d ratelimit.Decision) error {
+	return &rateLimited{after: d.RetryAfter, limit: BadKeysPerMinute, per: "a minute", which: " with an API key that opens no key", d: d}
 }
 
 // isBadCredential says whether err refused the credential itself (not an outage).

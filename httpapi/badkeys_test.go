@@ -24,11 +24,7 @@ func TestBadKeysAreLimitedPerAddress(t *testing.T) {
 	for i := 0; ; i++ {
 		r := []*env{a, b}[i%2].do("GET", "/v1/me", bad, nil)
 		if r.Status == 429 {
-			wantProblem(t, r, 429, "retry_after")
-			if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 ||
-				!strings.Contains(r.Raw, "more than 30 requests a minute with an API key that opens no key") {
-				t.Fatalf("the 429: Retry-After %q, %s", r.Header.Get("Retry-After"), r.Raw)
-			}
+			wantBadKeys429(t, r)
 			break
 		}
 		if r.Status != 401 {
@@ -42,14 +38,26 @@ func TestBadKeysAreLimitedPerAddress(t *testing.T) {
 		t.Fatalf("limited after %d unknown keys, want 30", refused)
 	}
 	for i, e := range []*env{a, b} {
-		if r := e.do("GET", "/v1/me", bad, nil); r.Status != 429 {
-			t.Fatalf("server %d: the unknown key again: %d %s", i, r.Status, r.Raw)
-		}
+		wantBadKeys429(t, e.do("GET", "/v1/me", bad, nil)) // held back: refused from memory
 		if r := e.do("GET", "/v1/me", good, nil); r.Status != 200 {
 			t.Fatalf("server %d: the good key from the held-back address: %d %s", i, r.Status, r.Raw)
 		}
 		if r := e.do("POST", "/v1/eval", "", `{"fen":"`+startFEN+`","depth":1}`); r.Status != 200 {
 			t.Fatalf("server %d: a call without a key from the held-back address: %d %s", i, r.Status, r.Raw)
 		}
+	}
+}
+
+// wantBadKeys429 checks a refusal for bad credentials: 429 with Retry-After and the
+// bad-key policy's RateLimit fields, none left.
+func wantBadKeys429(t *testing.T, r response) {
+	t.Helper()
+	wantProblem(t, r, 429, "retry_after")
+	if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 ||
+		!strings.Contains(r.Raw, "more than 30 requests a minute with an API key that opens no key") {
+		t.Fatalf("the 429: Retry-After %q, %s", r.Header.Get("Retry-After"), r.Raw)
+	}
+	if p, l := r.Header.Get("RateLimit-Policy"), r.Header.Get("RateLimit"); p != `"bad-key";q=30;w=60` || !strings.HasPrefix(l, `"bad-key";r=0;t=`) {
+		t.Fatalf("the 429's RateLimit-Policy %q and RateLimit %q, want the bad-key policy's with none left", p, l)
 	}
 }

@@ -380,7 +380,7 @@ func TestRateLimit(t *testing.T) {
 // verification messages in 24 hours, signup's included (it queued one a minute for
 // ever: 31 in half an hour of a clock moved back).
 func TestVerificationMailCapped(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, withRateLimits())
 	key, _ := e.signup("capped@example.com")
 	ctx := context.Background()
 	var last response
@@ -395,6 +395,11 @@ func TestVerificationMailCapped(t *testing.T) {
 	// a refusal about time: 429 saying when the next may go, a day after the first
 	// message (about 24 h less the nine minutes the clock was moved back)
 	wantProblem(t, last, 429, "retry_after")
+	// the account's rate limit let the call through: its fields, saying there is
+	// room, would contradict the 429
+	if p, l := last.Header.Get("RateLimit-Policy"), last.Header.Get("RateLimit"); p != "" || l != "" {
+		t.Fatalf("a 429 of the mail's cap with the rate limit's fields %q, %q", p, l)
+	}
 	if ra, err := strconv.Atoi(last.Header.Get("Retry-After")); err != nil || ra < 86400-10*61 || ra > 86400-4*61 {
 		t.Fatalf("Retry-After %q past the day's cap, want about a day less the minutes moved back", last.Header.Get("Retry-After"))
 	}

@@ -26,7 +26,7 @@ func (s *Server) addressLimit(w http.ResponseWriter, r *http.Request, policy str
 	if d.Allowed {
 		return true
 	}
-	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "an hour"})
+	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "an hour", d: d})
 	return false
 }
 
@@ -55,7 +55,7 @@ func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.K
 	if d.Allowed {
 		return true
 	}
-	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "a minute"})
+	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "a minute", d: d})
 	return false
 }
 
@@ -79,6 +79,8 @@ type rateLimited struct {
 	limit int
 	per   string // "a minute", "an hour"
 	which string // which requests were counted ("" all; else " with …")
+	// d is the limiter's decision: the 429's RateLimit fields (writeError)
+	d ratelimit.Decision
 }
 
 func (e *rateLimited) Error() string { return "rate limited" }

@@ -11,6 +11,7 @@ import (
 	"chessd/domain"
 	"chessd/eventstore"
 	"chessd/postgres"
+	"chessd/ratelimit"
 )
 
 // Problem is an RFC 9457 problem document with our next_action.
@@ -144,6 +145,18 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 	case domain.CodeBadCredential:
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+	}
+	if code == domain.CodeRateLimited {
+		// A 429's RateLimit fields are the refusing policy's; a refusal by no limiter
+		// policy (the verification mail's, the streams') drops those of the rate limit
+		// the request passed, which would say there is room.
+		var rl *rateLimited
+		if errors.As(err, &rl) && rl.d.Policy.Name != "" {
+			ratelimit.SetHeaders(w.Header(), rl.d)
+		} else {
+			w.Header().Del("RateLimit")
+			w.Header().Del("RateLimit-Policy")
+		}
 	}
 	var ra retryAfterer
 	switch {
