@@ -37,14 +37,19 @@ type AsOfUsage struct {
 	USD, CreditedUSD                     decimal.Decimal
 }
 
-// AsOf folds the events of accountID recorded at or before at. It refuses an instant
-// less than AsOfMargin ago.
+// AsOf folds the events of accountID as GET /usage's as_of and the account's state
+// stood at at: the account's and keys' events recorded at or before it, and the calls
+// charged (answered) and the credits made before it, whenever their events were
+// recorded (a call answered a moment before at is settled a moment after; /usage
+// counts it, so does this). A charge commits within 30 s of its answer, so the events
+// recorded up to AsOfMargin after at hold every one. It refuses an instant less than
+// AsOfMargin ago.
 func AsOf(ctx context.Context, q eventstore.Querier, accountID string, at, now time.Time) (*AsOfView, error) {
 	if at.After(now.Add(-AsOfMargin)) {
 		return nil, fmt.Errorf("as of %s: must be at least %v ago (later events may still be committing)", at.Format(time.RFC3339), AsOfMargin)
 	}
-	rows, err := q.Query(ctx, `SELECT stream_id, event_type, schema_version, payload FROM events
-		WHERE metadata->>'account_id' = $1 AND recorded_at <= $2 ORDER BY position`, accountID, at)
+	rows, err := q.Query(ctx, `SELECT stream_id, event_type, schema_version, payload, recorded_at <= $2 FROM events
+		WHERE metadata->>'account_id' = $1 AND recorded_at <= $3 ORDER BY position`, accountID, at, at.Add(AsOfMargin))
 	if err != nil {
 		return nil, fmt.Errorf("as of: %w", err)
 	}
@@ -52,16 +57,17 @@ func AsOf(ctx context.Context, q eventstore.Querier, accountID string, at, now t
 		stream, typ string
 		version     int
 		payload     []byte
+		by          bool // recorded at or before at
 	}
 	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stored, error) {
 		var s stored
-		err := r.Scan(&s.stream, &s.typ, &s.version, &s.payload)
+		err := r.Scan(&s.stream, &s.typ, &s.version, &s.payload, &s.by)
 		return s, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("as of: %w", err)
 	}
-	v := &AsOfView{At: at, Account: domain.RehydrateAccount(nil), Usage: map[string]*AsOfUsage{}, Events: len(evs)}
+	v := &AsOfView{At: at, Account: domain.RehydrateAccount(nil), Usage: map[string]*AsOfUsage{}}
 	keys := map[string]*domain.Key{}
 	usage := func(keyID string) *AsOfUsage {
 		u := v.Usage[keyID]
@@ -76,10 +82,16 @@ func AsOf(ctx context.Context, q eventstore.Querier, accountID string, at, now t
 		if err != nil {
 			return nil, fmt.Errorf("as of: %s: %w", s.stream, err)
 		}
+		folded := true
 		switch x := e.(type) {
 		case *domain.AccountCreated, *domain.PlanChanged, *domain.EmailVerified, *domain.TimezoneSet, *domain.AccountBudgetSet:
-			v.Account.Apply(e)
+			if folded = s.by; folded {
+				v.Account.Apply(e)
+			}
 		case *domain.KeyCreated, *domain.KeyUpdated, *domain.KeyRotated, *domain.KeyRevoked:
+			if folded = s.by; !folded {
+				break
+			}
 			k := keys[s.stream]
 			if k == nil {
 				k = domain.RehydrateKey(nil)
@@ -87,14 +99,28 @@ func AsOf(ctx context.Context, q eventstore.Querier, accountID string, at, now t
 			}
 			k.Apply(e)
 		case *ledger.UnitsCharged:
-			u := usage(x.KeyID)
-			u.Calls, u.Units, u.USD = u.Calls+1, u.Units+x.Units, u.USD.Add(x.USD)
+			if folded = x.ChargedAt.Before(at); folded {
+				u := usage(x.KeyID)
+				u.Calls, u.Units, u.USD = u.Calls+1, u.Units+x.Units, u.USD.Add(x.USD)
+			}
 		case *ledger.ChargesSettled:
-			u := usage(x.KeyID)
-			u.Calls, u.Units, u.USD = u.Calls+int64(len(x.Lines)), u.Units+x.Units, u.USD.Add(x.USD)
+			folded = false
+			for _, l := range x.Lines {
+				if l.ChargedAt.Before(at) {
+					u := usage(x.KeyID)
+					u.Calls, u.Units, u.USD, folded = u.Calls+1, u.Units+l.Units, u.USD.Add(l.USD), true
+				}
+			}
 		case *ledger.UnitsCredited:
-			u := usage(x.KeyID)
-			u.Credits, u.CreditedUnits, u.CreditedUSD = u.Credits+1, u.CreditedUnits+x.Units, u.CreditedUSD.Add(x.USD)
+			if folded = x.CreditedAt.Before(at); folded {
+				u := usage(x.KeyID)
+				u.Credits, u.CreditedUnits, u.CreditedUSD = u.Credits+1, u.CreditedUnits+x.Units, u.CreditedUSD.Add(x.USD)
+			}
+		default:
+			folded = s.by
+		}
+		if folded {
+			v.Events++
 		}
 	}
 	if !v.Account.Exists() {

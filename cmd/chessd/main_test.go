@@ -568,3 +568,43 @@ func TestReplayWhileChargingSaysBusy(t *testing.T) {
 		t.Fatalf("replay once the charging stopped: %v\n%s", err, out)
 	}
 }
+
+// The as-of view counts a call by when it was answered, as GET /usage's as_of does: a
+// call answered a moment before the instant and settled (its event recorded) a moment
+// after is in the view; one answered after the instant is not.
+func TestAsOfCountsACallByItsAnswer(t *testing.T) {
+	_, pool := twoSignups(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, actor := signupActor(t, pool)
+	acct, err := commands.LoadAccount(ctx, pool, actor.Key.AccountID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	meter := ledger.NewMeter(ctx, eventstore.NewStore(pool, nil), nil, ledger.MeterConfig{})
+	answer := func(id string) {
+		r, err := meter.Reserve(ctx, ledger.Call{RequestID: id, Key: actor.Key, Account: acct,
+			Price: domain.Call{Endpoint: domain.EndpointEval, Depth: 5, MultiPV: 1, Positions: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Settle(ledger.Answered{Endpoint: domain.EndpointEval, Engine: "sf-17.1", Path: "native",
+			Params: ledger.Params{Depth: 5, MultiPV: 1, Positions: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer("before") // answered (charged_at stamped) here, settled below
+	at := time.Now()
+	time.Sleep(time.Millisecond) // charged_at is kept to the microsecond: the next is past at
+	answer("after")
+	if err := meter.Flush(ctx); err != nil { // both recorded after at
+		t.Fatal(err)
+	}
+	v, err := projections.AsOf(ctx, pool, actor.Key.AccountID(), at, at.Add(projections.AsOfMargin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := v.Usage[actor.Key.ID()]; u == nil || u.Calls != 1 {
+		t.Fatalf("as of between the two answers: %+v, want the first call alone", u)
+	}
+}
