@@ -526,13 +526,7 @@ func TestReplayWhileChargingSaysBusy(t *testing.T) {
 	}
 	meter := ledger.NewMeter(ctx, eventstore.NewStore(pool, nil), nil, ledger.MeterConfig{})
 	charge := func(id string) error {
-		r, err := meter.Reserve(ctx, ledger.Call{RequestID: id, Key: actor.Key, Account: acct,
-			Price: domain.Call{Endpoint: domain.EndpointEval, Depth: 5, MultiPV: 1, Positions: 1}})
-		if err != nil {
-			return err
-		}
-		if err := r.Settle(ledger.Answered{Endpoint: domain.EndpointEval, Engine: "sf-17.1", Path: "native",
-			Params: ledger.Params{Depth: 5, MultiPV: 1, Positions: 1}}); err != nil {
+		if err := answerEval(ctx, meter, actor.Key, acct, id); err != nil {
 			return err
 		}
 		return meter.Flush(ctx)
@@ -583,13 +577,7 @@ func TestAsOfCountsACallByItsAnswer(t *testing.T) {
 	}
 	meter := ledger.NewMeter(ctx, eventstore.NewStore(pool, nil), nil, ledger.MeterConfig{})
 	answer := func(id string) {
-		r, err := meter.Reserve(ctx, ledger.Call{RequestID: id, Key: actor.Key, Account: acct,
-			Price: domain.Call{Endpoint: domain.EndpointEval, Depth: 5, MultiPV: 1, Positions: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Settle(ledger.Answered{Endpoint: domain.EndpointEval, Engine: "sf-17.1", Path: "native",
-			Params: ledger.Params{Depth: 5, MultiPV: 1, Positions: 1}}); err != nil {
+		if err := answerEval(ctx, meter, actor.Key, acct, id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -607,4 +595,16 @@ func TestAsOfCountsACallByItsAnswer(t *testing.T) {
 	if u := v.Usage[actor.Key.ID()]; u == nil || u.Calls != 1 {
 		t.Fatalf("as of between the two answers: %+v, want the first call alone", u)
 	}
+}
+
+// answerEval reserves and settles one depth-5 eval of key through meter, as a server
+// answering it does: its charge is in the meter's next group commit.
+func answerEval(ctx context.Context, meter *ledger.Meter, key *domain.Key, acct *domain.Account, id string) error {
+	r, err := meter.Reserve(ctx, ledger.Call{RequestID: id, Key: key, Account: acct,
+		Price: domain.Call{Endpoint: domain.EndpointEval, Depth: 5, MultiPV: 1, Positions: 1}})
+	if err != nil {
+		return err
+	}
+	return r.Settle(ledger.Answered{Endpoint: domain.EndpointEval, Engine: "sf-17.1", Path: "native",
+		Params: ledger.Params{Depth: 5, MultiPV: 1, Positions: 1}})
 }
