@@ -338,9 +338,11 @@ func (s *Server) ownJob(r *http.Request) (*domain.Job, error) {
 // streamStillAllowed checks a job's open event stream's key again, before each batch of
 // events and each keep-alive: a key revoked, or no longer holding the jobs scope, since
 // the stream opened gets nothing more. It is told why in an `error` event (no id: a
-// reconnect resumes where it was, and is refused) and the stream ends. From memory
-// while the key watcher vouches for the key (auth.Authenticator.Remembered), so a
-// quiet stream still makes no query.
+// reconnect resumes where it was, and is refused) and the stream ends. A check that
+// cannot be made (the database away, a limit) ends the stream without an event, as a
+// failed read does: the client reconnects with Last-Event-ID. From memory while the
+// key watcher vouches for the key (auth.Authenticator.Remembered), so a quiet stream
+// still makes no query.
 func (s *Server) streamStillAllowed(w http.ResponseWriter, r *http.Request) bool {
 	key, err := s.authenticateRemembered(r)
 	if err == nil && (key == nil || !key.HasScope(domain.ScopeJobs)) {
@@ -348,6 +350,9 @@ func (s *Server) streamStillAllowed(w http.ResponseWriter, r *http.Request) bool
 	}
 	if err == nil {
 		return true
+	}
+	if c := domain.ErrorCode(err); c != domain.CodeBadCredential && c != domain.CodeScope {
+		return false
 	}
 	var pw problemWriter
 	s.writeError(&pw, r, err)

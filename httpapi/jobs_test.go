@@ -823,6 +823,56 @@ func TestJobStreamEndsWithItsKeysRights(t *testing.T) {
 	}
 }
 
+// A job stream whose key cannot be checked again (the database refuses the lookup)
+// ends without an `error` event, as a failed read of its events does: the client
+// reconnects with Last-Event-ID and is answered once the database is back. Only a
+// refused key or scope is told as an error event, which clients take as final.
+func TestJobStreamEndsQuietlyWhenItsKeyCannotBeChecked(t *testing.T) {
+	e := newEnv(t, withWorkers(0))
+	root := e.signupPro("stream-db-away@example.com")
+	reader, readerID := e.createKey(root, map[string]any{"label": "reader", "scopes": []string{"jobs"}})
+	r := e.do("POST", "/v1/batch", root, map[string]any{"fens": jobFENs(2), "depth": 5})
+	if r.Status != 202 {
+		t.Fatal(r.Raw)
+	}
+	id := r.Body["job_id"].(string)
+	res := openSSE(t, e, reader, id, "", time.Minute)
+	t.Cleanup(func() { res.Body.Close() })
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "event: state") {
+	}
+	// a change of the key (its label) makes the next check read the database, which
+	// cannot answer it
+	if ch := e.do("PATCH", "/v1/keys/"+readerID, root, map[string]any{"label": "renamed"}); ch.Status != 200 {
+		t.Fatalf("the key's change: %d %s", ch.Status, ch.Raw)
+	}
+	ctx := context.Background()
+	if _, err := e.pool.Exec(ctx, `ALTER TABLE key_secrets RENAME TO key_secrets_away`); err != nil {
+		t.Fatal(err)
+	}
+	back := func() {
+		if _, err := e.pool.Exec(ctx, `ALTER TABLE IF EXISTS key_secrets_away RENAME TO key_secrets`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(back)
+	e.addWorker("late") // the job runs: its events wake the stream, which checks its key
+	var kinds []string
+	for sc.Scan() {
+		if k, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			kinds = append(kinds, k)
+		}
+	}
+	if slices.Contains(kinds, "error") {
+		t.Fatalf("a check the database could not answer was told as the key's refusal: %q", kinds)
+	}
+	back()
+	if _, kinds, ended := readSSE(t, e, reader, id, "1", 0); !ended || kinds[len(kinds)-1] != "end" {
+		t.Fatalf("the reconnect once the database is back: %q", kinds)
+	}
+}
+
 // A stopping server ends its open job event streams at once (EndStreams), and any
 // opened after: they would hold its stop for as long as their jobs run.
 func TestEndStreamsEndsJobEventStreams(t *testing.T) {
