@@ -80,13 +80,15 @@ func lastWatched(evs []Event) int64 {
 // events of evs (committed), or its lease has run out: from then on no server answers
 // from a memory older than them. When it cannot tell (the database is unreachable), it
 // waits out a whole lease. The change is committed: its caller leaving (ctx ended)
-// does not end the wait, which maxAwait and the lease bound.
+// does not end the wait, which maxAwait bounds (and a lease past it, its queries
+// included: the loop's own check of maxAwait, which says so in the log, comes first).
 func (s *Store) awaitWatchers(ctx context.Context, evs []Event) {
 	pos := lastWatched(evs)
 	if pos == 0 {
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxAwait+watchLease)
+	defer cancel()
 	start := time.Now()
 	delay := 500 * time.Microsecond
 	for {
