@@ -28,7 +28,7 @@ const Usage = `  eval      [--depth N] [--multipv N] [--movetime MS] [--engine I
   bestmove  the same flags: the best move
   analyze   [--pgn FILE|-] [--fen FEN] [--depth N] [--multipv N] [--json]: analyse a game (a job) and show each ply
   jobs      watch [--json] JOB_ID: follow a job to its end
-  usage     [--from DAY] [--to DAY] [--group-by day,endpoint,...] [--tz ZONE] [--json]: what was charged, as a table
+  usage     [--from DAY] [--to DAY] [--group-by day,endpoint,...] [--tz ZONE] [--env live|test] [--json]: what was charged, as a table
   uci       speak UCI on stdin/stdout, each search run by the server (for chess GUIs)
             (all: --server URL --key KEY, or CHESSD_SERVER, CHESSD_KEY, or the file $CHESSD_CONFIG / ~/.config/chessd/client.json)`
 

@@ -16,9 +16,14 @@ func usageCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 	to := fs.String("to", "", "last day, YYYY-MM-DD (default: today)")
 	groupBy := fs.String("group-by", "day", "comma-separated: key, hour, day, month, endpoint, engine, env, cached")
 	tz := fs.String("tz", "", "IANA time zone of the days (default UTC)")
+	book := fs.String("env", "", "the book to show, live or test (default: the key's own)")
 	asJSON := fs.Bool("json", false, "print the API's answer as JSON")
 	return func(ctx context.Context, e *env) error {
 		params := &client.GetUsageParams{}
+		if *book != "" {
+			v := client.Env(*book) // the server checks it
+			params.Env = &v
+		}
 		for _, p := range []struct {
 			dst **string
 			v   string

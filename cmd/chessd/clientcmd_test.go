@@ -178,6 +178,22 @@ func TestClientCommands(t *testing.T) {
 		usageAligned(t, out)
 	})
 
+	t.Run("usage of the test book", func(t *testing.T) {
+		// the calls above were the live key's: its test book is empty, and asked for
+		out, stderr, err := clientCmd(t, bin, env, "", "usage", "--env", "test", "--json")
+		var u struct {
+			Totals struct {
+				Calls int `json:"calls"`
+			} `json:"totals"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &u) != nil || u.Totals.Calls != 0 {
+			t.Fatalf("usage --env test: %v %+v\n%s%s", err, u, out, stderr)
+		}
+		if _, stderr, err := clientCmd(t, bin, env, "", "usage", "--env", "both"); err == nil || !strings.Contains(stderr, "env") {
+			t.Fatalf("usage --env both: %v\n%s", err, stderr)
+		}
+	})
+
 	t.Run("server and key from the config file, flags first", func(t *testing.T) {
 		cfg := filepath.Join(t.TempDir(), "client.json")
 		body, _ := json.Marshal(map[string]string{"server": srv.base, "key": su.Secret})

@@ -1,8 +1,8 @@
 // Usage: charts by day and by key (GET /usage in the account's time zone), what is left
 // of the budgets (GET /me), and the statement with its line items (GET /usage/charges),
 // both downloadable as CSV. All of it is the calling key's book (its env), as the
-// statement is: GET /usage shows a live key both books, so the page groups by env too
-// and keeps the key's own.
+// statement is: GET /usage answers the key's own env; the page groups by env too and
+// keeps the key's own (an answer of an older server had both books).
 
 import { api, session, me, download } from './api.js';
 import { chart } from './charts.js';
@@ -107,8 +107,8 @@ export function mount(root) {
     }
   }
 
-  // usageGroups is GET /usage's groups of the key's env, every page of them (its totals
-  // are both books' for a live key, so they are not used).
+  // usageGroups is GET /usage's groups of the key's env, every page of them (the totals
+  // are not used: an older server's had both books for a live key).
   async function usageGroups(query) {
     const groups = [];
     let res;
