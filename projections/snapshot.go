@@ -63,3 +63,13 @@ func LiveSnapshot(ctx context.Context, pool *pgxpool.Pool, p Projection) (Live, 
 	})
 	return l, err
 }
+
+// Appended says whether an event of p's topic was appended after position after, up to
+// upto: whether p's read model can have moved between the two.
+func Appended(ctx context.Context, q eventstore.Querier, p Projection, after, upto int64) (bool, error) {
+	next, err := readTopic(ctx, q, p.Topic(), after, 1)
+	if err != nil {
+		return false, err
+	}
+	return len(next) > 0 && next[0].Position <= upto, nil
+}

@@ -554,6 +554,14 @@ func TestReplayWhileChargingSaysBusy(t *testing.T) {
 			t.Fatalf("replay while charging: %v\n%s", err, out)
 		}
 	}
+	// the charges are no account's events: a drift of the accounts read model is still
+	// told as one, traffic or not
+	if _, err := pool.Exec(ctx, `UPDATE accounts SET name = 'drifted'`); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, url, "replay"); err == nil || !strings.Contains(out, "DIFFERS accounts:") {
+		t.Fatalf("replay of a drifted accounts table while charging: %v\n%s", err, out)
+	}
 	close(stop)
 	if err := <-charging; err != nil {
 		t.Fatal(err)
