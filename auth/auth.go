@@ -76,7 +76,7 @@ func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.
 	if v, ok := a.remembered.Load(string(hash)); ok {
 		r := v.(remembered)
 		if a.vouches(r) {
-			return a.checked(r, hash)
+			return a.checkedOrForgotten(r, hash)
 		}
 		mark := a.mark()
 		vs, err := a.versions.read(ctx, domain.KeyStream(r.key.ID()), domain.AccountStream(r.key.AccountID()))
@@ -86,7 +86,7 @@ func (a *Authenticator) Remembered(ctx context.Context, secret string) (*domain.
 		if vs[0] == r.key.Version() && vs[1] == r.account.Version() {
 			r.mark = mark
 			a.remembered.Store(string(hash), r)
-			return a.checked(r, hash)
+			return a.checkedOrForgotten(r, hash)
 		}
 		a.remembered.Delete(string(hash))
 	}
@@ -122,7 +122,7 @@ func (a *Authenticator) Vouched(secret string) (key *domain.Key, acct *domain.Ac
 	if !a.vouches(r) {
 		return nil, nil, false, nil
 	}
-	key, acct, err = a.checked(r, hash)
+	key, acct, err = a.checkedOrForgotten(r, hash)
 	return key, acct, true, err
 }
 
@@ -139,6 +139,16 @@ func (a *Authenticator) checked(r remembered, hash []byte) (*domain.Key, *domain
 		return nil, nil, err
 	}
 	return r.key, r.account, nil
+}
+
+// checkedOrForgotten is checked, forgetting the secret when it is refused (a
+// rotated-out secret past its grace): a refused secret is no longer Known.
+func (a *Authenticator) checkedOrForgotten(r remembered, hash []byte) (*domain.Key, *domain.Account, error) {
+	k, acct, err := a.checked(r, hash)
+	if err != nil {
+		a.remembered.Delete(string(hash))
+	}
+	return k, acct, err
 }
 
 // mark is taken before a check in the database, so that the watcher can later tell

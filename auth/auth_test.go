@@ -225,3 +225,37 @@ func TestMemoryIsBounded(t *testing.T) {
 		t.Fatalf("the admin key: %v", err)
 	}
 }
+
+// Known says a secret opened a key when this server last checked it: not before it
+// was checked, and no more once it is refused, also when memory refuses it (a
+// rotated-out secret past its grace, by the clock): a refused secret counts as a
+// guess again (httpapi's bad-key limit holds such back).
+func TestKnown(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := newWorld(ctx, t, "known@example.com")
+	actor := commands.Actor{Key: w.admin, RequestID: "req-2"}
+	key, secret, err := w.cmds.CreateKey(ctx, actor, domain.KeySettings{Label: "known", Scopes: []domain.Scope{domain.ScopeEval}, Env: domain.EnvLive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAuthenticator(w.pool, testPepper)
+	a.Watch(ctx, w.logger)
+	vouching(t, a)
+	if a.Known(secret) {
+		t.Fatal("a secret never checked is known")
+	}
+	if _, _, err := a.Authenticate(ctx, secret); err != nil || !a.Known(secret) {
+		t.Fatalf("a secret that opened its key: %v, known %v", err, a.Known(secret))
+	}
+	if _, _, err := w.cmds.RotateKey(ctx, actor, key.ID(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Remembered(ctx, secret); err != nil || !a.Known(secret) { // within its grace
+		t.Fatalf("the old secret within its grace: %v, known %v", err, a.Known(secret))
+	}
+	a.now = func() time.Time { return time.Now().Add(2 * time.Hour) } // the grace is over
+	if _, _, vouched, err := a.Vouched(secret); !vouched || domain.ErrorCode(err) != domain.CodeBadCredential || a.Known(secret) {
+		t.Fatalf("the old secret past its grace, refused from memory: vouched %v, %v, known %v", vouched, err, a.Known(secret))
+	}
+}
