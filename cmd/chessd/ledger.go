@@ -374,8 +374,12 @@ func printAsOf(out io.Writer, v *projections.AsOfView) {
 		fmt.Fprintf(out, "%-28s %-16s %-5s %-8s %-14s %v\n", k.ID(), truncate(k.Label(), 16), k.Env(), k.Status(), budget, k.Scopes())
 	}
 	fmt.Fprintf(out, "%-28s %7s %9s %11s %7s %9s %11s %9s %11s\n", "usage by key", "calls", "units", "usd", "credits", "cr_units", "cr_usd", "net_units", "net_usd")
-	var total projections.AsOfUsage
-	total.USD, total.CreditedUSD = decimal.Zero, decimal.Zero
+	// a total per book, as GET /usage answers each env's keys: the live one, then the
+	// test one when it has usage
+	totals := map[domain.Env]*projections.AsOfUsage{}
+	for _, env := range []domain.Env{domain.EnvLive, domain.EnvTest} {
+		totals[env] = &projections.AsOfUsage{USD: decimal.Zero, CreditedUSD: decimal.Zero}
+	}
 	for _, k := range v.Keys {
 		u := v.Usage[k.ID()]
 		if u == nil {
@@ -383,10 +387,20 @@ func printAsOf(out io.Writer, v *projections.AsOfView) {
 		}
 		fmt.Fprintf(out, "%-28s %7d %9d %11s %7d %9d %11s %9d %11s\n", k.ID(), u.Calls, u.Units, u.USD.StringFixed(6), u.Credits,
 			u.CreditedUnits, u.CreditedUSD.StringFixed(6), u.Units-u.CreditedUnits, u.USD.Sub(u.CreditedUSD).StringFixed(6))
+		total := totals[k.Env()]
 		total.Calls, total.Units, total.USD = total.Calls+u.Calls, total.Units+u.Units, total.USD.Add(u.USD)
 		total.Credits, total.CreditedUnits, total.CreditedUSD = total.Credits+u.Credits, total.CreditedUnits+u.CreditedUnits, total.CreditedUSD.Add(u.CreditedUSD)
 	}
-	fmt.Fprintf(out, "total: %d calls, %d units, %s USD; %d credits, %d units, %s USD; net %d units, %s USD\n",
-		total.Calls, total.Units, total.USD.StringFixed(6), total.Credits, total.CreditedUnits, total.CreditedUSD.StringFixed(6),
-		total.Units-total.CreditedUnits, total.USD.Sub(total.CreditedUSD).StringFixed(6))
+	for _, book := range []struct {
+		env   domain.Env
+		label string
+	}{{domain.EnvLive, "total"}, {domain.EnvTest, "total (test book)"}} {
+		total := totals[book.env]
+		if book.env == domain.EnvTest && total.Calls == 0 && total.Credits == 0 {
+			continue
+		}
+		fmt.Fprintf(out, "%s: %d calls, %d units, %s USD; %d credits, %d units, %s USD; net %d units, %s USD\n", book.label,
+			total.Calls, total.Units, total.USD.StringFixed(6), total.Credits, total.CreditedUnits, total.CreditedUSD.StringFixed(6),
+			total.Units-total.CreditedUnits, total.USD.Sub(total.CreditedUSD).StringFixed(6))
+	}
 }

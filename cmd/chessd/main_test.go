@@ -578,21 +578,26 @@ func TestAsOfCountsACallByItsAnswer(t *testing.T) {
 	_, pool := twoSignups(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, actor := signupActor(t, pool)
+	h, actor := signupActor(t, pool)
+	testKey, _, err := h.CreateKey(ctx, actor, domain.KeySettings{Label: "test", Scopes: []domain.Scope{domain.ScopeEval}, Env: domain.EnvTest})
+	if err != nil {
+		t.Fatal(err)
+	}
 	acct, err := commands.LoadAccount(ctx, pool, actor.Key.AccountID())
 	if err != nil {
 		t.Fatal(err)
 	}
 	meter := ledger.NewMeter(ctx, eventstore.NewStore(pool, nil), nil, ledger.MeterConfig{})
-	answer := func(id string) {
-		if err := answerEval(ctx, meter, actor.Key, acct, id); err != nil {
+	answer := func(key *domain.Key, id string) {
+		if err := answerEval(ctx, meter, key, acct, id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	answer("before") // answered (charged_at stamped) here, settled below
+	answer(actor.Key, "before") // answered (charged_at stamped) here, settled below
+	answer(testKey, "test")
 	at := time.Now()
 	time.Sleep(time.Millisecond) // charged_at is kept to the microsecond: the next is past at
-	answer("after")
+	answer(actor.Key, "after")
 	if err := meter.Flush(ctx); err != nil { // both recorded after at
 		t.Fatal(err)
 	}
@@ -602,6 +607,14 @@ func TestAsOfCountsACallByItsAnswer(t *testing.T) {
 	}
 	if u := v.Usage[actor.Key.ID()]; u == nil || u.Calls != 1 {
 		t.Fatalf("as of between the two answers: %+v, want the first call alone", u)
+	}
+	// printed as `chessd replay --as-of` does: a total per book, as GET /usage answers
+	var printed strings.Builder
+	printAsOf(&printed, v)
+	for _, line := range []string{"total: 1 calls, ", "total (test book): 1 calls, "} {
+		if !strings.Contains(printed.String(), line) {
+			t.Fatalf("as-of view printed without %q:\n%s", line, printed.String())
+		}
 	}
 }
 
