@@ -780,21 +780,7 @@ func TestJobStreamEndsWithItsKeysRights(t *testing.T) {
 			return e.do("PATCH", "/v1/keys/"+id, root, map[string]any{"scopes": []string{"eval"}})
 		}, 403},
 	} {
-		reader, readerID := e.createKey(root, map[string]any{"label": "reader", "scopes": []string{"jobs", "eval"}})
-		r := e.do("POST", "/v1/batch", root, map[string]any{"fens": jobFENs(3), "depth": 5})
-		if r.Status != 202 {
-			t.Fatal(r.Raw)
-		}
-		id := r.Body["job_id"].(string)
-		res := openSSE(t, e, reader, id, "", time.Minute)
-		t.Cleanup(func() { res.Body.Close() })
-		if res.StatusCode != 200 {
-			t.Fatalf("%s: events: %d", c.name, res.StatusCode)
-		}
-		sc := bufio.NewScanner(res.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() && !strings.HasPrefix(sc.Text(), "event: state") { // the queued job's record
-		}
+		_, readerID, id, sc := e.readersStream(t, root, []string{"jobs", "eval"}, 3)
 		if ch := c.change(readerID); ch.Status >= 300 {
 			t.Fatalf("%s: the key's change: %d %s", c.name, ch.Status, ch.Raw)
 		}
@@ -823,6 +809,29 @@ func TestJobStreamEndsWithItsKeysRights(t *testing.T) {
 	}
 }
 
+// readersStream queues a depth-5 batch of n positions with owner's key and opens its
+// event stream with a new key of the account holding scopes (the reader), read up to
+// the queued job's first record.
+func (e *env) readersStream(t *testing.T, owner string, scopes []string, n int) (reader, readerID, jobID string, sc *bufio.Scanner) {
+	t.Helper()
+	reader, readerID = e.createKey(owner, map[string]any{"label": "reader", "scopes": scopes})
+	r := e.do("POST", "/v1/batch", owner, map[string]any{"fens": jobFENs(n), "depth": 5})
+	if r.Status != 202 {
+		t.Fatal(r.Raw)
+	}
+	jobID = r.Body["job_id"].(string)
+	res := openSSE(t, e, reader, jobID, "", time.Minute)
+	t.Cleanup(func() { res.Body.Close() })
+	if res.StatusCode != 200 {
+		t.Fatalf("events: %d", res.StatusCode)
+	}
+	sc = bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "event: state") {
+	}
+	return reader, readerID, jobID, sc
+}
+
 // A job stream whose key cannot be checked again (the database refuses the lookup)
 // ends without an `error` event, as a failed read of its events does: the client
 // reconnects with Last-Event-ID and is answered once the database is back. Only a
@@ -830,18 +839,7 @@ func TestJobStreamEndsWithItsKeysRights(t *testing.T) {
 func TestJobStreamEndsQuietlyWhenItsKeyCannotBeChecked(t *testing.T) {
 	e := newEnv(t, withWorkers(0))
 	root := e.signupPro("stream-db-away@example.com")
-	reader, readerID := e.createKey(root, map[string]any{"label": "reader", "scopes": []string{"jobs"}})
-	r := e.do("POST", "/v1/batch", root, map[string]any{"fens": jobFENs(2), "depth": 5})
-	if r.Status != 202 {
-		t.Fatal(r.Raw)
-	}
-	id := r.Body["job_id"].(string)
-	res := openSSE(t, e, reader, id, "", time.Minute)
-	t.Cleanup(func() { res.Body.Close() })
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() && !strings.HasPrefix(sc.Text(), "event: state") {
-	}
+	reader, readerID, id, sc := e.readersStream(t, root, []string{"jobs"}, 2)
 	// a change of the key (its label) makes the next check read the database, which
 	// cannot answer it
 	if ch := e.do("PATCH", "/v1/keys/"+readerID, root, map[string]any{"label": "renamed"}); ch.Status != 200 {
