@@ -282,16 +282,7 @@ func TestMeterTopUpWhoseOutcomeIsUnknown(t *testing.T) {
 			lost.Store(false)
 			sameHeld := func() bool { return f.balance(t).held == ledger.Held(m, f.key.ID()) }
 			pgtest.WaitFor(t, "the database to hold what the meter holds", sameHeld)
-			r, err := m.Reserve(ctx, f.evalCall(2))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Settle(answered()); err != nil {
-				t.Fatal(err)
-			}
-			if err := m.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
+			settleCall(t, f, m, 2)
 			if b := f.balance(t); b.spent != 10 || b.charges != 1 || b.held != b.leases || b.dayHeld != b.leases {
 				t.Fatalf("balance %+v, want the later call charged once and the holds its leases'", b)
 			}
