@@ -59,7 +59,7 @@ func (s *Server) authenticateWith(r *http.Request, auth func(context.Context, st
 		return nil, err
 	}
 	addr := s.limitAddr(r)
-	if err := s.heldBack(r, addr, secret); err != nil {
+	if err := s.heldBack(addr, secret); err != nil {
 		return nil, err
 	}
 	key, acct, err := auth(r.Context(), secret)

@@ -35,7 +35,7 @@ func newBadKeys() *badKeys { return &badKeys{held: memo.Map{Max: 100_000}} }
 // heldBack answers a request whose credential this server has not seen open a key
 // (auth.Authenticator.Known), from an address whose bad credentials ran out of their
 // bucket: refused without a lookup.
-func (s *Server) heldBack(r *http.Request, addr netip.Addr, secret string) error {
+func (s *Server) heldBack(addr netip.Addr, secret string) error {
 	v, ok := s.badKeys.held.Load(addr)
 	if !ok {
 		return nil
@@ -70,7 +70,7 @@ func (s *Server) countBadKey(r *http.Request, addr netip.Addr, err error) error 
 }
 
 func badKeysLimited(d ratelimit.Decision) error {
-	return &rateLimited{after: d.RetryAfter, limit: BadKeysPerMinute, per: "a minute", which: " with an API key that opens no key", d: d}
+	return &rateLimited{d: d, per: "a minute", which: " with an API key that opens no key"}
 }
 
 // isBadCredential says whether err refused the credential itself (not an outage).

@@ -26,7 +26,7 @@ func (s *Server) addressLimit(w http.ResponseWriter, r *http.Request, policy str
 	if d.Allowed {
 		return true
 	}
-	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "an hour", d: d})
+	s.writeError(w, r, &rateLimited{d: d, per: "an hour"})
 	return false
 }
 
@@ -55,7 +55,7 @@ func (s *Server) rateLimit(w http.ResponseWriter, r *http.Request, key *domain.K
 	if d.Allowed {
 		return true
 	}
-	s.writeError(w, r, &rateLimited{after: d.RetryAfter, limit: d.Limit, per: "a minute", d: d})
+	s.writeError(w, r, &rateLimited{d: d, per: "a minute"})
 	return false
 }
 
@@ -74,17 +74,16 @@ func (s *Server) perMinute(r *http.Request) int {
 	return account(r.Context()).Plan().Limits().RequestsPerMinute
 }
 
+// rateLimited is a limiter's refusal: its decision d (the limit, the wait, and the
+// 429's RateLimit fields, which writeError sets) and how to say it.
 type rateLimited struct {
-	after time.Duration
-	limit int
+	d     ratelimit.Decision
 	per   string // "a minute", "an hour"
 	which string // which requests were counted ("" all; else " with …")
-	// d is the limiter's decision: the 429's RateLimit fields (writeError)
-	d ratelimit.Decision
 }
 
 func (e *rateLimited) Error() string { return "rate limited" }
 func (e *rateLimited) Unwrap() error {
-	return domain.Errorf(domain.CodeRateLimited, "more than %d requests %s%s; retry after the Retry-After delay", e.limit, e.per, e.which)
+	return domain.Errorf(domain.CodeRateLimited, "more than %d requests %s%s; retry after the Retry-After delay", e.d.Limit, e.per, e.which)
 }
-func (e *rateLimited) RetryAfter() time.Duration { return e.after }
+func (e *rateLimited) RetryAfter() time.Duration { return e.d.RetryAfter }

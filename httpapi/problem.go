@@ -151,7 +151,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// policy (the verification mail's, the streams') drops those of the rate limit
 		// the request passed, which would say there is room.
 		var rl *rateLimited
-		if errors.As(err, &rl) && rl.d.Policy.Name != "" {
+		if errors.As(err, &rl) {
 			ratelimit.SetHeaders(w.Header(), rl.d)
 		} else {
 			w.Header().Del("RateLimit")
