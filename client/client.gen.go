@@ -3245,7 +3245,9 @@ type ClientInterface interface {
 	//
 	// A new key of the account. Every field is optional: `scopes` defaults to the
 	// calling key's (only scopes it holds, else 403), `env` to its env (a live key may
-	// create test keys). A budgeted key cannot hand over more than it has left (403).
+	// create test keys). A budgeted key hands the new key's budget over out of its own:
+	// its budget falls by as much, and it cannot hand over more than it has left (its
+	// budget less what it spent and what its calls and jobs hold; 403).
 	// An account holds at most 100 active keys in each env: one more is 409. The
 	// secret is shown once. Scope `keys:write`.
 	//
@@ -3258,7 +3260,9 @@ type ClientInterface interface {
 	//
 	// A new key of the account. Every field is optional: `scopes` defaults to the
 	// calling key's (only scopes it holds, else 403), `env` to its env (a live key may
-	// create test keys). A budgeted key cannot hand over more than it has left (403).
+	// create test keys). A budgeted key hands the new key's budget over out of its own:
+	// its budget falls by as much, and it cannot hand over more than it has left (its
+	// budget less what it spent and what its calls and jobs hold; 403).
 	// An account holds at most 100 active keys in each env: one more is 409. The
 	// secret is shown once. Scope `keys:write`.
 	//
@@ -3278,7 +3282,9 @@ type ClientInterface interface {
 	//
 	// Any of `label`, `scopes`, `budget_units`, `budget_usd`; `null` clears a budget; at
 	// least one field. A revoked key: 409. Another account's key: 404; a key the caller
-	// sees but may not manage: 403. Scope `keys:write`.
+	// sees but may not manage: 403. A budgeted caller's raise of another key's budget
+	// comes out of its own (403 past what it has left); no key raises its own budget.
+	// Scope `keys:write`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3289,7 +3295,9 @@ type ClientInterface interface {
 	//
 	// Any of `label`, `scopes`, `budget_units`, `budget_usd`; `null` clears a budget; at
 	// least one field. A revoked key: 409. Another account's key: 404; a key the caller
-	// sees but may not manage: 403. Scope `keys:write`.
+	// sees but may not manage: 403. A budgeted caller's raise of another key's budget
+	// comes out of its own (403 past what it has left); no key raises its own budget.
+	// Scope `keys:write`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3299,7 +3307,9 @@ type ClientInterface interface {
 	// RotateKeyWithBody Rotate a key's secret
 	//
 	// A new secret for the same `key_id`; the old one stops at once, or after
-	// `grace_seconds`. Spend and budget carry over. A revoked key: 409. Scope `keys:write`.
+	// `grace_seconds`. Spend and budget carry over. A revoked key: 409. A budgeted
+	// caller rotates only itself and keys whose budget it handed over (403 otherwise).
+	// Scope `keys:write`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3309,7 +3319,9 @@ type ClientInterface interface {
 	// RotateKey Rotate a key's secret
 	//
 	// A new secret for the same `key_id`; the old one stops at once, or after
-	// `grace_seconds`. Spend and budget carry over. A revoked key: 409. Scope `keys:write`.
+	// `grace_seconds`. Spend and budget carry over. A revoked key: 409. A budgeted
+	// caller rotates only itself and keys whose budget it handed over (403 otherwise).
+	// Scope `keys:write`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4168,7 +4180,9 @@ func (c *Client) ListKeys(ctx context.Context, params *ListKeysParams, reqEditor
 //
 // A new key of the account. Every field is optional: `scopes` defaults to the
 // calling key's (only scopes it holds, else 403), `env` to its env (a live key may
-// create test keys). A budgeted key cannot hand over more than it has left (403).
+// create test keys). A budgeted key hands the new key's budget over out of its own:
+// its budget falls by as much, and it cannot hand over more than it has left (its
+// budget less what it spent and what its calls and jobs hold; 403).
 // An account holds at most 100 active keys in each env: one more is 409. The
 // secret is shown once. Scope `keys:write`.
 //
@@ -4191,7 +4205,9 @@ func (c *Client) CreateKeyWithBody(ctx context.Context, params *CreateKeyParams,
 //
 // A new key of the account. Every field is optional: `scopes` defaults to the
 // calling key's (only scopes it holds, else 403), `env` to its env (a live key may
-// create test keys). A budgeted key cannot hand over more than it has left (403).
+// create test keys). A budgeted key hands the new key's budget over out of its own:
+// its budget falls by as much, and it cannot hand over more than it has left (its
+// budget less what it spent and what its calls and jobs hold; 403).
 // An account holds at most 100 active keys in each env: one more is 409. The
 // secret is shown once. Scope `keys:write`.
 //
@@ -4231,7 +4247,9 @@ func (c *Client) RevokeKey(ctx context.Context, id KeyID, params *RevokeKeyParam
 //
 // Any of `label`, `scopes`, `budget_units`, `budget_usd`; `null` clears a budget; at
 // least one field. A revoked key: 409. Another account's key: 404; a key the caller
-// sees but may not manage: 403. Scope `keys:write`.
+// sees but may not manage: 403. A budgeted caller's raise of another key's budget
+// comes out of its own (403 past what it has left); no key raises its own budget.
+// Scope `keys:write`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4252,7 +4270,9 @@ func (c *Client) UpdateKeyWithBody(ctx context.Context, id KeyID, params *Update
 //
 // Any of `label`, `scopes`, `budget_units`, `budget_usd`; `null` clears a budget; at
 // least one field. A revoked key: 409. Another account's key: 404; a key the caller
-// sees but may not manage: 403. Scope `keys:write`.
+// sees but may not manage: 403. A budgeted caller's raise of another key's budget
+// comes out of its own (403 past what it has left); no key raises its own budget.
+// Scope `keys:write`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4272,7 +4292,9 @@ func (c *Client) UpdateKey(ctx context.Context, id KeyID, params *UpdateKeyParam
 // RotateKeyWithBody Rotate a key's secret
 //
 // A new secret for the same `key_id`; the old one stops at once, or after
-// `grace_seconds`. Spend and budget carry over. A revoked key: 409. Scope `keys:write`.
+// `grace_seconds`. Spend and budget carry over. A revoked key: 409. A budgeted
+// caller rotates only itself and keys whose budget it handed over (403 otherwise).
+// Scope `keys:write`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4292,7 +4314,9 @@ func (c *Client) RotateKeyWithBody(ctx context.Context, id KeyID, params *Rotate
 // RotateKey Rotate a key's secret
 //
 // A new secret for the same `key_id`; the old one stops at once, or after
-// `grace_seconds`. Spend and budget carry over. A revoked key: 409. Scope `keys:write`.
+// `grace_seconds`. Spend and budget carry over. A revoked key: 409. A budgeted
+// caller rotates only itself and keys whose budget it handed over (403 otherwise).
+// Scope `keys:write`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8236,7 +8260,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// A new key of the account. Every field is optional: `scopes` defaults to the
 	// calling key's (only scopes it holds, else 403), `env` to its env (a live key may
-	// create test keys). A budgeted key cannot hand over more than it has left (403).
+	// create test keys). A budgeted key hands the new key's budget over out of its own:
+	// its budget falls by as much, and it cannot hand over more than it has left (its
+	// budget less what it spent and what its calls and jobs hold; 403).
 	// An account holds at most 100 active keys in each env: one more is 409. The
 	// secret is shown once. Scope `keys:write`.
 	//
@@ -8249,7 +8275,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// A new key of the account. Every field is optional: `scopes` defaults to the
 	// calling key's (only scopes it holds, else 403), `env` to its env (a live key may
-	// create test keys). A budgeted key cannot hand over more than it has left (403).
+	// create test keys). A budgeted key hands the new key's budget over out of its own:
+	// its budget falls by as much, and it cannot hand over more than it has left (its
+	// budget less what it spent and what its calls and jobs hold; 403).
 	// An account holds at most 100 active keys in each env: one more is 409. The
 	// secret is shown once. Scope `keys:write`.
 	//
@@ -8271,7 +8299,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Any of `label`, `scopes`, `budget_units`, `budget_usd`; `null` clears a budget; at
 	// least one field. A revoked key: 409. Another account's key: 404; a key the caller
-	// sees but may not manage: 403. Scope `keys:write`.
+	// sees but may not manage: 403. A budgeted caller's raise of another key's budget
+	// comes out of its own (403 past what it has left); no key raises its own budget.
+	// Scope `keys:write`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8282,7 +8312,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Any of `label`, `scopes`, `budget_units`, `budget_usd`; `null` clears a budget; at
 	// least one field. A revoked key: 409. Another account's key: 404; a key the caller
-	// sees but may not manage: 403. Scope `keys:write`.
+	// sees but may not manage: 403. A budgeted caller's raise of another key's budget
+	// comes out of its own (403 past what it has left); no key raises its own budget.
+	// Scope `keys:write`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8292,7 +8324,9 @@ type ClientWithResponsesInterface interface {
 	// RotateKeyWithBodyWithResponse Rotate a key's secret
 	//
 	// A new secret for the same `key_id`; the old one stops at once, or after
-	// `grace_seconds`. Spend and budget carry over. A revoked key: 409. Scope `keys:write`.
+	// `grace_seconds`. Spend and budget carry over. A revoked key: 409. A budgeted
+	// caller rotates only itself and keys whose budget it handed over (403 otherwise).
+	// Scope `keys:write`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8302,7 +8336,9 @@ type ClientWithResponsesInterface interface {
 	// RotateKeyWithResponse Rotate a key's secret
 	//
 	// A new secret for the same `key_id`; the old one stops at once, or after
-	// `grace_seconds`. Spend and budget carry over. A revoked key: 409. Scope `keys:write`.
+	// `grace_seconds`. Spend and budget carry over. A revoked key: 409. A budgeted
+	// caller rotates only itself and keys whose budget it handed over (403 otherwise).
+	// Scope `keys:write`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -16974,7 +17010,9 @@ func (c *ClientWithResponses) ListKeysWithResponse(ctx context.Context, params *
 //
 // A new key of the account. Every field is optional: `scopes` defaults to the
 // calling key's (only scopes it holds, else 403), `env` to its env (a live key may
-// create test keys). A budgeted key cannot hand over more than it has left (403).
+// create test keys). A budgeted key hands the new key's budget over out of its own:
+// its budget falls by as much, and it cannot hand over more than it has left (its
+// budget less what it spent and what its calls and jobs hold; 403).
 // An account holds at most 100 active keys in each env: one more is 409. The
 // secret is shown once. Scope `keys:write`.
 //
@@ -16993,7 +17031,9 @@ func (c *ClientWithResponses) CreateKeyWithBodyWithResponse(ctx context.Context,
 //
 // A new key of the account. Every field is optional: `scopes` defaults to the
 // calling key's (only scopes it holds, else 403), `env` to its env (a live key may
-// create test keys). A budgeted key cannot hand over more than it has left (403).
+// create test keys). A budgeted key hands the new key's budget over out of its own:
+// its budget falls by as much, and it cannot hand over more than it has left (its
+// budget less what it spent and what its calls and jobs hold; 403).
 // An account holds at most 100 active keys in each env: one more is 409. The
 // secret is shown once. Scope `keys:write`.
 //
@@ -17027,7 +17067,9 @@ func (c *ClientWithResponses) RevokeKeyWithResponse(ctx context.Context, id KeyI
 //
 // Any of `label`, `scopes`, `budget_units`, `budget_usd`; `null` clears a budget; at
 // least one field. A revoked key: 409. Another account's key: 404; a key the caller
-// sees but may not manage: 403. Scope `keys:write`.
+// sees but may not manage: 403. A budgeted caller's raise of another key's budget
+// comes out of its own (403 past what it has left); no key raises its own budget.
+// Scope `keys:write`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17044,7 +17086,9 @@ func (c *ClientWithResponses) UpdateKeyWithBodyWithResponse(ctx context.Context,
 //
 // Any of `label`, `scopes`, `budget_units`, `budget_usd`; `null` clears a budget; at
 // least one field. A revoked key: 409. Another account's key: 404; a key the caller
-// sees but may not manage: 403. Scope `keys:write`.
+// sees but may not manage: 403. A budgeted caller's raise of another key's budget
+// comes out of its own (403 past what it has left); no key raises its own budget.
+// Scope `keys:write`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17060,7 +17104,9 @@ func (c *ClientWithResponses) UpdateKeyWithResponse(ctx context.Context, id KeyI
 // RotateKeyWithBodyWithResponse Rotate a key's secret
 //
 // A new secret for the same `key_id`; the old one stops at once, or after
-// `grace_seconds`. Spend and budget carry over. A revoked key: 409. Scope `keys:write`.
+// `grace_seconds`. Spend and budget carry over. A revoked key: 409. A budgeted
+// caller rotates only itself and keys whose budget it handed over (403 otherwise).
+// Scope `keys:write`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17076,7 +17122,9 @@ func (c *ClientWithResponses) RotateKeyWithBodyWithResponse(ctx context.Context,
 // RotateKeyWithResponse Rotate a key's secret
 //
 // A new secret for the same `key_id`; the old one stops at once, or after
-// `grace_seconds`. Spend and budget carry over. A revoked key: 409. Scope `keys:write`.
+// `grace_seconds`. Spend and budget carry over. A revoked key: 409. A budgeted
+// caller rotates only itself and keys whose budget it handed over (403 otherwise).
+// Scope `keys:write`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -28,7 +28,7 @@ func (h *Handler) Signup(ctx context.Context, s domain.Signup, requestID string)
 	if err != nil {
 		return SignupResult{}, err
 	}
-	key, err := domain.NewKey(keyID, accountID, domain.KeySettings{Label: "signup", Scopes: domain.AllScopes, Env: domain.EnvLive},
+	key, _, err := domain.NewKey(keyID, accountID, domain.KeySettings{Label: "signup", Scopes: domain.AllScopes, Env: domain.EnvLive},
 		nil, domain.Headroom{}, prefix, domain.HashSecret(h.pepper, secret), now)
 	if err != nil {
 		return SignupResult{}, err
@@ -79,7 +79,8 @@ func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettin
 		if err != nil {
 			return err
 		}
-		created, err = domain.NewKey(keyID, by.AccountID(), s, by, left, prefix, domain.HashSecret(h.pepper, secret), h.now())
+		var handed domain.Handover
+		created, handed, err = domain.NewKey(keyID, by.AccountID(), s, by, left, prefix, domain.HashSecret(h.pepper, secret), h.now())
 		if err != nil {
 			return err
 		}
@@ -89,7 +90,10 @@ func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettin
 		if err := tx.Append(ctx, domain.KeyStream(keyID), domain.StreamKey, 0, actor.meta(), event(created)); err != nil {
 			return err
 		}
-		return ledger.OpenKeyBalance(ctx, tx, created)
+		if err := ledger.OpenKeyBalance(ctx, tx, created); err != nil {
+			return err
+		}
+		return h.handOut(ctx, tx, actor, by, handed)
 	})
 	if err != nil {
 		return nil, "", err
@@ -122,7 +126,7 @@ func lockKeys(ctx context.Context, tx *eventstore.Tx, accountID string) error {
 
 // UpdateKey changes label, scopes or budgets of one of the actor's keys.
 func (h *Handler) UpdateKey(ctx context.Context, actor Actor, keyID string, c domain.KeyChange) (*domain.Key, error) {
-	return h.onKey(ctx, actor, keyID, func(k, by *domain.Key, left, _ domain.Headroom) (domain.Event, error) {
+	return h.onKey(ctx, actor, keyID, func(k, by *domain.Key, left domain.Headroom) (domain.Event, domain.Handover, error) {
 		return k.Update(c, by, left, h.now())
 	})
 }
@@ -130,10 +134,11 @@ func (h *Handler) UpdateKey(ctx context.Context, actor Actor, keyID string, c do
 // RotateKey gives a key a new secret; the old one keeps working for grace.
 func (h *Handler) RotateKey(ctx context.Context, actor Actor, keyID string, grace time.Duration) (*domain.Key, string, error) {
 	var secret string
-	k, err := h.onKey(ctx, actor, keyID, func(k, by *domain.Key, left, own domain.Headroom) (domain.Event, error) {
+	k, err := h.onKey(ctx, actor, keyID, func(k, by *domain.Key, left domain.Headroom) (domain.Event, domain.Handover, error) {
 		var prefix string
 		secret, prefix = newSecret(k.Env())
-		return k.Rotate(by, left, own, prefix, domain.HashSecret(h.pepper, secret), grace, h.now())
+		e, err := k.Rotate(by, left, prefix, domain.HashSecret(h.pepper, secret), grace, h.now())
+		return e, domain.Handover{}, err
 	})
 	if err != nil {
 		return nil, "", err
@@ -143,17 +148,18 @@ func (h *Handler) RotateKey(ctx context.Context, actor Actor, keyID string, grac
 
 // RevokeKey ends a key for good. DELETE is idempotent: a revoked key records nothing more.
 func (h *Handler) RevokeKey(ctx context.Context, actor Actor, keyID string) (*domain.Key, error) {
-	return h.onKey(ctx, actor, keyID, func(k, by *domain.Key, _, _ domain.Headroom) (domain.Event, error) {
+	return h.onKey(ctx, actor, keyID, func(k, by *domain.Key, _ domain.Headroom) (domain.Event, domain.Handover, error) {
 		e, err := k.Revoke(by, h.now())
 		if e == nil {
-			return nil, err // a nil *KeyRevoked is not a nil Event
+			return nil, domain.Handover{}, err // a nil *KeyRevoked is not a nil Event
 		}
-		return e, err
+		return e, domain.Handover{}, err
 	})
 }
 
 // acting loads the acting key as it stands in this transaction (a PATCH or revocation
-// of it a moment ago counts) and what it has left to spend.
+// of it a moment ago counts) and what it has left to hand over (its balance locked
+// until the transaction ends).
 func acting(ctx context.Context, tx *eventstore.Tx, actor Actor) (*domain.Key, domain.Headroom, error) {
 	by, err := LoadKey(ctx, tx, actor.Key.ID())
 	if err != nil {
@@ -166,13 +172,19 @@ func acting(ctx context.Context, tx *eventstore.Tx, actor Actor) (*domain.Key, d
 	return by, left, err
 }
 
-// onKey loads one of the actor's keys, decides, and appends at the version it loaded.
-// decide gets the target, the acting key and both keys' headroom. A key the actor may
-// not see (another account's; a live key for a test key) is reported exactly like a
-// missing one.
-func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide func(k, by *domain.Key, left, own domain.Headroom) (domain.Event, error)) (*domain.Key, error) {
+// onKey loads one of the actor's keys, decides, and appends at the version it loaded,
+// then takes what the decision hands over out of the acting key's budget. decide gets
+// the target, the acting key and what the acting key has left to hand over. A key the
+// actor may not see (another account's; a live key for a test key) is reported exactly
+// like a missing one.
+func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide func(k, by *domain.Key, left domain.Headroom) (domain.Event, domain.Handover, error)) (*domain.Key, error) {
 	var out *domain.Key
 	_, err := h.store.Transact(ctx, func(ctx context.Context, tx *eventstore.Tx) error {
+		// the account's key changes take turns, as creations do: what one hands over
+		// is read and taken in one go
+		if err := lockKeys(ctx, tx, actor.Key.AccountID()); err != nil {
+			return err
+		}
 		by, left, err := acting(ctx, tx, actor)
 		if err != nil {
 			return err
@@ -184,11 +196,7 @@ func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide f
 		if !by.Sees(k) {
 			return domain.Errorf(domain.CodeNotFound, "no key %q on this account", keyID)
 		}
-		own, err := ledger.KeyHeadroom(ctx, tx, keyID)
-		if err != nil {
-			return err
-		}
-		e, err := decide(k, by, left, own)
+		e, handed, err := decide(k, by, left)
 		if err != nil {
 			return err
 		}
@@ -209,13 +217,29 @@ func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide f
 		// with the key, in this transaction.
 		switch e := e.(type) {
 		case *domain.KeyUpdated:
-			return ledger.SetKeyBudget(ctx, tx, k)
+			if err := ledger.SetKeyBudget(ctx, tx, k); err != nil {
+				return err
+			}
 		case *domain.KeyRevoked:
 			return ledger.CloseKeyBalance(ctx, tx, keyID, e.RevokedAt)
 		}
-		return nil
+		return h.handOut(ctx, tx, actor, by, handed)
 	})
 	return out, err
+}
+
+// handOut takes what the acting key by handed over out of its own budget, in the
+// transaction that handed it (by as loaded in it: its stream's version guards it).
+func (h *Handler) handOut(ctx context.Context, tx *eventstore.Tx, actor Actor, by *domain.Key, handed domain.Handover) error {
+	e := by.HandOut(handed, h.now())
+	if e == nil {
+		return nil
+	}
+	if err := tx.Append(ctx, domain.KeyStream(by.ID()), domain.StreamKey, by.Version(), actor.meta(), event(e)); err != nil {
+		return err
+	}
+	by.Apply(e)
+	return ledger.SetKeyBudget(ctx, tx, by)
 }
 
 // AccountChange is a PATCH of the account's settings: nil fields stay as they are.

@@ -103,7 +103,7 @@ func (h *Handler) RecoverKey(ctx context.Context, token string, revokeOthers boo
 			// the caller has no key to revoke one with: the token stays unused
 			return domain.Errorf(domain.CodeConflict, "this account already has %d active live keys, the most it may hold: send the token again with \"revoke_other_keys\": true", n)
 		}
-		key, err := domain.NewKey(keyID, a.ID(), domain.KeySettings{Label: "recovered", Scopes: domain.AllScopes, Env: domain.EnvLive},
+		key, _, err := domain.NewKey(keyID, a.ID(), domain.KeySettings{Label: "recovered", Scopes: domain.AllScopes, Env: domain.EnvLive},
 			nil, domain.Headroom{}, prefix, domain.HashSecret(h.pepper, secret), now)
 		if err != nil {
 			return err

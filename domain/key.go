@@ -86,6 +86,9 @@ type KeyCreated struct {
 	Prefix       string       `json:"prefix"`
 	SecretHash   string       `json:"secret_hash"` // hex HMAC-SHA-256 of the secret
 	CreatedAt    time.Time    `json:"created_at"`
+	// BudgetFrom is the key that handed this one its budget out of its own (a budgeted
+	// key of the same env), or empty.
+	BudgetFrom string `json:"budget_from,omitempty"`
 }
 
 // KeyUpdated carries the key's settings after the change, whole.
@@ -97,6 +100,29 @@ type KeyUpdated struct {
 	// BudgetPeriod: "" (events before periods) is PeriodTotal.
 	BudgetPeriod BudgetPeriod `json:"budget_period,omitempty"`
 	UpdatedAt    time.Time    `json:"updated_at"`
+	// BudgetFrom is the key whose handover gave this one its budget (see KeyCreated):
+	// kept by a change that hands nothing over, set by one that does, and emptied when
+	// a key without a budget of its own raises or sets it anew.
+	BudgetFrom string `json:"budget_from,omitempty"`
+	// Handover, when set, says why the budgets fell: the key handed that much of them
+	// to another key (HandOut). Nil for a change asked for by a client.
+	Handover *Handover `json:"handover,omitempty"`
+}
+
+// Handover is budget a key hands to another key of its env: a new key's budget, what
+// a PATCH raises a key's budget by, or what a rotated key may still spend (its new
+// secret's power). A budgeted key's handovers come out of its own budget, so what it
+// and every key it hands budget to can spend together never passes what it had. Nil
+// fields: nothing of that kind (the key has no budget of it).
+type Handover struct {
+	To    string           `json:"to"`
+	Units *int64           `json:"units,omitempty"`
+	USD   *decimal.Decimal `json:"usd,omitempty"`
+}
+
+// empty says nothing is handed over.
+func (h Handover) empty() bool {
+	return (h.Units == nil || *h.Units == 0) && (h.USD == nil || h.USD.IsZero())
 }
 
 type KeyRotated struct {
@@ -138,6 +164,7 @@ type Key struct {
 	budgetUnits                  *int64
 	budgetUSD                    *decimal.Decimal
 	budgetPeriod                 BudgetPeriod
+	budgetFrom                   string // the key that handed over the budget, if any
 	status                       KeyStatus
 	secrets                      []Secret
 	createdAt                    time.Time
@@ -269,10 +296,10 @@ func CheckKeyFields(p *Problems, label *string, units *int64, usd *decimal.Decim
 	ValidateBudgets(p, units, usd)
 }
 
-// Headroom is what a key has left, per kind: its budget less what it spent (never
-// below 0; reservations come and go with its traffic and are left out); nil where it
-// has no budget of that kind. Commands read it in their own transaction
-// (ledger.KeyHeadroom) and hand it in.
+// Headroom is what a key has left to hand over, per kind: its budget less what it
+// spent and what its calls and jobs hold (never below 0); nil where it has no budget of
+// that kind. Commands read it in their own transaction (ledger.KeyHeadroom) and hand
+// it in.
 type Headroom struct {
 	Units *int64
 	USD   *decimal.Decimal
@@ -287,19 +314,20 @@ func (k *Key) Sees(target *Key) bool {
 }
 
 // grantable checks that actor, with left to spend, may create a key of env holding
-// scopes, or give a key the budgets of b: no key hands out a scope, an env or a budget
-// it does not hold itself. A live key may create test keys: test mode grants no live
+// scopes, or give a key the budgets of b, and returns what that hands over of actor's
+// budget (To left for the caller): no key hands out a scope, an env or a budget it
+// does not hold itself. A live key may create test keys: test mode grants no live
 // power, and otherwise no test key could ever exist.
-func grantable(actor *Key, left Headroom, scopes []Scope, env Env, b budgetChange) error {
+func grantable(actor *Key, left Headroom, scopes []Scope, env Env, b budgetChange) (granted, error) {
 	if actor == nil {
-		return nil // signup: the account's first key holds everything
+		return granted{}, nil // signup: the account's first key holds everything
 	}
 	if actor.env == EnvTest && env != EnvTest {
-		return Errorf(CodeScope, "a test key can manage only test keys")
+		return granted{}, Errorf(CodeScope, "a test key can manage only test keys")
 	}
 	for _, s := range scopes {
 		if !actor.HasScope(s) {
-			return Errorf(CodeScope, "this key cannot grant the scope %q, which it does not hold", s)
+			return granted{}, Errorf(CodeScope, "this key cannot grant the scope %q, which it does not hold", s)
 		}
 	}
 	if b.afterPeriod != b.beforePeriod {
@@ -307,19 +335,38 @@ func grantable(actor *Key, left Headroom, scopes []Scope, env Env, b budgetChang
 		b.setUnits = b.setUnits || b.afterUnits != nil
 		b.setUSD = b.setUSD || b.afterUSD != nil
 	}
+	var g granted
 	units := grant{field: "budget_units", left: decimalOf(left.Units), isNew: b.isNew, before: decimalOf(b.beforeUnits),
 		after: decimalOf(b.afterUnits), beforePeriod: b.beforePeriod, afterPeriod: b.afterPeriod, actorPeriod: actor.BudgetPeriod()}
+	usd := units
+	usd.field, usd.left, usd.before, usd.after = "budget_usd", left.USD, b.beforeUSD, b.afterUSD
 	if b.setUnits {
-		if err := units.fits(); err != nil {
-			return err
+		handed, err := units.fits()
+		if err != nil {
+			return granted{}, err
 		}
+		if handed != nil {
+			n := handed.IntPart()
+			g.handover.Units = &n
+		}
+		g.loosens = !units.tightens()
 	}
 	if b.setUSD {
-		usd := units
-		usd.field, usd.left, usd.before, usd.after = "budget_usd", left.USD, b.beforeUSD, b.afterUSD
-		return usd.fits()
+		handed, err := usd.fits()
+		if err != nil {
+			return granted{}, err
+		}
+		g.handover.USD = handed
+		g.loosens = g.loosens || !usd.tightens()
 	}
-	return nil
+	return g, nil
+}
+
+// granted is what a create or PATCH grants: whether it gives a budget anything looser
+// than it had, and what of that comes out of the actor's budgets (To left empty).
+type granted struct {
+	loosens  bool
+	handover Handover
 }
 
 // budgetChange is what a create or PATCH does to a key's budgets (nil: no budget).
@@ -351,33 +398,62 @@ type grant struct {
 	beforePeriod, afterPeriod, actorPeriod BudgetPeriod
 }
 
-// fits checks g. Tightening an existing key's budget (after no looser than before,
-// over a period that reaches no further) grants nothing and is always allowed;
-// anything else must be a budget within left, starting again no more often than the
-// actor's own.
-func (g grant) fits() error {
-	if g.left == nil {
-		return nil
-	}
-	if !g.isNew && g.after != nil && (g.before == nil ||
-		(g.after.LessThanOrEqual(*g.before) && g.afterPeriod.reach() <= g.beforePeriod.reach())) {
-		return nil
+// fits checks g and returns what it hands over of the actor's budget (nil: nothing).
+// Tightening an existing key's budget (after no looser than before, over a period that
+// reaches no further) grants nothing and is always allowed. Anything else hands over
+// the whole budget (a new key's, or one that starts again on other days) or, for a
+// raise, the difference, which must fit within left, for a budget that starts again
+// no more often than the actor's own.
+func (g grant) fits() (*decimal.Decimal, error) {
+	if g.left == nil || g.tightens() {
+		return nil, nil
 	}
 	have := g.left.String() + " units"
 	if g.field == "budget_usd" {
 		have = "$" + g.left.StringFixed(6)
 	}
 	if g.after == nil {
-		return Errorf(CodeScope, "%s: this key is budgeted (%s left), so it cannot give a key no budget", g.field, have)
+		return nil, Errorf(CodeScope, "%s: this key is budgeted (%s left), so it cannot give a key no budget", g.field, have)
 	}
-	if g.after.GreaterThan(*g.left) {
-		return Errorf(CodeScope, "%s: this key has %s left, so it cannot give a key more", g.field, have)
+	handed := *g.after
+	if !g.isNew && g.afterPeriod == g.beforePeriod {
+		handed = g.after.Sub(*g.before) // a raise: before is set, or this were a tightening
+	}
+	if handed.GreaterThan(*g.left) {
+		return nil, Errorf(CodeScope, "%s: this key has %s left, so it cannot hand a key more", g.field, have)
 	}
 	if g.afterPeriod.reach() > g.actorPeriod.reach() {
-		return Errorf(CodeScope, "%s: this key's budget is per %s, so it cannot give a budget that starts again each %s",
+		return nil, Errorf(CodeScope, "%s: this key's budget is per %s, so it cannot give a budget that starts again each %s",
 			g.field, g.actorPeriod, g.afterPeriod)
 	}
-	return nil
+	return &handed, nil
+}
+
+// tightens says g only tightens an existing key's budget: no looser than before, over
+// a period that reaches no further (giving an unbudgeted key a budget included).
+func (g grant) tightens() bool {
+	return !g.isNew && g.after != nil && (g.before == nil ||
+		(g.after.LessThanOrEqual(*g.before) && g.afterPeriod.reach() <= g.beforePeriod.reach()))
+}
+
+// HandOut is the event that lowers k's budgets by h, what it handed to key h.To, or nil
+// when h hands nothing over. h fits within what k has left (grantable), so no budget
+// falls below what k spent and holds.
+func (k *Key) HandOut(h Handover, now time.Time) *KeyUpdated {
+	if h.empty() {
+		return nil
+	}
+	e := &KeyUpdated{Label: k.label, Scopes: k.scopes, BudgetUnits: k.budgetUnits, BudgetUSD: k.budgetUSD,
+		BudgetPeriod: k.BudgetPeriod(), BudgetFrom: k.budgetFrom, UpdatedAt: now, Handover: &h}
+	if h.Units != nil && k.budgetUnits != nil {
+		v := max(0, *k.budgetUnits-*h.Units)
+		e.BudgetUnits = &v
+	}
+	if h.USD != nil && k.budgetUSD != nil {
+		v := decimal.Max(decimal.Zero, k.budgetUSD.Sub(*h.USD))
+		e.BudgetUSD = &v
+	}
+	return e
 }
 
 // manageable checks that actor may change, rotate or revoke k: a key of its own env
@@ -404,24 +480,38 @@ func (k *Key) manageable(actor *Key) error {
 
 // NewKey checks a new key's settings against the acting key (nil at signup) and what it
 // has left to spend, and returns its first event.
-func NewKey(id, accountID string, s KeySettings, actor *Key, left Headroom, prefix string, secretHash []byte, now time.Time) (*KeyCreated, error) {
+//
+// It also returns what the new key's budget hands over of the actor's own (empty for a
+// key of the other env: a live key's test keys spend nothing live), which
+// the actor's HandOut takes out of it.
+func NewKey(id, accountID string, s KeySettings, actor *Key, left Headroom, prefix string, secretHash []byte, now time.Time) (*KeyCreated, Handover, error) {
 	var p Problems
 	validateLabel(&p, s.Label)
 	ValidateBudgets(&p, s.BudgetUnits, s.BudgetUSD)
 	validatePeriod(&p, s.Period.orTotal())
 	if err := p.Err(); err != nil {
-		return nil, err
+		return nil, Handover{}, err
 	}
 	b := budgetChange{isNew: true, setUnits: true, setUSD: true, afterUnits: s.BudgetUnits, afterUSD: s.BudgetUSD,
 		beforePeriod: s.Period.orTotal(), afterPeriod: s.Period.orTotal()}
-	if err := grantable(actor, left, s.Scopes, s.Env, b); err != nil {
-		return nil, err
+	g, err := grantable(actor, left, s.Scopes, s.Env, b)
+	if err != nil {
+		return nil, Handover{}, err
 	}
-	return &KeyCreated{
+	e := &KeyCreated{
 		KeyID: id, AccountID: accountID, Label: s.Label, Scopes: s.Scopes, Env: s.Env.String(),
 		BudgetUnits: s.BudgetUnits, BudgetUSD: s.BudgetUSD, BudgetPeriod: s.Period.orTotal(), Prefix: prefix,
 		SecretHash: hex.EncodeToString(secretHash), CreatedAt: now,
-	}, nil
+	}
+	if actor == nil || actor.env != s.Env || left.Units == nil && left.USD == nil {
+		return e, Handover{}, nil
+	}
+	e.BudgetFrom = actor.id // a budgeted key's: within what it had, and paid for
+	if g.handover.empty() {
+		return e, Handover{}, nil
+	}
+	g.handover.To = id
+	return e, g.handover, nil
 }
 
 // KeyChange is a PATCH: nil fields stay as they are.
@@ -462,15 +552,16 @@ func (c BudgetChange) apply(units *int64, usd *decimal.Decimal, period BudgetPer
 }
 
 // Update applies a change made by actor, which has left to spend. A budget below what
-// is already spent is allowed: it blocks further costed calls.
-func (k *Key) Update(c KeyChange, actor *Key, left Headroom, now time.Time) (*KeyUpdated, error) {
+// is already spent is allowed: it blocks further costed calls. It also returns what a
+// raise hands over of the actor's own budget (for its HandOut).
+func (k *Key) Update(c KeyChange, actor *Key, left Headroom, now time.Time) (*KeyUpdated, Handover, error) {
 	if err := k.manageable(actor); err != nil {
-		return nil, err
+		return nil, Handover{}, err
 	}
 	if k.status == StatusRevoked {
-		return nil, Errorf(CodeConflict, "key %s is revoked; a revoked key cannot change", k.id)
+		return nil, Handover{}, Errorf(CodeConflict, "key %s is revoked; a revoked key cannot change", k.id)
 	}
-	e := &KeyUpdated{Label: k.label, Scopes: k.scopes, UpdatedAt: now}
+	e := &KeyUpdated{Label: k.label, Scopes: k.scopes, BudgetFrom: k.budgetFrom, UpdatedAt: now}
 	e.BudgetUnits, e.BudgetUSD, e.BudgetPeriod = c.Budget.apply(k.budgetUnits, k.budgetUSD, k.BudgetPeriod())
 	if c.Label != nil {
 		e.Label = *c.Label
@@ -485,15 +576,30 @@ func (k *Key) Update(c KeyChange, actor *Key, left Headroom, now time.Time) (*Ke
 	ValidateBudgets(&p, c.Budget.Units, c.Budget.USD)
 	validatePeriod(&p, e.BudgetPeriod)
 	if err := p.Err(); err != nil {
-		return nil, err
+		return nil, Handover{}, err
 	}
 	b := budgetChange{setUnits: c.Budget.ClearUnits || c.Budget.Units != nil, setUSD: c.Budget.ClearUSD || c.Budget.USD != nil,
 		beforeUnits: k.budgetUnits, afterUnits: e.BudgetUnits, beforeUSD: k.budgetUSD, afterUSD: e.BudgetUSD,
 		beforePeriod: k.BudgetPeriod(), afterPeriod: e.BudgetPeriod}
-	if err := grantable(actor, left, c.Scopes, k.env, b); err != nil {
-		return nil, err
+	g, err := grantable(actor, left, c.Scopes, k.env, b)
+	if err != nil {
+		return nil, Handover{}, err
 	}
-	return e, nil
+	switch {
+	case actor == nil || !g.loosens: // nothing granted: the budget's origin stays
+	case actor.id == k.id && !g.handover.empty():
+		// what it would hand over would come out of the budget it raises
+		return nil, Handover{}, Errorf(CodeScope, "a key cannot raise its own budget; use a key with a larger budget, or none")
+	case actor.id != k.budgetFrom:
+		// raised by a key that did not give it the rest: no one budgeted key paid for
+		// all of it
+		e.BudgetFrom = ""
+	}
+	if g.handover.empty() {
+		return e, Handover{}, nil
+	}
+	g.handover.To = k.id
+	return e, g.handover, nil
 }
 
 // MaxRotationGrace bounds how long a rotated-out secret may keep working.
@@ -501,9 +607,10 @@ const MaxRotationGrace = 24 * time.Hour
 
 // Rotate gives the key a new secret. The old one stops at once, or after grace.
 // Spend and budget carry over: they belong to the key, not to the secret. The new
-// secret hands its holder what the key may still spend (own), so actor, which has
-// left, may rotate only a key that can spend no more than it can itself.
-func (k *Key) Rotate(actor *Key, left, own Headroom, prefix string, secretHash []byte, grace time.Duration, now time.Time) (*KeyRotated, error) {
+// secret hands its holder what the key may still spend, so a budgeted actor (left has
+// a budget) rotates only itself and keys whose budget it handed over out of its own
+// (and so already paid for), never one whose power would add to its own.
+func (k *Key) Rotate(actor *Key, left Headroom, prefix string, secretHash []byte, grace time.Duration, now time.Time) (*KeyRotated, error) {
 	if err := k.manageable(actor); err != nil {
 		return nil, err
 	}
@@ -513,17 +620,8 @@ func (k *Key) Rotate(actor *Key, left, own Headroom, prefix string, secretHash [
 	if grace < 0 || grace > MaxRotationGrace {
 		return nil, Invalid("grace_seconds", "must be from 0 to 86400")
 	}
-	if actor != nil {
-		if err := within("units", decimalOf(left.Units), decimalOf(own.Units), k.id); err != nil {
-			return nil, err
-		}
-		if err := within("USD", left.USD, own.USD, k.id); err != nil {
-			return nil, err
-		}
-		if (left.Units != nil || left.USD != nil) && k.BudgetPeriod().reach() > actor.BudgetPeriod().reach() {
-			return nil, Errorf(CodeScope, "key %s's budget starts again each %s and this key's is per %s: its secret would spend more than this key may",
-				k.id, k.BudgetPeriod(), actor.BudgetPeriod())
-		}
+	if actor != nil && actor.id != k.id && (left.Units != nil || left.USD != nil) && k.budgetFrom != actor.id {
+		return nil, Errorf(CodeScope, "key %s's budget was not handed over by this key, which is budgeted: its secret would spend more than this key may (rotate it with the key that gave it its budget, or with one without a budget)", k.id)
 	}
 	var current []byte
 	for _, s := range k.secrets {
@@ -535,20 +633,6 @@ func (k *Key) Rotate(actor *Key, left, own Headroom, prefix string, secretHash [
 		Prefix: prefix, SecretHash: hex.EncodeToString(secretHash), OldHash: hex.EncodeToString(current),
 		OldExpires: now.Add(grace), RotatedAt: now,
 	}, nil
-}
-
-// within checks that a key that can still spend own (nil: without limit) can spend no
-// more than the actor's left of the same kind (nil: without limit).
-func within(kind string, left, own *decimal.Decimal, keyID string) error {
-	switch {
-	case left == nil:
-		return nil
-	case own == nil:
-		return Errorf(CodeScope, "key %s has no %s budget and this key has one: its secret would spend more than this key may", keyID, kind)
-	case own.GreaterThan(*left):
-		return Errorf(CodeScope, "key %s may still spend %s %s, more than the %s this key has left", keyID, own, kind, left)
-	}
-	return nil
 }
 
 // Revoke ends the key for good. A revoked key records nothing more (nil, nil): a DELETE
@@ -597,11 +681,11 @@ func (k *Key) Apply(e Event) {
 		k.id, k.accountID, k.label, k.prefix = e.KeyID, e.AccountID, e.Label, e.Prefix
 		k.scopes, k.budgetUnits, k.budgetUSD, k.budgetPeriod = e.Scopes, e.BudgetUnits, e.BudgetUSD, e.BudgetPeriod.orTotal()
 		k.env, _ = ParseEnv(e.Env)
-		k.status, k.createdAt = StatusActive, e.CreatedAt
+		k.status, k.createdAt, k.budgetFrom = StatusActive, e.CreatedAt, e.BudgetFrom
 		k.secrets = []Secret{{Hash: unhex(e.SecretHash)}}
 	case *KeyUpdated:
 		k.label, k.scopes, k.budgetUnits, k.budgetUSD = e.Label, e.Scopes, e.BudgetUnits, e.BudgetUSD
-		k.budgetPeriod = e.BudgetPeriod.orTotal()
+		k.budgetPeriod, k.budgetFrom = e.BudgetPeriod.orTotal(), e.BudgetFrom
 	case *KeyRotated:
 		// Every secret still working ends by the rotation's grace at the latest, not only
 		// the current one: a rotation with no grace, after a leak, also stops a secret

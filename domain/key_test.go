@@ -15,7 +15,9 @@ func testKey(id string, env Env, units *int64, scopes ...Scope) *Key {
 func ptr[T any](v T) *T { return &v }
 
 // The budget rule alone: a budgeted key gives out only budgets within what it has left,
-// tightening grants nothing, and the other kind of budget is not its to limit.
+// and what it gives comes out of its own (the handover: a new key's budget, a raise's
+// difference); tightening grants nothing, the other kind of budget is not its to
+// limit, and a test key made by a live key costs nothing live.
 func TestBudgetRule(t *testing.T) {
 	now := time.Now()
 	actor := testKey("key_a", EnvLive, ptr[int64](100), AllScopes...)
@@ -23,38 +25,111 @@ func TestBudgetRule(t *testing.T) {
 	target := testKey("key_t", EnvLive, ptr[int64](90), ScopeEval)
 	unbudgeted := testKey("key_u", EnvLive, nil, ScopeEval)
 	cases := []struct {
-		name string
-		key  *Key // nil: create
-		set  KeySettings
-		c    KeyChange
-		ok   bool
+		name   string
+		key    *Key // nil: create
+		set    KeySettings
+		c      KeyChange
+		ok     bool
+		handed int64 // units taken out of the actor's budget
 	}{
-		{"create within", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUnits: ptr[int64](40)}, KeyChange{}, true},
-		{"create over", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUnits: ptr[int64](41)}, KeyChange{}, false},
-		{"create unbudgeted", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive}, KeyChange{}, false},
-		{"create with a USD budget only", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUSD: ptr(decimal.New(5, 0))}, KeyChange{}, false},
-		{"lower above left", target, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](80)}}, true},
-		{"raise", target, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](91)}}, false},
-		{"clear", target, KeySettings{}, KeyChange{Budget: BudgetChange{ClearUnits: true}}, false},
-		{"budget an unbudgeted key", unbudgeted, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](1000)}}, true},
-		{"label only of an unbudgeted key", unbudgeted, KeySettings{}, KeyChange{Label: ptr("x")}, true},
-		{"USD budget, which the actor has none of", target, KeySettings{}, KeyChange{Budget: BudgetChange{USD: ptr(decimal.New(5, 0))}}, true},
-		{"raise its own", actor, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](101)}}, false},
-		{"lower its own", actor, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](50)}}, true},
+		{"create within", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUnits: ptr[int64](40)}, KeyChange{}, true, 40},
+		{"create over", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUnits: ptr[int64](41)}, KeyChange{}, false, 0},
+		{"create unbudgeted", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive}, KeyChange{}, false, 0},
+		{"create with a USD budget only", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUSD: ptr(decimal.New(5, 0))}, KeyChange{}, false, 0},
+		{"create a test key", nil, KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvTest, BudgetUnits: ptr[int64](40)}, KeyChange{}, true, 0},
+		{"lower above left", target, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](80)}}, true, 0},
+		{"raise within left", target, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](130)}}, true, 40},
+		{"raise past left", target, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](131)}}, false, 0},
+		{"clear", target, KeySettings{}, KeyChange{Budget: BudgetChange{ClearUnits: true}}, false, 0},
+		{"budget an unbudgeted key", unbudgeted, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](1000)}}, true, 0},
+		{"label only of an unbudgeted key", unbudgeted, KeySettings{}, KeyChange{Label: ptr("x")}, true, 0},
+		{"USD budget, which the actor has none of", target, KeySettings{}, KeyChange{Budget: BudgetChange{USD: ptr(decimal.New(5, 0))}}, true, 0},
+		{"raise its own", actor, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](101)}}, false, 0},
+		{"lower its own", actor, KeySettings{}, KeyChange{Budget: BudgetChange{Units: ptr[int64](50)}}, true, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
+			var h Handover
+			to := "key_n"
 			if tc.key == nil {
-				_, err = NewKey("key_n", "acct_1", tc.set, actor, left, "ce_live_x", []byte{1}, now)
+				_, h, err = NewKey(to, "acct_1", tc.set, actor, left, "ce_live_x", []byte{1}, now)
 			} else {
-				_, err = tc.key.Update(tc.c, actor, left, now)
+				to = tc.key.ID()
+				_, h, err = tc.key.Update(tc.c, actor, left, now)
 			}
 			if (err == nil) != tc.ok {
 				t.Fatalf("err %v, want ok=%v", err, tc.ok)
 			}
 			if err != nil && ErrorCode(err) != CodeScope {
 				t.Fatalf("refused with %v, want a scope refusal", ErrorCode(err))
+			}
+			var handed int64
+			if h.Units != nil {
+				handed = *h.Units
+			}
+			if handed != tc.handed || h.USD != nil {
+				t.Fatalf("handed over %+v, want %d units", h, tc.handed)
+			}
+			out := actor.HandOut(h, now)
+			if tc.handed == 0 {
+				if out != nil {
+					t.Fatalf("nothing handed over, yet the actor's budget changes: %+v", out)
+				}
+				return
+			}
+			if h.To != to || out == nil || *out.BudgetUnits != 100-tc.handed || out.Handover.To != to || out.BudgetFrom != actor.budgetFrom {
+				t.Fatalf("the actor's budget after handing %d units to %s: %+v", tc.handed, to, out)
+			}
+		})
+	}
+}
+
+// Where a key's budget came from decides who may rotate it: a budgeted key rotates
+// itself and the keys it handed their budgets to, and a key another key raised is no
+// longer its alone.
+func TestRotationByABudgetedKeyNeedsItsHandover(t *testing.T) {
+	now := time.Now()
+	actor := testKey("key_a", EnvLive, ptr[int64](100), AllScopes...)
+	left := Headroom{Units: ptr[int64](40)}
+	other := testKey("key_o", EnvLive, ptr[int64](500), AllScopes...)
+	root := testKey("key_r", EnvLive, nil, AllScopes...)
+	created := func(by *Key, budget int64) *Key {
+		t.Helper()
+		e, _, err := NewKey("key_c", "acct_1", KeySettings{Scopes: []Scope{ScopeEval}, Env: EnvLive, BudgetUnits: ptr(budget)}, by, Headroom{Units: by.budgetUnits}, "ce_live_x", []byte{1}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return RehydrateKey([]Event{e})
+	}
+	updated := func(k, by *Key, units int64) *Key {
+		t.Helper()
+		e, _, err := k.Update(KeyChange{Budget: BudgetChange{Units: ptr(units)}}, by, Headroom{Units: by.budgetUnits}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return RehydrateKey([]Event{&KeyCreated{KeyID: k.id, AccountID: k.accountID, Scopes: k.scopes, Env: k.env.String(),
+			BudgetUnits: k.budgetUnits, BudgetFrom: k.budgetFrom}, e})
+	}
+	cases := []struct {
+		name string
+		key  *Key
+		ok   bool
+	}{
+		{"itself", actor, true},
+		{"a key it handed its budget", created(actor, 30), true},
+		{"the same, lowered by another key", updated(created(actor, 30), root, 10), true},
+		{"the same, raised by itself", updated(created(actor, 30), actor, 50), true},
+		{"the same, raised by a key without a budget", updated(created(actor, 30), root, 50), false},
+		{"the same, raised by another budgeted key", updated(created(actor, 30), other, 50), false},
+		{"a key made by a key without a budget", created(root, 30), false},
+		{"a key another budgeted key handed its budget", created(other, 30), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.key.Rotate(actor, left, "ce_live_y", []byte{2}, 0, now)
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok=%v", err, tc.ok)
 			}
 		})
 	}
@@ -98,9 +173,9 @@ func TestBudgetPeriodRule(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
 			if tc.key == nil {
-				_, err = NewKey("key_n", "acct_1", tc.set, monthly, left, "ce_live_x", []byte{1}, now)
+				_, _, err = NewKey("key_n", "acct_1", tc.set, monthly, left, "ce_live_x", []byte{1}, now)
 			} else {
-				_, err = tc.key.Update(tc.c, monthly, left, now)
+				_, _, err = tc.key.Update(tc.c, monthly, left, now)
 			}
 			if (err == nil) != tc.ok {
 				t.Fatalf("err %v, want ok=%v", err, tc.ok)

@@ -23,15 +23,15 @@ func TestBudgetsSetBeforeTheBound(t *testing.T) {
 		want string // "" when allowed
 	}{
 		{"key: a new label", func() error {
-			_, err := key.Update(KeyChange{Label: ptr("renamed")}, admin, Headroom{}, now)
+			_, _, err := key.Update(KeyChange{Label: ptr("renamed")}, admin, Headroom{}, now)
 			return err
 		}, ""},
 		{"key: a new period", func() error {
-			_, err := key.Update(KeyChange{Budget: BudgetChange{Period: PeriodDay}}, admin, Headroom{}, now)
+			_, _, err := key.Update(KeyChange{Budget: BudgetChange{Period: PeriodDay}}, admin, Headroom{}, now)
 			return err
 		}, ""},
 		{"key: a budget past the bound", func() error {
-			_, err := key.Update(KeyChange{Budget: BudgetChange{Units: ptr(huge)}}, admin, Headroom{}, now)
+			_, _, err := key.Update(KeyChange{Budget: BudgetChange{Units: ptr(huge)}}, admin, Headroom{}, now)
 			return err
 		}, "budget_units"},
 		{"account: a new period", func() error {

@@ -2,10 +2,13 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"chessd/domain"
 )
 
 // spend makes a charged call with key and returns what the key has left of a units
@@ -54,7 +57,7 @@ func TestKeyPermissions(t *testing.T) {
 	keysEval, _ := e.createKey(root, map[string]any{"label": "kwe", "scopes": []string{"keys:write", "eval"}})
 	testAll, _ := e.createKey(root, map[string]any{"label": "test-all", "env": "test"})
 	budgeted, budgetedID := e.createKey(root, map[string]any{"label": "b", "scopes": []string{"eval", "keys:write"}, "budget_units": 1000})
-	left := e.spend(budgeted, budgetedID, 1000) // what it has left is below its budget now
+	e.spend(budgeted, budgetedID, 1000) // it holds a lease now: what it has left is below its budget
 
 	// fresh makes a new target key with root (or by, when given) for one case.
 	fresh := func(by string, body map[string]any) func() string {
@@ -70,6 +73,7 @@ func TestKeyPermissions(t *testing.T) {
 	evalOnly := fresh("", map[string]any{"label": "eval", "scopes": []string{"eval"}})
 	testEval := fresh(testAll, map[string]any{"label": "test-eval", "scopes": []string{"eval"}})
 	child := fresh(budgeted, map[string]any{"label": "child", "scopes": []string{"eval"}, "budget_units": 10})
+	rootBudgeted := fresh("", map[string]any{"label": "rb", "scopes": []string{"eval"}, "budget_units": 5})
 	self := func() string { return budgetedID }
 	none := func() string { return "" }
 
@@ -88,7 +92,7 @@ func TestKeyPermissions(t *testing.T) {
 		{"create: live key makes a test key", root, "create", none, map[string]any{"env": "test"}, 201},
 		{"create: budgeted makes unbudgeted", budgeted, "create", none, map[string]any{"scopes": []string{"eval"}}, 403},
 		{"create: budgeted over what it has left", budgeted, "create", none, map[string]any{"budget_units": 1000}, 403},
-		{"create: budgeted within what it has left", budgeted, "create", none, map[string]any{"budget_units": left}, 201},
+		{"create: budgeted within what it has left", budgeted, "create", none, map[string]any{"budget_units": 10}, 201},
 		{"create: budgeted, a budget kind it has none of", budgeted, "create", none, map[string]any{"budget_units": 1, "budget_usd": "99"}, 201},
 		// update
 		{"update: scope superset target", keysOnly, "update", allScopes, map[string]any{"label": "mine"}, 403},
@@ -100,7 +104,8 @@ func TestKeyPermissions(t *testing.T) {
 		{"update: clear its own budget", budgeted, "update", self, map[string]any{"budget_units": nil}, 403},
 		{"update: clear a budget", budgeted, "update", child, map[string]any{"budget_units": nil}, 403},
 		{"update: over what it has left", budgeted, "update", child, map[string]any{"budget_units": 1000}, 403},
-		{"update: within what it has left", budgeted, "update", child, map[string]any{"budget_units": left}, 200},
+		{"update: a raise past what it has left", budgeted, "update", child, map[string]any{"budget_units": 995}, 403},
+		{"update: a raise within what it has left", budgeted, "update", child, map[string]any{"budget_units": 20}, 200},
 		{"update: tighten an unbudgeted key", budgeted, "update", evalOnly, map[string]any{"budget_units": 5000}, 200},
 		{"update: its own label", budgeted, "update", self, map[string]any{"label": "b2"}, 200},
 		// rotate
@@ -108,7 +113,8 @@ func TestKeyPermissions(t *testing.T) {
 		{"rotate: test key, live target", testAll, "rotate", evalOnly, nil, 404},
 		{"rotate: live key, test target", root, "rotate", testEval, nil, 403},
 		{"rotate: budgeted, unbudgeted target", budgeted, "rotate", evalOnly, nil, 403},
-		{"rotate: budgeted, target within what it has left", budgeted, "rotate", child, nil, 201},
+		{"rotate: budgeted, a key it handed its budget", budgeted, "rotate", child, nil, 201},
+		{"rotate: budgeted, a budgeted key it did not budget", budgeted, "rotate", rootBudgeted, nil, 403},
 		{"rotate: scope subset target", keysEval, "rotate", evalOnly, nil, 201},
 		{"rotate: test key, test target", testAll, "rotate", testEval, nil, 201},
 		// revoke
@@ -143,6 +149,129 @@ func TestKeyPermissions(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", r.Status, tc.status, r.Raw)
 			}
 		})
+	}
+}
+
+// A budgeted key's handovers come out of its own budget: a key budgeted at one eval
+// that hands it to a key it creates has nothing left to hand a second key (before,
+// five keys it made spent five evals), nor to spend itself; what the two spend never
+// passes what it was given, a raise it gives a key comes out of it too, and the
+// actor's event says where its budget went.
+func TestABudgetedKeyHandsOverItsOwnBudget(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	root, _ := e.signup("handover@example.com")
+	r := e.do("GET", "/v1/price?endpoint=eval&depth=6", root, nil)
+	if r.Status != 200 {
+		t.Fatalf("price: %d %s", r.Status, r.Raw)
+	}
+	price := int64(r.Body["units"].(float64))
+	budgeted, budgetedID := e.createKey(root, map[string]any{"label": "b", "scopes": []string{"eval", "keys:write"}, "budget_units": price})
+
+	var children []string
+	var childIDs []string
+	for i := range 5 {
+		r := e.do("POST", "/v1/keys", budgeted, map[string]any{"label": fmt.Sprint("c", i), "scopes": []string{"eval"}, "budget_units": price})
+		switch r.Status {
+		case 201:
+			children, childIDs = append(children, r.Body["api_key"].(string)), append(childIDs, r.Body["key_id"].(string))
+		default:
+			wantProblem(t, r, 403, "fix_request")
+		}
+	}
+	if len(children) != 1 {
+		t.Fatalf("a key budgeted at one eval made %d keys budgeted at one eval each", len(children))
+	}
+	if got := e.keyRecord(root, budgetedID, "")["budget_units"]; got != 0.0 {
+		t.Fatalf("the creator's budget after handing it all over: %v, want 0", got)
+	}
+	var to string
+	var units int64
+	if err := e.pool.QueryRow(ctx, `SELECT payload->'handover'->>'to', (payload->'handover'->>'units')::bigint FROM events
+		WHERE stream_id = $1 AND event_type = 'KeyUpdated'`, domain.KeyStream(budgetedID)).Scan(&to, &units); err != nil || to != childIDs[0] || units != price {
+		t.Fatalf("the creator's KeyUpdated hands over %d units to %q (%v), want %d to %s", units, to, err, price, childIDs[0])
+	}
+
+	// spend: every key tries a fresh position; one eval's worth goes through in all
+	fens := jobFENs(4)
+	evalEach := func(fen string) (ok int) {
+		for _, key := range append([]string{budgeted}, children...) {
+			switch r := e.do("POST", "/v1/eval", key, evalBody(fen, `"depth":6`)); r.Status {
+			case 200:
+				ok++
+			default:
+				wantProblem(t, r, 402, "raise_budget")
+			}
+		}
+		return ok
+	}
+	if n := evalEach(fens[0]) + evalEach(fens[1]); n != 1 {
+		t.Fatalf("a budget of one eval paid for %d", n)
+	}
+
+	// the budgeted key rotates the key it budgeted, not one the account's root budgeted
+	r = e.do("POST", "/v1/keys/"+childIDs[0]+"/rotate", budgeted, nil)
+	if r.Status != 201 {
+		t.Fatalf("rotate the key it budgeted: %d %s", r.Status, r.Raw)
+	}
+	children[0] = r.Body["api_key"].(string)
+	_, rootMade := e.createKey(root, map[string]any{"label": "r", "scopes": []string{"eval"}, "budget_units": 0})
+	wantProblem(t, e.do("POST", "/v1/keys/"+rootMade+"/rotate", budgeted, nil), 403, "fix_request")
+
+	// given one more eval, it raises its child by one: the raise comes out of it
+	if r := e.do("PATCH", "/v1/keys/"+budgetedID, root, map[string]any{"budget_units": price}); r.Status != 200 {
+		t.Fatalf("raise the creator: %d %s", r.Status, r.Raw)
+	}
+	if r := e.do("PATCH", "/v1/keys/"+childIDs[0], budgeted, map[string]any{"budget_units": 2 * price}); r.Status != 200 {
+		t.Fatalf("raise the child: %d %s", r.Status, r.Raw)
+	}
+	if got := e.keyRecord(root, budgetedID, "")["budget_units"]; got != 0.0 {
+		t.Fatalf("the creator's budget after handing its raise over: %v, want 0", got)
+	}
+	if n := evalEach(fens[2]) + evalEach(fens[3]); n != 1 {
+		t.Fatalf("a raise of one eval paid for %d", n)
+	}
+	if err := e.meter.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var spent int64
+	if err := e.pool.QueryRow(ctx, `SELECT sum(spent_units) FROM key_balances WHERE key_id = ANY($1)`,
+		append([]string{budgetedID}, childIDs...)).Scan(&spent); err != nil || spent > 2*price {
+		t.Fatalf("the creator and its key spent %d units (%v) of the %d it was given", spent, err, 2*price)
+	}
+}
+
+// What a budgeted key hands over leaves what its calls hold: the units this server's
+// lease reserved for its next calls stay its own, so with them the creator and its key
+// still fit in the creator's budget (spent + held never passes it).
+func TestAHandoverLeavesWhatItsCallsHold(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	root, _ := e.signup("held@example.com")
+	budgeted, budgetedID := e.createKey(root, map[string]any{"label": "b", "scopes": []string{"eval", "keys:write"}, "budget_units": 1000})
+	e.spend(budgeted, budgetedID, 1000)
+	balance := func() (spent, held, budget int64) {
+		t.Helper()
+		if err := e.pool.QueryRow(ctx, `SELECT spent_units, held_units, budget_units FROM key_balances WHERE key_id = $1`, budgetedID).
+			Scan(&spent, &held, &budget); err != nil {
+			t.Fatal(err)
+		}
+		return spent, held, budget
+	}
+	spent, held, _ := balance()
+	if held == 0 {
+		t.Fatal("a key that just made a call holds no lease")
+	}
+	wantProblem(t, e.do("POST", "/v1/keys", budgeted, map[string]any{"scopes": []string{"eval"}, "budget_units": 1000 - spent}), 403, "fix_request")
+	e.createKey(budgeted, map[string]any{"scopes": []string{"eval"}, "budget_units": 1000 - spent - held})
+	if r := e.do("POST", "/v1/eval", budgeted, evalBody(jobFENs(2)[1], `"depth":6`)); r.Status != 200 {
+		t.Fatalf("a call within what its lease held: %d %s", r.Status, r.Raw)
+	}
+	if err := e.meter.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, h, budget := balance(); s+h > budget || budget != spent+held {
+		t.Fatalf("spent %d and held %d of a budget of %d, want a budget of %d (what it had spent and held)", s, h, budget, spent+held)
 	}
 }
 

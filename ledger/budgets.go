@@ -157,17 +157,24 @@ func AccountOverHeld(ctx context.Context, tx *eventstore.Tx, accountID, env stri
 	return over, nil
 }
 
-// KeyHeadroom is what key keyID has left this period: its budget less the period's
-// spend, never below 0, nil without a budget of that kind, read in the command's
-// transaction. Reservations are left out: they are the key's own calls' leases and
-// jobs' holds, which come and go with its traffic, and a rule of key management must
-// not depend on that timing.
+// KeyHeadroom is what key keyID has left to hand over this period: its budget less the
+// period's spend and what its calls and jobs hold (reserved and not settled yet, as a
+// card's pending payments are), never below 0, nil without a budget of that kind, read
+// in the command's transaction. A budgeted key's handovers come out of its budget
+// (domain.Key.HandOut), so counting its reservations keeps spent + held within the
+// lowered budget. The key's balance stays locked until the transaction ends: no lease
+// is taken meanwhile from what the command hands over.
 func KeyHeadroom(ctx context.Context, tx *eventstore.Tx, keyID string) (domain.Headroom, error) {
 	var h domain.Headroom
+	// the lock first, then a statement of its own: its snapshot sees every lease and
+	// settle committed before the lock was granted
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM key_balances WHERE key_id = $1 FOR UPDATE`, keyID); err != nil {
+		return h, fmt.Errorf("lock the balance of key %s: %w", keyID, err)
+	}
 	// greatest() skips NULLs, so the CASE keeps "no budget" apart from "nothing left"
 	err := tx.QueryRow(ctx, `SELECT
-			CASE WHEN budget_units IS NOT NULL THEN greatest(0, budget_units - period_units) END,
-			CASE WHEN budget_usd IS NOT NULL THEN greatest(0, budget_usd - period_usd) END
+			CASE WHEN budget_units IS NOT NULL THEN greatest(0, budget_units - period_units - held_units) END,
+			CASE WHEN budget_usd IS NOT NULL THEN greatest(0, budget_usd - period_usd - held_usd) END
 		FROM key_periods WHERE key_id = $1`, keyID).Scan(&h.Units, &h.USD)
 	if err != nil {
 		return h, fmt.Errorf("balance of key %s: %w", keyID, err)

@@ -269,7 +269,7 @@ func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
 			// the key or account changed since the lease was taken: the lease's terms
 			// (budget, plan) are gone with it; or its row went unrenewed so long that
 			// another server may have given its units back
-			m.release(ctx, l)
+			m.releaseBeforeNext(ctx, l)
 			continue
 		}
 		if ok, err := m.take(l, call, units); err != nil {
