@@ -93,7 +93,11 @@ func (h *Handler) CreateKey(ctx context.Context, actor Actor, s domain.KeySettin
 		if err := ledger.OpenKeyBalance(ctx, tx, created); err != nil {
 			return err
 		}
-		return h.handOut(ctx, tx, actor, by, handed)
+		handOut, err := h.appendHandOut(ctx, tx, actor, by, handed)
+		if err != nil {
+			return err
+		}
+		return handOut()
 	})
 	if err != nil {
 		return nil, "", err
@@ -158,8 +162,7 @@ func (h *Handler) RevokeKey(ctx context.Context, actor Actor, keyID string) (*do
 }
 
 // acting loads the acting key as it stands in this transaction (a PATCH or revocation
-// of it a moment ago counts) and what it has left to hand over (its balance locked
-// until the transaction ends).
+// of it a moment ago counts) and what it has left to hand over.
 func acting(ctx context.Context, tx *eventstore.Tx, actor Actor) (*domain.Key, domain.Headroom, error) {
 	by, err := LoadKey(ctx, tx, actor.Key.ID())
 	if err != nil {
@@ -213,33 +216,58 @@ func (h *Handler) onKey(ctx context.Context, actor Actor, keyID string, decide f
 			return err
 		}
 		k.Apply(e)
+		handOut, err := h.appendHandOut(ctx, tx, actor, by, handed)
+		if err != nil {
+			return err
+		}
 		// The budget the charge path checks, and whether the key's balance is open, move
-		// with the key, in this transaction.
+		// with the key, in this transaction: the key streams first, then the balances
+		// in key_id order, as the jobs' and the settles' paths take them.
 		switch e := e.(type) {
 		case *domain.KeyUpdated:
+			if handed.To != "" {
+				if err := ledger.LockBalances(ctx, tx, k.ID(), by.ID()); err != nil {
+					return err
+				}
+			}
 			if err := ledger.SetKeyBudget(ctx, tx, k); err != nil {
 				return err
 			}
 		case *domain.KeyRevoked:
 			return ledger.CloseKeyBalance(ctx, tx, keyID, e.RevokedAt)
 		}
-		return h.handOut(ctx, tx, actor, by, handed)
+		return handOut()
 	})
 	return out, err
 }
 
-// handOut takes what the acting key by handed over out of its own budget, in the
-// transaction that handed it (by as loaded in it: its stream's version guards it).
-func (h *Handler) handOut(ctx context.Context, tx *eventstore.Tx, actor Actor, by *domain.Key, handed domain.Handover) error {
+// appendHandOut appends the acting key's event taking what it handed over out of its
+// budget (by as loaded in this transaction: its stream's version guards it), and
+// returns what moves the budget the charge path checks, to call once the transaction's
+// key streams are all written: it checks under the balance's lock that the handover
+// still fits in what by has left (a lease taken since the decision may have shrunk it).
+func (h *Handler) appendHandOut(ctx context.Context, tx *eventstore.Tx, actor Actor, by *domain.Key, handed domain.Handover) (func() error, error) {
 	e := by.HandOut(handed, h.now())
 	if e == nil {
-		return nil
+		return func() error { return nil }, nil
 	}
 	if err := tx.Append(ctx, domain.KeyStream(by.ID()), domain.StreamKey, by.Version(), actor.meta(), event(e)); err != nil {
-		return err
+		return nil, err
 	}
-	by.Apply(e)
-	return ledger.SetKeyBudget(ctx, tx, by)
+	return func() error {
+		if err := ledger.LockBalances(ctx, tx, by.ID()); err != nil {
+			return err
+		}
+		left, err := ledger.KeyHeadroom(ctx, tx, by.ID())
+		if err != nil {
+			return err
+		}
+		if err := handed.Within(left); err != nil {
+			return err
+		}
+		by.Apply(e)
+		return ledger.SetKeyBudget(ctx, tx, by)
+	}, nil
 }
 
 // AccountChange is a PATCH of the account's settings: nil fields stay as they are.

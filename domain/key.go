@@ -101,8 +101,8 @@ type KeyUpdated struct {
 	BudgetPeriod BudgetPeriod `json:"budget_period,omitempty"`
 	UpdatedAt    time.Time    `json:"updated_at"`
 	// BudgetFrom is the key whose handover gave this one its budget (see KeyCreated):
-	// kept by a change that hands nothing over, set by one that does, and emptied when
-	// a key without a budget of its own raises or sets it anew.
+	// kept by a change that loosens nothing, or by that key's own raise; emptied by a
+	// raise of any other key (then no one budgeted key paid for all of it).
 	BudgetFrom string `json:"budget_from,omitempty"`
 	// Handover, when set, says why the budgets fell: the key handed that much of them
 	// to another key (HandOut). Nil for a change asked for by a client.
@@ -120,6 +120,19 @@ type Handover struct {
 	USD   *decimal.Decimal `json:"usd,omitempty"`
 }
 
+// Within checks that h still fits in left, what its key has left to hand over read
+// again under its balance's lock: a lease its calls took since the decision may have
+// shrunk it.
+func (h Handover) Within(left Headroom) error {
+	if h.Units != nil && left.Units != nil && *h.Units > *left.Units {
+		return Errorf(CodeScope, "budget_units: this key has %d units left, so it cannot hand a key more", *left.Units)
+	}
+	if h.USD != nil && left.USD != nil && h.USD.GreaterThan(*left.USD) {
+		return Errorf(CodeScope, "budget_usd: this key has $%s left, so it cannot hand a key more", left.USD.StringFixed(6))
+	}
+	return nil
+}
+
 // empty says nothing is handed over.
 func (h Handover) empty() bool {
 	return (h.Units == nil || *h.Units == 0) && (h.USD == nil || h.USD.IsZero())
@@ -131,6 +144,10 @@ type KeyRotated struct {
 	OldHash    string    `json:"old_hash"`
 	OldExpires time.Time `json:"old_expires_at"` // the old secret works until then
 	RotatedAt  time.Time `json:"rotated_at"`
+	// BudgetFrom is the key's budget_from after the rotation: kept when the key that
+	// handed over its budget rotated it, emptied by any other key's rotation (the new
+	// secret went elsewhere, so that key no longer takes it back).
+	BudgetFrom string `json:"budget_from,omitempty"`
 }
 
 type KeyRevoked struct {
@@ -609,7 +626,8 @@ const MaxRotationGrace = 24 * time.Hour
 // Spend and budget carry over: they belong to the key, not to the secret. The new
 // secret hands its holder what the key may still spend, so a budgeted actor (left has
 // a budget) rotates only itself and keys whose budget it handed over out of its own
-// (and so already paid for), never one whose power would add to its own.
+// (and so already paid for; their secrets were its holder's since), never one whose
+// power would add to its own. A rotation by any other key ends that claim.
 func (k *Key) Rotate(actor *Key, left Headroom, prefix string, secretHash []byte, grace time.Duration, now time.Time) (*KeyRotated, error) {
 	if err := k.manageable(actor); err != nil {
 		return nil, err
@@ -629,10 +647,14 @@ func (k *Key) Rotate(actor *Key, left Headroom, prefix string, secretHash []byte
 			current = s.Hash
 		}
 	}
-	return &KeyRotated{
+	e := &KeyRotated{
 		Prefix: prefix, SecretHash: hex.EncodeToString(secretHash), OldHash: hex.EncodeToString(current),
 		OldExpires: now.Add(grace), RotatedAt: now,
-	}, nil
+	}
+	if actor == nil || actor.id == k.budgetFrom {
+		e.BudgetFrom = k.budgetFrom
+	}
+	return e, nil
 }
 
 // Revoke ends the key for good. A revoked key records nothing more (nil, nil): a DELETE
@@ -687,6 +709,7 @@ func (k *Key) Apply(e Event) {
 		k.label, k.scopes, k.budgetUnits, k.budgetUSD = e.Label, e.Scopes, e.BudgetUnits, e.BudgetUSD
 		k.budgetPeriod, k.budgetFrom = e.BudgetPeriod.orTotal(), e.BudgetFrom
 	case *KeyRotated:
+		k.budgetFrom = e.BudgetFrom
 		// Every secret still working ends by the rotation's grace at the latest, not only
 		// the current one: a rotation with no grace, after a leak, also stops a secret
 		// that an earlier rotation's longer grace kept working.

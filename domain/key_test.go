@@ -111,12 +111,24 @@ func TestRotationByABudgetedKeyNeedsItsHandover(t *testing.T) {
 		return RehydrateKey([]Event{&KeyCreated{KeyID: k.id, AccountID: k.accountID, Scopes: k.scopes, Env: k.env.String(),
 			BudgetUnits: k.budgetUnits, BudgetFrom: k.budgetFrom}, e})
 	}
+	rotated := func(k, by *Key) *Key {
+		t.Helper()
+		e, err := k.Rotate(by, Headroom{Units: by.budgetUnits}, "ce_live_z", []byte{3}, 0, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.Apply(e)
+		return k
+	}
 	cases := []struct {
 		name string
 		key  *Key
 		ok   bool
 	}{
 		{"itself", actor, true},
+		{"a key it handed its budget, rotated by it before", rotated(created(actor, 30), actor), true},
+		{"the same, rotated by a key without a budget", rotated(created(actor, 30), root), false},
+		{"the same, rotated by itself", rotated(created(actor, 30), created(actor, 30)), false},
 		{"a key it handed its budget", created(actor, 30), true},
 		{"the same, lowered by another key", updated(created(actor, 30), root, 10), true},
 		{"the same, raised by itself", updated(created(actor, 30), actor, 50), true},
@@ -132,6 +144,11 @@ func TestRotationByABudgetedKeyNeedsItsHandover(t *testing.T) {
 				t.Fatalf("err %v, want ok=%v", err, tc.ok)
 			}
 		})
+	}
+	// with nothing left it still rotates what it budgeted: that power came out of it
+	// when it had it, and the key's secret has been its holder's since
+	if _, err := created(actor, 30).Rotate(actor, Headroom{Units: ptr[int64](0)}, "ce_live_y", []byte{2}, 0, now); err != nil {
+		t.Fatalf("a key cut to nothing rotating the key it budgeted: %v", err)
 	}
 }
 

@@ -157,20 +157,24 @@ func AccountOverHeld(ctx context.Context, tx *eventstore.Tx, accountID, env stri
 	return over, nil
 }
 
+// LockBalances locks the balances of keys ids until the transaction ends, in key_id
+// order: the order the settles take them in (meter_settle_all), so a command moving
+// two keys' budgets never waits for one while holding the other against a settle.
+func LockBalances(ctx context.Context, tx *eventstore.Tx, ids ...string) error {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM key_balances WHERE key_id = ANY($1) ORDER BY key_id FOR UPDATE`, ids); err != nil {
+		return fmt.Errorf("lock the balances of keys %v: %w", ids, err)
+	}
+	return nil
+}
+
 // KeyHeadroom is what key keyID has left to hand over this period: its budget less the
 // period's spend and what its calls and jobs hold (reserved and not settled yet, as a
 // card's pending payments are), never below 0, nil without a budget of that kind, read
 // in the command's transaction. A budgeted key's handovers come out of its budget
 // (domain.Key.HandOut), so counting its reservations keeps spent + held within the
-// lowered budget. The key's balance stays locked until the transaction ends: no lease
-// is taken meanwhile from what the command hands over.
+// lowered budget; a command reads it again under LockBalances before it lowers it.
 func KeyHeadroom(ctx context.Context, tx *eventstore.Tx, keyID string) (domain.Headroom, error) {
 	var h domain.Headroom
-	// the lock first, then a statement of its own: its snapshot sees every lease and
-	// settle committed before the lock was granted
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM key_balances WHERE key_id = $1 FOR UPDATE`, keyID); err != nil {
-		return h, fmt.Errorf("lock the balance of key %s: %w", keyID, err)
-	}
 	// greatest() skips NULLs, so the CASE keeps "no budget" apart from "nothing left"
 	err := tx.QueryRow(ctx, `SELECT
 			CASE WHEN budget_units IS NOT NULL THEN greatest(0, budget_units - period_units - held_units) END,

@@ -53,6 +53,10 @@ type Meter struct {
 	// to settle (release): housekeeping renews their rows and m.leases' only, so that a
 	// row nobody here tracks (its release failed) expires and is recovered.
 	releasing map[*lease]struct{}
+	// giving are the stale leases given back before their keys' next leases are
+	// taken (releaseBeforeNext), each closed once its row is released: a call on the
+	// key meanwhile waits for it, so that the new lease finds what the old one held.
+	giving map[leaseKey]chan struct{}
 	// claims are the Idempotency-Key claims this server holds and means to answer, from
 	// Claim until Store, Unclaim or the settle of their call (each with a generation):
 	// only these are renewed, so that an orphan expires and a retry takes it over.
@@ -208,7 +212,7 @@ func NewMeter(ctx context.Context, store *eventstore.Store, logger *slog.Logger,
 		now:    func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
 		leases: map[leaseKey]*lease{}, keyless: map[keylessKey]*keylessBlock{}, queue: make(chan *settlement, 4096), flushReq: make(chan chan error),
 		stopReq:   make(chan context.Context),
-		releasing: map[*lease]struct{}{}, claims: map[claimKey]uint64{},
+		releasing: map[*lease]struct{}{}, giving: map[leaseKey]chan struct{}{}, claims: map[claimKey]uint64{},
 		stopped: make(chan struct{}), settled: make(chan struct{}),
 	}
 	go m.loop(ctx)
@@ -264,7 +268,16 @@ func (m *Meter) Reserve(ctx context.Context, call Call) (*Reservation, error) {
 	k := call.Key
 	day := m.now().Format(time.DateOnly)
 	for {
-		l, fresh := m.leaseFor(k, call.Account, day)
+		l, fresh, given := m.leaseFor(k, call.Account, day)
+		if given != nil {
+			// the key's last lease is being given back (releaseBeforeNext)
+			select {
+			case <-given:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			continue
+		}
 		if !fresh {
 			// the key or account changed since the lease was taken: the lease's terms
 			// (budget, plan) are gone with it; or its row went unrenewed so long that
@@ -304,24 +317,31 @@ func (m *Meter) isStopping() bool {
 var errLeaseGone = errors.New("lease released meanwhile")
 
 // leaseFor returns this server's lease on the key for day, and false when it was taken
-// for other versions of the key or account.
-func (m *Meter) leaseFor(k *domain.Key, acct *domain.Account, day string) (*lease, bool) {
+// for other versions of the key or account; or, while the key's last lease is being
+// given back before a new one is taken, what closes when it is (to wait for).
+func (m *Meter) leaseFor(k *domain.Key, acct *domain.Account, day string) (*lease, bool, <-chan struct{}) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	lk := leaseKey{k.ID(), day}
 	l, ok := m.leases[lk]
 	if !ok {
+		if given, ok := m.giving[lk]; ok {
+			return nil, false, given
+		}
 		l = &lease{id: "lease_" + randomHex(12), keyID: k.ID(), accountID: k.AccountID(), env: k.Env().String(), day: day,
 			keyVersion: k.Version(), accountVersion: acct.Version(), lastUsed: time.Now()}
 		m.leases[lk] = l
-		return l, true
+		return l, true, nil
 	}
 	if l.keyVersion != k.Version() || l.accountVersion != acct.Version() || !l.toppedAt.IsZero() && time.Now().After(l.trustedUntil) {
 		l.released = true
 		delete(m.leases, lk)
-		return l, false
+		if l.inflight == 0 && l.pending == 0 && l.filling == 0 {
+			m.giving[lk] = make(chan struct{}) // releaseBeforeNext gives it back at once
+		}
+		return l, false, nil
 	}
-	return l, true
+	return l, true, nil
 }
 
 // trust is how long a lease row written or renewed by a statement sent at sent is

@@ -660,19 +660,26 @@ func (m *Meter) retire(ctx context.Context, l *lease) {
 }
 
 // releaseBeforeNext releases l, which no call may use any more, before the call that
-// found it stale takes a new lease, when none of l's calls is still to settle: what l
-// held is then the new lease's to take. A key's budget lowered to what it spent and
-// holds (a handover of all the rest) otherwise refuses the key's next call until the
-// release lands in the background. With calls still to settle, l goes as release says.
+// found it stale takes a new lease, when none of l's calls was still to settle as
+// leaseFor let it go (it then noted l in m.giving, for the key's other calls to wait
+// for): what l held is then the new lease's to take. A key's budget lowered to what it
+// spent and holds (a handover of all the rest) otherwise refuses the key's next calls
+// until the release lands in the background. With calls still to settle, l goes as
+// release says.
 func (m *Meter) releaseBeforeNext(ctx context.Context, l *lease) {
+	lk := leaseKey{l.keyID, l.day}
 	m.mu.Lock()
-	idle := l.inflight == 0 && l.pending == 0 && l.filling == 0
+	given, now := m.giving[lk]
 	m.mu.Unlock()
-	if !idle {
+	if !now {
 		m.release(ctx, l)
 		return
 	}
 	m.releaseRow(context.WithoutCancel(ctx), l)
+	m.mu.Lock()
+	delete(m.giving, lk)
+	m.mu.Unlock()
+	close(given)
 }
 
 // release ends a lease that no call may use any more, once its calls are settled; its
