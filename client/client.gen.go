@@ -1472,6 +1472,9 @@ type Key struct {
 	// ApiKey Only when a secret is issued (POST /keys, rotate).
 	ApiKey *string `json:"api_key,omitempty"`
 
+	// BudgetFrom The key that handed this key its budget out of its own budget, and may rotate it (null: none).
+	BudgetFrom *string `json:"budget_from"`
+
 	// BudgetPeriod A budget caps the key's (or account's) whole life (`total`), or each day or month of the account's time zone.
 	BudgetPeriod BudgetPeriod `json:"budget_period"`
 
@@ -1550,6 +1553,9 @@ type KeyCreate struct {
 type KeyWithSecret struct {
 	// ApiKey Only when a secret is issued (POST /keys, rotate).
 	ApiKey string `json:"api_key"`
+
+	// BudgetFrom The key that handed this key its budget out of its own budget, and may rotate it (null: none).
+	BudgetFrom *string `json:"budget_from"`
 
 	// BudgetPeriod A budget caps the key's (or account's) whole life (`total`), or each day or month of the account's time zone.
 	BudgetPeriod BudgetPeriod `json:"budget_period"`

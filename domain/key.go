@@ -198,6 +198,7 @@ func (k *Key) Env() Env                        { return k.env }
 func (k *Key) BudgetUnits() *int64             { return k.budgetUnits }
 func (k *Key) BudgetUSD() *decimal.Decimal     { return k.budgetUSD }
 func (k *Key) BudgetPeriod() BudgetPeriod      { return k.budgetPeriod.orTotal() }
+func (k *Key) BudgetFrom() string              { return k.budgetFrom }
 func (k *Key) Status() KeyStatus               { return k.status }
 func (k *Key) CreatedAt() time.Time            { return k.createdAt }
 func (k *Key) RotatedAt() *time.Time           { return k.rotatedAt }

@@ -263,6 +263,8 @@ type keyRecord struct {
 	SpentUnits  int64    `json:"spent_units"`
 	SpentUSD    string   `json:"spent_usd"`
 	Period      string   `json:"budget_period"`
+	// BudgetFrom: the key that handed this one its budget out of its own (null: none)
+	BudgetFrom *string `json:"budget_from"`
 	// the current period: its bounds (null for "total") and what it spent, which the
 	// budgets cap
 	PeriodStart      *time.Time `json:"period_start"`
@@ -292,7 +294,7 @@ func (s *Server) keyRecords(ctx context.Context, accountID string, keys ...proje
 	for _, k := range keys {
 		rec := keyRecord{
 			KeyID: k.KeyID, Label: k.Label, Scopes: k.Scopes, Env: k.Env, BudgetUnits: k.BudgetUnits,
-			SpentUSD: usd(decimal.Zero), Period: k.Period, PeriodSpentUSD: usd(decimal.Zero), Status: k.Status, Prefix: k.Prefix, CreatedAt: k.CreatedAt.UTC(),
+			SpentUSD: usd(decimal.Zero), Period: k.Period, BudgetFrom: k.BudgetFrom, PeriodSpentUSD: usd(decimal.Zero), Status: k.Status, Prefix: k.Prefix, CreatedAt: k.CreatedAt.UTC(),
 			RotatedAt: utc(k.RotatedAt), RevokedAt: utc(k.RevokedAt),
 		}
 		if rec.Scopes == nil {

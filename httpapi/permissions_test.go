@@ -185,6 +185,9 @@ func TestABudgetedKeyHandsOverItsOwnBudget(t *testing.T) {
 	if got := e.keyRecord(root, budgetedID, "")["budget_units"]; got != 0.0 {
 		t.Fatalf("the creator's budget after handing it all over: %v, want 0", got)
 	}
+	if got := e.keyRecord(root, childIDs[0], "")["budget_from"]; got != budgetedID {
+		t.Fatalf("the key it budgeted shows budget_from %v, want %s", got, budgetedID)
+	}
 	var to string
 	var units int64
 	if err := e.pool.QueryRow(ctx, `SELECT payload->'handover'->>'to', (payload->'handover'->>'units')::bigint FROM events
@@ -217,6 +220,9 @@ func TestABudgetedKeyHandsOverItsOwnBudget(t *testing.T) {
 	children[0] = r.Body["api_key"].(string)
 	_, rootMade := e.createKey(root, map[string]any{"label": "r", "scopes": []string{"eval"}, "budget_units": 0})
 	wantProblem(t, e.do("POST", "/v1/keys/"+rootMade+"/rotate", budgeted, nil), 403, "fix_request")
+	if got := e.keyRecord(root, rootMade, "")["budget_from"]; got != nil {
+		t.Fatalf("a key the root made shows budget_from %v, want null", got)
+	}
 
 	// given one more eval, it raises its child by one: the raise comes out of it
 	if r := e.do("PATCH", "/v1/keys/"+budgetedID, root, map[string]any{"budget_units": price}); r.Status != 200 {

@@ -99,20 +99,21 @@ func queueAccounts(b *pgx.Batch, e eventstore.Event) error {
 	}
 	switch ev := ev.(type) {
 	case *domain.KeyCreated:
-		b.Queue(`INSERT INTO api_keys (key_id, account_id, label, scopes, env, budget_units, budget_usd, budget_period, status, prefix, created_at, version)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'active', $9, $10, $11)`,
+		b.Queue(`INSERT INTO api_keys (key_id, account_id, label, scopes, env, budget_units, budget_usd, budget_period, budget_from, status, prefix, created_at, version)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'active', $10, $11, $12)`,
 			id, ev.AccountID, ev.Label, scopeStrings(ev.Scopes), ev.Env, ev.BudgetUnits, ev.BudgetUSD, periodOf(ev.BudgetPeriod),
-			ev.Prefix, ev.CreatedAt, e.Version)
+			nonEmpty(ev.BudgetFrom), ev.Prefix, ev.CreatedAt, e.Version)
 		b.Queue(`INSERT INTO key_secrets (secret_hash, key_id) VALUES ($1, $2)`, unhex(ev.SecretHash), id)
 	case *domain.KeyUpdated:
-		b.Queue(`UPDATE api_keys SET label = $2, scopes = $3, budget_units = $4, budget_usd = $5, budget_period = $6, version = $7
+		b.Queue(`UPDATE api_keys SET label = $2, scopes = $3, budget_units = $4, budget_usd = $5, budget_period = $6, budget_from = $7, version = $8
 			WHERE key_id = $1`,
-			id, ev.Label, scopeStrings(ev.Scopes), ev.BudgetUnits, ev.BudgetUSD, periodOf(ev.BudgetPeriod), e.Version)
+			id, ev.Label, scopeStrings(ev.Scopes), ev.BudgetUnits, ev.BudgetUSD, periodOf(ev.BudgetPeriod), nonEmpty(ev.BudgetFrom), e.Version)
 	case *domain.KeyRotated:
 		b.Queue(`UPDATE key_secrets SET expires_at = $2 WHERE key_id = $1 AND (expires_at IS NULL OR expires_at > $2)`, id, ev.OldExpires)
 		b.Queue(`DELETE FROM key_secrets WHERE key_id = $1 AND expires_at <= $2`, id, ev.RotatedAt)
 		b.Queue(`INSERT INTO key_secrets (secret_hash, key_id) VALUES ($1, $2)`, unhex(ev.SecretHash), id)
-		b.Queue(`UPDATE api_keys SET prefix = $2, rotated_at = $3, version = $4 WHERE key_id = $1`, id, ev.Prefix, ev.RotatedAt, e.Version)
+		b.Queue(`UPDATE api_keys SET prefix = $2, rotated_at = $3, budget_from = $4, version = $5 WHERE key_id = $1`,
+			id, ev.Prefix, ev.RotatedAt, nonEmpty(ev.BudgetFrom), e.Version)
 	case *domain.KeyRevoked:
 		b.Queue(`UPDATE api_keys SET status = 'revoked', revoked_at = $2, version = $3 WHERE key_id = $1`, id, ev.RevokedAt, e.Version)
 	default:

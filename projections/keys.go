@@ -22,12 +22,14 @@ type KeyRow struct {
 	BudgetUnits *int64
 	BudgetUSD   *decimal.Decimal
 	Period      string // of the budgets: total, month or day
-	Status      string
-	Prefix      string
-	CreatedAt   time.Time
-	RotatedAt   *time.Time
-	RevokedAt   *time.Time
-	Version     int64
+	// BudgetFrom is the key that handed this one its budget out of its own, if any
+	BudgetFrom *string
+	Status     string
+	Prefix     string
+	CreatedAt  time.Time
+	RotatedAt  *time.Time
+	RevokedAt  *time.Time
+	Version    int64
 }
 
 // KeyRowFrom renders an aggregate the way the read model would, for answers that must
@@ -35,19 +37,27 @@ type KeyRow struct {
 func KeyRowFrom(k *domain.Key) KeyRow {
 	return KeyRow{
 		KeyID: k.ID(), AccountID: k.AccountID(), Label: k.Label(), Scopes: scopeStrings(k.Scopes()),
-		Env: k.Env().String(), BudgetUnits: k.BudgetUnits(), BudgetUSD: k.BudgetUSD(), Period: string(k.BudgetPeriod()), Status: string(k.Status()),
+		Env: k.Env().String(), BudgetUnits: k.BudgetUnits(), BudgetUSD: k.BudgetUSD(), Period: string(k.BudgetPeriod()), BudgetFrom: nonEmpty(k.BudgetFrom()), Status: string(k.Status()),
 		Prefix: k.Prefix(), CreatedAt: k.CreatedAt(), RotatedAt: k.RotatedAt(), RevokedAt: k.RevokedAt(), Version: k.Version(),
 	}
 }
 
-const keyColumns = `key_id, account_id, label, scopes, env, budget_units, budget_usd, budget_period, status, prefix,
+const keyColumns = `key_id, account_id, label, scopes, env, budget_units, budget_usd, budget_period, budget_from, status, prefix,
 	created_at, rotated_at, revoked_at, version`
 
 func scanKey(row pgx.CollectableRow) (KeyRow, error) {
 	var k KeyRow
-	err := row.Scan(&k.KeyID, &k.AccountID, &k.Label, &k.Scopes, &k.Env, &k.BudgetUnits, &k.BudgetUSD, &k.Period,
+	err := row.Scan(&k.KeyID, &k.AccountID, &k.Label, &k.Scopes, &k.Env, &k.BudgetUnits, &k.BudgetUSD, &k.Period, &k.BudgetFrom,
 		&k.Status, &k.Prefix, &k.CreatedAt, &k.RotatedAt, &k.RevokedAt, &k.Version)
 	return k, err
+}
+
+// nonEmpty is s, or nil when it is empty (a column's null).
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // ListKeys lists an account's keys, oldest first; env filters when not empty.
