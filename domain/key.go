@@ -109,11 +109,10 @@ type KeyUpdated struct {
 	Handover *Handover `json:"handover,omitempty"`
 }
 
-// Handover is budget a key hands to another key of its env: a new key's budget, what
-// a PATCH raises a key's budget by, or what a rotated key may still spend (its new
-// secret's power). A budgeted key's handovers come out of its own budget, so what it
-// and every key it hands budget to can spend together never passes what it had. Nil
-// fields: nothing of that kind (the key has no budget of it).
+// Handover is budget a key hands to another key of its env: a new key's budget, or
+// what a PATCH raises a key's budget by. A budgeted key's handovers come out of its
+// own budget, so what it and every key it hands budget to can spend together never
+// passes what it had. Nil fields: nothing of that kind (the key has no budget of it).
 type Handover struct {
 	To    string           `json:"to"`
 	Units *int64           `json:"units,omitempty"`
