@@ -130,3 +130,53 @@ func perCall(before, after cpuTime, l load) string {
 	used := after.since(before)
 	return us(used.self) + " / " + us(used.pg) + " / " + us(l.cpu)
 }
+
+// besideEngine reads, cheaply enough to run between a pair's searches, the CPU this
+// process (rusage) and the bench's PostgreSQL (each process's schedstat, in ns) have
+// used so far: what runs beside an engine and may slow it on a machine whose two
+// vCPUs share a core. Its PostgreSQL processes are those of the moment it was made.
+type besideEngine struct{ pgStats []string }
+
+func (b *bench) newBesideEngine() *besideEngine {
+	raw, err := os.ReadFile(filepath.Join(b.cluster.Dir, "postmaster.pid"))
+	if err != nil {
+		return &besideEngine{}
+	}
+	master := strings.SplitN(string(raw), "\n", 2)[0]
+	be := &besideEngine{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		stat, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		pid := s[:strings.IndexByte(s, ' ')]
+		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 1 && (pid == master || f[1] == master) {
+			be.pgStats = append(be.pgStats, filepath.Join(filepath.Dir(p), "schedstat"))
+		}
+	}
+	return be
+}
+
+// cpuSpan is CPU used over a span: by this process and by PostgreSQL.
+type cpuSpan struct{ self, pg time.Duration }
+
+// now is the CPU used so far (a span from the start).
+func (be *besideEngine) now() cpuSpan {
+	var c cpuSpan
+	c.self, _ = rusageSelf()
+	for _, f := range be.pgStats {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue // the backend exited
+		}
+		if first, _, ok := strings.Cut(string(raw), " "); ok {
+			ns, _ := strconv.ParseInt(first, 10, 64)
+			c.pg += time.Duration(ns)
+		}
+	}
+	return c
+}
+
+func (c cpuSpan) sub(o cpuSpan) cpuSpan { return cpuSpan{c.self - o.self, c.pg - o.pg} }

@@ -197,7 +197,11 @@ func (b *bench) pairedAll(depths, concs string, nPairs int) error {
 				ms(median(raw)), ms(median(svc)), float64(median(svc))/float64(median(raw)), medianFloat(ratios), interval(ratios, "%.3f"),
 				sum(raw).Seconds(), sum(svc).Seconds(), sum(svc).Seconds()/sum(raw).Seconds(), ms(medianDiff(svc, raw)), alone, bound, null)
 			rawFirst, svcFirst := pairs.orderRatios()
-			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %s / %s | %+.2f | %+.1f | %d | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |", depth, conc,
+			besideCPU := "–" // at concurrency 2 the two workers' spans overlap
+			if conc == 1 {
+				besideCPU = pairs.besideCPU()
+			}
+			breakdown = append(breakdown, fmt.Sprintf("| %d | %d | %s / %s | %+.2f | %+.1f | %d | **%.3f** | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s |", depth, conc,
 				rawFirst, svcFirst,
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["engine"] - p.raw })),
 				ms(pairs.median(func(p pair) time.Duration { return p.svcOwn - p.rawOwn })),
@@ -212,7 +216,7 @@ func (b *bench) pairedAll(depths, concs string, nPairs int) error {
 					return p.phase["total"] - p.phase["auth"] - p.phase["request"] - p.phase["analysis"]
 				})),
 				ms(pairs.median(func(p pair) time.Duration { return p.phase["client:send"] + p.phase["client:receive"] })),
-				ms(pairs.median(func(p pair) time.Duration { return p.phase["client:wait"] - p.phase["total"] }))))
+				ms(pairs.median(func(p pair) time.Duration { return p.phase["client:wait"] - p.phase["total"] })), besideCPU))
 		}
 	}
 	fmt.Println()
@@ -228,9 +232,12 @@ func (b *bench) pairedAll(depths, concs string, nPairs int) error {
 	fmt.Println("conversion (SAN, White's view, JSON), after the answer (hand the line item to the settler: in memory, nothing durable);")
 	fmt.Println("HTTP split: the client's own send and receive (until the request is written, from the answer's first byte to its last),")
 	fmt.Println("and the server outside its total (from the request written to the answer's first byte, minus the handler's total).")
+	fmt.Println("CPU beside the engine (concurrency 1): the mean CPU a side's span used (from just before its timed part to just after),")
+	fmt.Println("service / raw, by this process (the service, its background work and the bench's client) and by PostgreSQL: what may")
+	fmt.Println("slow an engine whose vCPU shares a core with another; the service's extra is its request's handling, the rest the same.")
 	fmt.Println()
-	fmt.Println("| depth | concurrency | median pair ratio: raw first / service first | engine − raw | search − raw search | nodes differ | **own time** | outside the engine, client-side | HTTP | auth | request | conversion | after the answer | HTTP: client send + receive | HTTP: server outside its total |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| depth | concurrency | median pair ratio: raw first / service first | engine − raw | search − raw search | nodes differ | **own time** | outside the engine, client-side | HTTP | auth | request | conversion | after the answer | HTTP: client send + receive | HTTP: server outside its total | CPU beside the engine ms, service / raw: this process; PostgreSQL |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, l := range breakdown {
 		fmt.Println(l)
 	}
@@ -250,6 +257,9 @@ type pair struct {
 	trivial time.Duration
 	// svcFirst: the service's call went first (the order alternates, pair by pair)
 	svcFirst bool
+	// the CPU used beside the engine from just before each side's timed part to just
+	// after it, by this process and by PostgreSQL (concurrency 1 only)
+	svcBeside, rawBeside cpuSpan
 }
 
 type pairs []pair
@@ -267,6 +277,17 @@ func (ps pairs) each(f func(pair) time.Duration) []time.Duration {
 
 func (ps pairs) median(f func(pair) time.Duration) time.Duration { return median(ps.each(f)) }
 
+// besideCPU formats the mean CPU used beside the engine over each side's spans.
+func (ps pairs) besideCPU() string {
+	var svc, raw cpuSpan
+	for _, p := range ps {
+		svc.self, svc.pg = svc.self+p.svcBeside.self, svc.pg+p.svcBeside.pg
+		raw.self, raw.pg = raw.self+p.rawBeside.self, raw.pg+p.rawBeside.pg
+	}
+	n := time.Duration(max(1, len(ps)))
+	return fmt.Sprintf("%.2f / %.2f; %.2f / %.2f", ms(svc.self/n), ms(raw.self/n), ms(svc.pg/n), ms(raw.pg/n))
+}
+
 // paired runs work on conc workers; each runs every position both raw, on a process of
 // the service's own pool lent to it (lentSearch), and through the service (cache off),
 // alternating the order. It returns the raw and service times of each pair.
@@ -277,6 +298,7 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 	var next atomic.Int64
 	var out pairs
 	errs := make(chan error, conc)
+	beside := b.newBesideEngine()
 	for range conc {
 		wg.Add(1)
 		go func() {
@@ -298,10 +320,12 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 							return
 						}
 					}
+					c0 := beside.now()
 					t0 := time.Now()
 					var reported int64
 					p.phase, reported, p.svcNodes, err = b.timedPost("/eval", fmt.Sprintf(`{"fen":%q,"depth":%d,"engine":%q,"path":"native"}`, work[i], depth, b.engineID), b.key)
 					p.svc, p.svcOwn = time.Since(t0), time.Duration(reported)*time.Millisecond
+					p.svcBeside = beside.now().sub(c0)
 				}
 				runRaw := func() {
 					// Alone, the raw search waits for the service's engines to finish
@@ -313,8 +337,10 @@ func (b *bench) paired(depth, conc int, work []string) (pairs, error) {
 						}
 					}
 					var s rawSearch
+					c0 := beside.now()
 					s, rawErr = b.lentSearch(work[i], depth)
 					p.raw, p.rawOwn, p.rawNodes = s.took, time.Duration(s.timeMS)*time.Millisecond, s.nodes
+					p.rawBeside = beside.now().sub(c0)
 				}
 				if p.svcFirst = i%2 == 1; p.svcFirst {
 					runSvc()
