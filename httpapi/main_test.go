@@ -123,6 +123,7 @@ type envOption func(*envConfig)
 type envConfig struct {
 	workers       int
 	lease         time.Duration // executor.Config.Lease; default 3 s
+	leaseIdle     time.Duration // the meter's LeaseIdle and LeaseKeep; default 200 ms
 	noProjections bool
 	rateLimits    bool
 	secureHooks   bool // webhook URLs checked as production checks them (InsecureWebhooks off)
@@ -144,6 +145,10 @@ func withWorkers(n int) envOption { return func(c *envConfig) { c.workers = n } 
 
 // withLease sets the executors' position lease (default 3 s; renewed every third of it).
 func withLease(d time.Duration) envOption { return func(c *envConfig) { c.lease = d } }
+
+// withLeaseIdle keeps the meter's unused leases d (LeaseIdle and LeaseKeep) before it
+// gives them back.
+func withLeaseIdle(d time.Duration) envOption { return func(c *envConfig) { c.leaseIdle = d } }
 
 // withKeylessPerDay sets the keyless daily allowance per address.
 func withKeylessPerDay(n int) envOption { return func(c *envConfig) { c.keylessPerDay = n } }
@@ -170,7 +175,7 @@ func withoutProjections() envOption { return func(c *envConfig) { c.noProjection
 
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
-	cfg := envConfig{workers: 1, lease: 3 * time.Second}
+	cfg := envConfig{workers: 1, lease: 3 * time.Second, leaseIdle: 200 * time.Millisecond}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -191,7 +196,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	meterCtx, stopMeter := context.WithCancel(context.Background())
 	t.Cleanup(stopMeter)
 	// idle leases go back quickly, so that tests can set balances between calls
-	meter := ledger.NewMeter(meterCtx, store, logger, ledger.MeterConfig{LeaseIdle: 200 * time.Millisecond, LeaseKeep: 200 * time.Millisecond, Housekeeping: 50 * time.Millisecond})
+	meter := ledger.NewMeter(meterCtx, store, logger, ledger.MeterConfig{LeaseIdle: cfg.leaseIdle, LeaseKeep: cfg.leaseIdle, Housekeeping: 50 * time.Millisecond})
 	authn := auth.NewAuthenticator(pool, testPepper)
 	authn.Watch(meterCtx, logger) // as `chessd serve`: keys and accounts answered from memory
 	cmds := commands.New(store, testPepper)

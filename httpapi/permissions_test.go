@@ -252,7 +252,7 @@ func TestABudgetedKeyHandsOverItsOwnBudget(t *testing.T) {
 // still fit in the creator's budget (spent + held never passes it), and its next calls,
 // at once, are served from them rather than refused.
 func TestAHandoverLeavesWhatItsCallsHold(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, withLeaseIdle(time.Minute)) // the lease stays until the calls after the handover
 	ctx := context.Background()
 	root, _ := e.signup("held@example.com")
 	budgeted, budgetedID := e.createKey(root, map[string]any{"label": "b", "scopes": []string{"eval", "keys:write"}, "budget_units": 1000})

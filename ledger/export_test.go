@@ -1,6 +1,11 @@
 package ledger
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"chessd/domain"
+)
 
 // Crash stops m as a killed process would stop: nothing more is settled, renewed or
 // given back; its leases and claims are left to expire.
@@ -64,3 +69,17 @@ func NameConnectionCheck(t interface{ Cleanup(func()) }, name string) {
 	connectionCheck = name
 	t.Cleanup(func() { connectionCheck = old })
 }
+
+// Lease is one of a meter's leases, for tests that take Reserve's steps one by one.
+type Lease struct{ l *lease }
+
+// LeaseFor is Reserve's first step for k: the meter's lease on k today, whether it is
+// fresh (taken for k's and a's versions), and what to wait for while the key's last
+// lease is given back (nil when nothing is).
+func LeaseFor(m *Meter, k *domain.Key, a *domain.Account) (Lease, bool, <-chan struct{}) {
+	l, fresh, given := m.leaseFor(k, a, m.now().Format(time.DateOnly))
+	return Lease{l}, fresh, given
+}
+
+// ReleaseBeforeNext is what Reserve does with a lease LeaseFor found stale.
+func ReleaseBeforeNext(m *Meter, l Lease) { m.releaseBeforeNext(context.Background(), l.l) }

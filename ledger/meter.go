@@ -54,9 +54,9 @@ type Meter struct {
 	// row nobody here tracks (its release failed) expires and is recovered.
 	releasing map[*lease]struct{}
 	// giving are the stale leases given back before their keys' next leases are
-	// taken (releaseBeforeNext), each closed once its row is released: a call on the
-	// key meanwhile waits for it, so that the new lease finds what the old one held.
-	giving map[leaseKey]chan struct{}
+	// taken (releaseBeforeNext): a call on the key meanwhile waits for the lease's
+	// given, so that the new lease finds what the old one held.
+	giving map[leaseKey]*lease
 	// claims are the Idempotency-Key claims this server holds and means to answer, from
 	// Claim until Store, Unclaim or the settle of their call (each with a generation):
 	// only these are renewed, so that an orphan expires and a retry takes it over.
@@ -197,6 +197,9 @@ type lease struct {
 	pending      int64 // settled in memory, not yet committed
 	lastUsed     time.Time
 	released     bool
+	// given, when leaseFor let the lease go with none of its calls to settle, closes
+	// once releaseBeforeNext has given it back (set under Meter.mu, closed once)
+	given chan struct{}
 }
 
 // NewMeter starts the settler; it stops when ctx ends (or Stop): it reserves nothing
@@ -212,7 +215,7 @@ func NewMeter(ctx context.Context, store *eventstore.Store, logger *slog.Logger,
 		now:    func() time.Time { return time.Now().UTC().Truncate(time.Microsecond) },
 		leases: map[leaseKey]*lease{}, keyless: map[keylessKey]*keylessBlock{}, queue: make(chan *settlement, 4096), flushReq: make(chan chan error),
 		stopReq:   make(chan context.Context),
-		releasing: map[*lease]struct{}{}, giving: map[leaseKey]chan struct{}{}, claims: map[claimKey]uint64{},
+		releasing: map[*lease]struct{}{}, giving: map[leaseKey]*lease{}, claims: map[claimKey]uint64{},
 		stopped: make(chan struct{}), settled: make(chan struct{}),
 	}
 	go m.loop(ctx)
@@ -325,8 +328,8 @@ func (m *Meter) leaseFor(k *domain.Key, acct *domain.Account, day string) (*leas
 	lk := leaseKey{k.ID(), day}
 	l, ok := m.leases[lk]
 	if !ok {
-		if given, ok := m.giving[lk]; ok {
-			return nil, false, given
+		if g, ok := m.giving[lk]; ok {
+			return nil, false, g.given
 		}
 		l = &lease{id: "lease_" + randomHex(12), keyID: k.ID(), accountID: k.AccountID(), env: k.Env().String(), day: day,
 			keyVersion: k.Version(), accountVersion: acct.Version(), lastUsed: time.Now()}
@@ -337,7 +340,9 @@ func (m *Meter) leaseFor(k *domain.Key, acct *domain.Account, day string) (*leas
 		l.released = true
 		delete(m.leases, lk)
 		if l.inflight == 0 && l.pending == 0 && l.filling == 0 {
-			m.giving[lk] = make(chan struct{}) // releaseBeforeNext gives it back at once
+			// releaseBeforeNext gives it back at once, and closes given
+			l.given = make(chan struct{})
+			m.giving[lk] = l
 		}
 		return l, false, nil
 	}

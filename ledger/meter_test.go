@@ -643,3 +643,50 @@ func TestMeterLostLeaseHandsOutNothing(t *testing.T) {
 		})
 	}
 }
+
+// A stale lease with a call still to settle is given back only once that call has
+// settled, even when another stale lease of the same key and day is being given back
+// at once meanwhile (calls signed in before and after a key change interleave): the
+// answered call is charged, once. (The give-back's wait used to be found by key and
+// day, not by lease: the busy lease's row went at once and its call was never charged.)
+func TestMeterGivesBackABusyStaleLeaseAfterItsCalls(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.meter(t, ledger.MeterConfig{})
+	ctx := context.Background()
+	older, newer := f.key, domain.RehydrateKey([]domain.Event{
+		&domain.KeyCreated{KeyID: f.key.ID(), AccountID: f.key.AccountID(), Scopes: f.key.Scopes(), Env: "live"},
+		&domain.KeyUpdated{Scopes: f.key.Scopes(), Label: "changed"},
+	})
+	r0, err := m.Reserve(ctx, f.evalCall(0)) // a call on the key as it was: its lease is busy
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, fresh, _ := ledger.LeaseFor(m, newer, f.account) // a call after the change finds it stale...
+	if fresh {
+		t.Fatal("the lease of the key's older version is fresh for its newer one")
+	}
+	if _, fresh, _ := ledger.LeaseFor(m, older, f.account); !fresh { // ...one signed in before takes another...
+		t.Fatal("no new lease for the older version")
+	}
+	idle, fresh, _ := ledger.LeaseFor(m, newer, f.account) // ...which a third finds stale and idle
+	if fresh {
+		t.Fatal("the idle lease is fresh for the newer version")
+	}
+	if _, _, given := ledger.LeaseFor(m, newer, f.account); given == nil {
+		t.Fatal("a call finds nothing to wait for while the idle lease is given back")
+	}
+	ledger.ReleaseBeforeNext(m, busy)
+	if b := f.balance(t); b.leases == 0 {
+		t.Fatalf("the busy lease's row went before its call settled: %+v", b)
+	}
+	if err := r0.Settle(answered()); err != nil {
+		t.Fatal(err)
+	}
+	ledger.ReleaseBeforeNext(m, idle)
+	if err := m.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b := f.balance(t); b.spent != 10 || b.charges != 1 {
+		t.Fatalf("balance %+v, want the answered call's 10 units in one charge", b)
+	}
+}

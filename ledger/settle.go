@@ -661,23 +661,25 @@ func (m *Meter) retire(ctx context.Context, l *lease) {
 
 // releaseBeforeNext releases l, which no call may use any more, before the call that
 // found it stale takes a new lease, when none of l's calls was still to settle as
-// leaseFor let it go (it then noted l in m.giving, for the key's other calls to wait
-// for): what l held is then the new lease's to take. A key's budget lowered to what it
-// spent and holds (a handover of all the rest) otherwise refuses the key's next calls
-// until the release lands in the background. With calls still to settle, l goes as
-// release says.
+// leaseFor let it go (it then gave l a given channel and noted it in m.giving, for the
+// key's other calls to wait for): what l held is then the new lease's to take. A key's
+// budget lowered to what it spent and holds (a handover of all the rest) otherwise
+// refuses the key's next calls until the release lands in the background. With calls
+// still to settle, l goes as release says. Only the call leaseFor handed l to as stale
+// calls it, so given is closed once.
 func (m *Meter) releaseBeforeNext(ctx context.Context, l *lease) {
-	lk := leaseKey{l.keyID, l.day}
 	m.mu.Lock()
-	given, now := m.giving[lk]
+	given := l.given
 	m.mu.Unlock()
-	if !now {
+	if given == nil {
 		m.release(ctx, l)
 		return
 	}
 	m.releaseRow(context.WithoutCancel(ctx), l)
 	m.mu.Lock()
-	delete(m.giving, lk)
+	if lk := (leaseKey{l.keyID, l.day}); m.giving[lk] == l {
+		delete(m.giving, lk)
+	}
 	m.mu.Unlock()
 	close(given)
 }
