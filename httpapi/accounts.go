@@ -15,6 +15,7 @@ import (
 
 	"chessd/commands"
 	"chessd/domain"
+	"chessd/eventstore"
 	"chessd/ledger"
 	"chessd/projections"
 )
@@ -420,13 +421,25 @@ func newKeySettings(actor *domain.Key, req createKeyRequest) (domain.KeySettings
 }
 
 // settle gives the keys projection a moment to catch up with a change, so that the
-// client's next GET /keys shows it. Correctness never depends on it: authentication
-// reads the events themselves.
+// client's next GET /keys shows it: the key changed and, for a budgeted acting key,
+// the acting key too, whose budget a handover lowers in the same transaction.
+// Correctness never depends on it: authentication reads the events themselves.
 func (s *Server) settle(ctx context.Context, k *domain.Key) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if err := projections.WaitForKey(ctx, s.pool, k.ID(), k.Version()); err != nil {
 		s.logger.WarnContext(ctx, "keys projection behind", "key_id", k.ID(), "err", err)
+	}
+	by := principal(ctx)
+	if by == nil || by.ID() == k.ID() || by.BudgetUnits() == nil && by.BudgetUSD() == nil {
+		return
+	}
+	v, err := eventstore.StreamVersion(ctx, s.pool, domain.KeyStream(by.ID()))
+	if err == nil {
+		err = projections.WaitForKey(ctx, s.pool, by.ID(), v)
+	}
+	if err != nil {
+		s.logger.WarnContext(ctx, "keys projection behind", "key_id", by.ID(), "err", err)
 	}
 }
 
