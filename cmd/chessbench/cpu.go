@@ -73,24 +73,15 @@ func switches(status string) (voluntary, involuntary int64) {
 func (b *bench) cpuNow() (t cpuTime) {
 	t.self, t.wakes = rusageSelf()
 	defer func() { t.selfEnd, t.wakesEnd = rusageSelf() }()
-	raw, err := os.ReadFile(filepath.Join(b.cluster.Dir, "postmaster.pid"))
-	if err != nil {
+	master, ok := b.postmaster()
+	if !ok {
 		return t
 	}
-	master := strings.SplitN(string(raw), "\n", 2)[0]
 	self := strconv.Itoa(os.Getpid())
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, p := range stats {
-		stat, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
+	eachProc(func(p, pid, s string, f []string) {
 		// pid (comm) state ppid ... utime stime: fields 14 and 15, counted from 1
-		s := string(stat)
-		pid := s[:strings.IndexByte(s, ' ')]
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 		if len(f) < 15 {
-			continue
+			return
 		}
 		if f[1] == self && strings.Contains(s, "(stockfish)") {
 			for _, v := range f[11:13] {
@@ -102,10 +93,10 @@ func (b *bench) cpuNow() (t cpuTime) {
 				_, inv := switches(task)
 				t.preempts += inv
 			}
-			continue
+			return
 		}
 		if pid != master && f[1] != master {
-			continue
+			return
 		}
 		vol, _ := switches(filepath.Join(filepath.Dir(p), "status"))
 		t.pgWakes += vol
@@ -119,8 +110,31 @@ func (b *bench) cpuNow() (t cpuTime) {
 			ticks += n
 		}
 		t.pg += time.Duration(ticks) * (time.Second / 100) // USER_HZ is 100 on Linux
-	}
+	})
 	return t
+}
+
+// postmaster is the pid of the bench's PostgreSQL, as its data directory says.
+func (b *bench) postmaster() (string, bool) {
+	raw, err := os.ReadFile(filepath.Join(b.cluster.Dir, "postmaster.pid"))
+	if err != nil {
+		return "", false
+	}
+	return strings.SplitN(string(raw), "\n", 2)[0], true
+}
+
+// eachProc calls fn with each process's stat file path, its pid, the file's text and
+// its fields after the command name (state, ppid, ...).
+func eachProc(fn func(path, pid, stat string, fields []string)) {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			continue // it exited
+		}
+		s := string(raw)
+		fn(p, s[:strings.IndexByte(s, ' ')], s, strings.Fields(s[strings.LastIndexByte(s, ')')+1:]))
+	}
 }
 
 // perCall formats CPU microseconds per request: this process, PostgreSQL and wrk.
@@ -138,24 +152,16 @@ func perCall(before, after cpuTime, l load) string {
 type besideEngine struct{ pgStats []string }
 
 func (b *bench) newBesideEngine() *besideEngine {
-	raw, err := os.ReadFile(filepath.Join(b.cluster.Dir, "postmaster.pid"))
-	if err != nil {
-		return &besideEngine{}
-	}
-	master := strings.SplitN(string(raw), "\n", 2)[0]
 	be := &besideEngine{}
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, p := range stats {
-		stat, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		pid := s[:strings.IndexByte(s, ' ')]
-		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 1 && (pid == master || f[1] == master) {
+	master, ok := b.postmaster()
+	if !ok {
+		return be
+	}
+	eachProc(func(p, pid, _ string, f []string) {
+		if len(f) > 1 && (pid == master || f[1] == master) {
 			be.pgStats = append(be.pgStats, filepath.Join(filepath.Dir(p), "schedstat"))
 		}
-	}
+	})
 	return be
 }
 
