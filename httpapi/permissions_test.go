@@ -11,9 +11,8 @@ import (
 	"chessd/domain"
 )
 
-// spend makes a charged call with key and returns what the key has left of a units
-// budget of budget.
-func (e *env) spend(key, keyID string, budget int64) int64 {
+// spend makes a charged call with key and checks that the key's balance counts it.
+func (e *env) spend(key, keyID string) {
 	e.t.Helper()
 	if r := e.do("POST", "/v1/eval", key, evalBody(cheapFEN, `"depth":6`)); r.Status != 200 {
 		e.t.Fatalf("eval: %d %s", r.Status, r.Raw)
@@ -25,7 +24,6 @@ func (e *env) spend(key, keyID string, budget int64) int64 {
 	if err := e.pool.QueryRow(context.Background(), `SELECT spent_units FROM key_balances WHERE key_id = $1`, keyID).Scan(&spent); err != nil || spent <= 0 {
 		e.t.Fatalf("a charged call left spent_units %d (%v)", spent, err)
 	}
-	return budget - spent
 }
 
 // keyRecord is keyID's record as GET /keys (with env, when given) lists it to key.
@@ -57,7 +55,7 @@ func TestKeyPermissions(t *testing.T) {
 	keysEval, _ := e.createKey(root, map[string]any{"label": "kwe", "scopes": []string{"keys:write", "eval"}})
 	testAll, _ := e.createKey(root, map[string]any{"label": "test-all", "env": "test"})
 	budgeted, budgetedID := e.createKey(root, map[string]any{"label": "b", "scopes": []string{"eval", "keys:write"}, "budget_units": 1000})
-	e.spend(budgeted, budgetedID, 1000) // it holds a lease now: what it has left is below its budget
+	e.spend(budgeted, budgetedID) // it holds a lease now: what it has left is below its budget
 
 	// fresh makes a new target key with root (or by, when given) for one case.
 	fresh := func(by string, body map[string]any) func() string {
@@ -256,7 +254,7 @@ func TestAHandoverLeavesWhatItsCallsHold(t *testing.T) {
 	ctx := context.Background()
 	root, _ := e.signup("held@example.com")
 	budgeted, budgetedID := e.createKey(root, map[string]any{"label": "b", "scopes": []string{"eval", "keys:write"}, "budget_units": 1000})
-	e.spend(budgeted, budgetedID, 1000)
+	e.spend(budgeted, budgetedID)
 	balance := func() (spent, held, budget int64) {
 		t.Helper()
 		if err := e.pool.QueryRow(ctx, `SELECT spent_units, held_units, budget_units FROM key_balances WHERE key_id = $1`, budgetedID).
@@ -379,8 +377,8 @@ func TestKeyAnswersAreTheListedRecord(t *testing.T) {
 	e := newEnv(t)
 	root, _ := e.signup("record@example.com")
 	key, id := e.createKey(root, map[string]any{"label": "used", "scopes": []string{"eval"}, "budget_units": 5000})
-	e.spend(key, id, 5000)
-	e.spend(key, id, 5000)
+	e.spend(key, id)
+	e.spend(key, id)
 
 	same := func(what string, r response) {
 		t.Helper()
